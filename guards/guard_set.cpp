@@ -1,0 +1,235 @@
+#include "guards/guard_set.h"
+
+#include <sstream>
+
+#include "runtime/aten_bridge.h"
+
+namespace kiln::guards {
+namespace {
+
+std::string repr(PyObject* obj) {
+  PyObject* text = PyObject_Repr(obj);
+  if (!text) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  std::string out = PyUnicode_AsUTF8(text);
+  Py_DECREF(text);
+  return out;
+}
+
+std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
+
+const char* kind_name(GuardKind kind) {
+  switch (kind) {
+#define KILN_GUARD_NAME(name, doc) \
+  case GuardKind::name: return #name;
+    KILN_GUARD_KINDS(KILN_GUARD_NAME)
+#undef KILN_GUARD_NAME
+  }
+  return "?";
+}
+
+}  // namespace
+
+GuardSet::~GuardSet() {
+  for (Guard& guard : guards_) Py_XDECREF(guard.expected);
+}
+
+bool GuardSet::has(GuardKind kind, int source) const {
+  for (const Guard& guard : guards_) {
+    if (guard.kind == kind && guard.source == source) return true;
+  }
+  return false;
+}
+
+void GuardSet::add_tensor_match(int source, const graph::TensorMeta& meta) {
+  if (has(GuardKind::TensorMatch, source)) return;
+  guards_.push_back({.kind = GuardKind::TensorMatch, .source = source, .meta = meta});
+  indexed_ = false;
+}
+
+void GuardSet::add_type_match(int source, PyObject* type) {
+  if (has(GuardKind::TypeMatch, source)) return;
+  Py_INCREF(type);
+  guards_.push_back({.kind = GuardKind::TypeMatch, .source = source, .expected = type});
+  indexed_ = false;
+}
+
+void GuardSet::add_id_match(int source, PyObject* object) {
+  if (has(GuardKind::IdMatch, source)) return;
+  // Holding a reference keeps the id from being reused by another object.
+  Py_INCREF(object);
+  guards_.push_back({.kind = GuardKind::IdMatch, .source = source, .expected = object});
+  indexed_ = false;
+}
+
+void GuardSet::add_constant_match(int source, PyObject* constant) {
+  if (has(GuardKind::ConstantMatch, source)) return;
+  Py_INCREF(constant);
+  guards_.push_back({.kind = GuardKind::ConstantMatch, .source = source, .expected = constant});
+  indexed_ = false;
+}
+
+void GuardSet::add_length_match(int source, PyObject* sequence) {
+  if (has(GuardKind::LengthMatch, source)) return;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(sequence));
+  Py_INCREF(type);
+  guards_.push_back({.kind = GuardKind::LengthMatch,
+                     .source = source,
+                     .expected = type,
+                     .length = PySequence_Size(sequence)});
+  indexed_ = false;
+}
+
+void GuardSet::add_grad_mode(bool enabled) {
+  if (has(GuardKind::GradMode, -1)) return;
+  guards_.push_back({.kind = GuardKind::GradMode, .flag = enabled});
+  indexed_ = false;
+}
+
+void GuardSet::build_index() const {
+  by_source_.assign(sources_.size(), {});
+  for (int i = 0; i < static_cast<int>(guards_.size()); ++i) {
+    if (guards_[i].source >= 0) by_source_[guards_[i].source].push_back(i);
+  }
+  indexed_ = true;
+}
+
+bool GuardSet::holds(const Guard& guard, PyObject* value) const {
+  switch (guard.kind) {
+    case GuardKind::TensorMatch:
+      return value && runtime::is_tensor(value) && runtime::tensor_matches(value, guard.meta);
+    case GuardKind::TypeMatch:
+      return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected;
+    case GuardKind::IdMatch:
+      return value == guard.expected;
+    case GuardKind::ConstantMatch: {
+      if (!value) return false;
+      if (value == guard.expected) return true;
+      if (Py_TYPE(value) != Py_TYPE(guard.expected)) return false;
+      int eq = PyObject_RichCompareBool(value, guard.expected, Py_EQ);
+      if (eq < 0) PyErr_Clear();
+      return eq == 1;
+    }
+    case GuardKind::LengthMatch:
+      if (!value || reinterpret_cast<PyObject*>(Py_TYPE(value)) != guard.expected) return false;
+      if (PyTuple_CheckExact(value)) return PyTuple_GET_SIZE(value) == guard.length;
+      if (PyList_CheckExact(value)) return PyList_GET_SIZE(value) == guard.length;
+      {
+        Py_ssize_t n = PySequence_Size(value);
+        if (n < 0) PyErr_Clear();
+        return n == guard.length;
+      }
+    case GuardKind::GradMode:
+      return runtime::grad_mode_enabled() == guard.flag;
+  }
+  return false;
+}
+
+bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
+  if (!indexed_) build_index();
+  values.reset(sources_.size());
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr)) return false;
+  }
+  for (int id = 0; id < sources_.size(); ++id) {
+    PyObject* value = fetch_source(sources_, id, frame, values);
+    values.set(id, value);
+    for (int g : by_source_[id]) {
+      if (!holds(guards_[g], value)) return false;
+    }
+    // A source that no longer resolves fails even without a guard on it,
+    // since a graph input or a derived guard depends on it.
+    if (!value) return false;
+  }
+  return true;
+}
+
+std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
+  const std::string where = guard.source >= 0 ? sources_.at(guard.source).text : "";
+  std::ostringstream out;
+  if (guard.kind == GuardKind::GradMode) {
+    out << "grad mode is " << (guard.flag ? "disabled" : "enabled") << ", expected "
+        << (guard.flag ? "enabled" : "disabled");
+    return out.str();
+  }
+  if (!value) {
+    out << where << " no longer exists";
+    return out.str();
+  }
+  switch (guard.kind) {
+    case GuardKind::TensorMatch:
+      if (!runtime::is_tensor(value)) {
+        out << where << " is a " << type_name(value) << ", expected a tensor";
+      } else {
+        out << where << ": " << runtime::describe_tensor_mismatch(value, guard.meta);
+      }
+      break;
+    case GuardKind::TypeMatch:
+      out << where << " has type " << type_name(value) << ", expected "
+          << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name;
+      break;
+    case GuardKind::IdMatch:
+      out << where << " is a different object than when traced";
+      break;
+    case GuardKind::ConstantMatch:
+      out << where << " == " << repr(value) << ", expected " << repr(guard.expected);
+      break;
+    case GuardKind::LengthMatch:
+      out << where << " has type " << type_name(value) << " and length "
+          << PyObject_Length(value) << ", expected "
+          << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " of length "
+          << guard.length;
+      PyErr_Clear();
+      break;
+    case GuardKind::GradMode:
+      break;
+  }
+  return out.str();
+}
+
+std::string GuardSet::check_verbose(const FrameView& frame) const {
+  if (!indexed_) build_index();
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr)) return explain(guard, nullptr);
+  }
+  SourceValues values(sources_.size());
+  for (int id = 0; id < sources_.size(); ++id) {
+    PyObject* value = fetch_source(sources_, id, frame, values);
+    values.set(id, value);
+    for (int g : by_source_[id]) {
+      if (!holds(guards_[g], value)) return explain(guards_[g], value);
+    }
+    if (!value) return sources_.at(id).text + " no longer exists";
+  }
+  return "";
+}
+
+std::string GuardSet::describe(const Guard& guard) const {
+  std::ostringstream out;
+  out << kind_name(guard.kind);
+  if (guard.source >= 0) out << " " << sources_.at(guard.source).text;
+  switch (guard.kind) {
+    case GuardKind::TensorMatch: out << " " << graph::format_tensor_meta(guard.meta); break;
+    case GuardKind::TypeMatch:
+      out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name;
+      break;
+    case GuardKind::IdMatch: out << " <" << type_name(guard.expected) << ">"; break;
+    case GuardKind::ConstantMatch: out << " " << repr(guard.expected); break;
+    case GuardKind::LengthMatch:
+      out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="
+          << guard.length;
+      break;
+    case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
+  }
+  return out.str();
+}
+
+std::string GuardSet::format() const {
+  std::string out;
+  for (const Guard& guard : guards_) out += describe(guard) + "\n";
+  return out;
+}
+
+}  // namespace kiln::guards

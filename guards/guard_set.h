@@ -1,0 +1,87 @@
+// Guards: the assumptions a compiled graph was traced under, checked in C++
+// before every reuse. Each kind has a fast check and a verbose explanation.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "graph/tensor_meta.h"
+#include "guards/source.h"
+
+namespace kiln::guards {
+
+// Guard kinds, written once: name and what it asserts.
+#define KILN_GUARD_KINDS(X)                                                   \
+  X(TensorMatch, "a tensor with this dtype, device, sizes, strides, grad")   \
+  X(TypeMatch, "an object of exactly this type")                             \
+  X(IdMatch, "this very object")                                             \
+  X(ConstantMatch, "a value of this type equal to this constant")            \
+  X(LengthMatch, "a tuple or list of exactly this type and length")          \
+  X(GradMode, "torch.is_grad_enabled() has this value (no source)")
+
+enum class GuardKind : uint8_t {
+#define KILN_GUARD_ENUM(name, doc) name,
+  KILN_GUARD_KINDS(KILN_GUARD_ENUM)
+#undef KILN_GUARD_ENUM
+};
+
+// One guard over one source.
+struct Guard {
+  GuardKind kind;
+  int source = -1;             // -1 for GradMode
+  PyObject* expected = nullptr;  // owned: the type, object or constant
+  graph::TensorMeta meta;      // TensorMatch only
+  Py_ssize_t length = 0;       // LengthMatch only
+  bool flag = false;           // GradMode only
+};
+
+// All guards of one cache entry, with the sources they read.
+class GuardSet {
+ public:
+  GuardSet() = default;
+  GuardSet(const GuardSet&) = delete;
+  GuardSet& operator=(const GuardSet&) = delete;
+  ~GuardSet();
+
+  SourceTable& sources() { return sources_; }
+  const SourceTable& sources() const { return sources_; }
+
+  // Adding a guard that already exists (same kind and source) does nothing.
+  void add_tensor_match(int source, const graph::TensorMeta& meta);
+  void add_type_match(int source, PyObject* type);
+  void add_id_match(int source, PyObject* object);
+  void add_constant_match(int source, PyObject* constant);
+  void add_length_match(int source, PyObject* sequence);
+  void add_grad_mode(bool enabled);
+
+  // The hot path: fetches every source into `values` and checks every
+  // guard. True when all hold; `values` then holds what graph inputs need.
+  // Never leaves a Python error set.
+  bool check(const FrameView& frame, SourceValues& values) const;
+
+  // Explains the first failing guard in words ("" when all hold).
+  std::string check_verbose(const FrameView& frame) const;
+
+  // Readable listing, one guard per line, in a stable order.
+  std::string format() const;
+
+  int guard_count() const { return static_cast<int>(guards_.size()); }
+
+ private:
+  bool has(GuardKind kind, int source) const;
+  bool holds(const Guard& guard, PyObject* value) const;
+  std::string explain(const Guard& guard, PyObject* value) const;
+  std::string describe(const Guard& guard) const;
+
+  SourceTable sources_;
+  std::vector<Guard> guards_;
+  // Guards grouped by source id so check() can test each value right after
+  // fetching it.
+  mutable std::vector<std::vector<int>> by_source_;
+  mutable bool indexed_ = false;
+  void build_index() const;
+};
+
+}  // namespace kiln::guards

@@ -1,0 +1,42 @@
+// The per-code-object cache, stored in co_extra: entries of (guards,
+// compiled graph) or recorded trace failures, per compile config.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "guards/guard_set.h"
+#include "runtime/eager_executor.h"
+
+namespace kiln::interpreter {
+
+// One compiled variant of a code object, or a failed attempt.
+struct CacheEntry {
+  uint64_t config_id = 0;
+  bool failed = false;
+  std::string reason;  // failed: "file:line: why"
+  std::string hint;
+  std::unique_ptr<guards::GuardSet> guards;
+  std::unique_ptr<graph::Graph> graph;
+  std::unique_ptr<runtime::EagerExecutor> executor;
+};
+
+// Everything kiln keeps for one code object.
+struct CodeCache {
+  std::vector<std::unique_ptr<CacheEntry>> entries;
+  bool skip = false;        // never traced (torch's or kiln's own code)
+  bool limit_logged = false;
+};
+
+// Returns the code object's cache, creating it when `create`; null when
+// absent and not created.
+CodeCache* code_cache(PyCodeObject* code, bool create);
+
+// Drops every entry of every code object (kiln.reset()).
+void clear_all_code_caches();
+
+}  // namespace kiln::interpreter

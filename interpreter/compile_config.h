@@ -1,0 +1,78 @@
+// What a kiln.compile() call asked for, the thread's current compile
+// context, process-wide counters, and collectors for explain() and dumps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::interpreter {
+
+// Collects what tracing produced, for kiln.explain() and trace dumps.
+struct TraceCollector {
+  std::vector<std::string> graphs;   // graph text per successful trace
+  std::vector<std::string> reasons;  // "file:line: why (hint)" per failure
+  std::string dump;                  // bytecode, graph, guards, breaks
+  bool want_dump = false;
+};
+
+// One kiln.compile() call's settings. Cache entries are tagged with the id,
+// so two compiles of one function never share graphs.
+struct CompileConfig {
+  uint64_t id = 0;
+  std::string backend = "inductor";
+  bool fullgraph = false;
+  std::shared_ptr<TraceCollector> collector;  // set for explain/dump runs
+};
+
+// Returns a fresh config id.
+uint64_t next_config_id();
+
+// The compile context of the running thread: null when frames on this
+// thread must not be traced (outside compiled calls, inside graphs).
+const CompileConfig* current_config();
+
+// Sets the running thread's context; returns the previous one.
+const CompileConfig* set_current_config(const CompileConfig* config);
+
+// Scoped switch of the thread's compile context.
+class ConfigScope {
+ public:
+  explicit ConfigScope(const CompileConfig* config) : previous_(set_current_config(config)) {}
+  ~ConfigScope() { set_current_config(previous_); }
+  ConfigScope(const ConfigScope&) = delete;
+  ConfigScope& operator=(const ConfigScope&) = delete;
+
+ private:
+  const CompileConfig* previous_;
+};
+
+// Process-wide counters, reported by kiln.stats().
+#define KILN_STATS(X)  \
+  X(traces)            \
+  X(cache_hits)        \
+  X(cache_misses)      \
+  X(recompiles)        \
+  X(unsupported)       \
+  X(eager_runs)        \
+  X(cache_limit_hits)
+
+struct Stats {
+#define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};
+  KILN_STATS(KILN_STAT_FIELD)
+#undef KILN_STAT_FIELD
+};
+
+// The counters.
+Stats& stats();
+
+// Zeroes every counter.
+void reset_stats();
+
+// Maximum cache entries per code object and config (kiln.config.cache_size_limit).
+int cache_size_limit();
+void set_cache_size_limit(int limit);
+
+}  // namespace kiln::interpreter

@@ -1,0 +1,206 @@
+#include "interpreter/frame_hook.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "graph/graph_printer.h"
+#include "interpreter/bytecode_decoder.h"
+#include "interpreter/code_cache.h"
+#include "interpreter/compile_config.h"
+#include "interpreter/cpython_frame.h"
+#include "runtime/log.h"
+#include "tracer/tracer.h"
+
+namespace kiln::interpreter {
+namespace {
+
+PyObject* g_unsupported_error = nullptr;
+
+std::string code_name(PyCodeObject* code) {
+  const char* name = PyUnicode_AsUTF8(code->co_qualname);
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  return std::string(name ? name : "?") + " (" + (file ? file : "?") + ":" +
+         std::to_string(code->co_firstlineno) + ")";
+}
+
+// Code kiln never traces as a frame of its own: torch's and kiln's own
+// Python, and the standard library's, which compiled code reaches only
+// through calls kiln already models.
+bool is_skipped_file(PyCodeObject* code) {
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!file) {
+    PyErr_Clear();
+    return true;
+  }
+  return std::strstr(file, "/torch/") != nullptr || std::strstr(file, "/kiln/") != nullptr ||
+         std::strstr(file, "/lib/python3") != nullptr || std::strncmp(file, "<frozen", 7) == 0;
+}
+
+guards::FrameView frame_view(KilnFrame* frame) {
+  PyObject* func = kiln_frame_function(frame);
+  return {.localsplus = kiln_frame_localsplus(frame),
+          .globals = kiln_frame_globals(frame),
+          .builtins = kiln_frame_builtins(frame),
+          .closure = func ? PyFunction_GET_CLOSURE(func) : nullptr};
+}
+
+// Runs a cached graph on the values its guards fetched.
+PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values) {
+  const auto& inputs = entry.graph->inputs();
+  std::vector<PyObject*> args(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    args[i] = values.get(entry.graph->node(inputs[i]).input_source);
+  }
+  // Torch's own Python code inside the graph must not be traced.
+  ConfigScope untraced(nullptr);
+  return entry.executor->run(args.data());
+}
+
+// Raises kiln.Unsupported for a recorded failure.
+void raise_unsupported(const CacheEntry& entry) {
+  PyObject* type = g_unsupported_error ? g_unsupported_error : PyExc_RuntimeError;
+  std::string message = entry.reason + "\n  hint: " + entry.hint;
+  PyErr_SetString(type, message.c_str());
+}
+
+CacheEntry* trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* frame,
+                             const CompileConfig& config) {
+  tracer::TraceResult result;
+  {
+    ConfigScope untraced(nullptr);
+    result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame));
+  }
+  auto entry = std::make_unique<CacheEntry>();
+  entry->config_id = config.id;
+  TraceCollector* collector = config.collector.get();
+  if (collector && collector->want_dump) {
+    collector->dump += "=== frame " + std::string(PyUnicode_AsUTF8(code->co_qualname)) + " ===\n";
+    collector->dump += "--- bytecode ---\n" + format_bytecode(code);
+  }
+  if (result.ok) {
+    entry->guards = std::move(result.guards);
+    entry->graph = std::move(result.graph);
+    entry->executor = std::make_unique<runtime::EagerExecutor>(*entry->graph);
+    stats().traces++;
+    const std::string graph_text = graph::format_graph(*entry->graph);
+    KILN_LOG(graph, "graph for " << code_name(code) << "\n" << graph_text);
+    KILN_LOG(guards, "guards for " << code_name(code) << "\n" << entry->guards->format());
+    if (collector) {
+      collector->graphs.push_back(graph_text);
+      if (collector->want_dump) {
+        collector->dump += "--- graph ---\n" + graph_text;
+        collector->dump += "--- guards ---\n" + entry->guards->format();
+        collector->dump += "--- breaks ---\n";
+      }
+    }
+  } else {
+    entry->failed = true;
+    entry->reason = result.reason;
+    entry->hint = result.hint;
+    stats().unsupported++;
+    KILN_LOG(breaks, "cannot trace " << code_name(code) << ": " << result.reason
+                                     << "\n  hint: " << result.hint);
+    if (collector) {
+      collector->reasons.push_back(result.reason + " (" + result.hint + ")");
+      if (collector->want_dump) {
+        collector->dump += "--- breaks ---\n" + result.reason + "\n";
+      }
+    }
+  }
+  cache->entries.push_back(std::move(entry));
+  return cache->entries.back().get();
+}
+
+PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
+  const CompileConfig* config = current_config();
+  if (!config || throwflag || !kiln_frame_is_fresh_call(frame)) {
+    return kiln_eval_frame_default(tstate, frame, throwflag);
+  }
+  PyCodeObject* code = kiln_frame_code(frame);
+  CodeCache* cache = code_cache(code, false);
+  if (!cache) {
+    cache = code_cache(code, true);
+    if (!cache) return kiln_eval_frame_default(tstate, frame, throwflag);
+    cache->skip = is_skipped_file(code);
+  }
+  if (cache->skip || !kiln_frame_can_skip(tstate, frame)) {
+    return kiln_eval_frame_default(tstate, frame, throwflag);
+  }
+  const guards::FrameView view = frame_view(frame);
+  guards::SourceValues values;
+  CacheEntry* hit = nullptr;
+  CacheEntry* last = nullptr;
+  int entries_for_config = 0;
+  for (const auto& entry : cache->entries) {
+    if (entry->config_id != config->id) continue;
+    ++entries_for_config;
+    if (entry->failed) {
+      hit = entry.get();
+      break;
+    }
+    last = entry.get();
+    if (entry->guards->check(view, values)) {
+      hit = entry.get();
+      break;
+    }
+  }
+  if (hit && !hit->failed) {
+    stats().cache_hits++;
+  } else if (!hit) {
+    stats().cache_misses++;
+    if (entries_for_config >= cache_size_limit()) {
+      stats().cache_limit_hits++;
+      stats().eager_runs++;
+      if (!cache->limit_logged) {
+        cache->limit_logged = true;
+        KILN_LOG(recompiles, "cache limit (" << cache_size_limit() << ") reached for "
+                                             << code_name(code) << "; running it eagerly from now on."
+                                             << " Last guard failure: "
+                                             << (last ? last->guards->check_verbose(view) : ""));
+      }
+      return kiln_eval_frame_default(tstate, frame, throwflag);
+    }
+    if (last) {
+      stats().recompiles++;
+      KILN_LOG(recompiles, "recompiling " << code_name(code) << ": "
+                                          << last->guards->check_verbose(view));
+    }
+    hit = trace_into_cache(cache, code, frame, *config);
+    if (!hit->failed && !hit->guards->check(view, values)) {
+      // The guards must hold on the frame they were traced from.
+      hit->failed = true;
+      hit->reason = code_name(code) + ": guards do not hold on the traced frame: " +
+                    hit->guards->check_verbose(view);
+      hit->hint = "please report this as a kiln bug";
+    }
+  }
+  if (hit->failed) {
+    if (config->fullgraph) {
+      raise_unsupported(*hit);
+      kiln_frame_finish_skipped(tstate, frame);
+      return nullptr;
+    }
+    stats().eager_runs++;
+    return kiln_eval_frame_default(tstate, frame, throwflag);
+  }
+  PyObject* result = run_entry(*hit, values);
+  values.reset(0);
+  kiln_frame_finish_skipped(tstate, frame);
+  return result;
+}
+
+}  // namespace
+
+void install_frame_hook() {
+  if (!kiln_eval_frame_is(&eval_frame)) kiln_set_eval_frame(&eval_frame);
+}
+
+void uninstall_frame_hook() { kiln_set_eval_frame(nullptr); }
+
+void set_unsupported_error(PyObject* type) {
+  Py_XINCREF(type);
+  Py_XSETREF(g_unsupported_error, type);
+}
+
+}  // namespace kiln::interpreter

@@ -1,0 +1,251 @@
+// kiln._C: the Python face of the runtime. Compiled-function wrappers that
+// switch the thread's compile context around a call, plus reset, stats,
+// explain, trace dumps, logging and config.
+#include <Python.h>
+#include <structmember.h>
+
+#include <memory>
+#include <string>
+
+#include "interpreter/code_cache.h"
+#include "interpreter/compile_config.h"
+#include "interpreter/frame_hook.h"
+#include "runtime/log.h"
+
+namespace {
+
+using kiln::interpreter::CompileConfig;
+using kiln::interpreter::ConfigScope;
+using kiln::interpreter::TraceCollector;
+
+// A callable that runs `fn` with a compile context (compiled) or with none
+// (disabled). Holds a __dict__ so Python can copy __name__, __doc__, ...
+struct ContextCall {
+  PyObject_HEAD
+  PyObject* fn;
+  PyObject* dict;
+  vectorcallfunc vectorcall;
+  std::shared_ptr<CompileConfig> config;  // null: disabled
+};
+
+PyObject* context_call_vectorcall(PyObject* self_obj, PyObject* const* args, size_t nargsf,
+                                  PyObject* kwnames) {
+  auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  if (self->config) kiln::interpreter::install_frame_hook();
+  ConfigScope scope(self->config.get());
+  return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
+void context_call_dealloc(PyObject* self_obj) {
+  auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  PyObject_GC_UnTrack(self_obj);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->dict);
+  self->config.~shared_ptr<CompileConfig>();
+  Py_TYPE(self_obj)->tp_free(self_obj);
+}
+
+int context_call_traverse(PyObject* self_obj, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  Py_VISIT(self->fn);
+  Py_VISIT(self->dict);
+  return 0;
+}
+
+int context_call_clear(PyObject* self_obj) {
+  auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->dict);
+  return 0;
+}
+
+// Binding to an instance makes decorated methods work.
+PyObject* context_call_descr_get(PyObject* self, PyObject* obj, PyObject* /*type*/) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyObject* context_call_repr(PyObject* self_obj) {
+  auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  return PyUnicode_FromFormat("<kiln %s %R>", self->config ? "compiled" : "disabled", self->fn);
+}
+
+PyMemberDef context_call_members[] = {
+    {"_fn", T_OBJECT, offsetof(ContextCall, fn), READONLY, "the wrapped callable"},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyTypeObject ContextCallType = {
+    PyVarObject_HEAD_INIT(nullptr, 0)
+};
+
+PyObject* make_context_call(PyObject* fn, std::shared_ptr<CompileConfig> config) {
+  auto* self = PyObject_GC_New(ContextCall, &ContextCallType);
+  if (!self) return nullptr;
+  Py_INCREF(fn);
+  self->fn = fn;
+  self->dict = nullptr;
+  self->vectorcall = context_call_vectorcall;
+  new (&self->config) std::shared_ptr<CompileConfig>(std::move(config));
+  PyObject_GC_Track(self);
+  return reinterpret_cast<PyObject*>(self);
+}
+
+// _C.compiled(fn, backend, fullgraph) -> callable running fn under a new config.
+PyObject* py_compiled(PyObject*, PyObject* args) {
+  PyObject* fn;
+  const char* backend;
+  int fullgraph;
+  if (!PyArg_ParseTuple(args, "Osp", &fn, &backend, &fullgraph)) return nullptr;
+  auto config = std::make_shared<CompileConfig>();
+  config->id = kiln::interpreter::next_config_id();
+  config->backend = backend;
+  config->fullgraph = fullgraph;
+  return make_context_call(fn, std::move(config));
+}
+
+// _C.disabled(fn) -> callable running fn with tracing off.
+PyObject* py_disabled(PyObject*, PyObject* fn) { return make_context_call(fn, nullptr); }
+
+// Runs fn(*args, **kwargs) under a fresh config whose collector records
+// what tracing produced. Returns (result, collector) or null on error.
+PyObject* run_collecting(PyObject* args, bool want_dump, std::shared_ptr<TraceCollector>* out) {
+  PyObject* fn;
+  PyObject* call_args;
+  PyObject* call_kwargs;
+  int fullgraph = 0;
+  if (!PyArg_ParseTuple(args, "OO!O|p", &fn, &PyTuple_Type, &call_args, &call_kwargs, &fullgraph)) {
+    return nullptr;
+  }
+  auto config = std::make_shared<CompileConfig>();
+  config->id = kiln::interpreter::next_config_id();
+  config->fullgraph = fullgraph;
+  config->collector = std::make_shared<TraceCollector>();
+  config->collector->want_dump = want_dump;
+  kiln::interpreter::install_frame_hook();
+  PyObject* result;
+  {
+    ConfigScope scope(config.get());
+    result = PyObject_Call(fn, call_args, call_kwargs == Py_None ? nullptr : call_kwargs);
+  }
+  *out = config->collector;
+  return result;
+}
+
+PyObject* string_list(const std::vector<std::string>& items) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+  for (size_t i = 0; i < items.size(); ++i) {
+    PyList_SET_ITEM(list, i, PyUnicode_FromString(items[i].c_str()));
+  }
+  return list;
+}
+
+// _C.explain(fn, args, kwargs) -> (result, graphs, break_reasons)
+PyObject* py_explain(PyObject*, PyObject* args) {
+  std::shared_ptr<TraceCollector> collector;
+  PyObject* result = run_collecting(args, false, &collector);
+  if (!result) return nullptr;
+  return Py_BuildValue("(NNN)", result, string_list(collector->graphs), string_list(collector->reasons));
+}
+
+// _C.trace_dump(fn, args, kwargs) -> (result, dump_text)
+PyObject* py_trace_dump(PyObject*, PyObject* args) {
+  std::shared_ptr<TraceCollector> collector;
+  PyObject* result = run_collecting(args, true, &collector);
+  if (!result) return nullptr;
+  return Py_BuildValue("(Ns)", result, collector->dump.c_str());
+}
+
+PyObject* py_reset(PyObject*, PyObject*) {
+  kiln::interpreter::clear_all_code_caches();
+  kiln::interpreter::reset_stats();
+  Py_RETURN_NONE;
+}
+
+PyObject* py_stats(PyObject*, PyObject*) {
+  auto& stats = kiln::interpreter::stats();
+  PyObject* dict = PyDict_New();
+#define KILN_STAT_ITEM(name)                                  \
+  {                                                           \
+    PyObject* value = PyLong_FromLongLong(stats.name.load()); \
+    PyDict_SetItemString(dict, #name, value);                 \
+    Py_DECREF(value);                                         \
+  }
+  KILN_STATS(KILN_STAT_ITEM)
+#undef KILN_STAT_ITEM
+  return dict;
+}
+
+PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
+  long limit = PyLong_AsLong(arg);
+  if (limit == -1 && PyErr_Occurred()) return nullptr;
+  if (limit < 0) {
+    PyErr_SetString(PyExc_ValueError, "cache_size_limit must be >= 0");
+    return nullptr;
+  }
+  kiln::interpreter::set_cache_size_limit(static_cast<int>(limit));
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_cache_size_limit(PyObject*, PyObject*) {
+  return PyLong_FromLong(kiln::interpreter::cache_size_limit());
+}
+
+// _C.set_logs("graph,guards") -> the names it did not recognize
+PyObject* py_set_logs(PyObject*, PyObject* arg) {
+  const char* spec = PyUnicode_AsUTF8(arg);
+  if (!spec) return nullptr;
+  return PyUnicode_FromString(kiln::runtime::set_log_channels(spec).c_str());
+}
+
+PyObject* py_set_unsupported_error(PyObject*, PyObject* type) {
+  kiln::interpreter::set_unsupported_error(type);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_methods[] = {
+    {"compiled", py_compiled, METH_VARARGS, "Wraps fn so its frames are traced under a new config."},
+    {"disabled", py_disabled, METH_O, "Wraps fn so nothing it runs is traced."},
+    {"explain", py_explain, METH_VARARGS, "Runs fn, returning (result, graphs, break_reasons)."},
+    {"trace_dump", py_trace_dump, METH_VARARGS, "Runs fn, returning (result, trace dump text)."},
+    {"reset", py_reset, METH_NOARGS, "Drops all compiled code and zeroes the counters."},
+    {"stats", py_stats, METH_NOARGS, "Returns the counters as a dict."},
+    {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "Sets entries allowed per code object."},
+    {"get_cache_size_limit", py_get_cache_size_limit, METH_NOARGS, "Returns entries allowed per code object."},
+    {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
+    {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "kiln._C", "kiln's native runtime.", -1, module_methods,
+    nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C() {
+  ContextCallType.tp_name = "kiln._C.ContextCall";
+  ContextCallType.tp_basicsize = sizeof(ContextCall);
+  ContextCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  ContextCallType.tp_dealloc = context_call_dealloc;
+  ContextCallType.tp_traverse = context_call_traverse;
+  ContextCallType.tp_clear = context_call_clear;
+  ContextCallType.tp_call = PyVectorcall_Call;
+  ContextCallType.tp_vectorcall_offset = offsetof(ContextCall, vectorcall);
+  ContextCallType.tp_descr_get = context_call_descr_get;
+  ContextCallType.tp_repr = context_call_repr;
+  ContextCallType.tp_members = context_call_members;
+  ContextCallType.tp_dictoffset = offsetof(ContextCall, dict);
+  ContextCallType.tp_getattro = PyObject_GenericGetAttr;
+  ContextCallType.tp_setattro = PyObject_GenericSetAttr;
+  if (PyType_Ready(&ContextCallType) < 0) return nullptr;
+  PyObject* module = PyModule_Create(&module_def);
+  if (!module) return nullptr;
+  Py_INCREF(&ContextCallType);
+  PyModule_AddObject(module, "ContextCall", reinterpret_cast<PyObject*>(&ContextCallType));
+  return module;
+}

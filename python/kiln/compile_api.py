@@ -1,0 +1,77 @@
+"""kiln.compile, kiln.disable, kiln.reset, kiln.stats."""
+import functools
+import warnings
+
+import torch
+
+from . import _C
+
+BACKENDS = ("eager", "inductor")
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+_warned_inductor = False
+
+
+def _check_options(backend, mode, dynamic):
+    global _warned_inductor
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"kiln.compile: unknown backend {backend!r}; valid backends: "
+                         + ", ".join(repr(b) for b in BACKENDS))
+    if mode not in MODES:
+        raise ValueError(f"kiln.compile: unknown mode {mode!r}; valid modes: "
+                         + ", ".join(repr(m) for m in MODES))
+    if dynamic not in (None, True, False):
+        raise ValueError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
+    if backend == "inductor" and not _warned_inductor:
+        _warned_inductor = True
+        warnings.warn("kiln: backend 'inductor' has no code generation yet; compiled graphs "
+                      "run through the 'eager' backend (replayed through torch)",
+                      RuntimeWarning, stacklevel=3)
+
+
+def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):
+    """Returns fn_or_module with its frames traced into graphs and run compiled.
+
+    Usable as kiln.compile(f), @kiln.compile and @kiln.compile(fullgraph=True).
+    """
+    _check_options(backend, mode, dynamic)
+    if fn_or_module is None:
+        return lambda target: compile(target, fullgraph=fullgraph, dynamic=dynamic,
+                                      backend=backend, mode=mode)
+    if isinstance(fn_or_module, torch.nn.Module):
+        from .compiled_module import CompiledModule
+        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph)))
+    if not callable(fn_or_module):
+        raise TypeError(f"kiln.compile expects a function or an nn.Module, got "
+                        f"{type(fn_or_module).__name__}")
+    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph))
+    _copy_metadata(wrapper, fn_or_module)
+    return wrapper
+
+
+def disable(fn):
+    """Returns fn such that nothing it runs is ever traced."""
+    if not callable(fn):
+        raise TypeError(f"kiln.disable expects a callable, got {type(fn).__name__}")
+    wrapper = _C.disabled(fn)
+    _copy_metadata(wrapper, fn)
+    return wrapper
+
+
+def _copy_metadata(wrapper, fn):
+    for name in functools.WRAPPER_ASSIGNMENTS:
+        try:
+            setattr(wrapper, name, getattr(fn, name))
+        except AttributeError:
+            pass
+    wrapper.__wrapped__ = fn
+
+
+def reset():
+    """Drops every compiled graph and zeroes the counters."""
+    _C.reset()
+
+
+def stats():
+    """Returns a snapshot of kiln's counters since the last reset()."""
+    return _C.stats()

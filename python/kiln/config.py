@@ -1,0 +1,23 @@
+"""Process-wide settings: `kiln.config.cache_size_limit = 16`."""
+import sys as _sys
+import types as _types
+
+from . import _C
+
+
+class _Config(_types.ModuleType):
+    """Module whose attributes read and write the native runtime's settings."""
+
+    @property
+    def cache_size_limit(self) -> int:
+        """Compiled variants kept per function before it runs eagerly (default 8)."""
+        return _C.get_cache_size_limit()
+
+    @cache_size_limit.setter
+    def cache_size_limit(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"cache_size_limit must be an int, got {type(value).__name__}")
+        _C.set_cache_size_limit(value)
+
+
+_sys.modules[__name__].__class__ = _Config

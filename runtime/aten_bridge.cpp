@@ -1,0 +1,110 @@
+#include "runtime/aten_bridge.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <sstream>
+
+namespace kiln::runtime {
+namespace {
+
+using graph::DeviceType;
+using graph::DType;
+using graph::TensorMeta;
+
+DType to_kiln_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Bool: return DType::Bool;
+    case c10::ScalarType::Byte: return DType::UInt8;
+    case c10::ScalarType::Char: return DType::Int8;
+    case c10::ScalarType::Short: return DType::Int16;
+    case c10::ScalarType::Int: return DType::Int32;
+    case c10::ScalarType::Long: return DType::Int64;
+    case c10::ScalarType::Half: return DType::Float16;
+    case c10::ScalarType::BFloat16: return DType::BFloat16;
+    case c10::ScalarType::Float: return DType::Float32;
+    case c10::ScalarType::Double: return DType::Float64;
+    case c10::ScalarType::ComplexFloat: return DType::Complex64;
+    case c10::ScalarType::ComplexDouble: return DType::Complex128;
+    default: return DType::Other;
+  }
+}
+
+DeviceType to_kiln_device(c10::DeviceType type) {
+  switch (type) {
+    case c10::DeviceType::CPU: return DeviceType::CPU;
+    case c10::DeviceType::CUDA: return DeviceType::CUDA;
+    case c10::DeviceType::Meta: return DeviceType::Meta;
+    default: return DeviceType::Other;
+  }
+}
+
+template <typename A, typename B>
+bool same_values(const A& a, const B& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+template <typename A>
+std::string format_values(const A& values) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << ")";
+  return out.str();
+}
+
+}  // namespace
+
+bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
+
+void read_tensor_meta(PyObject* tensor, TensorMeta* out) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  out->sizes.assign(sizes.begin(), sizes.end());
+  out->strides.assign(strides.begin(), strides.end());
+  out->dtype = to_kiln_dtype(t.scalar_type());
+  out->device_type = to_kiln_device(t.device().type());
+  out->device_index = static_cast<int8_t>(t.device().index());
+  out->requires_grad = t.requires_grad();
+}
+
+bool tensor_matches(PyObject* tensor, const TensorMeta& meta) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  return t.requires_grad() == meta.requires_grad &&
+         to_kiln_dtype(t.scalar_type()) == meta.dtype &&
+         to_kiln_device(t.device().type()) == meta.device_type &&
+         t.device().index() == meta.device_index &&
+         same_values(t.sizes(), meta.sizes) && same_values(t.strides(), meta.strides);
+}
+
+std::string describe_tensor_mismatch(PyObject* tensor, const TensorMeta& meta) {
+  TensorMeta actual;
+  read_tensor_meta(tensor, &actual);
+  std::ostringstream out;
+  if (actual.dtype != meta.dtype) {
+    out << "dtype " << graph::dtype_name(actual.dtype) << " != expected "
+        << graph::dtype_name(meta.dtype);
+  } else if (actual.device_type != meta.device_type || actual.device_index != meta.device_index) {
+    out << "device " << graph::device_name(actual.device_type, actual.device_index)
+        << " != expected " << graph::device_name(meta.device_type, meta.device_index);
+  } else if (actual.sizes != meta.sizes) {
+    out << "sizes " << format_values(actual.sizes) << " != expected " << format_values(meta.sizes);
+  } else if (actual.strides != meta.strides) {
+    out << "strides " << format_values(actual.strides) << " != expected "
+        << format_values(meta.strides);
+  } else if (actual.requires_grad != meta.requires_grad) {
+    out << "requires_grad " << (actual.requires_grad ? "True" : "False") << " != expected "
+        << (meta.requires_grad ? "True" : "False");
+  }
+  return out.str();
+}
+
+bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
+
+}  // namespace kiln::runtime

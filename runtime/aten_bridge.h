@@ -1,0 +1,30 @@
+// The one bridge to ATen: reading tensors that Python hands kiln. Only
+// aten_bridge.cpp includes ATen/torch headers; everything else sees kiln's
+// TensorMeta.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+
+#include "graph/tensor_meta.h"
+
+namespace kiln::runtime {
+
+// True when `obj` is a torch.Tensor (or subclass) instance.
+bool is_tensor(PyObject* obj);
+
+// Fills `out` from a tensor. Precondition: is_tensor(obj).
+void read_tensor_meta(PyObject* tensor, graph::TensorMeta* out);
+
+// The guard's hot path: true iff the tensor has exactly `meta`.
+// Precondition: is_tensor(tensor).
+bool tensor_matches(PyObject* tensor, const graph::TensorMeta& meta);
+
+// Explains in words how the tensor differs from `meta` ("" when it matches).
+std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& meta);
+
+// True when autograd is recording (torch.is_grad_enabled()).
+bool grad_mode_enabled();
+
+}  // namespace kiln::runtime

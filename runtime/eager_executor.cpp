@@ -1,0 +1,141 @@
+#include "runtime/eager_executor.h"
+
+namespace kiln::runtime {
+namespace {
+
+using graph::Arg;
+using graph::Node;
+using graph::NodeKind;
+
+void note_uses(const Arg& arg, int user, std::vector<int>& last_use) {
+  if (arg.kind == Arg::Kind::Node) {
+    last_use[arg.node] = user;
+  }
+  for (const Arg& item : arg.items) note_uses(item, user, last_use);
+}
+
+// Builds the Python value of `arg`; returns a new reference or null on error.
+PyObject* materialize(const Arg& arg, const std::vector<PyObject*>& values) {
+  switch (arg.kind) {
+    case Arg::Kind::Node: {
+      PyObject* value = values[arg.node];
+      Py_INCREF(value);
+      return value;
+    }
+    case Arg::Kind::Constant:
+      Py_INCREF(arg.constant);
+      return arg.constant;
+    case Arg::Kind::Tuple:
+    case Arg::Kind::List: {
+      const Py_ssize_t n = static_cast<Py_ssize_t>(arg.items.size());
+      PyObject* out = arg.kind == Arg::Kind::Tuple ? PyTuple_New(n) : PyList_New(n);
+      if (!out) return nullptr;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = materialize(arg.items[i], values);
+        if (!item) {
+          Py_DECREF(out);
+          return nullptr;
+        }
+        if (arg.kind == Arg::Kind::Tuple) {
+          PyTuple_SET_ITEM(out, i, item);
+        } else {
+          PyList_SET_ITEM(out, i, item);
+        }
+      }
+      return out;
+    }
+    case Arg::Kind::Dict: {
+      PyObject* out = PyDict_New();
+      if (!out) return nullptr;
+      for (size_t i = 0; i < arg.items.size(); ++i) {
+        PyObject* item = materialize(arg.items[i], values);
+        if (!item || PyDict_SetItem(out, arg.keys[i], item) < 0) {
+          Py_XDECREF(item);
+          Py_DECREF(out);
+          return nullptr;
+        }
+        Py_DECREF(item);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+EagerExecutor::EagerExecutor(const graph::Graph& graph) : graph_(graph) {
+  const int n = static_cast<int>(graph.nodes().size());
+  steps_.resize(n);
+  std::vector<int> last_use(n, -1);
+  for (const Node& node : graph.nodes()) {
+    for (const Arg& arg : node.args) note_uses(arg, node.id, last_use);
+    for (const auto& kw : node.kwargs) note_uses(kw.second, node.id, last_use);
+  }
+  // Values the output needs live to the end.
+  note_uses(graph.output(), n, last_use);
+  for (int id = 0; id < n; ++id) {
+    // An unused value dies right after it is made.
+    const int dies_after = last_use[id] < 0 ? id : last_use[id];
+    if (dies_after < n) steps_[dies_after].release_after.push_back(id);
+  }
+  for (const Node& node : graph.nodes()) {
+    if (node.kwargs.empty()) continue;
+    PyObject* names = PyTuple_New(static_cast<Py_ssize_t>(node.kwargs.size()));
+    for (size_t i = 0; i < node.kwargs.size(); ++i) {
+      PyTuple_SET_ITEM(names, i, PyUnicode_InternFromString(node.kwargs[i].first.c_str()));
+    }
+    steps_[node.id].kwnames = names;
+  }
+}
+
+EagerExecutor::~EagerExecutor() {
+  for (Step& step : steps_) Py_XDECREF(step.kwnames);
+}
+
+PyObject* EagerExecutor::run(PyObject* const* inputs) const {
+  const auto& nodes = graph_.nodes();
+  std::vector<PyObject*> values(nodes.size(), nullptr);
+  auto release_all = [&values] {
+    for (PyObject*& value : values) Py_CLEAR(value);
+  };
+  int next_input = 0;
+  std::vector<PyObject*> call_args;
+  for (const Node& node : nodes) {
+    if (node.kind == NodeKind::Input) {
+      PyObject* value = inputs[next_input++];
+      Py_INCREF(value);
+      values[node.id] = value;
+    } else {
+      // Slot 0 stays free so PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee
+      // prepend self without copying.
+      call_args.assign(1 + node.args.size() + node.kwargs.size(), nullptr);
+      size_t slot = 1;
+      bool failed = false;
+      for (const Arg& arg : node.args) {
+        if (!(call_args[slot++] = materialize(arg, values))) failed = true;
+      }
+      for (const auto& kw : node.kwargs) {
+        if (!(call_args[slot++] = materialize(kw.second, values))) failed = true;
+      }
+      PyObject* result = nullptr;
+      if (!failed) {
+        result = PyObject_Vectorcall(node.target, call_args.data() + 1,
+                                     node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     steps_[node.id].kwnames);
+      }
+      for (size_t i = 1; i < call_args.size(); ++i) Py_XDECREF(call_args[i]);
+      if (!result) {
+        release_all();
+        return nullptr;
+      }
+      values[node.id] = result;
+    }
+    for (int dead : steps_[node.id].release_after) Py_CLEAR(values[dead]);
+  }
+  PyObject* output = materialize(graph_.output(), values);
+  release_all();
+  return output;
+}
+
+}  // namespace kiln::runtime

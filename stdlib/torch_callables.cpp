@@ -1,0 +1,161 @@
+#include "stdlib/torch_callables.h"
+
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
+
+#include "stdlib/torch_api.h"
+
+namespace kiln::stdlib {
+namespace {
+
+// Torch functions that change global state or talk to the outside world.
+const std::unordered_set<std::string_view>& refused_torch_functions() {
+  static const std::unordered_set<std::string_view> names = {
+      "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state",
+      "set_grad_enabled", "set_default_dtype", "set_default_tensor_type",
+      "save", "load", "set_printoptions", "use_deterministic_algorithms",
+      "compile", "no_grad", "enable_grad", "inference_mode", "autocast",
+      "equal", "allclose", "is_nonzero", "set_num_threads", "set_anomaly_enabled",
+      "is_grad_enabled", "is_inference_mode_enabled"};
+  return names;
+}
+
+// Torch functions that create tensors from sizes or data alone.
+const std::unordered_set<std::string_view>& factory_functions() {
+  static const std::unordered_set<std::string_view> names = {
+      "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
+      "eye", "rand", "randn", "randint", "randperm", "tensor", "as_tensor",
+      "empty_strided", "scalar_tensor", "normal", "tril_indices", "triu_indices"};
+  return names;
+}
+
+std::string module_of(PyObject* callable) {
+  PyObject* module = PyObject_GetAttrString(callable, "__module__");
+  if (!module) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string out = PyUnicode_Check(module) ? PyUnicode_AsUTF8(module) : "";
+  Py_DECREF(module);
+  return out;
+}
+
+std::string name_of(PyObject* callable) {
+  PyObject* name = PyObject_GetAttrString(callable, "__name__");
+  if (!name) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string out = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : "";
+  Py_DECREF(name);
+  return out;
+}
+
+bool starts_with(const std::string& text, std::string_view prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool is_attr_of(PyObject* owner, const std::string& name, PyObject* callable) {
+  PyObject* found = PyObject_GetAttrString(owner, name.c_str());
+  if (!found) {
+    PyErr_Clear();
+    return false;
+  }
+  bool same = found == callable;
+  Py_DECREF(found);
+  return same;
+}
+
+}  // namespace
+
+CallableInfo classify_callable(PyObject* callable) {
+  const TorchApi* api = torch_api();
+  CallableInfo info;
+  if (!api) {
+    PyErr_Clear();
+    return info;
+  }
+  const std::string name = name_of(callable);
+  // Methods of torch.Tensor used unbound, e.g. torch.Tensor.add.
+  if (PyObject_TypeCheck(callable, &PyMethodDescr_Type)) {
+    PyObject* owner = reinterpret_cast<PyObject*>(
+        reinterpret_cast<PyDescrObject*>(callable)->d_type);
+    if (PyObject_IsSubclass(api->tensor_type, owner) == 1) {
+      info.kind = CallableClass::GraphOp;
+      info.name = "Tensor." + name;
+    }
+    PyErr_Clear();
+    return info;
+  }
+  const std::string module = module_of(callable);
+  if (module == "_operator" || module == "operator") {
+    info.kind = CallableClass::GraphOp;
+    info.name = "operator." + name;
+    return info;
+  }
+  if (module != "torch" && !starts_with(module, "torch.")) return info;
+  if (refused_torch_functions().count(name)) {
+    info.kind = CallableClass::Refused;
+    info.name = "torch." + name;
+    info.reason = "torch." + name + " changes or reads global state";
+    return info;
+  }
+  if (is_attr_of(api->functional, name, callable)) {
+    info.name = "F." + name;
+  } else if (is_attr_of(api->torch, name, callable)) {
+    info.name = "torch." + name;
+  } else {
+    info.name = module + "." + name;
+  }
+  const bool in_torch_namespace = starts_with(info.name, "torch.");
+  info.kind = in_torch_namespace && factory_functions().count(name) ? CallableClass::Factory
+                                                                     : CallableClass::GraphOp;
+  return info;
+}
+
+TensorMethodClass classify_tensor_method(const std::string& name) {
+  static const std::unordered_set<std::string_view> shape_queries = {
+      "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+      "element_size", "is_floating_point", "is_complex", "get_device", "storage_offset"};
+  static const std::unordered_set<std::string_view> data_dependent = {
+      "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",
+      "__len__", "__iter__", "nonzero", "unique", "data_ptr", "any_", "__format__",
+      "__repr__", "__str__"};
+  static const std::unordered_set<std::string_view> refused = {
+      "backward", "register_hook", "retain_grad", "storage", "untyped_storage",
+      "share_memory_", "pin_memory", "record_stream", "set_", "resize_", "resize_as_",
+      "requires_grad_", "detach_", "tolist"};
+  if (shape_queries.count(name)) return TensorMethodClass::ShapeQuery;
+  if (data_dependent.count(name)) return TensorMethodClass::DataDependent;
+  if (refused.count(name)) return TensorMethodClass::Refused;
+  return TensorMethodClass::GraphOp;
+}
+
+TensorAttrClass classify_tensor_attribute(const std::string& name) {
+  static const std::unordered_set<std::string_view> metadata = {
+      "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_meta",
+      "is_leaf", "is_sparse", "is_quantized", "layout"};
+  static const std::unordered_set<std::string_view> views = {"T", "mT", "H", "mH", "real",
+                                                             "imag"};
+  if (metadata.count(name)) return TensorAttrClass::Metadata;
+  if (views.count(name)) return TensorAttrClass::GraphOp;
+  if (name == "grad" || name == "data" || name == "_version" || name == "grad_fn" ||
+      name == "_base" || starts_with(name, "_")) {
+    return TensorAttrClass::Refused;
+  }
+  return TensorAttrClass::Method;
+}
+
+bool is_fixed_module(PyObject* module) {
+  if (!PyModule_Check(module)) return false;
+  const char* name = PyModule_GetName(module);
+  if (!name) {
+    PyErr_Clear();
+    return false;
+  }
+  return std::strcmp(name, "torch") == 0 || std::strncmp(name, "torch.", 6) == 0 ||
+         std::strcmp(name, "math") == 0 || std::strcmp(name, "operator") == 0;
+}
+
+}  // namespace kiln::stdlib

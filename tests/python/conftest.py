@@ -1,0 +1,136 @@
+"""Shared fixtures and helpers for kiln's Python test corpus.
+
+Every test starts from a clean kiln (``kiln.reset()``) with the default
+configuration, and compares what a compiled callable returns against what
+plain eager PyTorch returns for the same inputs.
+"""
+import inspect
+import math
+import os
+
+import pytest
+import torch
+
+import kiln
+
+STAT_KEYS = (
+    "traces",
+    "cache_hits",
+    "cache_misses",
+    "recompiles",
+    "unsupported",
+    "eager_runs",
+    "cache_limit_hits",
+)
+
+
+@pytest.fixture(autouse=True)
+def kiln_clean():
+    """Drop all compiled code and counters before each test; restore config after."""
+    saved_limit = kiln.config.cache_size_limit
+    kiln.reset()
+    torch.manual_seed(0)
+    yield
+    kiln.config.cache_size_limit = saved_limit
+    kiln.reset()
+
+
+def assert_same(compiled_out, eager_out, path="out"):
+    """Assert a compiled result equals the eager result, structure and values.
+
+    Tensors are compared with torch.testing.assert_close (dtype, device, shape
+    and values); tuples, lists and dicts must be of the same type and be
+    equal element by element (dict keys in the same order); Python scalars
+    must be of the same type and equal (floats within assert_close tolerance).
+    """
+    if isinstance(eager_out, torch.Tensor):
+        assert isinstance(compiled_out, torch.Tensor), (
+            f"{path}: expected a Tensor, got {type(compiled_out).__name__}")
+        assert compiled_out.shape == eager_out.shape, (
+            f"{path}: shape {tuple(compiled_out.shape)} != {tuple(eager_out.shape)}")
+        torch.testing.assert_close(compiled_out, eager_out, msg=lambda m: f"{path}: {m}")
+        return
+    assert type(compiled_out) is type(eager_out), (
+        f"{path}: type {type(compiled_out).__name__} != {type(eager_out).__name__}")
+    if isinstance(eager_out, (tuple, list)):
+        assert len(compiled_out) == len(eager_out), (
+            f"{path}: length {len(compiled_out)} != {len(eager_out)}")
+        for i, (c, e) in enumerate(zip(compiled_out, eager_out)):
+            assert_same(c, e, f"{path}[{i}]")
+    elif isinstance(eager_out, dict):
+        assert list(compiled_out.keys()) == list(eager_out.keys()), (
+            f"{path}: keys {list(compiled_out.keys())} != {list(eager_out.keys())}")
+        for k in eager_out:
+            assert_same(compiled_out[k], eager_out[k], f"{path}[{k!r}]")
+    elif isinstance(eager_out, float):
+        if math.isnan(eager_out):
+            assert math.isnan(compiled_out), f"{path}: {compiled_out} != nan"
+        else:
+            torch.testing.assert_close(compiled_out, eager_out, msg=lambda m: f"{path}: {m}")
+    else:
+        assert compiled_out == eager_out, f"{path}: {compiled_out!r} != {eager_out!r}"
+
+
+def stats():
+    """kiln.stats() restricted to the documented counters (all must exist)."""
+    s = kiln.stats()
+    missing = [k for k in STAT_KEYS if k not in s]
+    assert not missing, f"kiln.stats() lacks {missing}: {s}"
+    return {k: s[k] for k in STAT_KEYS}
+
+
+def delta(before, after):
+    return {k: after[k] - before[k] for k in STAT_KEYS}
+
+
+def clone_args(args):
+    """Deep-ish copy of an argument tuple so compiled and eager runs never share tensors."""
+    def c(a):
+        if isinstance(a, torch.Tensor):
+            return a.detach().clone().requires_grad_(a.requires_grad)
+        if isinstance(a, tuple):
+            return tuple(c(x) for x in a)
+        if isinstance(a, list):
+            return [c(x) for x in a]
+        if isinstance(a, dict):
+            return {k: c(v) for k, v in a.items()}
+        return a
+    return tuple(c(a) for a in args)
+
+
+def check_compiled(fn, make_args, calls=3, fullgraph=True, **compile_kwargs):
+    """Compile ``fn`` and compare it with eager on ``calls`` fresh inputs.
+
+    ``make_args()`` returns a fresh argument tuple (same shapes and dtypes each
+    time). The function must trace into exactly one graph on the first call and
+    hit the cache on every later call; nothing may run eagerly.
+    """
+    compiled = kiln.compile(fn, fullgraph=fullgraph, **compile_kwargs)
+    before = stats()
+    for i in range(calls):
+        args = make_args()
+        eager_args = clone_args(args)
+        out_c = compiled(*args)
+        out_e = fn(*eager_args)
+        assert_same(out_c, out_e, f"call {i}")
+    d = delta(before, stats())
+    assert d["traces"] == 1, f"expected one trace, got stats delta {d}"
+    assert d["cache_hits"] == calls - 1, f"expected {calls - 1} cache hits, got stats delta {d}"
+    assert d["recompiles"] == 0, d
+    assert d["unsupported"] == 0, d
+    assert d["eager_runs"] == 0, d
+    return compiled
+
+
+def line_of(fn, marker):
+    """Absolute line number (in fn's file) of the first source line of fn containing marker."""
+    lines, start = inspect.getsourcelines(fn)
+    for i, line in enumerate(lines):
+        if marker in line:
+            return start + i
+    raise AssertionError(f"marker {marker!r} not in source of {fn.__name__}")
+
+
+def where(fn, marker):
+    """'file.py:LINE' for the line of fn holding marker, as kiln should report it."""
+    return f"{os.path.basename(fn.__code__.co_filename)}:{line_of(fn, marker)}"

@@ -1,0 +1,178 @@
+"""The public surface of the kiln package: compile's call and decorator forms,
+its options, stats(), reset(), config, explain() and disable()."""
+import pytest
+import torch
+
+import kiln
+from conftest import STAT_KEYS, assert_same, check_compiled, delta, stats
+
+
+def poly(x):
+    return x * x - 3 * x + 2
+
+
+def test_public_names_exist():
+    for name in ("compile", "disable", "reset", "explain", "stats", "config", "Unsupported"):
+        assert hasattr(kiln, name), name
+    assert callable(kiln.compile) and callable(kiln.disable) and callable(kiln.explain)
+
+
+def test_call_form():
+    check_compiled(poly, lambda: (torch.randn(5),), fullgraph=False)
+
+
+def test_bare_decorator_form():
+    @kiln.compile
+    def f(x):
+        return torch.cos(x) + x
+
+    before = stats()
+    for _ in range(3):
+        x = torch.randn(4)
+        assert_same(f(x), torch.cos(x) + x)
+    d = delta(before, stats())
+    assert d["traces"] == 1 and d["cache_hits"] == 2, d
+
+
+def test_decorator_with_arguments():
+    @kiln.compile(fullgraph=True)
+    def f(x, y):
+        return torch.maximum(x, y) * 2
+
+    @kiln.compile()
+    def g(x):
+        return x.exp()
+
+    @kiln.compile(backend="eager", dynamic=False)
+    def h(x):
+        return x.log1p()
+
+    for _ in range(3):
+        x, y = torch.randn(3), torch.randn(3)
+        assert_same(f(x, y), torch.maximum(x, y) * 2)
+        assert_same(g(x), x.exp())
+        assert_same(h(x.abs()), x.abs().log1p())
+    s = stats()
+    assert s["traces"] == 3 and s["cache_hits"] == 6, s
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_valid_backends(backend):
+    check_compiled(poly, lambda: (torch.randn(2, 3),), backend=backend)
+
+
+@pytest.mark.parametrize("mode", [None, "default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_valid_modes(mode):
+    check_compiled(poly, lambda: (torch.randn(2, 3),), mode=mode)
+    kiln.reset()
+    check_compiled(poly, lambda: (torch.randn(2, 3),), backend="inductor", mode=mode)
+
+
+@pytest.mark.parametrize("dynamic", [None, False, True])
+def test_dynamic_flag_results_correct_across_shapes(dynamic):
+    compiled = kiln.compile(poly, dynamic=dynamic)
+    for n in (2, 3, 4, 3, 2, 7):
+        x = torch.randn(n, 2)
+        assert_same(compiled(x), poly(x))
+    assert stats()["unsupported"] == 0
+
+
+def test_compile_module_returns_module_and_decorator_form_for_module():
+    model = torch.nn.Linear(3, 2)
+    compiled = kiln.compile(model)
+    assert isinstance(compiled, torch.nn.Module)
+    compiled2 = kiln.compile(fullgraph=True)(model)
+    assert isinstance(compiled2, torch.nn.Module)
+    x = torch.randn(4, 3)
+    assert_same(compiled(x), model(x))
+    assert_same(compiled2(x), model(x))
+
+
+def test_stats_is_snapshot_dict():
+    compiled = kiln.compile(poly)
+    s0 = kiln.stats()
+    assert isinstance(s0, dict)
+    assert set(STAT_KEYS) <= set(s0)
+    assert all(isinstance(s0[k], int) for k in STAT_KEYS)
+    compiled(torch.randn(3))
+    s1 = kiln.stats()
+    assert s0["traces"] == 0, "an earlier snapshot changed after a call"
+    assert s1["traces"] == 1
+    s1["traces"] = 1000  # mutating a snapshot does not touch kiln's counters
+    assert kiln.stats()["traces"] == 1
+
+
+def test_reset_zeroes_every_counter_and_retraces():
+    compiled = kiln.compile(poly)
+    x = torch.randn(3)
+    for _ in range(3):
+        compiled(x)
+    compiled(torch.randn(4))
+    s = stats()
+    assert s["traces"] == 2 and s["cache_hits"] == 2 and s["recompiles"] == 1, s
+    kiln.reset()
+    assert all(v == 0 for v in stats().values()), stats()
+    assert_same(compiled(x), poly(x))
+    s = stats()
+    assert s["traces"] == 1 and s["recompiles"] == 0 and s["cache_misses"] == 1, s
+
+
+def test_reset_then_module_retraces():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    compiled(x)
+    compiled(x)
+    kiln.reset()
+    assert_same(compiled(x), model(x))
+    assert stats()["traces"] == 1
+
+
+def test_config_cache_size_limit_settable():
+    saved = kiln.config.cache_size_limit
+    try:
+        kiln.config.cache_size_limit = 3
+        assert kiln.config.cache_size_limit == 3
+        compiled = kiln.compile(poly)
+        for n in range(1, 6):
+            x = torch.randn(n)
+            assert_same(compiled(x), poly(x))
+        s = stats()
+        assert s["traces"] == 3 and s["cache_limit_hits"] >= 1, s
+    finally:
+        kiln.config.cache_size_limit = saved
+
+
+def test_explain_does_not_change_results():
+    x = torch.randn(4)
+    report = kiln.explain(poly)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    assert any("mul" in g for g in report.graphs), report.graphs
+    compiled = kiln.compile(poly)
+    assert_same(compiled(x), poly(x))
+
+
+def test_compiled_function_keeps_identity_attributes():
+    compiled = kiln.compile(poly)
+    assert callable(compiled)
+    # the wrapper is a usable callable in higher-order code
+    xs = [torch.randn(2) for _ in range(3)]
+    assert_same(list(map(compiled, xs)), list(map(poly, xs)))
+
+
+def test_many_small_functions_each_traced_once():
+    fns = [
+        lambda x: x + 1,
+        lambda x: x * 2,
+        lambda x: x.sin(),
+        lambda x: x.exp().neg(),
+        lambda x: torch.tanh(x) + torch.sigmoid(x),
+    ]
+    compiled = [kiln.compile(f) for f in fns]
+    for _ in range(3):
+        x = torch.randn(3)
+        for f, cf in zip(fns, compiled):
+            assert_same(cf(x), f(x))
+    s = stats()
+    assert s["traces"] == len(fns) and s["cache_hits"] == 2 * len(fns), s

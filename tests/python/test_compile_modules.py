@@ -1,0 +1,322 @@
+"""Compiled nn.Modules: same outputs as eager, and the compiled module is a
+transparent view of the original (parameters, buffers, state_dict, mode,
+attributes), with in-place parameter updates seen by later compiled calls."""
+import pytest
+import torch
+import torch.nn as nn
+
+import kiln
+from conftest import assert_same, delta, stats
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=8, d_hidden=16, d_out=4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.act = nn.GELU()
+        self.norm = nn.LayerNorm(d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(self.norm(self.act(self.fc1(x))))
+
+
+class Residual(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + self.lin(torch.relu(self.norm(x)))
+
+
+class Stack(nn.Module):
+    """Submodules in an nn.ModuleList, reached by index and by iteration."""
+
+    def __init__(self, d=8, n=3):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(d, d) for _ in range(n)])
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, x):
+        x = self.layers[0](x).tanh()
+        for layer in self.layers[1:]:
+            x = x + layer(x)
+        return self.head(x), len(self.layers)
+
+
+class WithBuffer(nn.Module):
+    def __init__(self, d=6):
+        super().__init__()
+        self.register_buffer("mean", torch.randn(d))
+        self.register_buffer("inv_std", torch.rand(d) + 0.5)
+        self.proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        return self.proj((x - self.mean) * self.inv_std)
+
+
+class Scaled(nn.Module):
+    """A Python-number attribute used in forward."""
+
+    def __init__(self, d=5):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.scale = 2.0
+        self.shift = 1
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + self.shift
+
+
+class WithDropout(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d, d), nn.Dropout(p=0.0), nn.SiLU(), nn.Linear(d, d))
+        self.drop = nn.Dropout(p=0.0)
+
+    def forward(self, x):
+        return self.drop(self.net(x))
+
+
+class ModeDependent(nn.Module):
+    """forward reads self.training directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.training:
+            return y * 2
+        return y - 1
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(6, 6)
+        self.k = nn.Linear(6, 6)
+
+    def forward(self, x, y, temperature=1.0):
+        scores = self.q(x) @ self.k(y).transpose(-2, -1) / temperature
+        return {"attn": scores.softmax(dim=-1), "scores": scores}
+
+
+def sequential():
+    return nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 8), nn.Tanh())
+
+
+MODULE_CASES = [
+    ("mlp", MLP, (4, 8)),
+    ("residual", Residual, (3, 8)),
+    ("sequential", sequential, (5, 8)),
+    ("module_list", Stack, (2, 8)),
+    ("buffer", WithBuffer, (4, 6)),
+    ("python_attr", Scaled, (3, 5)),
+    ("dropout_p0", WithDropout, (4, 8)),
+]
+
+
+@pytest.mark.parametrize("name,factory,shape", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_module_matches_eager(name, factory, shape):
+    model = factory()
+    compiled = kiln.compile(model)
+    assert isinstance(compiled, nn.Module)
+    before = stats()
+    for _ in range(3):
+        x = torch.randn(*shape)
+        assert_same(compiled(x), model(x))
+    d = delta(before, stats())
+    assert d["traces"] == 1, d
+    assert d["cache_hits"] == 2, d
+    assert d["unsupported"] == 0 and d["eager_runs"] == 0, d
+
+
+@pytest.mark.parametrize("name,factory,shape", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_module_fullgraph(name, factory, shape):
+    model = factory()
+    compiled = kiln.compile(model, fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(*shape)
+        assert_same(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("name,factory,shape", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_module_state_passes_through(name, factory, shape):
+    model = factory()
+    compiled = kiln.compile(model)
+    compiled(torch.randn(*shape))  # state must look the same after a compiled call too
+
+    assert list(compiled.state_dict().keys()) == list(model.state_dict().keys())
+    for (k_c, v_c), (k_m, v_m) in zip(compiled.state_dict().items(), model.state_dict().items()):
+        assert k_c == k_m
+        assert v_c.data_ptr() == v_m.data_ptr(), k_c
+    params_c, params_m = list(compiled.parameters()), list(model.parameters())
+    assert len(params_c) == len(params_m) > 0
+    assert all(a is b for a, b in zip(params_c, params_m))
+    assert [n for n, _ in compiled.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert all(a is b for (_, a), (_, b) in zip(compiled.named_parameters(), model.named_parameters()))
+    buffers_c, buffers_m = list(compiled.buffers()), list(model.buffers())
+    assert len(buffers_c) == len(buffers_m)
+    assert all(a is b for a, b in zip(buffers_c, buffers_m))
+
+
+@pytest.mark.parametrize("name,factory,shape", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_inplace_parameter_update_seen(name, factory, shape):
+    model = factory()
+    compiled = kiln.compile(model)
+    x = torch.randn(*shape)
+    first = compiled(x)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1)
+    second_c = compiled(x)
+    assert_same(second_c, model(x))
+    flat_first = first[0] if isinstance(first, tuple) else first
+    flat_second = second_c[0] if isinstance(second_c, tuple) else second_c
+    assert not torch.allclose(flat_first, flat_second), "compiled module ignored a parameter update"
+    # updating through the compiled module's parameters() is the same thing
+    with torch.no_grad():
+        for p in compiled.parameters():
+            p.mul_(0.5)
+    assert_same(compiled(x), model(x))
+
+
+def test_buffer_update_seen():
+    model = WithBuffer()
+    compiled = kiln.compile(model)
+    x = torch.randn(4, 6)
+    assert_same(compiled(x), model(x))
+    model.mean.fill_(3.0)
+    assert_same(compiled(x), model(x))
+    # replacing the buffer object entirely
+    model.inv_std = torch.full((6,), 0.25)
+    assert_same(compiled(x), model(x))
+
+
+def test_load_state_dict_through_compiled():
+    model = MLP()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 8)
+    compiled(x)
+    other = MLP()
+    result = compiled.load_state_dict(other.state_dict())
+    assert list(result.missing_keys) == [] and list(result.unexpected_keys) == []
+    for k, v in other.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v)
+    assert_same(compiled(x), other(x))
+    # and a compiled module's state_dict loads into a fresh eager module
+    fresh = MLP()
+    fresh.load_state_dict(compiled.state_dict())
+    assert_same(fresh(x), compiled(x))
+
+
+def test_python_attribute_change_seen():
+    model = Scaled()
+    compiled = kiln.compile(model)
+    x = torch.randn(3, 5)
+    assert_same(compiled(x), model(x))
+    assert compiled.scale == 2.0 and compiled.shift == 1
+    model.scale = 3.5
+    model.shift = -4
+    assert compiled.scale == 3.5
+    assert_same(compiled(x), model(x))
+    assert stats()["recompiles"] >= 1
+
+
+def test_attribute_access_passes_through():
+    model = MLP()
+    compiled = kiln.compile(model)
+    assert compiled.fc1 is model.fc1
+    assert compiled.norm is model.norm
+    assert compiled.fc2.weight is model.fc2.weight
+    assert compiled.training is model.training
+    assert dict(compiled.named_modules()).keys() == dict(model.named_modules()).keys()
+
+
+@pytest.mark.parametrize("factory", [WithDropout, ModeDependent], ids=["dropout_p0", "reads_training"])
+def test_train_eval_modes(factory):
+    model = factory()
+    compiled = kiln.compile(model)
+    in_dim = 8 if factory is WithDropout else 4
+    for mode in ("train", "eval", "train", "eval"):
+        getattr(compiled, mode)()
+        assert model.training is (mode == "train")
+        assert compiled.training is (mode == "train")
+        for _ in range(3):
+            x = torch.randn(3, in_dim)
+            assert_same(compiled(x), model(x))
+    assert stats()["unsupported"] == 0
+
+
+def test_module_mode_change_on_original_seen():
+    model = ModeDependent()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    assert_same(compiled(x), model(x))
+    model.eval()  # on the original, not the wrapper
+    assert_same(compiled(x), model(x))
+    assert_same(compiled(x), model.lin(x) - 1)
+
+
+def test_module_with_multiple_inputs_and_kwargs():
+    model = TwoInputs()
+    compiled = kiln.compile(model)
+    for _ in range(3):
+        x, y = torch.randn(2, 3, 6), torch.randn(2, 5, 6)
+        assert_same(compiled(x, y), model(x, y))
+        assert_same(compiled(x, y, temperature=0.5), model(x, y, temperature=0.5))
+
+
+def test_two_instances_same_class_are_distinguished():
+    a, b = MLP(), MLP()
+    ca, cb = kiln.compile(a), kiln.compile(b)
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        assert_same(ca(x), a(x))
+        assert_same(cb(x), b(x))
+    assert not torch.allclose(ca(x), cb(x))
+
+
+def test_module_training_step_matches_eager():
+    torch.manual_seed(1)
+    model = MLP()
+    ref = MLP()
+    ref.load_state_dict(model.state_dict())
+    compiled = kiln.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        x, target = torch.randn(4, 8), torch.randn(4, 4)
+        loss = torch.nn.functional.mse_loss(compiled(x), target)
+        loss_ref = torch.nn.functional.mse_loss(ref(x), target)
+        assert_same(loss, loss_ref)
+        opt.zero_grad()
+        opt_ref.zero_grad()
+        loss.backward()
+        loss_ref.backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert_same(p.grad, q.grad)
+        opt.step()
+        opt_ref.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_same(p, q)
+
+
+def test_decorated_module_class_forward():
+    class Doubler(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        @kiln.compile
+        def forward(self, x):
+            return x * self.w * 2
+
+    m = Doubler()
+    for _ in range(3):
+        x = torch.randn(3)
+        assert_same(m(x), x * m.w * 2)

@@ -1,0 +1,383 @@
+"""Guards and the compile cache, asserted through kiln.stats() deltas.
+
+A compiled graph is reused only while tensor inputs keep their dtype, device,
+sizes, strides and requires_grad and the Python values the trace read are
+unchanged; otherwise the function is traced again (a recompile), up to
+kiln.config.cache_size_limit entries per code object, after which it runs
+eagerly.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kiln
+from conftest import assert_same, delta, stats
+
+
+def affine(x):
+    return x * 2 + 1
+
+
+def test_defaults_documented():
+    assert kiln.config.cache_size_limit == 8
+    s = kiln.stats()
+    assert isinstance(s, dict)
+    assert all(s[k] == 0 for k in ("traces", "cache_hits", "cache_misses", "recompiles",
+                                   "unsupported", "eager_runs", "cache_limit_hits")), s
+
+
+def test_same_shapes_one_trace_then_hits():
+    compiled = kiln.compile(affine)
+    before = stats()
+    x = torch.randn(3, 4)
+    assert_same(compiled(x), affine(x))
+    d = delta(before, stats())
+    assert d == {"traces": 1, "cache_hits": 0, "cache_misses": 1, "recompiles": 0,
+                 "unsupported": 0, "eager_runs": 0, "cache_limit_hits": 0}, d
+    for i in range(5):
+        y = torch.randn(3, 4)  # fresh values, same metadata
+        assert_same(compiled(y), affine(y))
+    d = delta(before, stats())
+    assert d == {"traces": 1, "cache_hits": 5, "cache_misses": 1, "recompiles": 0,
+                 "unsupported": 0, "eager_runs": 0, "cache_limit_hits": 0}, d
+
+
+def _expect_recompile(compiled, fn, first_args, second_args):
+    """first_args compiled and cached; second_args must miss, recompile once,
+    then both variants hit the cache."""
+    assert_same(compiled(*first_args), fn(*first_args))
+    assert_same(compiled(*first_args), fn(*first_args))
+    before = stats()
+    assert_same(compiled(*second_args), fn(*second_args))
+    d = delta(before, stats())
+    assert d["traces"] == 1 and d["recompiles"] == 1 and d["cache_misses"] == 1, d
+    assert d["cache_hits"] == 0, d
+    before = stats()
+    for _ in range(2):
+        assert_same(compiled(*second_args), fn(*second_args))
+        assert_same(compiled(*first_args), fn(*first_args))
+    d = delta(before, stats())
+    assert d["traces"] == 0 and d["recompiles"] == 0 and d["cache_hits"] == 4, d
+
+
+def test_new_shape_recompiles():
+    _expect_recompile(kiln.compile(affine), affine, (torch.randn(3, 4),), (torch.randn(5, 4),))
+
+
+def test_new_rank_recompiles():
+    _expect_recompile(kiln.compile(affine), affine, (torch.randn(3, 4),), (torch.randn(3, 4, 1),))
+
+
+def test_new_dtype_recompiles():
+    compiled = kiln.compile(affine)
+    x64 = torch.randn(3, 4, dtype=torch.float64)
+    _expect_recompile(compiled, affine, (torch.randn(3, 4),), (x64,))
+    assert compiled(x64).dtype == torch.float64
+
+
+def test_int_dtype_recompiles():
+    compiled = kiln.compile(affine)
+    xi = torch.randint(-5, 5, (3, 4))
+    _expect_recompile(compiled, affine, (torch.randn(3, 4),), (xi,))
+    assert compiled(xi).dtype == torch.int64
+
+
+def test_requires_grad_change_recompiles():
+    compiled = kiln.compile(affine)
+    xg = torch.randn(3, 4, requires_grad=True)
+    _expect_recompile(compiled, affine, (torch.randn(3, 4),), (xg,))
+    out = compiled(xg)
+    assert out.requires_grad
+    out.sum().backward()
+    assert_same(xg.grad, torch.full((3, 4), 2.0))  # d/dx sum(2x + 1)
+
+
+def test_noncontiguous_input_recompiles():
+    compiled = kiln.compile(affine)
+    base = torch.randn(4, 4)
+    transposed = torch.randn(4, 4).t()
+    assert transposed.shape == base.shape and not transposed.is_contiguous()
+    _expect_recompile(compiled, affine, (base,), (transposed,))
+
+
+def test_sliced_strided_input_correct():
+    def f(x):
+        return x.sum(dim=0) + x[0]
+
+    compiled = kiln.compile(f)
+    big = torch.randn(6, 8)
+    for view in (big[:, ::2], big[1:4], big.t(), big[::3, 1:], torch.randn(3, 4)):
+        assert_same(compiled(view), f(view))
+
+
+SCALE = 3
+
+
+def uses_global_int(x):
+    return x * SCALE
+
+
+def test_changed_global_int_recompiles_and_is_used():
+    global SCALE
+    compiled = kiln.compile(uses_global_int)
+    x = torch.randn(4)
+    try:
+        SCALE = 3
+        assert_same(compiled(x), x * 3)
+        assert_same(compiled(x), x * 3)
+        before = stats()
+        SCALE = 5
+        out = compiled(x)
+        assert_same(out, x * 5)
+        d = delta(before, stats())
+        assert d["recompiles"] == 1 and d["traces"] == 1, d
+        SCALE = 3
+        assert_same(compiled(x), x * 3)  # back to the first entry
+    finally:
+        SCALE = 3
+
+
+GLOBAL_BIAS = torch.ones(4)
+
+
+def uses_global_tensor(x):
+    return x + GLOBAL_BIAS
+
+
+def test_rebound_global_tensor_is_used():
+    global GLOBAL_BIAS
+    compiled = kiln.compile(uses_global_tensor)
+    x = torch.randn(4)
+    original = GLOBAL_BIAS
+    try:
+        assert_same(compiled(x), x + 1)
+        GLOBAL_BIAS = torch.full((4,), 7.0)
+        assert_same(compiled(x), x + 7)
+        GLOBAL_BIAS.fill_(-2.0)  # mutated in place
+        assert_same(compiled(x), x - 2)
+    finally:
+        GLOBAL_BIAS = original
+
+
+def _helper_a(x):
+    return x + 100
+
+
+def _helper_b(x):
+    return x - 100
+
+
+HELPER = _helper_a
+
+
+def uses_global_function(x):
+    return HELPER(x) * 2
+
+
+def test_rebound_global_function_is_used():
+    global HELPER
+    compiled = kiln.compile(uses_global_function)
+    x = torch.randn(3)
+    try:
+        assert_same(compiled(x), (x + 100) * 2)
+        HELPER = _helper_b
+        assert_same(compiled(x), (x - 100) * 2)
+    finally:
+        HELPER = _helper_a
+
+
+def test_changed_python_int_argument_recompiles():
+    def f(x, n):
+        return x * n + n
+
+    compiled = kiln.compile(f)
+    x = torch.randn(3)
+    _expect_recompile(compiled, f, (x, 2), (x, 3))
+
+
+def scale_by(x, v):
+    return x * v
+
+
+def by_string(x, v):
+    return x * 2 if v == "double" else x * x
+
+
+def by_bool(x, v):
+    return x.relu() if v else x.abs()
+
+
+def by_optional(x, v):
+    if v is None:
+        return x - 1
+    return x * v
+
+
+@pytest.mark.parametrize("fn,first,second", [
+    (scale_by, 0.5, 1.5),
+    (by_string, "double", "square"),
+    (by_bool, True, False),
+    (by_optional, None, 2.0),
+], ids=["float", "str", "bool", "none"])
+def test_changed_python_value_argument_recompiles(fn, first, second):
+    compiled = kiln.compile(fn)
+    x = torch.randn(5)
+    _expect_recompile(compiled, fn, (x, first), (x, second))
+
+
+def test_closure_value_change_is_used():
+    k = 2
+
+    def f(x):
+        return x * k
+
+    compiled = kiln.compile(f)
+    x = torch.randn(3)
+    assert_same(compiled(x), x * 2)
+    k = 10
+    assert_same(compiled(x), x * 10)
+
+
+def test_list_argument_length_and_values():
+    def f(xs, scales):
+        out = xs[0] * scales[0]
+        for t, s in zip(xs[1:], scales[1:]):
+            out = out + t * s
+        return out
+
+    compiled = kiln.compile(f)
+    a, b, c = torch.randn(3), torch.randn(3), torch.randn(3)
+    for args in [([a, b], [1, 2]), ([a, b], [1, 2]), ([a, b, c], [1, 2, 3]), ([a, b], [5, 6])]:
+        assert_same(compiled(*args), f(*args))
+
+
+def test_cache_size_limit_falls_back_to_eager():
+    saved = kiln.config.cache_size_limit
+    try:
+        kiln.config.cache_size_limit = 2
+        compiled = kiln.compile(affine)
+        shapes = [(2,), (3,), (4,)]
+        for shape in shapes[:2]:
+            x = torch.randn(*shape)
+            assert_same(compiled(x), affine(x))
+        s = stats()
+        assert s["traces"] == 2 and s["cache_limit_hits"] == 0, s
+        x = torch.randn(*shapes[2])
+        assert_same(compiled(x), affine(x))
+        s = stats()
+        assert s["traces"] == 2, s
+        assert s["cache_limit_hits"] >= 1, s
+        assert s["eager_runs"] >= 1, s
+        # the two cached shapes still hit the cache
+        before = stats()
+        for shape in shapes[:2]:
+            x = torch.randn(*shape)
+            assert_same(compiled(x), affine(x))
+        assert delta(before, stats())["cache_hits"] == 2
+        # and the over-limit shape keeps running eagerly with right results
+        for _ in range(3):
+            x = torch.randn(*shapes[2])
+            assert_same(compiled(x), affine(x))
+        assert stats()["traces"] == 2
+    finally:
+        kiln.config.cache_size_limit = saved
+    assert kiln.config.cache_size_limit == saved
+
+
+def test_default_cache_size_limit_is_eight():
+    compiled = kiln.compile(affine)
+    for n in range(1, 10):
+        x = torch.randn(n)
+        assert_same(compiled(x), affine(x))
+    s = stats()
+    assert s["traces"] == 8, s
+    assert s["recompiles"] == 7, s
+    assert s["cache_limit_hits"] >= 1 and s["eager_runs"] >= 1, s
+
+
+LOG_SCRIPT = """
+import torch, kiln
+kiln.config.cache_size_limit = 1
+def affine(x):
+    return x * 2 + 1
+compiled = kiln.compile(affine)
+for n in (2, 3, 4):
+    x = torch.randn(n)
+    assert torch.equal(compiled(x), affine(x))
+s = kiln.stats()
+assert s["traces"] == 1 and s["cache_limit_hits"] >= 1, s
+print("script-ok")
+"""
+
+
+def test_cache_limit_is_logged(tmp_path):
+    # Logs are opt-in (KILN_LOGS, read once per process): check in a fresh one.
+    script = tmp_path / "cache_limit_script.py"
+    script.write_text(LOG_SCRIPT)
+    env = dict(os.environ)
+    env["KILN_LOGS"] = "all"
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "script-ok" in proc.stdout
+    log = proc.stderr.lower().replace("_", " ")
+    assert "[kiln:" in proc.stderr, proc.stderr
+    assert "cache size limit" in log or ("cache" in log and "limit" in log), (
+        "hitting the cache size limit was not logged:\n" + proc.stderr)
+
+
+def test_reset_drops_cache_and_traces_again():
+    compiled = kiln.compile(affine)
+    x = torch.randn(3)
+    compiled(x)
+    compiled(x)
+    assert stats()["traces"] == 1 and stats()["cache_hits"] == 1
+    kiln.reset()
+    assert all(v == 0 for v in stats().values())
+    assert_same(compiled(x), affine(x))
+    assert stats()["traces"] == 1 and stats()["cache_misses"] == 1 and stats()["cache_hits"] == 0
+
+
+def test_distinct_functions_have_separate_caches():
+    def f(x):
+        return x + 1
+
+    def g(x):
+        return x - 1
+
+    cf, cg = kiln.compile(f), kiln.compile(g)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert_same(cf(x), f(x))
+        assert_same(cg(x), g(x))
+    s = stats()
+    assert s["traces"] == 2 and s["recompiles"] == 0 and s["cache_hits"] == 4, s
+
+
+def test_same_function_compiled_twice():
+    c1, c2 = kiln.compile(affine), kiln.compile(affine)
+    x = torch.randn(3)
+    assert_same(c1(x), affine(x))
+    assert_same(c2(x), affine(x))
+    s = stats()
+    assert s["traces"] + s["cache_hits"] == 2 and s["unsupported"] == 0, s
+
+
+def test_grad_mode_respected_across_cache():
+    def f(x, w):
+        return x @ w
+
+    compiled = kiln.compile(f)
+    x, w = torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)
+    out = compiled(x, w)
+    assert out.requires_grad
+    with torch.no_grad():
+        out = compiled(x, w)
+    assert not out.requires_grad
+    out = compiled(x, w)
+    assert out.requires_grad

@@ -1,0 +1,607 @@
+// The frame interpreter's loop and its stack, local, constant, container and
+// jump instructions. Calls, attributes and operators live in sibling files.
+#include <sstream>
+
+#include "interpreter/bytecode_decoder.h"
+#include "runtime/log.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+
+using interpreter::Instruction;
+using interpreter::Op;
+
+namespace {
+
+constexpr size_t kMaxSteps = 1'000'000;  // unrolled loops end well before this
+
+std::string code_file(PyCodeObject* code) {
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  return file ? file : "?";
+}
+
+}  // namespace
+
+void abort_trace(BreakCode code, const std::string& message) { throw TraceAbort(code, message); }
+
+std::string py_repr(PyObject* obj) {
+  PyObject* text = PyObject_Repr(obj);
+  if (!text) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  std::string out = PyUnicode_AsUTF8(text);
+  Py_DECREF(text);
+  return out;
+}
+
+std::string take_python_error() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (!type) return "unknown error";
+  PyErr_NormalizeException(&type, &value, &traceback);
+  std::string out = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+  if (value) {
+    PyObject* text = PyObject_Str(value);
+    if (text) {
+      out += std::string(": ") + PyUnicode_AsUTF8(text);
+      Py_DECREF(text);
+    }
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyErr_Clear();
+  // Keep messages to one readable line.
+  size_t newline = out.find('\n');
+  if (newline != std::string::npos) out = out.substr(0, newline);
+  return out;
+}
+
+FrameTracer::FrameTracer(TraceState& state, PyCodeObject* code, PyObject* globals,
+                         PyObject* func, int func_source, int depth)
+    : state_(state),
+      code_(code),
+      globals_(globals),
+      func_(func),
+      func_source_(func_source),
+      depth_(depth),
+      is_top_(depth == 0),
+      instructions_(interpreter::decode_bytecode(code)) {
+  locals_.resize(code->co_nlocalsplus);
+}
+
+PyRef FrameTracer::name_at(int index) const {
+  return PyRef::borrow(PyTuple_GET_ITEM(code_->co_names, index));
+}
+
+PyRef FrameTracer::const_at(int index) const {
+  return PyRef::borrow(PyTuple_GET_ITEM(code_->co_consts, index));
+}
+
+std::string FrameTracer::local_name(int index) const {
+  PyObject* name = PyTuple_GET_ITEM(code_->co_localsplusnames, index);
+  const char* utf8 = PyUnicode_AsUTF8(name);
+  return utf8 ? utf8 : "?";
+}
+
+ValuePtr FrameTracer::pop() {
+  if (stack_.empty()) abort_trace(BreakCode::UnsupportedOpcode, "value stack underflow");
+  ValuePtr value = std::move(stack_.back());
+  stack_.pop_back();
+  return value;
+}
+
+std::vector<ValuePtr> FrameTracer::pop_n(int n) {
+  if (static_cast<int>(stack_.size()) < n) {
+    abort_trace(BreakCode::UnsupportedOpcode, "value stack underflow");
+  }
+  std::vector<ValuePtr> out(stack_.end() - n, stack_.end());
+  stack_.resize(stack_.size() - n);
+  return out;
+}
+
+ValuePtr FrameTracer::run() {
+  if (interpreter::has_exception_table(code_)) {
+    abort_trace(BreakCode::UnsupportedFrame,
+                "try/except/with blocks in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
+                    " are not traced yet");
+  }
+  size_t steps = 0;
+  try {
+    while (!returned_) {
+      if (pc_ >= instructions_.size()) {
+        abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
+      }
+      if (++steps > kMaxSteps) abort_trace(BreakCode::UnsupportedFrame, "the trace is too long");
+      const Instruction& ins = instructions_[pc_++];
+      step(ins);
+    }
+  } catch (TraceAbort& abort) {
+    if (abort.location.empty()) {
+      const size_t at = pc_ > 0 ? pc_ - 1 : 0;
+      int line = at < instructions_.size() ? instructions_[at].line : -1;
+      abort.location = code_file(code_) + ":" + std::to_string(line);
+    }
+    throw;
+  }
+  return return_value_;
+}
+
+void FrameTracer::step(const Instruction& ins) {
+  switch (ins.op) {
+    case Op::Nop:
+      return;
+    case Op::Unsupported:
+      abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name + " is not supported");
+    case Op::PopTop:
+      pop();
+      return;
+    case Op::PushNull:
+      push(make_null());
+      return;
+    case Op::Copy:
+      push(top(ins.arg));
+      return;
+    case Op::Swap:
+      std::swap(top(1), top(ins.arg));
+      return;
+    case Op::ReturnValue:
+      return_value_ = pop();
+      returned_ = true;
+      return;
+    case Op::ReturnConst:
+      return_value_ = state_.wrap_unguarded(const_at(ins.arg).get());
+      returned_ = true;
+      return;
+    case Op::KwNames:
+      kwnames_ = const_at(ins.arg);
+      return;
+    case Op::Call:
+    case Op::CallFunctionEx:
+      step_call(ins);
+      return;
+    case Op::LoadFast:
+    case Op::LoadFastAndClear:
+    case Op::StoreFast:
+    case Op::DeleteFast:
+    case Op::LoadConst:
+    case Op::LoadGlobal:
+    case Op::StoreGlobal:
+    case Op::LoadDeref:
+    case Op::StoreDeref:
+    case Op::MakeCell:
+    case Op::CopyFreeVars:
+    case Op::LoadAttr:
+    case Op::StoreAttr:
+    case Op::DeleteAttr:
+      step_load_store(ins);
+      return;
+    case Op::Jump:
+    case Op::PopJumpIfFalse:
+    case Op::PopJumpIfTrue:
+    case Op::PopJumpIfNone:
+    case Op::PopJumpIfNotNone:
+    case Op::JumpIfFalseOrPop:
+    case Op::JumpIfTrueOrPop:
+    case Op::GetIter:
+    case Op::ForIter:
+    case Op::EndFor:
+      step_jump(ins);
+      return;
+    case Op::UnaryNegative:
+    case Op::UnaryPositive:
+    case Op::UnaryNot:
+    case Op::UnaryInvert: {
+      ValuePtr a = pop();
+      push(unary_op(ins.op, a));
+      return;
+    }
+    case Op::BinaryOp: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+      push(binary_op(ins.arg, a, b));
+      return;
+    }
+    case Op::CompareOp: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+      push(compare_op(ins.arg, a, b));
+      return;
+    }
+    case Op::IsOp: {
+      ValuePtr b = pop();
+      ValuePtr a = pop();
+      bool same;
+      if (a->is(ValueKind::Constant) && b->is(ValueKind::Constant)) {
+        same = a->obj.get() == b->obj.get();
+      } else if (a->obj && b->obj) {
+        same = a->obj.get() == b->obj.get();
+      } else if (a.get() == b.get()) {
+        same = true;
+      } else if (a->is(ValueKind::Constant) || b->is(ValueKind::Constant)) {
+        same = false;  // a constant is never the same object as a graph value
+      } else {
+        abort_trace(BreakCode::UnsupportedOperator, "'is' between " + describe_value(*a) +
+                                                        " and " + describe_value(*b));
+      }
+      push(state_.wrap_unguarded((same != (ins.arg == 1)) ? Py_True : Py_False));
+      return;
+    }
+    case Op::ContainsOp: {
+      ValuePtr container = pop();
+      ValuePtr item = pop();
+      if (!item->is(ValueKind::Constant)) {
+        abort_trace(BreakCode::UnsupportedOperator, "'in' with " + describe_value(*item));
+      }
+      bool found = false;
+      if (container->is(ValueKind::Dict)) {
+        for (const PyRef& key : container->keys) {
+          found = found || PyObject_RichCompareBool(key.get(), item->obj.get(), Py_EQ) == 1;
+        }
+      } else if (container->is(ValueKind::Tuple) || container->is(ValueKind::List)) {
+        for (const ValuePtr& element : container->items) {
+          found = found || (element->is(ValueKind::Constant) &&
+                            PyObject_RichCompareBool(element->obj.get(), item->obj.get(), Py_EQ) == 1);
+          if (!element->is(ValueKind::Constant)) {
+            abort_trace(BreakCode::UnsupportedOperator, "'in' over non-constant items");
+          }
+        }
+      } else if (container->is(ValueKind::Constant)) {
+        int r = PySequence_Contains(container->obj.get(), item->obj.get());
+        if (r < 0) abort_trace(BreakCode::PythonException, take_python_error());
+        found = r == 1;
+      } else {
+        abort_trace(BreakCode::UnsupportedOperator, "'in' on " + describe_value(*container));
+      }
+      PyErr_Clear();
+      push(state_.wrap_unguarded((found != (ins.arg == 1)) ? Py_True : Py_False));
+      return;
+    }
+    case Op::BinarySubscr: {
+      ValuePtr index = pop();
+      ValuePtr base = pop();
+      push(subscript(base, index));
+      return;
+    }
+    case Op::BinarySlice: {
+      ValuePtr end = pop();
+      ValuePtr start = pop();
+      ValuePtr base = pop();
+      if (!start->is(ValueKind::Constant) || !end->is(ValueKind::Constant)) {
+        abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be Python values");
+      }
+      PyRef slice = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
+      push(subscript(base, state_.wrap_unguarded(slice.get())));
+      return;
+    }
+    case Op::BuildSlice: {
+      std::vector<ValuePtr> parts = pop_n(ins.arg);
+      for (const ValuePtr& part : parts) {
+        if (!part->is(ValueKind::Constant)) {
+          abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be Python values");
+        }
+      }
+      PyRef slice = PyRef::steal(PySlice_New(parts[0]->obj.get(), parts[1]->obj.get(),
+                                             ins.arg == 3 ? parts[2]->obj.get() : nullptr));
+      push(state_.wrap_unguarded(slice.get()));
+      return;
+    }
+    case Op::BuildTuple:
+    case Op::BuildList:
+    case Op::BuildMap:
+    case Op::BuildConstKeyMap:
+    case Op::BuildString:
+    case Op::FormatValue:
+    case Op::ListAppend:
+    case Op::ListExtend:
+    case Op::ListToTuple:
+    case Op::DictUpdate:
+    case Op::DictMerge:
+    case Op::MapAdd:
+    case Op::UnpackSequence:
+    case Op::UnpackEx:
+      step_build(ins);
+      return;
+    default:
+      abort_trace(BreakCode::UnsupportedOpcode,
+                  std::string("opcode ") + ins.raw_name + " (" + interpreter::op_name(ins.op) +
+                      ") is not traced yet");
+  }
+}
+
+void FrameTracer::step_load_store(const Instruction& ins) {
+  switch (ins.op) {
+    case Op::LoadFast: {
+      const ValuePtr& value = locals_[ins.arg];
+      if (!value) {
+        abort_trace(BreakCode::UnboundName, "local '" + local_name(ins.arg) + "' is read before assignment");
+      }
+      push(value);
+      return;
+    }
+    case Op::LoadFastAndClear:
+      push(locals_[ins.arg] ? locals_[ins.arg] : make_null());
+      locals_[ins.arg] = nullptr;
+      return;
+    case Op::StoreFast: {
+      ValuePtr value = pop();
+      locals_[ins.arg] = value->is(ValueKind::Null) ? nullptr : value;
+      return;
+    }
+    case Op::DeleteFast:
+      locals_[ins.arg] = nullptr;
+      return;
+    case Op::LoadConst:
+      push(state_.wrap_unguarded(const_at(ins.arg).get()));
+      return;
+    case Op::LoadGlobal: {
+      if (ins.flags & interpreter::kPushNull) push(make_null());
+      push(load_global(name_at(ins.arg).get()));
+      return;
+    }
+    case Op::StoreGlobal:
+      abort_trace(BreakCode::SideEffect,
+                  "assignment to global '" + std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
+    case Op::MakeCell:
+      return;  // kiln keeps a cell's contents directly in the local slot
+    case Op::CopyFreeVars: {
+      const int first = code_->co_nlocalsplus - ins.arg;
+      for (int i = 0; i < ins.arg; ++i) locals_[first + i] = load_free_var(i);
+      return;
+    }
+    case Op::LoadDeref: {
+      const ValuePtr& value = locals_[ins.arg];
+      if (!value) {
+        abort_trace(BreakCode::UnboundName, "free variable '" + local_name(ins.arg) + "' is unbound");
+      }
+      push(value);
+      return;
+    }
+    case Op::StoreDeref:
+      if (ins.arg >= code_->co_nlocalsplus - code_->co_nfreevars) {
+        abort_trace(BreakCode::SideEffect, "assignment to enclosing variable '" + local_name(ins.arg) + "'");
+      }
+      locals_[ins.arg] = pop();
+      return;
+    case Op::LoadAttr: {
+      ValuePtr base = pop();
+      ValuePtr attr = load_attr(base, name_at(ins.arg).get());
+      if (ins.flags & interpreter::kMethod) push(make_null());
+      push(attr);
+      return;
+    }
+    case Op::StoreAttr:
+    case Op::DeleteAttr:
+      abort_trace(BreakCode::SideEffect, "assignment to attribute '" +
+                                             std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
+    default:
+      abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
+  }
+}
+
+ValuePtr FrameTracer::load_global(PyObject* name) {
+  PyObject* builtins = state_.frame().builtins;
+  PyObject* value = PyDict_GetItemWithError(globals_, name);
+  if (!value && !PyErr_Occurred() && builtins) value = PyDict_GetItemWithError(builtins, name);
+  if (!value) {
+    PyErr_Clear();
+    abort_trace(BreakCode::UnboundName,
+                "name '" + std::string(PyUnicode_AsUTF8(name)) + "' is not defined");
+  }
+  const int source = is_top_ ? state_.sources().global(name) : state_.sources().global_in(globals_, name);
+  return state_.wrap(value, source);
+}
+
+ValuePtr FrameTracer::load_free_var(int index) {
+  PyObject* closure = is_top_ ? state_.frame().closure
+                              : (func_ ? PyFunction_GET_CLOSURE(func_) : nullptr);
+  if (!closure || index >= PyTuple_GET_SIZE(closure)) {
+    abort_trace(BreakCode::UnboundName, "closure cell is missing");
+  }
+  PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(closure, index));
+  if (!contents) return nullptr;
+  const std::string var = local_name(code_->co_nlocalsplus - code_->co_nfreevars + index);
+  int source = -1;
+  if (is_top_) {
+    source = state_.sources().closure_cell(index, var);
+  } else if (func_source_ >= 0) {
+    PyRef closure_name = PyRef::steal(PyUnicode_InternFromString("__closure__"));
+    PyRef contents_name = PyRef::steal(PyUnicode_InternFromString("cell_contents"));
+    int cells = state_.sources().attr(func_source_, closure_name.get());
+    source = state_.sources().attr(state_.sources().index(cells, index), contents_name.get());
+  } else {
+    abort_trace(BreakCode::UnsupportedValue, "closure of a function kiln cannot re-fetch");
+  }
+  return state_.wrap(contents, source);
+}
+
+void FrameTracer::step_build(const Instruction& ins) {
+  switch (ins.op) {
+    case Op::BuildTuple:
+      push(make_sequence(ValueKind::Tuple, pop_n(ins.arg)));
+      return;
+    case Op::BuildList:
+      push(make_sequence(ValueKind::List, pop_n(ins.arg)));
+      return;
+    case Op::BuildMap: {
+      std::vector<ValuePtr> parts = pop_n(2 * ins.arg);
+      ValuePtr dict = make_sequence(ValueKind::Dict, {});
+      for (int i = 0; i < ins.arg; ++i) {
+        if (!parts[2 * i]->is(ValueKind::Constant)) {
+          abort_trace(BreakCode::UnsupportedValue, "dict keys must be Python constants");
+        }
+        dict->keys.push_back(parts[2 * i]->obj);
+        dict->items.push_back(parts[2 * i + 1]);
+      }
+      push(dict);
+      return;
+    }
+    case Op::BuildConstKeyMap: {
+      ValuePtr keys = pop();
+      std::vector<ValuePtr> values = pop_n(ins.arg);
+      ValuePtr dict = make_sequence(ValueKind::Dict, std::move(values));
+      for (const ValuePtr& key : keys->items) dict->keys.push_back(key->obj);
+      push(dict);
+      return;
+    }
+    case Op::ListAppend: {
+      ValuePtr item = pop();
+      ValuePtr& list = top(ins.arg);
+      list->items.push_back(item);
+      return;
+    }
+    case Op::ListExtend: {
+      ValuePtr items = pop();
+      ValuePtr& list = top(ins.arg);
+      std::vector<ValuePtr> unpacked = unpack(items, -1);
+      list->items.insert(list->items.end(), unpacked.begin(), unpacked.end());
+      return;
+    }
+    case Op::ListToTuple: {
+      ValuePtr list = pop();
+      push(make_sequence(ValueKind::Tuple, list->items));
+      return;
+    }
+    case Op::DictUpdate:
+    case Op::DictMerge: {
+      ValuePtr update = pop();
+      ValuePtr& dict = top(ins.arg);
+      if (!update->is(ValueKind::Dict) || !dict->is(ValueKind::Dict)) {
+        abort_trace(BreakCode::UnsupportedValue, "dict update with " + describe_value(*update));
+      }
+      for (size_t i = 0; i < update->items.size(); ++i) {
+        dict->keys.push_back(update->keys[i]);
+        dict->items.push_back(update->items[i]);
+      }
+      return;
+    }
+    case Op::MapAdd: {
+      ValuePtr value = pop();
+      ValuePtr key = pop();
+      ValuePtr& dict = top(ins.arg);
+      if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedValue, "dict keys must be constants");
+      dict->keys.push_back(key->obj);
+      dict->items.push_back(value);
+      return;
+    }
+    case Op::UnpackSequence: {
+      ValuePtr seq = pop();
+      std::vector<ValuePtr> items = unpack(seq, ins.arg);
+      for (auto it = items.rbegin(); it != items.rend(); ++it) push(*it);
+      return;
+    }
+    case Op::UnpackEx: {
+      const int before = ins.arg & 0xFF;
+      const int after = ins.arg >> 8;
+      ValuePtr seq = pop();
+      std::vector<ValuePtr> items = unpack(seq, -1);
+      if (static_cast<int>(items.size()) < before + after) {
+        abort_trace(BreakCode::PythonException, "not enough values to unpack");
+      }
+      std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
+      for (int i = 0; i < after; ++i) push(items[items.size() - 1 - i]);
+      push(make_sequence(ValueKind::List, middle));
+      for (int i = before - 1; i >= 0; --i) push(items[i]);
+      return;
+    }
+    case Op::FormatValue:
+    case Op::BuildString: {
+      // Formatting of constants folds; anything else is not traced yet.
+      const int count = ins.op == Op::BuildString ? ins.arg : 1 + ((ins.arg & 0x04) ? 1 : 0);
+      std::vector<ValuePtr> parts = pop_n(count);
+      for (const ValuePtr& part : parts) {
+        if (!part->is(ValueKind::Constant)) {
+          abort_trace(BreakCode::UnsupportedValue, "formatting of " + describe_value(*part));
+        }
+      }
+      PyRef result;
+      if (ins.op == Op::BuildString) {
+        PyRef pieces = PyRef::steal(PyTuple_New(count));
+        for (int i = 0; i < count; ++i) {
+          PyTuple_SET_ITEM(pieces.get(), i, PyRef(parts[i]->obj).release());
+        }
+        PyRef empty = PyRef::steal(PyUnicode_FromString(""));
+        result = PyRef::steal(PyUnicode_Join(empty.get(), pieces.get()));
+      } else {
+        PyObject* value = parts[0]->obj.get();
+        PyRef converted;
+        switch (ins.arg & 0x03) {
+          case 1: converted = PyRef::steal(PyObject_Str(value)); break;
+          case 2: converted = PyRef::steal(PyObject_Repr(value)); break;
+          case 3: converted = PyRef::steal(PyObject_ASCII(value)); break;
+          default: converted = PyRef::borrow(value); break;
+        }
+        PyObject* spec = count == 2 ? parts[1]->obj.get() : nullptr;
+        result = converted ? PyRef::steal(PyObject_Format(converted.get(), spec)) : PyRef();
+      }
+      if (!result) abort_trace(BreakCode::PythonException, take_python_error());
+      push(state_.wrap_unguarded(result.get()));
+      return;
+    }
+    default:
+      abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
+  }
+}
+
+void FrameTracer::step_jump(const Instruction& ins) {
+  auto jump_to = [this](int target) {
+    if (target < 0) abort_trace(BreakCode::UnsupportedOpcode, "jump outside the code");
+    pc_ = static_cast<size_t>(target);
+  };
+  switch (ins.op) {
+    case Op::Jump:
+      jump_to(ins.target);
+      return;
+    case Op::PopJumpIfFalse:
+    case Op::PopJumpIfTrue: {
+      ValuePtr cond = pop();
+      if (truthiness(cond) == (ins.op == Op::PopJumpIfTrue)) jump_to(ins.target);
+      return;
+    }
+    case Op::PopJumpIfNone:
+    case Op::PopJumpIfNotNone: {
+      ValuePtr value = pop();
+      const bool is_none = value->is(ValueKind::Constant) && value->obj.get() == Py_None;
+      if (is_none == (ins.op == Op::PopJumpIfNone)) jump_to(ins.target);
+      return;
+    }
+    case Op::JumpIfFalseOrPop:
+    case Op::JumpIfTrueOrPop: {
+      if (truthiness(top()) == (ins.op == Op::JumpIfTrueOrPop)) {
+        jump_to(ins.target);
+      } else {
+        pop();
+      }
+      return;
+    }
+    case Op::GetIter: {
+      ValuePtr iterable = pop();
+      push(get_iter(iterable));
+      return;
+    }
+    case Op::ForIter: {
+      ValuePtr& iterator = top();
+      if (!iterator->is(ValueKind::Iterator)) {
+        abort_trace(BreakCode::UnsupportedValue, "iteration over " + describe_value(*iterator));
+      }
+      if (iterator->position < iterator->items.size()) {
+        push(iterator->items[iterator->position++]);
+        return;
+      }
+      pop();
+      jump_to(ins.target);
+      // An exhausted loop resumes after END_FOR where the version has one.
+      if (pc_ < instructions_.size() && instructions_[pc_].op == Op::EndFor) ++pc_;
+      return;
+    }
+    case Op::EndFor:
+      pop();
+      pop();
+      return;
+    default:
+      abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
+  }
+}
+
+}  // namespace kiln::tracer

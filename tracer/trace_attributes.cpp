@@ -1,0 +1,247 @@
+// Attribute loads, subscripts, iteration and unpacking on symbolic values,
+// including nn.Module's attribute rules (parameters, buffers, submodules).
+#include "stdlib/torch_api.h"
+#include "stdlib/torch_callables.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+namespace {
+
+PyRef intern(const char* text) { return PyRef::steal(PyUnicode_InternFromString(text)); }
+
+bool is_module_container(PyObject* module, const stdlib::TorchApi& api) {
+  return PyObject_TypeCheck(module, reinterpret_cast<PyTypeObject*>(api.module_list_type)) ||
+         PyObject_TypeCheck(module, reinterpret_cast<PyTypeObject*>(api.sequential_type));
+}
+
+}  // namespace
+
+ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  const std::string attr = PyUnicode_AsUTF8(name);
+  switch (base->kind) {
+    case ValueKind::Tensor: {
+      switch (stdlib::classify_tensor_attribute(attr)) {
+        case stdlib::TensorAttrClass::Metadata: {
+          if (attr == "device" || attr == "is_cuda" || attr == "is_cpu" || attr == "is_meta") {
+            const graph::TensorMeta& meta = base->meta;
+            if (attr == "is_cuda") return state_.wrap_unguarded(meta.device_type == graph::DeviceType::CUDA ? Py_True : Py_False);
+            if (attr == "is_cpu") return state_.wrap_unguarded(meta.device_type == graph::DeviceType::CPU ? Py_True : Py_False);
+            if (attr == "is_meta") return state_.wrap_unguarded(meta.device_type == graph::DeviceType::Meta ? Py_True : Py_False);
+            PyRef spec = PyRef::steal(PyUnicode_FromString(graph::device_name(meta.device_type, meta.device_index).c_str()));
+            PyRef device = PyRef::steal(PyObject_CallOneArg(api->device_type, spec.get()));
+            if (!device) abort_trace(BreakCode::PythonException, take_python_error());
+            return state_.wrap_unguarded(device.get());
+          }
+          PyRef value = PyRef::steal(PyObject_GetAttr(base->fake.get(), name));
+          if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+          return state_.wrap_unguarded(value.get());
+        }
+        case stdlib::TensorAttrClass::GraphOp: {
+          PyRef attr_name = PyRef::borrow(name);
+          return state_.call_torch("getattr", api->builtin_getattr,
+                                   {base, state_.wrap_unguarded(attr_name.get())}, {}, false);
+        }
+        case stdlib::TensorAttrClass::Method: {
+          auto method = std::make_shared<Value>();
+          method->kind = ValueKind::TensorMethod;
+          method->self = base;
+          method->name = attr;
+          return method;
+        }
+        case stdlib::TensorAttrClass::Refused:
+          abort_trace(BreakCode::UnsupportedAttribute, "Tensor." + attr + " is not traced");
+      }
+      break;
+    }
+    case ValueKind::Module: {
+      PyObject* module = base->obj.get();
+      PyTypeObject* type = Py_TYPE(module);
+      PyObject* class_attr = _PyType_Lookup(type, name);
+      if (class_attr && PyFunction_Check(class_attr)) {
+        auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
+        method->self = base;
+        return method;
+      }
+      if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyFunction_Check(class_attr) &&
+          !PyType_Check(class_attr)) {
+        abort_trace(BreakCode::UnsupportedAttribute,
+                    std::string(type->tp_name) + "." + attr + " is a descriptor (property?) kiln does not trace yet");
+      }
+      PyObject** dict_ptr = _PyObject_GetDictPtr(module);
+      PyObject* instance_dict = dict_ptr ? *dict_ptr : nullptr;
+      if (instance_dict) {
+        PyObject* value = PyDict_GetItemWithError(instance_dict, name);
+        if (value) {
+          int source = base->source >= 0 ? state_.sources().attr(base->source, name) : -1;
+          return source >= 0 ? state_.wrap(value, source) : state_.wrap_unguarded(value);
+        }
+        // nn.Module keeps parameters, buffers and submodules in three dicts.
+        for (const char* store : {"_parameters", "_buffers", "_modules"}) {
+          PyRef store_name = intern(store);
+          PyObject* table = PyDict_GetItemWithError(instance_dict, store_name.get());
+          if (!table || !PyDict_Check(table)) continue;
+          PyObject* item = PyDict_GetItemWithError(table, name);
+          if (!item) continue;
+          if (base->source < 0) abort_trace(BreakCode::UnsupportedValue, "module without a source");
+          int source = state_.sources().dict_item(state_.sources().attr(base->source, store_name.get()), name);
+          return state_.wrap(item, source);
+        }
+      }
+      if (class_attr) {
+        int source = base->source >= 0 ? state_.sources().attr(base->source, name) : -1;
+        return source >= 0 ? state_.wrap(class_attr, source) : state_.wrap_unguarded(class_attr);
+      }
+      PyErr_Clear();
+      abort_trace(BreakCode::PythonException,
+                  std::string("AttributeError: ") + type->tp_name + " has no attribute '" + attr + "'");
+    }
+    case ValueKind::PyModule: {
+      PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
+      if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+      if (stdlib::is_fixed_module(base->obj.get()) || base->source < 0) {
+        return state_.wrap_unguarded(value.get());
+      }
+      return state_.wrap(value.get(), state_.sources().attr(base->source, name));
+    }
+    case ValueKind::Constant:
+    case ValueKind::Object:
+    case ValueKind::Function:
+    case ValueKind::TorchCallable:
+    case ValueKind::Builtin: {
+      PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
+      if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+      if (base->is(ValueKind::Object) && base->source >= 0) {
+        return state_.wrap(value.get(), state_.sources().attr(base->source, name));
+      }
+      ValuePtr wrapped = state_.wrap_unguarded(value.get());
+      if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple)) {
+        abort_trace(BreakCode::UnsupportedAttribute,
+                    "attribute " + attr + " of " + describe_value(*base) + " is not a constant");
+      }
+      return wrapped;
+    }
+    default:
+      break;
+  }
+  abort_trace(BreakCode::UnsupportedAttribute, "attribute " + attr + " of " + describe_value(*base));
+}
+
+ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  if (base->is(ValueKind::Tensor)) {
+    return state_.call_torch("operator.getitem", api->getitem, {base, index}, {}, false);
+  }
+  if ((base->is(ValueKind::Tuple) || base->is(ValueKind::List)) && index->is(ValueKind::Constant)) {
+    PyObject* key = index->obj.get();
+    const Py_ssize_t n = static_cast<Py_ssize_t>(base->items.size());
+    if (PyLong_Check(key)) {
+      Py_ssize_t i = PyLong_AsSsize_t(key);
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: index out of range");
+      return base->items[i];
+    }
+    if (PySlice_Check(key)) {
+      Py_ssize_t start, stop, step, length;
+      if (PySlice_GetIndicesEx(key, n, &start, &stop, &step, &length) < 0) {
+        abort_trace(BreakCode::PythonException, take_python_error());
+      }
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t k = 0, i = start; k < length; ++k, i += step) items.push_back(base->items[i]);
+      ValuePtr out = make_sequence(base->kind, std::move(items));
+      return out;
+    }
+  }
+  if (base->is(ValueKind::Dict) && index->is(ValueKind::Constant)) {
+    for (size_t i = 0; i < base->keys.size(); ++i) {
+      if (PyObject_RichCompareBool(base->keys[i].get(), index->obj.get(), Py_EQ) == 1) return base->items[i];
+    }
+    PyErr_Clear();
+    abort_trace(BreakCode::PythonException, "KeyError: " + py_repr(index->obj.get()));
+  }
+  if (base->is(ValueKind::Constant) && index->is(ValueKind::Constant)) {
+    PyRef value = PyRef::steal(PyObject_GetItem(base->obj.get(), index->obj.get()));
+    if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+    return state_.wrap_unguarded(value.get());
+  }
+  if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PyLong_Check(index->obj.get())) {
+    std::vector<ValuePtr> children = unpack(get_iter(base), -1);
+    Py_ssize_t i = PyLong_AsSsize_t(index->obj.get());
+    if (i < 0) i += static_cast<Py_ssize_t>(children.size());
+    if (i < 0 || i >= static_cast<Py_ssize_t>(children.size())) {
+      abort_trace(BreakCode::PythonException, "IndexError: module index out of range");
+    }
+    return children[i];
+  }
+  abort_trace(BreakCode::UnsupportedOperator,
+              "subscript of " + describe_value(*base) + " with " + describe_value(*index));
+}
+
+ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  switch (value->kind) {
+    case ValueKind::Iterator:
+      return value;
+    case ValueKind::Tuple:
+    case ValueKind::List:
+      return make_sequence(ValueKind::Iterator, value->items);
+    case ValueKind::Dict: {
+      std::vector<ValuePtr> keys;
+      for (const PyRef& key : value->keys) keys.push_back(state_.wrap_unguarded(key.get()));
+      return make_sequence(ValueKind::Iterator, std::move(keys));
+    }
+    case ValueKind::Constant: {
+      PyRef iter = PyRef::steal(PyObject_GetIter(value->obj.get()));
+      if (!iter) abort_trace(BreakCode::PythonException, take_python_error());
+      std::vector<ValuePtr> items;
+      while (PyObject* item = PyIter_Next(iter.get())) {
+        items.push_back(state_.wrap_unguarded(item));
+        Py_DECREF(item);
+      }
+      if (PyErr_Occurred()) abort_trace(BreakCode::PythonException, take_python_error());
+      return make_sequence(ValueKind::Iterator, std::move(items));
+    }
+    case ValueKind::Module: {
+      PyObject* module = value->obj.get();
+      if (!is_module_container(module, *api) || value->source < 0) break;
+      PyRef modules_name = intern("_modules");
+      PyRef children = PyRef::steal(PyObject_GetAttr(module, modules_name.get()));
+      if (!children || !PyDict_Check(children.get())) {
+        abort_trace(BreakCode::UnsupportedValue, "module container without _modules");
+      }
+      const int children_source = state_.sources().attr(value->source, modules_name.get());
+      state_.guards().add_length_match(children_source, children.get());
+      std::vector<ValuePtr> items;
+      PyObject* key;
+      PyObject* child;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(children.get(), &pos, &key, &child)) {
+        if (child == Py_None) continue;
+        items.push_back(state_.wrap(child, state_.sources().dict_item(children_source, key)));
+      }
+      return make_sequence(ValueKind::Iterator, std::move(items));
+    }
+    case ValueKind::Tensor: {
+      if (value->meta.sizes.empty()) abort_trace(BreakCode::PythonException, "TypeError: iteration over a 0-d tensor");
+      PyRef unbind = PyRef::steal(PyObject_GetAttrString(api->tensor_type, "unbind"));
+      ValuePtr parts = state_.call_torch("Tensor.unbind", unbind.get(), {value}, {}, false);
+      return make_sequence(ValueKind::Iterator, parts->items);
+    }
+    default:
+      break;
+  }
+  abort_trace(BreakCode::UnsupportedValue, "iteration over " + describe_value(*value));
+}
+
+std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
+  ValuePtr iterator = get_iter(value);
+  std::vector<ValuePtr> items(iterator->items.begin() + iterator->position, iterator->items.end());
+  iterator->position = iterator->items.size();
+  if (count >= 0 && static_cast<int>(items.size()) != count) {
+    abort_trace(BreakCode::PythonException, "ValueError: expected " + std::to_string(count) +
+                                                " values to unpack, got " + std::to_string(items.size()));
+  }
+  return items;
+}
+
+}  // namespace kiln::tracer

@@ -1,0 +1,435 @@
+// Calls: torch ops become graph nodes, Tensor methods become nodes or fold
+// to constants, Python functions and nn.Module calls are inlined, and
+// modelled builtins evaluate on Python values.
+#include <cstring>
+
+#include "stdlib/torch_api.h"
+#include "stdlib/torch_callables.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+
+using interpreter::Instruction;
+using interpreter::Op;
+
+namespace {
+
+constexpr int kMaxInlineDepth = 48;
+
+std::string name_of(PyObject* obj) {
+  PyObject* name = PyObject_GetAttrString(obj, "__name__");
+  if (!name) {
+    PyErr_Clear();
+    return "?";
+  }
+  std::string out = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : "?";
+  Py_DECREF(name);
+  return out;
+}
+
+bool all_constant(const std::vector<ValuePtr>& values) {
+  for (const ValuePtr& value : values) {
+    if (!value->is(ValueKind::Constant)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PyRef value_to_python(const ValuePtr& value) {
+  switch (value->kind) {
+    case ValueKind::Constant:
+    case ValueKind::Object:
+    case ValueKind::Module:
+    case ValueKind::Function:
+    case ValueKind::Builtin:
+    case ValueKind::PyModule:
+    case ValueKind::TorchCallable:
+      return value->obj;
+    case ValueKind::Tuple:
+    case ValueKind::List: {
+      const Py_ssize_t n = static_cast<Py_ssize_t>(value->items.size());
+      const bool tuple = value->is(ValueKind::Tuple);
+      PyRef out = PyRef::steal(tuple ? PyTuple_New(n) : PyList_New(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyRef item = value_to_python(value->items[i]);
+        if (!item) return PyRef();
+        if (tuple) {
+          PyTuple_SET_ITEM(out.get(), i, item.release());
+        } else {
+          PyList_SET_ITEM(out.get(), i, item.release());
+        }
+      }
+      return out;
+    }
+    default:
+      return PyRef();
+  }
+}
+
+void FrameTracer::step_call(const Instruction& ins) {
+  std::vector<ValuePtr> args;
+  KwArgs kwargs;
+  ValuePtr callable;
+  if (ins.op == Op::Call) {
+    PyRef kwnames = std::move(kwnames_);
+    kwnames_ = PyRef();
+    args = pop_n(ins.arg);
+    callable = pop();
+    ValuePtr below = pop();
+    if (!below->is(ValueKind::Null)) {
+      // [method, self, args...]: CPython's unbound-method calling form.
+      args.insert(args.begin(), callable);
+      callable = below;
+    }
+    if (kwnames) {
+      const Py_ssize_t count = PyTuple_GET_SIZE(kwnames.get());
+      const size_t first = args.size() - static_cast<size_t>(count);
+      for (Py_ssize_t i = 0; i < count; ++i) {
+        kwargs.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames.get(), i)), args[first + i]);
+      }
+      args.resize(first);
+    }
+  } else {
+    ValuePtr kwargs_dict = (ins.arg & 1) ? pop() : nullptr;
+    ValuePtr positional = pop();
+    callable = pop();
+    ValuePtr below = pop();
+    if (!below->is(ValueKind::Null)) {
+      args.push_back(callable);
+      callable = below;
+    }
+    std::vector<ValuePtr> unpacked = unpack(positional, -1);
+    args.insert(args.end(), unpacked.begin(), unpacked.end());
+    if (kwargs_dict) {
+      if (!kwargs_dict->is(ValueKind::Dict)) {
+        abort_trace(BreakCode::UnsupportedValue, "**kwargs of " + describe_value(*kwargs_dict));
+      }
+      for (size_t i = 0; i < kwargs_dict->items.size(); ++i) {
+        kwargs.emplace_back(PyUnicode_AsUTF8(kwargs_dict->keys[i].get()), kwargs_dict->items[i]);
+      }
+    }
+  }
+  push(call_value(callable, std::move(args), std::move(kwargs)));
+}
+
+ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr> args,
+                                 KwArgs kwargs) {
+  switch (callable->kind) {
+    case ValueKind::TorchCallable: {
+      stdlib::CallableInfo info = stdlib::classify_callable(callable->obj.get());
+      if (info.kind == stdlib::CallableClass::Refused) abort_trace(BreakCode::SideEffect, info.reason);
+      return state_.call_torch(info.name, callable->obj.get(), args, kwargs,
+                               info.kind == stdlib::CallableClass::Factory);
+    }
+    case ValueKind::TensorMethod:
+      return call_tensor_method(callable, std::move(args), std::move(kwargs));
+    case ValueKind::Function:
+      return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
+    case ValueKind::Method:
+      args.insert(args.begin(), callable->self);
+      return inline_function(callable->obj.get(), -1, std::move(args), std::move(kwargs));
+    case ValueKind::Module:
+      return call_module(callable, std::move(args), std::move(kwargs));
+    case ValueKind::Builtin:
+    case ValueKind::Object:
+      return call_builtin(callable, std::move(args), std::move(kwargs));
+    default:
+      abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callable));
+  }
+}
+
+ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args,
+                                         KwArgs kwargs) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  const std::string& name = method->name;
+  switch (stdlib::classify_tensor_method(name)) {
+    case stdlib::TensorMethodClass::DataDependent:
+      abort_trace(BreakCode::DataDependent, "Tensor." + name + "() reads tensor data");
+    case stdlib::TensorMethodClass::Refused:
+      abort_trace(BreakCode::SideEffect, "Tensor." + name + "() cannot be traced");
+    case stdlib::TensorMethodClass::ShapeQuery: {
+      if (!all_constant(args) || !kwargs.empty()) {
+        abort_trace(BreakCode::UnsupportedCall, "Tensor." + name + " with non-constant arguments");
+      }
+      PyRef bound = PyRef::steal(PyObject_GetAttrString(method->self->fake.get(), name.c_str()));
+      PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+      for (size_t i = 0; i < args.size(); ++i) {
+        PyTuple_SET_ITEM(call_args.get(), i, PyRef(args[i]->obj).release());
+      }
+      PyRef result = bound ? PyRef::steal(PyObject_Call(bound.get(), call_args.get(), nullptr)) : PyRef();
+      if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
+      return state_.wrap_unguarded(result.get());
+    }
+    case stdlib::TensorMethodClass::GraphOp:
+      break;
+  }
+  PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, name.c_str()));
+  if (!target) {
+    abort_trace(BreakCode::UnsupportedAttribute, "torch.Tensor has no method " + name + ": " + take_python_error());
+  }
+  args.insert(args.begin(), method->self);
+  return state_.call_torch("Tensor." + name, target.get(), args, kwargs, false);
+}
+
+ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  PyObject* obj = module->obj.get();
+  PyTypeObject* type = Py_TYPE(obj);
+  PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
+  if (_PyType_Lookup(type, call_name.get()) != api->module_call) {
+    abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " overrides __call__");
+  }
+  // Hooks run Python code kiln does not see; refuse rather than skip them.
+  for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks"}) {
+    PyRef hooks_name = PyRef::steal(PyUnicode_InternFromString(hooks));
+    PyRef dict = PyRef::steal(PyObject_GetAttr(obj, hooks_name.get()));
+    if (!dict) {
+      PyErr_Clear();
+      continue;
+    }
+    if (PyDict_Check(dict.get()) && PyDict_GET_SIZE(dict.get()) > 0) {
+      abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " has " + hooks);
+    }
+    if (module->source >= 0 && PyDict_Check(dict.get())) {
+      state_.guards().add_length_match(state_.sources().attr(module->source, hooks_name.get()), dict.get());
+    }
+  }
+  for (const char* global_hooks : {"_global_forward_hooks", "_global_forward_pre_hooks",
+                                   "_global_backward_hooks"}) {
+    PyRef dict = PyRef::steal(PyObject_GetAttrString(api->global_hooks_module, global_hooks));
+    if (!dict) {
+      PyErr_Clear();
+      continue;
+    }
+    if (PyDict_Check(dict.get()) && PyDict_GET_SIZE(dict.get()) > 0) {
+      abort_trace(BreakCode::UnsupportedCall, std::string("global module hooks (") + global_hooks + ") are set");
+    }
+  }
+  PyRef forward_name = PyRef::steal(PyUnicode_InternFromString("forward"));
+  PyObject* forward = _PyType_Lookup(type, forward_name.get());
+  if (!forward || !PyFunction_Check(forward)) {
+    abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + ".forward is not a Python function");
+  }
+  args.insert(args.begin(), module);
+  return inline_function(forward, -1, std::move(args), std::move(kwargs));
+}
+
+ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
+                                      KwArgs kwargs) {
+  if (depth_ + 1 > kMaxInlineDepth) {
+    abort_trace(BreakCode::InlineDepth, "inlining deeper than " + std::to_string(kMaxInlineDepth) + " calls");
+  }
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func));
+  const std::string qualname = PyUnicode_AsUTF8(code->co_qualname);
+  if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
+    abort_trace(BreakCode::UnsupportedCall, "call of generator or coroutine function " + qualname);
+  }
+  const int argcount = code->co_argcount;
+  const int kwonly = code->co_kwonlyargcount;
+  const int posonly = code->co_posonlyargcount;
+  const bool has_varargs = code->co_flags & CO_VARARGS;
+  const bool has_varkw = code->co_flags & CO_VARKEYWORDS;
+  std::vector<ValuePtr> locals(code->co_nlocalsplus);
+  auto param_name = [code](int i) {
+    return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(code->co_localsplusnames, i)));
+  };
+  auto fail = [&qualname](const std::string& why) {
+    abort_trace(BreakCode::PythonException, "TypeError: " + qualname + "() " + why);
+  };
+  // Positional arguments.
+  std::vector<ValuePtr> extra;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (static_cast<int>(i) < argcount) {
+      locals[i] = args[i];
+    } else if (has_varargs) {
+      extra.push_back(args[i]);
+    } else {
+      fail("takes " + std::to_string(argcount) + " positional arguments but " +
+           std::to_string(args.size()) + " were given");
+    }
+  }
+  int slot = argcount + kwonly;
+  if (has_varargs) locals[slot++] = make_sequence(ValueKind::Tuple, std::move(extra));
+  ValuePtr varkw = has_varkw ? make_sequence(ValueKind::Dict, {}) : nullptr;
+  if (has_varkw) locals[slot] = varkw;
+  // Keyword arguments.
+  for (auto& [key, value] : kwargs) {
+    int found = -1;
+    for (int i = posonly; i < argcount + kwonly; ++i) {
+      if (param_name(i) == key) found = i;
+    }
+    if (found >= 0) {
+      if (locals[found]) fail("got multiple values for argument '" + key + "'");
+      locals[found] = value;
+    } else if (varkw) {
+      varkw->keys.push_back(PyRef::steal(PyUnicode_FromString(key.c_str())));
+      varkw->items.push_back(value);
+    } else {
+      fail("got an unexpected keyword argument '" + key + "'");
+    }
+  }
+  // Defaults.
+  PyObject* defaults = PyFunction_GET_DEFAULTS(func);
+  const int n_defaults = defaults ? static_cast<int>(PyTuple_GET_SIZE(defaults)) : 0;
+  PyRef defaults_name = PyRef::steal(PyUnicode_InternFromString("__defaults__"));
+  for (int i = 0; i < argcount; ++i) {
+    if (locals[i]) continue;
+    const int d = i - (argcount - n_defaults);
+    if (d < 0) fail("missing required argument '" + param_name(i) + "'");
+    PyObject* value = PyTuple_GET_ITEM(defaults, d);
+    int source = func_source >= 0
+                     ? state_.sources().index(state_.sources().attr(func_source, defaults_name.get()), d)
+                     : -1;
+    locals[i] = state_.wrap(value, source);
+  }
+  PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(func);
+  for (int i = argcount; i < argcount + kwonly; ++i) {
+    if (locals[i]) continue;
+    PyObject* value = kwdefaults ? PyDict_GetItemString(kwdefaults, param_name(i).c_str()) : nullptr;
+    if (!value) fail("missing required keyword-only argument '" + param_name(i) + "'");
+    locals[i] = state_.wrap_unguarded(value);
+  }
+  FrameTracer callee(state_, code, PyFunction_GET_GLOBALS(func), func, func_source, depth_ + 1);
+  callee.set_locals(std::move(locals));
+  return callee.run();
+}
+
+ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args,
+                                   KwArgs kwargs) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  PyObject* fn = builtin->obj.get();
+  const std::string name = name_of(fn);
+  PyObject* module_name = PyCFunction_Check(fn) ? PyObject_GetAttrString(fn, "__module__") : nullptr;
+  std::string module = module_name && PyUnicode_Check(module_name) ? PyUnicode_AsUTF8(module_name) : "builtins";
+  Py_XDECREF(module_name);
+  PyErr_Clear();
+  const bool is_builtin_type = PyType_Check(fn) && (fn == reinterpret_cast<PyObject*>(&PyLong_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyFloat_Type) || fn == reinterpret_cast<PyObject*>(&PyBool_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyUnicode_Type) || fn == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyList_Type) || fn == reinterpret_cast<PyObject*>(&PyRange_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyEnum_Type) || fn == reinterpret_cast<PyObject*>(&PyZip_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyReversed_Type) || fn == reinterpret_cast<PyObject*>(&PySlice_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyType_Type));
+  if (!PyCFunction_Check(fn) && !is_builtin_type) {
+    abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*builtin));
+  }
+  if (module != "builtins" && module != "math") {
+    abort_trace(BreakCode::UnsupportedCall, "call of " + module + "." + name);
+  }
+  if (name == "print") abort_trace(BreakCode::SideEffect, "print() writes to stdout");
+  if (!kwargs.empty() && name != "sorted" && name != "max" && name != "min") {
+    abort_trace(BreakCode::UnsupportedCall, name + "() with keyword arguments");
+  }
+  if (name == "len" && args.size() == 1) {
+    const ValuePtr& x = args[0];
+    if (x->is(ValueKind::Tuple) || x->is(ValueKind::List) || x->is(ValueKind::Dict)) {
+      PyRef n = PyRef::steal(PyLong_FromSize_t(x->items.size()));
+      return state_.wrap_unguarded(n.get());
+    }
+    if (x->is(ValueKind::Tensor)) {
+      if (x->meta.sizes.empty()) abort_trace(BreakCode::PythonException, "TypeError: len() of a 0-d tensor");
+      PyRef n = PyRef::steal(PyLong_FromLongLong(x->meta.sizes[0]));
+      return state_.wrap_unguarded(n.get());
+    }
+    if (x->is(ValueKind::Module)) {
+      std::vector<ValuePtr> children = unpack(get_iter(x), -1);
+      PyRef n = PyRef::steal(PyLong_FromSize_t(children.size()));
+      return state_.wrap_unguarded(n.get());
+    }
+  }
+  if (name == "isinstance" && args.size() == 2) {
+    PyRef types = value_to_python(args[1]);
+    if (!types) abort_trace(BreakCode::UnsupportedCall, "isinstance() with non-constant types");
+    int result;
+    if (args[0]->is(ValueKind::Tensor)) {
+      PyObject* type = args[0]->obj ? args[0]->obj.get() : api->tensor_type;
+      if (args[0]->obj && args[0]->source >= 0) state_.guards().add_type_match(args[0]->source, type);
+      result = PyObject_IsSubclass(type, types.get());
+    } else if (args[0]->is(ValueKind::Tuple) || args[0]->is(ValueKind::List) || args[0]->is(ValueKind::Dict)) {
+      PyObject* type = args[0]->is(ValueKind::Tuple)  ? reinterpret_cast<PyObject*>(&PyTuple_Type)
+                       : args[0]->is(ValueKind::List) ? reinterpret_cast<PyObject*>(&PyList_Type)
+                                                       : reinterpret_cast<PyObject*>(&PyDict_Type);
+      if (args[0]->obj) type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get()));
+      result = PyObject_IsSubclass(type, types.get());
+    } else if (args[0]->obj) {
+      result = PyObject_IsInstance(args[0]->obj.get(), types.get());
+    } else {
+      abort_trace(BreakCode::UnsupportedCall, "isinstance() of " + describe_value(*args[0]));
+    }
+    if (result < 0) abort_trace(BreakCode::PythonException, take_python_error());
+    return state_.wrap_unguarded(result ? Py_True : Py_False);
+  }
+  if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is(ValueKind::Constant) &&
+      PyUnicode_Check(args[1]->obj.get())) {
+    if (name == "getattr" && args.size() == 2) return load_attr(args[0], args[1]->obj.get());
+    if (args[0]->obj && !args[0]->is(ValueKind::Tensor)) {
+      int has = PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
+      if (name == "hasattr") return state_.wrap_unguarded(has ? Py_True : Py_False);
+      return has ? load_attr(args[0], args[1]->obj.get()) : args[2];
+    }
+    abort_trace(BreakCode::UnsupportedCall, name + "() on " + describe_value(*args[0]));
+  }
+  if (name == "abs" && args.size() == 1 && args[0]->is(ValueKind::Tensor)) {
+    PyRef abs = PyRef::steal(PyObject_GetAttrString(api->torch, "abs"));
+    return state_.call_torch("torch.abs", abs.get(), args, {}, false);
+  }
+  if ((name == "tuple" || name == "list") && args.size() <= 1) {
+    std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : unpack(args[0], -1);
+    return make_sequence(name == "tuple" ? ValueKind::Tuple : ValueKind::List, std::move(items));
+  }
+  if (name == "enumerate" || name == "zip" || name == "reversed") {
+    std::vector<std::vector<ValuePtr>> seqs;
+    for (const ValuePtr& arg : args) seqs.push_back(unpack(arg, -1));
+    std::vector<ValuePtr> items;
+    if (name == "reversed" && seqs.size() == 1) {
+      items.assign(seqs[0].rbegin(), seqs[0].rend());
+    } else if (name == "enumerate" && !seqs.empty()) {
+      for (size_t i = 0; i < seqs[0].size(); ++i) {
+        PyRef index = PyRef::steal(PyLong_FromSize_t(i));
+        items.push_back(make_sequence(ValueKind::Tuple, {state_.wrap_unguarded(index.get()), seqs[0][i]}));
+      }
+    } else if (name == "zip") {
+      size_t n = seqs.empty() ? 0 : SIZE_MAX;
+      for (const auto& seq : seqs) n = std::min(n, seq.size());
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<ValuePtr> tuple;
+        for (const auto& seq : seqs) tuple.push_back(seq[i]);
+        items.push_back(make_sequence(ValueKind::Tuple, std::move(tuple)));
+      }
+    } else {
+      abort_trace(BreakCode::UnsupportedCall, name + "() with these arguments");
+    }
+    ValuePtr iterator = make_sequence(ValueKind::Iterator, std::move(items));
+    return iterator;
+  }
+  // Everything else evaluates on Python values, if that is all it gets.
+  static const char* kPure[] = {"min", "max", "abs", "int", "float", "bool", "str", "round", "pow",
+                                "divmod", "sum", "range", "sorted", "any", "all", "callable",
+                                "slice", "type", "len", "tuple", "list"};
+  bool pure = module == "math";
+  for (const char* allowed : kPure) pure = pure || name == allowed;
+  if (!pure) abort_trace(BreakCode::UnsupportedCall, "call of builtin " + name + "()");
+  PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyRef arg = value_to_python(args[i]);
+    if (!arg) {
+      abort_trace(BreakCode::UnsupportedCall, name + "() of " + describe_value(*args[i]));
+    }
+    PyTuple_SET_ITEM(call_args.get(), i, arg.release());
+  }
+  PyRef call_kwargs;
+  if (!kwargs.empty()) {
+    call_kwargs = PyRef::steal(PyDict_New());
+    for (const auto& [key, value] : kwargs) {
+      PyRef arg = value_to_python(value);
+      if (!arg) abort_trace(BreakCode::UnsupportedCall, name + "() keyword of " + describe_value(*value));
+      PyDict_SetItemString(call_kwargs.get(), key.c_str(), arg.get());
+    }
+  }
+  PyRef result = PyRef::steal(PyObject_Call(fn, call_args.get(), call_kwargs.get()));
+  if (!result) abort_trace(BreakCode::PythonException, name + "() raised " + take_python_error());
+  return state_.wrap_unguarded(result.get());
+}
+
+}  // namespace kiln::tracer

@@ -1,0 +1,139 @@
+// Python operators on symbolic values: folded on Python values, graph nodes
+// (through the operator module) when a tensor is involved.
+#include "stdlib/torch_api.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+namespace {
+
+// BINARY_OP's NB_* codes (identical on 3.11 and 3.12) and their operator
+// module functions; in-place forms follow at 13 + code.
+constexpr const char* kBinaryNames[] = {"add", "and_", "floordiv", "lshift", "matmul", "mul", "mod",
+                                        "or_", "pow", "rshift", "sub", "truediv", "xor"};
+constexpr const char* kInplaceNames[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul",
+                                         "imul", "imod", "ior", "ipow", "irshift", "isub",
+                                         "itruediv", "ixor"};
+constexpr int kBinaryCount = 13;
+
+// Rich comparison codes Py_LT..Py_GE and their operator functions.
+constexpr const char* kCompareNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+
+PyRef operator_function(const char* name) {
+  return PyRef::steal(PyObject_GetAttrString(stdlib::torch_api()->operator_module, name));
+}
+
+}  // namespace
+
+ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b) {
+  if (nb_op < 0 || nb_op >= 2 * kBinaryCount) {
+    abort_trace(BreakCode::UnsupportedOperator, "binary operator " + std::to_string(nb_op));
+  }
+  const bool inplace = nb_op >= kBinaryCount;
+  const char* name = inplace ? kInplaceNames[nb_op - kBinaryCount] : kBinaryNames[nb_op];
+  PyRef fn = operator_function(name);
+  if (a->is(ValueKind::Tensor) || b->is(ValueKind::Tensor)) {
+    if (inplace && a->is(ValueKind::Tensor) && a->source >= 0) {
+      // x += y on an input mutates it: still exact under eager replay, since
+      // the node runs on the very tensor object the caller passed.
+    }
+    return state_.call_torch(std::string("operator.") + name, fn.get(), {a, b}, {}, false);
+  }
+  const bool a_seq = a->is(ValueKind::Tuple) || a->is(ValueKind::List);
+  const bool b_seq = b->is(ValueKind::Tuple) || b->is(ValueKind::List);
+  const int base_op = inplace ? nb_op - kBinaryCount : nb_op;
+  if (a_seq && b_seq && base_op == 0 /* add */) {
+    if (inplace && a->is(ValueKind::List) && a->source >= 0) {
+      abort_trace(BreakCode::SideEffect, "in-place concatenation of an input list");
+    }
+    std::vector<ValuePtr> items = a->items;
+    items.insert(items.end(), b->items.begin(), b->items.end());
+    if (inplace && a->is(ValueKind::List)) {
+      a->items = std::move(items);
+      return a;
+    }
+    return make_sequence(a->kind, std::move(items));
+  }
+  if (a_seq && b->is(ValueKind::Constant) && PyLong_Check(b->obj.get()) && base_op == 5 /* mul */) {
+    std::vector<ValuePtr> items;
+    const long times = PyLong_AsLong(b->obj.get());
+    for (long t = 0; t < times; ++t) items.insert(items.end(), a->items.begin(), a->items.end());
+    return make_sequence(a->kind, std::move(items));
+  }
+  PyRef left = value_to_python(a);
+  PyRef right = value_to_python(b);
+  if (!left || !right || !(a->is(ValueKind::Constant) || a_seq) || !(b->is(ValueKind::Constant) || b_seq)) {
+    abort_trace(BreakCode::UnsupportedOperator, std::string("operator.") + name + " on " +
+                                                    describe_value(*a) + " and " + describe_value(*b));
+  }
+  PyRef result = PyRef::steal(PyObject_CallFunctionObjArgs(fn.get(), left.get(), right.get(), nullptr));
+  if (!result) abort_trace(BreakCode::PythonException, take_python_error());
+  return state_.wrap_unguarded(result.get());
+}
+
+ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) {
+  if (cmp < Py_LT || cmp > Py_GE) abort_trace(BreakCode::UnsupportedOperator, "comparison " + std::to_string(cmp));
+  if (a->is(ValueKind::Tensor) || b->is(ValueKind::Tensor)) {
+    PyRef fn = operator_function(kCompareNames[cmp]);
+    return state_.call_torch(std::string("operator.") + kCompareNames[cmp], fn.get(), {a, b}, {}, false);
+  }
+  PyRef left = value_to_python(a);
+  PyRef right = value_to_python(b);
+  if (!left || !right) {
+    abort_trace(BreakCode::UnsupportedOperator, "comparison of " + describe_value(*a) + " and " + describe_value(*b));
+  }
+  PyRef result = PyRef::steal(PyObject_RichCompare(left.get(), right.get(), cmp));
+  if (!result) abort_trace(BreakCode::PythonException, take_python_error());
+  return state_.wrap_unguarded(result.get());
+}
+
+ValuePtr FrameTracer::unary_op(interpreter::Op op, const ValuePtr& a) {
+  if (op == interpreter::Op::UnaryNot) {
+    return state_.wrap_unguarded(truthiness(a) ? Py_False : Py_True);
+  }
+  const char* name = op == interpreter::Op::UnaryNegative   ? "neg"
+                     : op == interpreter::Op::UnaryPositive ? "pos"
+                                                            : "invert";
+  PyRef fn = operator_function(name);
+  if (a->is(ValueKind::Tensor)) {
+    return state_.call_torch(std::string("operator.") + name, fn.get(), {a}, {}, false);
+  }
+  if (!a->is(ValueKind::Constant)) {
+    abort_trace(BreakCode::UnsupportedOperator, std::string("operator.") + name + " on " + describe_value(*a));
+  }
+  PyRef result = PyRef::steal(PyObject_CallOneArg(fn.get(), a->obj.get()));
+  if (!result) abort_trace(BreakCode::PythonException, take_python_error());
+  return state_.wrap_unguarded(result.get());
+}
+
+bool FrameTracer::truthiness(const ValuePtr& value) {
+  switch (value->kind) {
+    case ValueKind::Constant: {
+      int truth = PyObject_IsTrue(value->obj.get());
+      if (truth < 0) abort_trace(BreakCode::PythonException, take_python_error());
+      return truth == 1;
+    }
+    case ValueKind::Tuple:
+    case ValueKind::List:
+    case ValueKind::Dict:
+      return !value->items.empty();
+    case ValueKind::Tensor:
+      abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
+    case ValueKind::Module: {
+      PyTypeObject* type = Py_TYPE(value->obj.get());
+      const bool sized = type->tp_as_sequence && type->tp_as_sequence->sq_length;
+      if (!sized) return true;
+      return !unpack(get_iter(value), -1).empty();
+    }
+    case ValueKind::Function:
+    case ValueKind::Method:
+    case ValueKind::TensorMethod:
+    case ValueKind::TorchCallable:
+    case ValueKind::Builtin:
+    case ValueKind::PyModule:
+      return true;
+    default:
+      abort_trace(BreakCode::UnsupportedValue, "truth value of " + describe_value(*value));
+  }
+}
+
+}  // namespace kiln::tracer

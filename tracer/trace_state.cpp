@@ -1,0 +1,333 @@
+#include "tracer/trace_state.h"
+
+#include "runtime/aten_bridge.h"
+#include "stdlib/torch_api.h"
+#include "stdlib/torch_callables.h"
+
+namespace kiln::tracer {
+namespace {
+
+using graph::Arg;
+using graph::DeviceType;
+using graph::TensorMeta;
+
+bool is_constant_object(PyObject* obj, const stdlib::TorchApi& api) {
+  if (obj == Py_None || obj == Py_Ellipsis || obj == Py_NotImplemented) return true;
+  if (PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+      PyComplex_CheckExact(obj) || PyUnicode_CheckExact(obj) || PyBytes_CheckExact(obj)) {
+    return true;
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  return type == api.dtype_type || type == api.device_type ||
+         type == reinterpret_cast<PyObject*>(&PySlice_Type) ||
+         type == reinterpret_cast<PyObject*>(&PyRange_Type) ||
+         type == reinterpret_cast<PyObject*>(&PyCode_Type);
+}
+
+// Reads torch.device(spec) into kiln's device fields.
+void parse_device(PyObject* spec, const stdlib::TorchApi& api, DeviceType* type, int* index) {
+  PyRef device = PyRef::steal(PyObject_CallOneArg(api.device_type, spec));
+  if (!device) abort_trace(BreakCode::PythonException, "bad device " + py_repr(spec) + ": " + take_python_error());
+  PyRef type_name = PyRef::steal(PyObject_GetAttrString(device.get(), "type"));
+  PyRef type_index = PyRef::steal(PyObject_GetAttrString(device.get(), "index"));
+  if (!type_name || !type_index) abort_trace(BreakCode::PythonException, take_python_error());
+  std::string name = PyUnicode_AsUTF8(type_name.get());
+  *type = name == "cpu" ? DeviceType::CPU : name == "cuda" ? DeviceType::CUDA
+                                         : name == "meta" ? DeviceType::Meta : DeviceType::Other;
+  *index = type_index.get() == Py_None ? -1 : static_cast<int>(PyLong_AsLong(type_index.get()));
+}
+
+bool is_tensor_sequence(PyObject* obj) {
+  if (!PyTuple_Check(obj) && !PyList_Check(obj)) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+  if (n == 0) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!runtime::is_tensor(PySequence_Fast_GET_ITEM(obj, i))) return false;
+  }
+  return true;
+}
+
+void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bool* found) {
+  if (*found) return;
+  if (value->is(ValueKind::Tensor)) {
+    *type = value->meta.device_type;
+    *index = value->meta.device_index;
+    *found = true;
+    return;
+  }
+  for (const ValuePtr& item : value->items) first_tensor_device(item, type, index, found);
+}
+
+}  // namespace
+
+TraceState::TraceState(const guards::FrameView& frame)
+    : frame_(frame),
+      graph_(std::make_unique<graph::Graph>()),
+      guards_(std::make_unique<guards::GuardSet>()) {
+  // Every graph's autograd behaviour depends on the grad mode it ran under.
+  guards_->add_grad_mode(runtime::grad_mode_enabled());
+}
+
+ValuePtr TraceState::wrap(PyObject* obj, int source) {
+  if (source >= 0) {
+    auto found = wrapped_.find(source);
+    if (found != wrapped_.end()) return found->second;
+  }
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  if (!api) abort_trace(BreakCode::PythonException, take_python_error());
+  ValuePtr value;
+  const bool guarded = source >= 0;
+  if (runtime::is_tensor(obj)) {
+    if (!guarded) {
+      abort_trace(BreakCode::UnsupportedValue,
+                  "a tensor reached through torch's namespace cannot be a graph input");
+    }
+    value = wrap_tensor(obj, source);
+  } else if (is_constant_object(obj, *api)) {
+    if (guarded) guards_->add_constant_match(source, obj);
+    value = make_constant(PyRef::borrow(obj), source);
+  } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
+             PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api->size_type))) {
+    const bool is_list = PyList_CheckExact(obj);
+    if (guarded) guards_->add_length_match(source, obj);
+    std::vector<ValuePtr> items;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(obj, i);
+      items.push_back(wrap(item, guarded ? sources().index(source, static_cast<int>(i)) : -1));
+    }
+    value = make_sequence(is_list ? ValueKind::List : ValueKind::Tuple, std::move(items), source);
+    if (!is_list && !PyTuple_CheckExact(obj)) value->obj = PyRef::borrow(obj);  // torch.Size
+  } else if (PyDict_CheckExact(obj)) {
+    if (guarded) guards_->add_length_match(source, obj);
+    value = make_sequence(ValueKind::Dict, {}, source);
+    PyObject* key;
+    PyObject* item;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &key, &item)) {
+      if (!PyUnicode_CheckExact(key) && !PyLong_CheckExact(key)) {
+        abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key));
+      }
+      value->keys.push_back(PyRef::borrow(key));
+      value->items.push_back(wrap(item, guarded ? sources().dict_item(source, key) : -1));
+    }
+  } else if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api->module_type))) {
+    if (guarded) guards_->add_id_match(source, obj);
+    value = make_object(ValueKind::Module, PyRef::borrow(obj), source);
+  } else if (PyModule_Check(obj)) {
+    if (guarded) guards_->add_id_match(source, obj);
+    value = make_object(ValueKind::PyModule, PyRef::borrow(obj), source);
+  } else if (PyCallable_Check(obj) && !PyType_Check(obj)) {
+    if (guarded) guards_->add_id_match(source, obj);
+    stdlib::CallableInfo info = stdlib::classify_callable(obj);
+    if (info.kind != stdlib::CallableClass::NotTorch) {
+      value = make_object(ValueKind::TorchCallable, PyRef::borrow(obj), source);
+      value->name = info.name;
+    } else if (PyFunction_Check(obj)) {
+      value = make_object(ValueKind::Function, PyRef::borrow(obj), source);
+    } else if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {
+      value = make_object(ValueKind::Method, PyRef::borrow(PyMethod_GET_FUNCTION(obj)), source);
+      value->self = wrap(PyMethod_GET_SELF(obj),
+                         guarded ? sources().attr(source, PyUnicode_InternFromString("__self__"))
+                                 : -1);
+    } else if (PyCFunction_Check(obj)) {
+      value = make_object(ValueKind::Builtin, PyRef::borrow(obj), source);
+    } else {
+      value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
+    }
+  } else {
+    if (guarded) guards_->add_id_match(source, obj);
+    value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
+  }
+  if (source >= 0) wrapped_[source] = value;
+  return value;
+}
+
+ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
+
+ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::Tensor;
+  value->source = source;
+  // The exact type answers isinstance() (a Parameter is not a plain Tensor).
+  value->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(tensor)));
+  runtime::read_tensor_meta(tensor, &value->meta);
+  guards_->add_tensor_match(source, value->meta);
+  value->node = graph_->add_input(source, sources().at(source).text, value->meta);
+  // The fake twin: same sizes, strides, dtype and grad, on the meta device.
+  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(value->meta.sizes.size())));
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(value->meta.strides.size())));
+  for (size_t i = 0; i < value->meta.sizes.size(); ++i) {
+    PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(value->meta.sizes[i]));
+    PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(value->meta.strides[i]));
+  }
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyRef meta_name = PyRef::steal(PyUnicode_FromString("meta"));
+  PyDict_SetItemString(kwargs.get(), "device", meta_name.get());
+  PyDict_SetItemString(kwargs.get(), "requires_grad", value->meta.requires_grad ? Py_True : Py_False);
+  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  value->fake = PyRef::steal(PyObject_Call(api->empty_strided, args.get(), kwargs.get()));
+  if (!value->fake) abort_trace(BreakCode::ShapeInference, "cannot make a meta tensor: " + take_python_error());
+  return value;
+}
+
+Arg TraceState::lower(const ValuePtr& value) {
+  switch (value->kind) {
+    case ValueKind::Tensor: return Arg::of_node(value->node);
+    case ValueKind::Constant: return Arg::of_constant(value->obj.get());
+    case ValueKind::Tuple:
+    case ValueKind::List: {
+      Arg arg;
+      arg.kind = value->is(ValueKind::Tuple) ? Arg::Kind::Tuple : Arg::Kind::List;
+      for (const ValuePtr& item : value->items) arg.items.push_back(lower(item));
+      return arg;
+    }
+    case ValueKind::Dict: {
+      Arg arg;
+      arg.kind = Arg::Kind::Dict;
+      for (size_t i = 0; i < value->items.size(); ++i) {
+        PyObject* key = value->keys[i].get();
+        Py_INCREF(key);
+        arg.keys.push_back(key);
+        arg.items.push_back(lower(value->items[i]));
+      }
+      return arg;
+    }
+    default:
+      abort_trace(BreakCode::UnsupportedValue,
+                  "a value of kind " + describe_value(*value) + " cannot be passed to a graph op");
+  }
+}
+
+PyRef TraceState::lower_fake(const ValuePtr& value) {
+  switch (value->kind) {
+    case ValueKind::Tensor: return value->fake;
+    case ValueKind::Constant: return value->obj;
+    case ValueKind::Tuple:
+    case ValueKind::List: {
+      const Py_ssize_t n = static_cast<Py_ssize_t>(value->items.size());
+      const bool tuple = value->is(ValueKind::Tuple);
+      PyRef out = PyRef::steal(tuple ? PyTuple_New(n) : PyList_New(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = lower_fake(value->items[i]).release();
+        if (tuple) {
+          PyTuple_SET_ITEM(out.get(), i, item);
+        } else {
+          PyList_SET_ITEM(out.get(), i, item);
+        }
+      }
+      return out;
+    }
+    case ValueKind::Dict: {
+      PyRef out = PyRef::steal(PyDict_New());
+      for (size_t i = 0; i < value->items.size(); ++i) {
+        PyDict_SetItem(out.get(), value->keys[i].get(), lower_fake(value->items[i]).get());
+      }
+      return out;
+    }
+    default:
+      abort_trace(BreakCode::UnsupportedValue,
+                  "a value of kind " + describe_value(*value) + " cannot be passed to a graph op");
+  }
+}
+
+ValuePtr TraceState::wrap_result(int node, PyObject* fake, DeviceType device_type,
+                                 int device_index) {
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::Tensor;
+  value->node = node;
+  value->fake = PyRef::borrow(fake);
+  runtime::read_tensor_meta(fake, &value->meta);
+  value->meta.device_type = device_type;
+  value->meta.device_index = static_cast<int8_t>(device_index);
+  return value;
+}
+
+ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
+                                const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                                bool factory) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  // Where results live: an explicit device= wins, then the first tensor
+  // argument's device, then the CPU (torch's default).
+  DeviceType device_type = DeviceType::CPU;
+  int device_index = -1;
+  bool device_found = false;
+  for (const ValuePtr& arg : args) first_tensor_device(arg, &device_type, &device_index, &device_found);
+  for (const auto& kw : kwargs) first_tensor_device(kw.second, &device_type, &device_index, &device_found);
+
+  PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  std::vector<Arg> graph_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyTuple_SET_ITEM(fake_args.get(), i, lower_fake(args[i]).release());
+    graph_args.push_back(lower(args[i]));
+  }
+  PyRef fake_kwargs = PyRef::steal(PyDict_New());
+  std::vector<std::pair<std::string, Arg>> graph_kwargs;
+  bool has_device = false;
+  for (const auto& [key, arg] : kwargs) {
+    if (key == "out") {
+      abort_trace(BreakCode::SideEffect, name + "(out=...) writes into an existing tensor");
+    }
+    graph_kwargs.emplace_back(key, lower(arg));
+    if (key == "device" && arg->is(ValueKind::Constant) && arg->obj.get() != Py_None) {
+      parse_device(arg->obj.get(), *api, &device_type, &device_index);
+      has_device = true;
+      PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+      PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
+    } else {
+      PyDict_SetItemString(fake_kwargs.get(), key.c_str(), lower_fake(arg).get());
+    }
+  }
+  if (factory && !has_device && !device_found) {
+    // Without this, inference would allocate (and draw random numbers) for real.
+    PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+    PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
+  }
+  PyRef result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+  if (!result) {
+    std::string error = take_python_error();
+    if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {
+      abort_trace(BreakCode::ShapeInference, name + " cannot run on meta tensors: " + error);
+    }
+    abort_trace(BreakCode::PythonException, name + " raised " + error);
+  }
+  PyObject* out = result.get();
+  if (runtime::is_tensor(out)) {
+    int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
+    ValuePtr value = wrap_result(node, out, device_type, device_index);
+    graph_->node(node).metas.push_back(value->meta);
+    return value;
+  }
+  if (is_tensor_sequence(out)) {
+    int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
+    graph_->node(node).returns_tuple = true;
+    std::vector<ValuePtr> items;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyRef index = PyRef::steal(PyLong_FromSsize_t(i));
+      int item_node = graph_->add_call("operator.getitem", api->getitem,
+                                       {Arg::of_node(node), Arg::of_constant(index.get())}, {});
+      ValuePtr item = wrap_result(item_node, PySequence_Fast_GET_ITEM(out, i), device_type, device_index);
+      graph_->node(item_node).metas.push_back(item->meta);
+      graph_->node(node).metas.push_back(item->meta);
+      items.push_back(item);
+    }
+    return make_sequence(PyList_Check(out) ? ValueKind::List : ValueKind::Tuple, std::move(items));
+  }
+  if (out == Py_None) {
+    // Kept for its effect on its arguments (an in-place op returning None).
+    graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
+    return make_constant(PyRef::borrow(Py_None));
+  }
+  if (is_constant_object(out, *api) || PyTuple_Check(out)) {
+    // Metadata only (sizes, dtypes): fixed by the tensor guards.
+    return wrap_unguarded(out);
+  }
+  abort_trace(BreakCode::UnsupportedValue,
+              name + " returned a " + Py_TYPE(out)->tp_name + ", which a graph cannot hold");
+}
+
+}  // namespace kiln::tracer

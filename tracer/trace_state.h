@@ -1,0 +1,141 @@
+// State shared by every frame of one trace (the graph being built, the
+// guards, the values already wrapped per source) and the frame interpreter.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.h"
+#include "guards/guard_set.h"
+#include "interpreter/instruction.h"
+#include "tracer/break_reason.h"
+#include "tracer/value.h"
+
+namespace kiln::tracer {
+
+using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
+
+// One trace: owns the graph and guards until they are handed to the cache.
+class TraceState {
+ public:
+  TraceState(const guards::FrameView& frame);
+
+  graph::Graph& graph() { return *graph_; }
+  guards::GuardSet& guards() { return *guards_; }
+  guards::SourceTable& sources() { return guards_->sources(); }
+  const guards::FrameView& frame() const { return frame_; }
+  std::unique_ptr<graph::Graph> take_graph() { return std::move(graph_); }
+  std::unique_ptr<guards::GuardSet> take_guards() { return std::move(guards_); }
+
+  // Wraps an object read from `source`, installing the guards that reading
+  // it implies. The same source always yields the same Value.
+  ValuePtr wrap(PyObject* obj, int source);
+  // Wraps an object kiln assumes fixed (torch's namespace, constants made
+  // by the trace): no source, no guard.
+  ValuePtr wrap_unguarded(PyObject* obj);
+
+  // Emits a call of a torch callable as a graph node, inferring its result
+  // on meta tensors. `factory` marks callables that create tensors without
+  // tensor inputs (their fake run gets device="meta").
+  ValuePtr call_torch(const std::string& name, PyObject* target, const std::vector<ValuePtr>& args,
+                      const KwArgs& kwargs, bool factory);
+
+  // Lowers a value to a graph argument; throws for values graphs can't hold.
+  graph::Arg lower(const ValuePtr& value);
+
+ private:
+  ValuePtr wrap_tensor(PyObject* tensor, int source);
+  PyRef lower_fake(const ValuePtr& value);
+  ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
+                       int device_index);
+
+  guards::FrameView frame_;
+  std::unique_ptr<graph::Graph> graph_;
+  std::unique_ptr<guards::GuardSet> guards_;
+  std::unordered_map<int, ValuePtr> wrapped_;
+};
+
+// Interprets one frame (the traced function or an inlined callee).
+class FrameTracer {
+ public:
+  FrameTracer(TraceState& state, PyCodeObject* code, PyObject* globals, PyObject* func,
+              int func_source, int depth);
+
+  // Sets the initial locals (arguments bound to parameters).
+  void set_locals(std::vector<ValuePtr> locals) { locals_ = std::move(locals); }
+  // Runs to the frame's return; returns the returned value.
+  ValuePtr run();
+
+  // Calls any value with arguments, as CALL would (used by inlining too).
+  ValuePtr call_value(const ValuePtr& callable, std::vector<ValuePtr> args, KwArgs kwargs);
+
+ private:
+  void step(const interpreter::Instruction& ins);
+  void step_load_store(const interpreter::Instruction& ins);
+  void step_build(const interpreter::Instruction& ins);
+  void step_jump(const interpreter::Instruction& ins);
+  void step_call(const interpreter::Instruction& ins);
+
+  // Attribute, operator and subscript semantics (trace_attributes.cpp,
+  // trace_operators.cpp).
+  ValuePtr load_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
+  ValuePtr subscript(const ValuePtr& base, const ValuePtr& index);
+  bool truthiness(const ValuePtr& value);
+  ValuePtr get_iter(const ValuePtr& value);
+  std::vector<ValuePtr> unpack(const ValuePtr& value, int count);
+
+  // Call kinds (trace_calls.cpp).
+  ValuePtr call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
+                           KwArgs kwargs);
+  ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr load_global(PyObject* name);
+  ValuePtr load_free_var(int index);
+
+  PyRef name_at(int index) const;  // co_names[index]
+  PyRef const_at(int index) const;  // co_consts[index]
+  std::string local_name(int index) const;
+
+  ValuePtr pop();
+  ValuePtr& top(int depth = 1) { return stack_[stack_.size() - depth]; }
+  void push(ValuePtr value) { stack_.push_back(std::move(value)); }
+  std::vector<ValuePtr> pop_n(int n);
+
+  TraceState& state_;
+  PyCodeObject* code_;
+  PyObject* globals_;
+  PyObject* func_;  // borrowed; null for the top frame when unknown
+  int func_source_;
+  int depth_;
+  bool is_top_;
+  std::vector<interpreter::Instruction> instructions_;
+  std::vector<ValuePtr> locals_;
+  std::vector<ValuePtr> stack_;
+  PyRef kwnames_;
+  size_t pc_ = 0;
+  ValuePtr return_value_;
+  bool returned_ = false;
+};
+
+// Throws a TraceAbort with a formatted message.
+[[noreturn]] void abort_trace(BreakCode code, const std::string& message);
+
+// Returns repr(obj) as UTF-8 (never throws; "<unprintable>" on failure).
+std::string py_repr(PyObject* obj);
+
+// Turns a value into the real Python object it stands for (constants,
+// objects and containers of them); null if it holds graph values.
+PyRef value_to_python(const ValuePtr& value);
+
+// Fetches and clears the pending Python error as "Type: message".
+std::string take_python_error();
+
+}  // namespace kiln::tracer

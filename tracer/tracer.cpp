@@ -1,0 +1,44 @@
+#include "tracer/tracer.h"
+
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+
+TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame) {
+  TraceResult result;
+  // The tracer may run Python code (torch on meta tensors); an error left
+  // over from the caller would be misattributed, so start clean.
+  PyObject *saved_type, *saved_value, *saved_traceback;
+  PyErr_Fetch(&saved_type, &saved_value, &saved_traceback);
+  try {
+    TraceState state(frame);
+    FrameTracer top(state, code, frame.globals, func, -1, 0);
+    // Arguments are the only locals bound when a frame starts.
+    const int nargs = code->co_argcount + code->co_kwonlyargcount +
+                      ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+                      ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+    std::vector<ValuePtr> locals(code->co_nlocalsplus);
+    for (int i = 0; i < nargs; ++i) {
+      PyObject* value = frame.localsplus[i];
+      if (!value) continue;
+      const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(code->co_localsplusnames, i));
+      locals[i] = state.wrap(value, state.sources().local(i, name ? name : "?"));
+    }
+    top.set_locals(std::move(locals));
+    ValuePtr returned = top.run();
+    state.graph().set_output(state.lower(returned));
+    result.ok = true;
+    result.graph = state.take_graph();
+    result.guards = state.take_guards();
+  } catch (const TraceAbort& abort) {
+    result.ok = false;
+    result.code = abort.code;
+    result.reason = abort.location + ": " + abort.what();
+    result.hint = break_code_hint(abort.code);
+  }
+  PyErr_Clear();
+  PyErr_Restore(saved_type, saved_value, saved_traceback);
+  return result;
+}
+
+}  // namespace kiln::tracer

@@ -1,0 +1,58 @@
+#include "tracer/value.h"
+
+namespace kiln::tracer {
+
+const char* value_kind_name(ValueKind kind) {
+  switch (kind) {
+#define KILN_VALUE_NAME(name, doc) \
+  case ValueKind::name: return #name;
+    KILN_VALUE_KINDS(KILN_VALUE_NAME)
+#undef KILN_VALUE_NAME
+  }
+  return "?";
+}
+
+ValuePtr make_null() { return std::make_shared<Value>(); }
+
+ValuePtr make_constant(PyRef obj, int source) {
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::Constant;
+  value->obj = std::move(obj);
+  value->source = source;
+  return value;
+}
+
+ValuePtr make_sequence(ValueKind kind, std::vector<ValuePtr> items, int source) {
+  auto value = std::make_shared<Value>();
+  value->kind = kind;
+  value->items = std::move(items);
+  value->source = source;
+  return value;
+}
+
+ValuePtr make_object(ValueKind kind, PyRef obj, int source) {
+  auto value = std::make_shared<Value>();
+  value->kind = kind;
+  value->obj = std::move(obj);
+  value->source = source;
+  return value;
+}
+
+std::string describe_value(const Value& value) {
+  std::string out = value_kind_name(value.kind);
+  if (value.kind == ValueKind::Tensor) return out + " " + graph::format_tensor_meta(value.meta);
+  if (value.kind == ValueKind::TensorMethod) return "Tensor." + value.name;
+  if (value.obj) {
+    PyObject* text = PyObject_Repr(value.obj.get());
+    if (text) {
+      std::string repr = PyUnicode_AsUTF8(text);
+      Py_DECREF(text);
+      if (repr.size() > 60) repr = repr.substr(0, 57) + "...";
+      return out + " " + repr;
+    }
+    PyErr_Clear();
+  }
+  return out;
+}
+
+}  // namespace kiln::tracer

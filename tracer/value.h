@@ -1,0 +1,76 @@
+// Symbolic values: what the tracer keeps on its stack and in its locals.
+// Each knows where it came from (its source), so guards can be derived.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/tensor_meta.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::tracer {
+
+using runtime::PyRef;
+
+//  X(kind, what it models)
+#define KILN_VALUE_KINDS(X)                                                    \
+  X(Null, "CPython's NULL stack marker")                                       \
+  X(Constant, "an immutable Python value: None, bool, int, float, str, dtype") \
+  X(Tensor, "a tensor: a graph value with a fake (meta) twin")                 \
+  X(Tuple, "a tuple of values")                                                \
+  X(List, "a list of values")                                                  \
+  X(Dict, "a dict with constant keys")                                         \
+  X(Module, "an nn.Module instance")                                           \
+  X(Function, "a user Python function, inlined when called")                   \
+  X(Method, "a Python function bound to self")                                 \
+  X(TensorMethod, "a Tensor method bound to a tensor value")                   \
+  X(TorchCallable, "a torch callable that becomes a graph node")               \
+  X(Builtin, "a Python builtin or std-module function kiln models")            \
+  X(PyModule, "a Python module object")                                        \
+  X(Object, "any other Python object, read through guarded attributes")        \
+  X(Iterator, "an iterator over a known sequence of values")
+
+enum class ValueKind : uint8_t {
+#define KILN_VALUE_ENUM(name, doc) name,
+  KILN_VALUE_KINDS(KILN_VALUE_ENUM)
+#undef KILN_VALUE_ENUM
+};
+
+// Returns the kind's name, e.g. "Tensor".
+const char* value_kind_name(ValueKind kind);
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  ValueKind kind = ValueKind::Null;
+  int source = -1;  // id in the trace's SourceTable, -1 if made by the trace
+  PyRef obj;        // the real object (Constant, Module, Function, callables,
+                    // PyModule, Object); Method: the function
+  // Tensor
+  int node = -1;
+  PyRef fake;  // meta tensor with the same metadata
+  graph::TensorMeta meta;
+  // Tuple/List items, Dict values, Iterator's sequence
+  std::vector<ValuePtr> items;
+  std::vector<PyRef> keys;  // Dict keys
+  size_t position = 0;      // Iterator: next item
+  ValuePtr self;            // Method/TensorMethod receiver
+  std::string name;         // TensorMethod: method name; TorchCallable: display name
+
+  bool is(ValueKind k) const { return kind == k; }
+};
+
+// Constructors for the common kinds.
+ValuePtr make_null();
+ValuePtr make_constant(PyRef obj, int source = -1);
+ValuePtr make_sequence(ValueKind kind, std::vector<ValuePtr> items, int source = -1);
+ValuePtr make_object(ValueKind kind, PyRef obj, int source = -1);
+
+// A short description for error messages, e.g. "Tensor f32[2, 3]" or "int 3".
+std::string describe_value(const Value& value);
+
+}  // namespace kiln::tracer
