@@ -213,7 +213,7 @@ if ((run_tests)); then
   trap - ERR
   say "running tests (ctest -V in build/)"
   # -V so that each runner's own summary shows even when everything passes.
-  (cd "$build" && ctest -V --output-on-failure) || status=$?
+  (cd "$build" && ctest -V) || status=$?
   if ((status == 0)); then say "tests passed"; else warn "tests failed (exit code $status)"; fi
 fi
 if ((run_example)); then

@@ -73,12 +73,16 @@ void GuardSet::add_constant_match(int source, PyObject* constant) {
 
 void GuardSet::add_length_match(int source, PyObject* sequence) {
   if (has(GuardKind::LengthMatch, source)) return;
+  if (PyObject_Size(sequence) < 0) {
+    PyErr_Clear();
+    return;
+  }
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(sequence));
   Py_INCREF(type);
   guards_.push_back({.kind = GuardKind::LengthMatch,
                      .source = source,
                      .expected = type,
-                     .length = PySequence_Size(sequence)});
+                     .length = PyObject_Size(sequence)});
   indexed_ = false;
 }
 
@@ -116,8 +120,9 @@ bool GuardSet::holds(const Guard& guard, PyObject* value) const {
       if (!value || reinterpret_cast<PyObject*>(Py_TYPE(value)) != guard.expected) return false;
       if (PyTuple_CheckExact(value)) return PyTuple_GET_SIZE(value) == guard.length;
       if (PyList_CheckExact(value)) return PyList_GET_SIZE(value) == guard.length;
+      if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.length;
       {
-        Py_ssize_t n = PySequence_Size(value);
+        Py_ssize_t n = PyObject_Size(value);
         if (n < 0) PyErr_Clear();
         return n == guard.length;
       }

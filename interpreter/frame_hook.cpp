@@ -26,12 +26,17 @@ std::string code_name(PyCodeObject* code) {
 
 // Code kiln never traces as a frame of its own: torch's and kiln's own
 // Python, and the standard library's, which compiled code reaches only
-// through calls kiln already models.
+// through calls kiln already models. The forwards of torch.nn's modules are
+// the exception: they are model code like any user module (module.py,
+// holding Module.__call__'s machinery, is not).
 bool is_skipped_file(PyCodeObject* code) {
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
     PyErr_Clear();
     return true;
+  }
+  if (std::strstr(file, "/torch/nn/modules/") && !std::strstr(file, "/torch/nn/modules/module.py")) {
+    return false;
   }
   return std::strstr(file, "/torch/") != nullptr || std::strstr(file, "/kiln/") != nullptr ||
          std::strstr(file, "/lib/python3") != nullptr || std::strncmp(file, "<frozen", 7) == 0;

@@ -60,7 +60,16 @@ std::string format_values(const A& values) {
 
 }  // namespace
 
-bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
+bool is_tensor(PyObject* obj) {
+  if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(THPVariableClass)) return true;
+  // torch's check calls isinstance, which runs Python and throws on error.
+  try {
+    return THPVariable_Check(obj);
+  } catch (...) {
+    PyErr_Clear();
+    return false;
+  }
+}
 
 void read_tensor_meta(PyObject* tensor, TensorMeta* out) {
   const at::Tensor& t = THPVariable_Unpack(tensor);

@@ -264,6 +264,13 @@ void FrameTracer::step(const Instruction& ins) {
       push(subscript(base, index));
       return;
     }
+    case Op::StoreSubscr: {
+      ValuePtr key = pop();
+      ValuePtr container = pop();
+      ValuePtr value = pop();
+      store_subscript(container, key, value);
+      return;
+    }
     case Op::BinarySlice: {
       ValuePtr end = pop();
       ValuePtr start = pop();

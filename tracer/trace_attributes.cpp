@@ -54,6 +54,16 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       break;
     }
+    case ValueKind::List:
+    case ValueKind::Dict:
+    case ValueKind::Tuple: {
+      if (base->obj) break;  // torch.Size and other tuple subclasses
+      auto method = std::make_shared<Value>();
+      method->kind = ValueKind::ContainerMethod;
+      method->self = base;
+      method->name = attr;
+      return method;
+    }
     case ValueKind::Module: {
       PyObject* module = base->obj.get();
       PyTypeObject* type = Py_TYPE(module);
@@ -164,6 +174,11 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     if (!value) abort_trace(BreakCode::PythonException, take_python_error());
     return state_.wrap_unguarded(value.get());
   }
+  if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PySlice_Check(index->obj.get())) {
+    // A slice of a ModuleList or Sequential: its children, in order.
+    std::vector<ValuePtr> children = unpack(get_iter(base), -1);
+    return subscript(make_sequence(ValueKind::Tuple, std::move(children)), index);
+  }
   if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PyLong_Check(index->obj.get())) {
     std::vector<ValuePtr> children = unpack(get_iter(base), -1);
     Py_ssize_t i = PyLong_AsSsize_t(index->obj.get());
@@ -242,6 +257,47 @@ std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
                                                 " values to unpack, got " + std::to_string(items.size()));
   }
   return items;
+}
+
+}  // namespace kiln::tracer
+
+namespace kiln::tracer {
+
+void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  if (container->is(ValueKind::Tensor)) {
+    PyRef setitem = PyRef::steal(PyObject_GetAttrString(api->operator_module, "setitem"));
+    state_.call_torch("operator.setitem", setitem.get(), {container, key, value}, {}, false);
+    return;
+  }
+  if (container->source >= 0) {
+    abort_trace(BreakCode::SideEffect, "item assignment on " + describe_value(*container) +
+                                           " that the caller can see");
+  }
+  if (!key->is(ValueKind::Constant)) {
+    abort_trace(BreakCode::UnsupportedOperator, "item assignment with key " + describe_value(*key));
+  }
+  if (container->is(ValueKind::List) && PyLong_Check(key->obj.get())) {
+    Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
+    const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: list assignment index out of range");
+    container->items[i] = value;
+    return;
+  }
+  if (container->is(ValueKind::Dict)) {
+    for (size_t i = 0; i < container->keys.size(); ++i) {
+      if (PyObject_RichCompareBool(container->keys[i].get(), key->obj.get(), Py_EQ) == 1) {
+        container->items[i] = value;
+        return;
+      }
+    }
+    PyErr_Clear();
+    container->keys.push_back(key->obj);
+    container->items.push_back(value);
+    return;
+  }
+  abort_trace(BreakCode::UnsupportedOperator, "item assignment on " + describe_value(*container));
 }
 
 }  // namespace kiln::tracer

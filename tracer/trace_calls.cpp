@@ -1,6 +1,7 @@
 // Calls: torch ops become graph nodes, Tensor methods become nodes or fold
 // to constants, Python functions and nn.Module calls are inlined, and
 // modelled builtins evaluate on Python values.
+#include <algorithm>
 #include <cstring>
 
 #include "stdlib/torch_api.h"
@@ -124,6 +125,8 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     }
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
+    case ValueKind::ContainerMethod:
+      return call_container_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
     case ValueKind::Method:
@@ -430,6 +433,127 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
   PyRef result = PyRef::steal(PyObject_Call(fn, call_args.get(), call_kwargs.get()));
   if (!result) abort_trace(BreakCode::PythonException, name + "() raised " + take_python_error());
   return state_.wrap_unguarded(result.get());
+}
+
+}  // namespace kiln::tracer
+
+namespace kiln::tracer {
+
+ValuePtr FrameTracer::call_container_method(const ValuePtr& method, std::vector<ValuePtr> args,
+                                            KwArgs kwargs) {
+  const ValuePtr& self = method->self;
+  const std::string& name = method->name;
+  const std::string what = std::string(value_kind_name(self->kind)) + "." + name;
+  if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, what + "() with keyword arguments");
+  auto mutate = [&] {
+    if (self->source >= 0) {
+      abort_trace(BreakCode::SideEffect, what + "() mutates a container the caller can see");
+    }
+  };
+  auto find_key = [&](const ValuePtr& key) -> int {
+    if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedCall, what + "() with a non-constant key");
+    for (size_t i = 0; i < self->keys.size(); ++i) {
+      if (PyObject_RichCompareBool(self->keys[i].get(), key->obj.get(), Py_EQ) == 1) return static_cast<int>(i);
+    }
+    PyErr_Clear();
+    return -1;
+  };
+  if (self->is(ValueKind::List)) {
+    if (name == "append" && args.size() == 1) {
+      mutate();
+      self->items.push_back(args[0]);
+      return state_.wrap_unguarded(Py_None);
+    }
+    if (name == "extend" && args.size() == 1) {
+      mutate();
+      std::vector<ValuePtr> items = unpack(args[0], -1);
+      self->items.insert(self->items.end(), items.begin(), items.end());
+      return state_.wrap_unguarded(Py_None);
+    }
+    if (name == "insert" && args.size() == 2 && args[0]->is(ValueKind::Constant)) {
+      mutate();
+      Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
+      Py_ssize_t i = PyLong_AsSsize_t(args[0]->obj.get());
+      if (i < 0) i = std::max<Py_ssize_t>(0, i + n);
+      self->items.insert(self->items.begin() + std::min(i, n), args[1]);
+      return state_.wrap_unguarded(Py_None);
+    }
+    if (name == "pop" && args.size() <= 1) {
+      mutate();
+      if (self->items.empty()) abort_trace(BreakCode::PythonException, "IndexError: pop from empty list");
+      Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
+      Py_ssize_t i = args.empty() ? n - 1 : PyLong_AsSsize_t(args[0]->obj.get());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: pop index out of range");
+      ValuePtr item = self->items[i];
+      self->items.erase(self->items.begin() + i);
+      return item;
+    }
+    if (name == "reverse" && args.empty()) {
+      mutate();
+      std::reverse(self->items.begin(), self->items.end());
+      return state_.wrap_unguarded(Py_None);
+    }
+    if (name == "copy" && args.empty()) return make_sequence(ValueKind::List, self->items);
+  }
+  if (self->is(ValueKind::Dict)) {
+    if (name == "get" && (args.size() == 1 || args.size() == 2)) {
+      int i = find_key(args[0]);
+      if (i >= 0) return self->items[i];
+      return args.size() == 2 ? args[1] : state_.wrap_unguarded(Py_None);
+    }
+    if ((name == "keys" || name == "values" || name == "items") && args.empty()) {
+      std::vector<ValuePtr> out;
+      for (size_t i = 0; i < self->items.size(); ++i) {
+        ValuePtr key = state_.wrap_unguarded(self->keys[i].get());
+        if (name == "keys") out.push_back(key);
+        if (name == "values") out.push_back(self->items[i]);
+        if (name == "items") out.push_back(make_sequence(ValueKind::Tuple, {key, self->items[i]}));
+      }
+      return make_sequence(ValueKind::List, std::move(out));
+    }
+    if (name == "copy" && args.empty()) {
+      ValuePtr copy = make_sequence(ValueKind::Dict, self->items);
+      copy->keys = self->keys;
+      return copy;
+    }
+    if (name == "update" && args.size() == 1 && args[0]->is(ValueKind::Dict)) {
+      mutate();
+      for (size_t i = 0; i < args[0]->items.size(); ++i) {
+        store_subscript(self, state_.wrap_unguarded(args[0]->keys[i].get()), args[0]->items[i]);
+      }
+      return state_.wrap_unguarded(Py_None);
+    }
+    if (name == "pop" && (args.size() == 1 || args.size() == 2)) {
+      mutate();
+      int i = find_key(args[0]);
+      if (i < 0) {
+        if (args.size() == 2) return args[1];
+        abort_trace(BreakCode::PythonException, "KeyError in dict.pop");
+      }
+      ValuePtr item = self->items[i];
+      self->items.erase(self->items.begin() + i);
+      self->keys.erase(self->keys.begin() + i);
+      return item;
+    }
+  }
+  if ((name == "index" || name == "count") && args.size() == 1 && args[0]->is(ValueKind::Constant)) {
+    long count = 0;
+    long first = -1;
+    for (size_t i = 0; i < self->items.size(); ++i) {
+      const ValuePtr& item = self->items[i];
+      if (!item->is(ValueKind::Constant)) continue;
+      if (PyObject_RichCompareBool(item->obj.get(), args[0]->obj.get(), Py_EQ) == 1) {
+        if (first < 0) first = static_cast<long>(i);
+        ++count;
+      }
+    }
+    PyErr_Clear();
+    if (name == "index" && first < 0) abort_trace(BreakCode::PythonException, "ValueError: not in sequence");
+    PyRef result = PyRef::steal(PyLong_FromLong(name == "index" ? first : count));
+    return state_.wrap_unguarded(result.get());
+  }
+  abort_trace(BreakCode::UnsupportedCall, what + "() is not traced yet");
 }
 
 }  // namespace kiln::tracer

@@ -180,6 +180,8 @@ Arg TraceState::lower(const ValuePtr& value) {
     case ValueKind::Constant: return Arg::of_constant(value->obj.get());
     case ValueKind::Tuple:
     case ValueKind::List: {
+      // A torch.Size (or other constant tuple subclass) stays itself.
+      if (value->obj && value->is(ValueKind::Tuple)) return Arg::of_constant(value->obj.get());
       Arg arg;
       arg.kind = value->is(ValueKind::Tuple) ? Arg::Kind::Tuple : Arg::Kind::List;
       for (const ValuePtr& item : value->items) arg.items.push_back(lower(item));
@@ -208,6 +210,7 @@ PyRef TraceState::lower_fake(const ValuePtr& value) {
     case ValueKind::Constant: return value->obj;
     case ValueKind::Tuple:
     case ValueKind::List: {
+      if (value->obj && value->is(ValueKind::Tuple)) return value->obj;
       const Py_ssize_t n = static_cast<Py_ssize_t>(value->items.size());
       const bool tuple = value->is(ValueKind::Tuple);
       PyRef out = PyRef::steal(tuple ? PyTuple_New(n) : PyList_New(n));

@@ -94,6 +94,8 @@ class FrameTracer {
   // Call kinds (trace_calls.cpp).
   ValuePtr call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr call_container_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);

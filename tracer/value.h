@@ -27,6 +27,7 @@ using runtime::PyRef;
   X(Function, "a user Python function, inlined when called")                   \
   X(Method, "a Python function bound to self")                                 \
   X(TensorMethod, "a Tensor method bound to a tensor value")                   \
+  X(ContainerMethod, "a list or dict method bound to a container value")       \
   X(TorchCallable, "a torch callable that becomes a graph node")               \
   X(Builtin, "a Python builtin or std-module function kiln models")            \
   X(PyModule, "a Python module object")                                        \
