@@ -170,6 +170,7 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::StoreGlobal:
     case Op::LoadDeref:
     case Op::StoreDeref:
+    case Op::LoadClosure:
     case Op::MakeCell:
     case Op::CopyFreeVars:
     case Op::LoadAttr:
@@ -282,6 +283,9 @@ void FrameTracer::step(const Instruction& ins) {
       push(subscript(base, state_.wrap_unguarded(slice.get())));
       return;
     }
+    case Op::MakeFunction:
+      push(make_function(ins));
+      return;
     case Op::BuildSlice: {
       std::vector<ValuePtr> parts = pop_n(ins.arg);
       for (const ValuePtr& part : parts) {
@@ -350,27 +354,58 @@ void FrameTracer::step_load_store(const Instruction& ins) {
     case Op::StoreGlobal:
       abort_trace(BreakCode::SideEffect,
                   "assignment to global '" + std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
-    case Op::MakeCell:
-      return;  // kiln keeps a cell's contents directly in the local slot
+    case Op::MakeCell: {
+      // A cell is a shared box, so closures created by the trace see later
+      // stores (Python's late binding).
+      auto cell = std::make_shared<Value>();
+      cell->kind = ValueKind::Cell;
+      if (locals_[ins.arg]) cell->items.push_back(locals_[ins.arg]);
+      locals_[ins.arg] = cell;
+      return;
+    }
     case Op::CopyFreeVars: {
       const int first = code_->co_nlocalsplus - ins.arg;
-      for (int i = 0; i < ins.arg; ++i) locals_[first + i] = load_free_var(i);
+      for (int i = 0; i < ins.arg; ++i) {
+        if (i < static_cast<int>(closure_.size())) {
+          locals_[first + i] = closure_[i];
+          continue;
+        }
+        auto cell = std::make_shared<Value>();
+        cell->kind = ValueKind::Cell;
+        cell->outer_cell = true;
+        if (ValuePtr contents = load_free_var(i)) cell->items.push_back(contents);
+        locals_[first + i] = cell;
+      }
       return;
     }
+    case Op::LoadClosure:
+      if (!locals_[ins.arg] || !locals_[ins.arg]->is(ValueKind::Cell)) {
+        abort_trace(BreakCode::UnboundName, "closure variable '" + local_name(ins.arg) + "' has no cell");
+      }
+      push(locals_[ins.arg]);
+      return;
     case Op::LoadDeref: {
-      const ValuePtr& value = locals_[ins.arg];
-      if (!value) {
+      const ValuePtr& slot = locals_[ins.arg];
+      const bool is_cell = slot && slot->is(ValueKind::Cell);
+      if (!slot || (is_cell && slot->items.empty())) {
         abort_trace(BreakCode::UnboundName, "free variable '" + local_name(ins.arg) + "' is unbound");
       }
-      push(value);
+      push(is_cell ? slot->items[0] : slot);
       return;
     }
-    case Op::StoreDeref:
-      if (ins.arg >= code_->co_nlocalsplus - code_->co_nfreevars) {
+    case Op::StoreDeref: {
+      ValuePtr& slot = locals_[ins.arg];
+      ValuePtr value = pop();
+      if (!slot || !slot->is(ValueKind::Cell)) {
+        slot = value;
+        return;
+      }
+      if (slot->outer_cell) {
         abort_trace(BreakCode::SideEffect, "assignment to enclosing variable '" + local_name(ins.arg) + "'");
       }
-      locals_[ins.arg] = pop();
+      slot->items.assign(1, value);
       return;
+    }
     case Op::LoadAttr: {
       ValuePtr base = pop();
       ValuePtr attr = load_attr(base, name_at(ins.arg).get());

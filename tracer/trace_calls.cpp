@@ -134,6 +134,8 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return inline_function(callable->obj.get(), -1, std::move(args), std::move(kwargs));
     case ValueKind::Module:
       return call_module(callable, std::move(args), std::move(kwargs));
+    case ValueKind::LocalFunction:
+      return inline_local_function(callable, std::move(args), std::move(kwargs));
     case ValueKind::Builtin:
     case ValueKind::Object:
       return call_builtin(callable, std::move(args), std::move(kwargs));
@@ -220,10 +222,50 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
 
 ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                                       KwArgs kwargs) {
+  Callee callee{.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)),
+                .globals = PyFunction_GET_GLOBALS(func),
+                .func = func,
+                .func_source = func_source,
+                .defaults = PyFunction_GET_DEFAULTS(func),
+                .kwdefaults = PyFunction_GET_KW_DEFAULTS(func)};
+  return inline_callee(callee, std::move(args), std::move(kwargs));
+}
+
+ValuePtr FrameTracer::inline_local_function(const ValuePtr& func, std::vector<ValuePtr> args,
+                                            KwArgs kwargs) {
+  Callee callee{.code = reinterpret_cast<PyCodeObject*>(func->obj.get()),
+                .globals = globals_,
+                .func = nullptr,
+                .func_source = -1,
+                .defaults = nullptr,
+                .kwdefaults = nullptr,
+                .local_defaults = func->defaults,
+                .local_kwdefaults = func->kwdefaults,
+                .closure = func->items};
+  return inline_callee(callee, std::move(args), std::move(kwargs));
+}
+
+ValuePtr FrameTracer::make_function(const Instruction& ins) {
+  ValuePtr code = pop();
+  if (!code->is(ValueKind::Constant) || !PyCode_Check(code->obj.get())) {
+    abort_trace(BreakCode::UnsupportedValue, "MAKE_FUNCTION without a code object");
+  }
+  auto func = make_object(ValueKind::LocalFunction, code->obj);
+  if (ins.arg & 0x08) {
+    ValuePtr closure = pop();
+    func->items = closure->items;
+  }
+  if (ins.arg & 0x04) pop();  // annotations do not change what the function computes
+  if (ins.arg & 0x02) func->kwdefaults = pop();
+  if (ins.arg & 0x01) func->defaults = pop();
+  return func;
+}
+
+ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> args, KwArgs kwargs) {
   if (depth_ + 1 > kMaxInlineDepth) {
     abort_trace(BreakCode::InlineDepth, "inlining deeper than " + std::to_string(kMaxInlineDepth) + " calls");
   }
-  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func));
+  PyCodeObject* code = target.code;
   const std::string qualname = PyUnicode_AsUTF8(code->co_qualname);
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
     abort_trace(BreakCode::UnsupportedCall, "call of generator or coroutine function " + qualname);
@@ -272,29 +314,47 @@ ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vect
       fail("got an unexpected keyword argument '" + key + "'");
     }
   }
-  // Defaults.
-  PyObject* defaults = PyFunction_GET_DEFAULTS(func);
-  const int n_defaults = defaults ? static_cast<int>(PyTuple_GET_SIZE(defaults)) : 0;
+  // Defaults: a real function's are objects (guarded through the function's
+  // source when it has one); a LocalFunction's are trace values.
+  const int n_defaults = target.local_defaults ? static_cast<int>(target.local_defaults->items.size())
+                         : target.defaults     ? static_cast<int>(PyTuple_GET_SIZE(target.defaults))
+                                               : 0;
   PyRef defaults_name = PyRef::steal(PyUnicode_InternFromString("__defaults__"));
   for (int i = 0; i < argcount; ++i) {
     if (locals[i]) continue;
     const int d = i - (argcount - n_defaults);
     if (d < 0) fail("missing required argument '" + param_name(i) + "'");
-    PyObject* value = PyTuple_GET_ITEM(defaults, d);
-    int source = func_source >= 0
-                     ? state_.sources().index(state_.sources().attr(func_source, defaults_name.get()), d)
+    if (target.local_defaults) {
+      locals[i] = target.local_defaults->items[d];
+      continue;
+    }
+    PyObject* value = PyTuple_GET_ITEM(target.defaults, d);
+    int source = target.func_source >= 0
+                     ? state_.sources().index(state_.sources().attr(target.func_source, defaults_name.get()), d)
                      : -1;
     locals[i] = state_.wrap(value, source);
   }
-  PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(func);
   for (int i = argcount; i < argcount + kwonly; ++i) {
     if (locals[i]) continue;
-    PyObject* value = kwdefaults ? PyDict_GetItemString(kwdefaults, param_name(i).c_str()) : nullptr;
-    if (!value) fail("missing required keyword-only argument '" + param_name(i) + "'");
-    locals[i] = state_.wrap_unguarded(value);
+    const std::string name = param_name(i);
+    ValuePtr found;
+    if (target.local_kwdefaults) {
+      for (size_t k = 0; k < target.local_kwdefaults->keys.size(); ++k) {
+        if (name == PyUnicode_AsUTF8(target.local_kwdefaults->keys[k].get())) {
+          found = target.local_kwdefaults->items[k];
+        }
+      }
+    } else if (target.kwdefaults) {
+      if (PyObject* value = PyDict_GetItemString(target.kwdefaults, name.c_str())) {
+        found = state_.wrap_unguarded(value);
+      }
+    }
+    if (!found) fail("missing required keyword-only argument '" + name + "'");
+    locals[i] = found;
   }
-  FrameTracer callee(state_, code, PyFunction_GET_GLOBALS(func), func, func_source, depth_ + 1);
+  FrameTracer callee(state_, code, target.globals, target.func, target.func_source, depth_ + 1);
   callee.set_locals(std::move(locals));
+  callee.set_closure(target.closure);
   return callee.run();
 }
 

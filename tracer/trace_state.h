@@ -67,6 +67,8 @@ class FrameTracer {
 
   // Sets the initial locals (arguments bound to parameters).
   void set_locals(std::vector<ValuePtr> locals) { locals_ = std::move(locals); }
+  // Sets the cells a LocalFunction closes over (COPY_FREE_VARS uses them).
+  void set_closure(std::vector<ValuePtr> cells) { closure_ = std::move(cells); }
   // Runs to the frame's return; returns the returned value.
   ValuePtr run();
 
@@ -98,6 +100,21 @@ class FrameTracer {
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);
+  ValuePtr inline_local_function(const ValuePtr& func, std::vector<ValuePtr> args, KwArgs kwargs);
+  // Binds arguments and runs the callee's frame.
+  struct Callee {
+    PyCodeObject* code;
+    PyObject* globals;
+    PyObject* func;         // real function object, or null for a LocalFunction
+    int func_source;
+    PyObject* defaults;     // real function's defaults tuple (borrowed) or null
+    PyObject* kwdefaults;   // real function's kw defaults dict (borrowed) or null
+    ValuePtr local_defaults;    // LocalFunction's defaults (Tuple) or null
+    ValuePtr local_kwdefaults;  // LocalFunction's kw defaults (Dict) or null
+    std::vector<ValuePtr> closure;  // LocalFunction's cells
+  };
+  ValuePtr inline_callee(const Callee& callee, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr make_function(const interpreter::Instruction& ins);
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr load_global(PyObject* name);
   ValuePtr load_free_var(int index);
@@ -120,6 +137,7 @@ class FrameTracer {
   bool is_top_;
   std::vector<interpreter::Instruction> instructions_;
   std::vector<ValuePtr> locals_;
+  std::vector<ValuePtr> closure_;
   std::vector<ValuePtr> stack_;
   PyRef kwnames_;
   size_t pc_ = 0;

@@ -32,7 +32,9 @@ using runtime::PyRef;
   X(Builtin, "a Python builtin or std-module function kiln models")            \
   X(PyModule, "a Python module object")                                        \
   X(Object, "any other Python object, read through guarded attributes")        \
-  X(Iterator, "an iterator over a known sequence of values")
+  X(Iterator, "an iterator over a known sequence of values")                  \
+  X(Cell, "a closure cell; items[0] is its contents, absent when unbound")    \
+  X(LocalFunction, "a function created by the trace (lambda, nested def)")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,
@@ -60,6 +62,9 @@ struct Value {
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
   ValuePtr self;            // Method/TensorMethod receiver
+  ValuePtr defaults;        // LocalFunction: tuple of default values, or null
+  ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
+  bool outer_cell = false;  // Cell: belongs to a scope the caller can see
   std::string name;         // TensorMethod: method name; TorchCallable: display name
 
   bool is(ValueKind k) const { return kind == k; }
