@@ -20,6 +20,29 @@ std::string repr(PyObject* obj) {
 
 std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
 
+// The instance dicts nn.Module.__call__ consults for per-module hooks.
+constexpr const char* kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks",
+                                            "_backward_hooks"};
+
+// Returns the name of a non-empty hook dict of `module`, or null when none
+// is set. Reads the instance dict directly: no Python code runs.
+const char* module_hook_set(PyObject* module) {
+  static PyObject* names[3] = {PyUnicode_InternFromString(kModuleHookDicts[0]),
+                               PyUnicode_InternFromString(kModuleHookDicts[1]),
+                               PyUnicode_InternFromString(kModuleHookDicts[2])};
+  PyObject** dict_ptr = _PyObject_GetDictPtr(module);
+  if (!dict_ptr || !*dict_ptr) return nullptr;
+  for (int i = 0; i < 3; ++i) {
+    PyObject* hooks = PyDict_GetItemWithError(*dict_ptr, names[i]);
+    if (!hooks) {
+      PyErr_Clear();
+      continue;
+    }
+    if (!PyDict_Check(hooks) || PyDict_GET_SIZE(hooks) != 0) return kModuleHookDicts[i];
+  }
+  return nullptr;
+}
+
 const char* kind_name(GuardKind kind) {
   switch (kind) {
 #define KILN_GUARD_NAME(name, doc) \
@@ -92,6 +115,12 @@ void GuardSet::add_grad_mode(bool enabled) {
   indexed_ = false;
 }
 
+void GuardSet::add_no_module_hooks(int source) {
+  if (has(GuardKind::NoModuleHooks, source)) return;
+  guards_.push_back({.kind = GuardKind::NoModuleHooks, .source = source});
+  indexed_ = false;
+}
+
 void GuardSet::build_index() const {
   by_source_.assign(sources_.size(), {});
   for (int i = 0; i < static_cast<int>(guards_.size()); ++i) {
@@ -128,6 +157,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value) const {
       }
     case GuardKind::GradMode:
       return runtime::grad_mode_enabled() == guard.flag;
+    case GuardKind::NoModuleHooks:
+      return value && module_hook_set(value) == nullptr;
   }
   return false;
 }
@@ -190,6 +221,9 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
       break;
     case GuardKind::GradMode:
       break;
+    case GuardKind::NoModuleHooks:
+      out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
+      break;
   }
   return out.str();
 }
@@ -227,6 +261,7 @@ std::string GuardSet::describe(const Guard& guard) const {
           << guard.length;
       break;
     case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
+    case GuardKind::NoModuleHooks: break;
   }
   return out.str();
 }

@@ -19,7 +19,8 @@ namespace kiln::guards {
   X(IdMatch, "this very object")                                             \
   X(ConstantMatch, "a value of this type equal to this constant")            \
   X(LengthMatch, "a tuple or list of exactly this type and length")          \
-  X(GradMode, "torch.is_grad_enabled() has this value (no source)")
+  X(GradMode, "torch.is_grad_enabled() has this value (no source)")         \
+  X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -55,6 +56,7 @@ class GuardSet {
   void add_constant_match(int source, PyObject* constant);
   void add_length_match(int source, PyObject* sequence);
   void add_grad_mode(bool enabled);
+  void add_no_module_hooks(int source);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.

@@ -16,7 +16,7 @@ namespace kiln::interpreter {
 //   - jump targets are instruction indices into the decoded stream (target);
 //   - CompareOp's arg is a Py_LT..Py_GE code on every version;
 //   - a method load (3.11 LOAD_METHOD, 3.12 LOAD_ATTR with low bit) is
-//     LoadAttr with flags & kPushNull... see each op's comment;
+//     LoadAttr with flags & kMethod;
 //   - LoadGlobal's arg is the co_names index, flags & kPushNull says that a
 //     NULL is pushed first.
 // The op list is written once here and expanded into the enum and names.
@@ -92,7 +92,8 @@ namespace kiln::interpreter {
   X(JumpIfFalseOrPop, "target (3.11)")                                         \
   X(JumpIfTrueOrPop, "target (3.11)")                                          \
   X(GetIter, "")                                                               \
-  X(ForIter, "target: first instruction after the loop's exhaustion")          \
+  X(ForIter, "target: where dis says the loop exits (3.12: its END_FOR, "     \
+             "which an exhausted loop skips)")                                 \
   X(EndFor, "3.12: pops the exhausted iterator's two slots")                   \
   X(GetLen, "")
 

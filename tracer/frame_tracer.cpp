@@ -15,6 +15,11 @@ namespace {
 
 constexpr size_t kMaxSteps = 1'000'000;  // unrolled loops end well before this
 
+PyObject* torch_prefix() {
+  static PyObject* prefix = PyUnicode_InternFromString("torch.");
+  return prefix;
+}
+
 std::string code_file(PyCodeObject* code) {
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   return file ? file : "?";
@@ -431,7 +436,15 @@ ValuePtr FrameTracer::load_global(PyObject* name) {
     abort_trace(BreakCode::UnboundName,
                 "name '" + std::string(PyUnicode_AsUTF8(name)) + "' is not defined");
   }
-  const int source = is_top_ ? state_.sources().global(name) : state_.sources().global_in(globals_, name);
+  // torch's own modules are assumed fixed, like its namespace.
+  PyObject* module_name = PyDict_GetItemString(globals_, "__name__");
+  if (module_name && PyUnicode_Check(module_name) &&
+      PyUnicode_Tailmatch(module_name, torch_prefix(), 0, 6, -1) == 1) {
+    return state_.wrap_unguarded(value);
+  }
+  // Callees sharing the traced frame's module read globals the same way.
+  const int source = globals_ == state_.frame().globals ? state_.sources().global(name)
+                                                        : state_.sources().global_in(globals_, name);
   return state_.wrap(value, source);
 }
 

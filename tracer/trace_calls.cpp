@@ -185,10 +185,10 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
   if (_PyType_Lookup(type, call_name.get()) != api->module_call) {
     abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " overrides __call__");
   }
-  // Hooks run Python code kiln does not see; refuse rather than skip them.
+  // Hooks run Python code kiln does not see; refuse rather than skip them,
+  // and guard that none appear later.
   for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks"}) {
-    PyRef hooks_name = PyRef::steal(PyUnicode_InternFromString(hooks));
-    PyRef dict = PyRef::steal(PyObject_GetAttr(obj, hooks_name.get()));
+    PyRef dict = PyRef::steal(PyObject_GetAttrString(obj, hooks));
     if (!dict) {
       PyErr_Clear();
       continue;
@@ -196,10 +196,8 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
     if (PyDict_Check(dict.get()) && PyDict_GET_SIZE(dict.get()) > 0) {
       abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " has " + hooks);
     }
-    if (module->source >= 0 && PyDict_Check(dict.get())) {
-      state_.guards().add_length_match(state_.sources().attr(module->source, hooks_name.get()), dict.get());
-    }
   }
+  if (module->source >= 0) state_.guards().add_no_module_hooks(module->source);
   for (const char* global_hooks : {"_global_forward_hooks", "_global_forward_pre_hooks",
                                    "_global_backward_hooks"}) {
     PyRef dict = PyRef::steal(PyObject_GetAttrString(api->global_hooks_module, global_hooks));

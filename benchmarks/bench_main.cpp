@@ -1,0 +1,187 @@
+// main() of kiln_bench: starts the configured CPython, imports torch and
+// kiln, defines the Python functions the benchmarks call, then runs Google
+// Benchmark on this thread with the GIL held. After the runs it prints the
+// added per-call cost of compiled functions (compiled minus eager, from the
+// medians when --benchmark_repetitions > 1).
+
+#include <Python.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench_support.h"
+
+#ifndef KILN_PYTHON_EXECUTABLE
+#error "KILN_PYTHON_EXECUTABLE must name the python the build was configured with"
+#endif
+#ifndef KILN_PYTHON_PACKAGE_DIR
+#error "KILN_PYTHON_PACKAGE_DIR must name the directory that holds the kiln package"
+#endif
+
+namespace kiln::bench {
+namespace {
+
+PyObject* g_namespace = nullptr;  // owned for the process's life
+
+// The code the call-overhead benchmarks run. Its file name is not one kiln
+// skips (torch's, kiln's, the standard library's), so kiln traces it.
+constexpr const char* kBenchSource = R"PY(
+import torch
+import kiln
+
+def f1(x):
+    return x + 1
+
+def f8(a, b, c, d, e, f, g, h):
+    return a + b + c + d + e + f + g + h
+
+compiled_f1 = kiln.compile(f1, backend="eager")
+compiled_f8 = kiln.compile(f8, backend="eager")
+
+torch.manual_seed(0)
+inputs_1 = (torch.randn(1),)
+inputs_8 = tuple(torch.randn(1) for _ in range(8))
+)PY";
+
+int start_python(const char* program) {
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  // Google Benchmark owns the command line.
+  config.parse_argv = 0;
+  config.install_signal_handlers = 0;
+  PyStatus status = PyConfig_SetBytesString(&config, &config.executable, KILN_PYTHON_EXECUTABLE);
+  if (!PyStatus_Exception(status)) {
+    char* argv[] = {const_cast<char*>(program)};
+    status = PyConfig_SetBytesArgv(&config, 1, argv);
+  }
+  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  if (PyStatus_Exception(status)) {
+    std::fprintf(stderr, "kiln_bench: cannot start Python (%s): %s\n", KILN_PYTHON_EXECUTABLE,
+                 status.err_msg != nullptr ? status.err_msg : "unknown error");
+    return -1;
+  }
+  // kiln's package directory first, as the kiln binary does.
+  PyObject* path = PySys_GetObject("path");  // borrowed
+  PyObject* dir = PyUnicode_DecodeFSDefault(KILN_PYTHON_PACKAGE_DIR);
+  if (path == nullptr || dir == nullptr || PyList_Insert(path, 0, dir) != 0) {
+    Py_XDECREF(dir);
+    PyErr_Print();
+    return -1;
+  }
+  Py_DECREF(dir);
+
+  g_namespace = PyDict_New();
+  PyDict_SetItemString(g_namespace, "__builtins__", PyEval_GetBuiltins());
+  PyObject* name = PyUnicode_FromString("kiln_bench");
+  PyDict_SetItemString(g_namespace, "__name__", name);
+  Py_XDECREF(name);
+  PyObject* code = Py_CompileString(kBenchSource, "<kiln_bench>", Py_file_input);
+  PyObject* result = code ? PyEval_EvalCode(code, g_namespace, g_namespace) : nullptr;
+  Py_XDECREF(code);
+  if (result == nullptr) {
+    PyErr_Print();
+    std::fprintf(stderr, "kiln_bench: cannot import torch and kiln with %s (package dir %s)\n",
+                 KILN_PYTHON_EXECUTABLE, KILN_PYTHON_PACKAGE_DIR);
+    return -1;
+  }
+  Py_DECREF(result);
+  return 0;
+}
+
+// The console reporter, also remembering each benchmark's time so main()
+// can print compiled minus eager.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      // Prefer the median, then the mean, then a single run.
+      int rank = run.aggregate_name == "median" ? 3
+                 : run.aggregate_name == "mean" ? 2
+                 : run.aggregate_name.empty()   ? 1
+                                                : 0;
+      if (rank == 0) continue;
+      Entry& entry = times_[run.run_name.function_name + "/" + run.run_name.args];
+      if (rank > entry.rank) {
+        entry.rank = rank;
+        entry.ns = run.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(benchmark::kNanosecond) /
+                   benchmark::GetTimeUnitMultiplier(run.time_unit);
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+
+  void PrintSummary() const {
+    bool header = false;
+    for (const auto& [name, compiled] : times_) {
+      const std::string prefix = "BM_Call_Compiled/";
+      if (name.rfind(prefix, 0) != 0) continue;
+      const std::string arg = name.substr(prefix.size());
+      auto eager = times_.find("BM_Call_Eager/" + arg);
+      if (eager == times_.end()) continue;
+      if (!header) {
+        std::printf("\nAdded per-call cost of kiln.compile(fn, backend=\"eager\") (%s real time):\n",
+                    compiled.rank == 3 ? "median" : compiled.rank == 2 ? "mean" : "single-run");
+        std::printf("  %-8s %12s %12s %12s\n", "inputs", "eager ns", "compiled ns", "added ns");
+        header = true;
+      }
+      std::printf("  %-8s %12.0f %12.0f %12.0f\n", arg.c_str(), eager->second.ns, compiled.ns,
+                  compiled.ns - eager->second.ns);
+    }
+  }
+
+ private:
+  struct Entry {
+    int rank = 0;
+    double ns = 0;
+  };
+  std::map<std::string, Entry> times_;
+};
+
+}  // namespace
+
+PyObject* namespace_dict() { return g_namespace; }
+
+PyObject* eval(const char* expression) {
+  PyObject* value = PyRun_String(expression, Py_eval_input, g_namespace, g_namespace);
+  if (value == nullptr) PyErr_Print();
+  return value;
+}
+
+bool read_kiln_stats(KilnStats* out) {
+  PyObject* dict = eval("kiln.stats()");
+  if (dict == nullptr || !PyDict_Check(dict)) {
+    Py_XDECREF(dict);
+    return false;
+  }
+  auto get = [dict](const char* key, int64_t* field) {
+    PyObject* value = PyDict_GetItemString(dict, key);  // borrowed
+    if (value == nullptr) return false;
+    *field = PyLong_AsLongLong(value);
+    return !PyErr_Occurred();
+  };
+  bool ok = get("traces", &out->traces) && get("cache_hits", &out->cache_hits) &&
+            get("cache_misses", &out->cache_misses) && get("eager_runs", &out->eager_runs);
+  if (!ok) PyErr_Print();
+  Py_DECREF(dict);
+  return ok;
+}
+
+}  // namespace kiln::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (kiln::bench::start_python(argv[0]) != 0) return 1;
+  // This thread keeps the GIL: Google Benchmark runs single-threaded
+  // benchmarks on the calling thread.
+  kiln::bench::SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.PrintSummary();
+  benchmark::Shutdown();
+  return Py_FinalizeEx() < 0 ? 1 : 0;
+}

@@ -1,0 +1,29 @@
+// Shared by kiln_bench's files: the embedded interpreter that bench_main.cpp
+// starts (torch and kiln imported, GIL held by the benchmark thread) and a
+// namespace holding the Python objects the benchmarks time.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+namespace kiln::bench {
+
+// The namespace (a dict) that bench_main.cpp filled with `torch`, `kiln` and
+// the functions and tensors the call-overhead benchmarks use. Borrowed.
+PyObject* namespace_dict();
+
+// Evaluates a Python expression in namespace_dict(). Returns a new
+// reference, or null after printing the traceback.
+PyObject* eval(const char* expression);
+
+// kiln.stats() as numbers; false (and the error printed) if it failed.
+struct KilnStats {
+  int64_t traces = 0;
+  int64_t cache_hits = 0;
+  int64_t cache_misses = 0;
+  int64_t eager_runs = 0;
+};
+bool read_kiln_stats(KilnStats* out);
+
+}  // namespace kiln::bench
