@@ -25,7 +25,7 @@ namespace kiln::bench {
 namespace {
 
 // Shape of every guarded tensor: 2-D, so each TensorMatch compares two sizes
-// and two strides. The miss variant's last tensor has kMissShape.
+// and two strides. The miss variant's last tensor is kRows x kMissCols.
 constexpr int kRows = 4;
 constexpr int kCols = 4;
 constexpr int kMissCols = 5;
