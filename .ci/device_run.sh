@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (Python 3.12 + torch 2.11, no network): build
+# kiln there, run the C++ and Python tests, regenerate the 3.12 sections of
+# the golden traces, and leave the results under $OUT for review here.
+#
+#   device run: bash .ci/device_run.sh        (carry: .carry)
+#
+# .carry/pylib holds pytest and its pure-Python dependencies, copied from
+# Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-/tmp/kiln-device-out}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+PY=$(command -v python3)
+export PYTHONUNBUFFERED=1
+{
+  echo "== machine"; nvidia-smi -L; nproc
+  "$PY" -c 'import sys, torch; print(sys.version); print("torch", torch.__version__, torch.cuda.is_available())'
+} >"$LOG" 2>&1
+if ! "$PY" -c 'import pytest' 2>/dev/null; then
+  export PYTHONPATH="$PWD/.carry/pylib${PYTHONPATH:+:$PYTHONPATH}"
+fi
+{
+  echo "== configure"
+  cmake -S . -B build-device -G Ninja -DKILN_PYTHON="$PY" -DKILN_WITH_LLVM=OFF 2>&1 | tail -4
+  echo "== build"
+  cmake --build build-device -j"$(nproc)" 2>&1 | grep -E "error|warning|FAILED|Linking" | head -60
+} >>"$LOG" 2>&1
+status=0
+if [ -x build-device/kiln_cpp_tests ]; then
+  build-device/kiln_cpp_tests >"$OUT/cpp_tests.txt" 2>&1 || status=1
+fi
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
+tar -cf "$OUT/traces.tar" tests/traces
+"$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
+if [ -x build-device/kiln_bench ]; then
+  build-device/kiln_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    >"$OUT/bench.txt" 2>&1 || status=1
+fi
+tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
+exit $status
