@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <map>
 #include <string>
@@ -92,10 +94,12 @@ int start_python(const char* program) {
   return 0;
 }
 
-// The console reporter, also remembering each benchmark's time so main()
-// can print compiled minus eager.
+// The console reporter, also remembering each benchmark's time and counters
+// so main() can print compiled minus eager.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
+  explicit SummaryReporter(OutputOptions options) : ConsoleReporter(options) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.error_occurred) continue;
@@ -105,11 +109,14 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                  : run.aggregate_name.empty()   ? 1
                                                 : 0;
       if (rank == 0) continue;
-      Entry& entry = times_[run.run_name.function_name + "/" + run.run_name.args];
+      Entry& entry = results_[run.run_name.function_name + "/" + run.run_name.args];
       if (rank > entry.rank) {
         entry.rank = rank;
-        entry.ns = run.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(benchmark::kNanosecond) /
+        entry.ns = run.GetAdjustedRealTime() *
+                   benchmark::GetTimeUnitMultiplier(benchmark::kNanosecond) /
                    benchmark::GetTimeUnitMultiplier(run.time_unit);
+        entry.counters.clear();
+        for (const auto& [name, counter] : run.counters) entry.counters[name] = counter.value;
       }
     }
     ConsoleReporter::ReportRuns(runs);
@@ -117,20 +124,29 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void PrintSummary() const {
     bool header = false;
-    for (const auto& [name, compiled] : times_) {
-      const std::string prefix = "BM_Call_Compiled/";
-      if (name.rfind(prefix, 0) != 0) continue;
-      const std::string arg = name.substr(prefix.size());
-      auto eager = times_.find("BM_Call_Eager/" + arg);
-      if (eager == times_.end()) continue;
+    for (const char* n : {"1", "8"}) {
+      auto eager = results_.find(std::string("BM_Call_Eager/") + n);
+      auto compiled = results_.find(std::string("BM_Call_Compiled/") + n);
+      auto paired = results_.find(std::string("BM_Call_Paired/") + n);
+      const bool separate = eager != results_.end() && compiled != results_.end();
+      const bool pair = paired != results_.end() && paired->second.counters.count("added_ns");
+      if (!separate && !pair) continue;
       if (!header) {
-        std::printf("\nAdded per-call cost of kiln.compile(fn, backend=\"eager\") (%s real time):\n",
-                    compiled.rank == 3 ? "median" : compiled.rank == 2 ? "mean" : "single-run");
-        std::printf("  %-8s %12s %12s %12s\n", "inputs", "eager ns", "compiled ns", "added ns");
+        std::printf("\nAdded per-call cost of kiln.compile(fn, backend=\"eager\") over fn, "
+                    "real time, ns (median over repetitions when there are several):\n");
+        std::printf("  %-7s %-34s %10s %12s %10s\n", "inputs", "measured by", "eager",
+                    "compiled", "added");
         header = true;
       }
-      std::printf("  %-8s %12.0f %12.0f %12.0f\n", arg.c_str(), eager->second.ns, compiled.ns,
-                  compiled.ns - eager->second.ns);
+      if (separate) {
+        std::printf("  %-7s %-34s %10.0f %12.0f %10.0f\n", n, "BM_Call_Eager vs BM_Call_Compiled",
+                    eager->second.ns, compiled->second.ns, compiled->second.ns - eager->second.ns);
+      }
+      if (pair) {
+        const auto& c = paired->second.counters;
+        std::printf("  %-7s %-34s %10.0f %12.0f %10.0f\n", n, "BM_Call_Paired (same iteration)",
+                    c.at("eager_ns"), c.at("compiled_ns"), c.at("added_ns"));
+      }
     }
   }
 
@@ -138,9 +154,24 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   struct Entry {
     int rank = 0;
     double ns = 0;
+    std::map<std::string, double> counters;
   };
-  std::map<std::string, Entry> times_;
+  std::map<std::string, Entry> results_;
 };
+
+// Console options as Google Benchmark's own reporter would pick them: a
+// table, colored when stdout is a terminal unless --benchmark_color=false.
+benchmark::ConsoleReporter::OutputOptions console_options(int argc, char** argv) {
+  bool color = isatty(STDOUT_FILENO) != 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--benchmark_color=false" || arg == "--benchmark_color=no") color = false;
+    if (arg == "--benchmark_color=true" || arg == "--benchmark_color=yes") color = true;
+  }
+  int options = benchmark::ConsoleReporter::OO_Tabular;
+  if (color) options |= benchmark::ConsoleReporter::OO_Color;
+  return static_cast<benchmark::ConsoleReporter::OutputOptions>(options);
+}
 
 }  // namespace
 
@@ -174,12 +205,14 @@ bool read_kiln_stats(KilnStats* out) {
 }  // namespace kiln::bench
 
 int main(int argc, char** argv) {
+  // Read before Initialize(), which removes the flags it knows.
+  const auto options = kiln::bench::console_options(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (kiln::bench::start_python(argv[0]) != 0) return 1;
   // This thread keeps the GIL: Google Benchmark runs single-threaded
   // benchmarks on the calling thread.
-  kiln::bench::SummaryReporter reporter;
+  kiln::bench::SummaryReporter reporter(options);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintSummary();
   benchmark::Shutdown();

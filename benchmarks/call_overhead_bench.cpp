@@ -15,15 +15,23 @@
 //                          a cache hit (guards + graph replay, bytecode skipped)
 //   BM_Call_EagerNoHook/N  f1 or f8 with CPython's own evaluator, to show what
 //                          the installed hook costs code that is not compiled
+//   BM_Call_Paired/N       one eager then one compiled call per iteration, each
+//                          timed with steady_clock; counters eager_ns,
+//                          compiled_ns and added_ns are per-call means. Pairing
+//                          the calls microseconds apart makes the difference
+//                          robust to load from other processes, which shifts
+//                          separate benchmarks run seconds apart by more than
+//                          the overhead itself on a shared 2-core machine.
 //
 // main() prints compiled minus eager ("added ns per call") at the end. The
-// compiled benchmark checks kiln.stats() before and after its loop and fails
+// compiled benchmarks check kiln.stats() before and after its loop and fails
 // (SkipWithError) unless every call was a cache hit with no new trace and no
 // eager fallback: it must never silently time the eager path.
 
 #include <Python.h>
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -103,44 +111,97 @@ void BM_Call_EagerNoHook(benchmark::State& state) {
   interpreter::install_frame_hook();
 }
 
-void BM_Call_Compiled(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  Call call;
-  if (!lookup("compiled_f" + std::to_string(n), n, &call)) {
-    state.SkipWithError("cannot find the compiled function");
-    return;
-  }
-  // Warm: the first call traces, later ones must hit the cache.
+// Warms `compiled` until its calls hit kiln's cache and snapshots the
+// counters into *start. False (and the benchmark skipped) otherwise.
+bool warm_compiled(benchmark::State& state, const Call& compiled, KilnStats* start) {
+  // The first call traces; later ones must hit the cache.
   for (int i = 0; i < 3; ++i) {
-    if (!call.once()) {
+    if (!compiled.once()) {
       state.SkipWithError("the compiled function raised");
-      return;
+      return false;
     }
   }
-  KilnStats before, after;
-  if (!read_kiln_stats(&before) || !call.once() || !read_kiln_stats(&after)) {
+  KilnStats before;
+  if (!read_kiln_stats(&before) || !compiled.once() || !read_kiln_stats(start)) {
     state.SkipWithError("cannot read kiln.stats()");
-    return;
+    return false;
   }
-  if (after.traces != before.traces || after.cache_hits != before.cache_hits + 1 ||
-      after.eager_runs != before.eager_runs) {
+  if (start->traces != before.traces || start->cache_hits != before.cache_hits + 1 ||
+      start->eager_runs != before.eager_runs) {
     state.SkipWithError("warm compiled call was not a cache hit (traces or eager runs grew)");
-    return;
+    return false;
   }
-  if (!call_loop(state, call)) return;
+  return true;
+}
+
+// After the loop: every timed compiled call must have been a cache hit.
+void verify_all_hits(benchmark::State& state, const KilnStats& start) {
   KilnStats end;
   if (!read_kiln_stats(&end)) {
     state.SkipWithError("cannot read kiln.stats()");
     return;
   }
-  const int64_t hits = end.cache_hits - after.cache_hits;
-  if (end.traces != after.traces || end.eager_runs != after.eager_runs ||
-      end.cache_misses != after.cache_misses || hits != static_cast<int64_t>(state.iterations())) {
+  const int64_t hits = end.cache_hits - start.cache_hits;
+  if (end.traces != start.traces || end.eager_runs != start.eager_runs ||
+      end.cache_misses != start.cache_misses || hits != static_cast<int64_t>(state.iterations())) {
     state.SkipWithError("timed compiled calls were not all cache hits");
     return;
   }
   state.counters["hits_per_call"] =
       static_cast<double>(hits) / static_cast<double>(state.iterations());
+}
+
+void BM_Call_Compiled(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Call call;
+  KilnStats start;
+  if (!lookup("compiled_f" + std::to_string(n), n, &call)) {
+    state.SkipWithError("cannot find the compiled function");
+    return;
+  }
+  if (!warm_compiled(state, call, &start)) return;
+  if (!call_loop(state, call)) return;
+  verify_all_hits(state, start);
+}
+
+void BM_Call_Paired(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
+  const int n = static_cast<int>(state.range(0));
+  Call eager, compiled;
+  KilnStats start;
+  if (!lookup("f" + std::to_string(n), n, &eager) ||
+      !lookup("compiled_f" + std::to_string(n), n, &compiled) || !eager.once()) {
+    state.SkipWithError("cannot find or call the functions");
+    return;
+  }
+  if (!warm_compiled(state, compiled, &start)) return;
+  PyObject* const* args = eager.args.data();
+  const size_t nargs = eager.args.size();
+  int64_t eager_ns = 0;
+  int64_t compiled_ns = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    PyObject* r1 = PyObject_Vectorcall(eager.fn, args, nargs, nullptr);
+    const auto t1 = Clock::now();
+    PyObject* r2 = PyObject_Vectorcall(compiled.fn, args, nargs, nullptr);
+    const auto t2 = Clock::now();
+    if (r1 == nullptr || r2 == nullptr) {
+      Py_XDECREF(r1);
+      Py_XDECREF(r2);
+      PyErr_Print();
+      state.SkipWithError("the call raised");
+      return;
+    }
+    Py_DECREF(r1);
+    Py_DECREF(r2);
+    eager_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    compiled_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+  }
+  verify_all_hits(state, start);
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["eager_ns"] = static_cast<double>(eager_ns) / iterations;
+  state.counters["compiled_ns"] = static_cast<double>(compiled_ns) / iterations;
+  state.counters["added_ns"] = static_cast<double>(compiled_ns - eager_ns) / iterations;
 }
 
 // Registered pairwise so each compiled run follows its eager twin.
@@ -149,6 +210,7 @@ BENCHMARK(BM_Call_Compiled)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Eager)->Arg(8)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Compiled)->Arg(8)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_EagerNoHook)->Arg(1)->Arg(8)->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_Call_Paired)->Arg(1)->Arg(8)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace kiln::bench

@@ -1,5 +1,6 @@
 // The frame interpreter's loop and its stack, local, constant, container and
 // jump instructions. Calls, attributes and operators live in sibling files.
+#include <cstring>
 #include <sstream>
 
 #include "interpreter/bytecode_decoder.h"
@@ -107,13 +108,19 @@ std::vector<ValuePtr> FrameTracer::pop_n(int n) {
 }
 
 ValuePtr FrameTracer::run() {
-  if (interpreter::has_exception_table(code_)) {
-    abort_trace(BreakCode::UnsupportedFrame,
-                "try/except/with blocks in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
-                    " are not traced yet");
-  }
   size_t steps = 0;
   try {
+    // Exception handlers only run when something raises, and a trace aborts
+    // wherever the code would raise; so an exception table alone (3.12 puts
+    // one on every inlined comprehension) does not matter. User try/except/
+    // finally handlers do: graph ops run later, outside their protection.
+    for (const Instruction& ins : instructions_) {
+      if (std::strcmp(ins.raw_name, "PUSH_EXC_INFO") == 0) {
+        abort_trace(BreakCode::UnsupportedFrame,
+                    "try/except/finally in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
+                        " is not traced yet");
+      }
+    }
     while (!returned_) {
       if (pc_ >= instructions_.size()) {
         abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
@@ -126,6 +133,7 @@ ValuePtr FrameTracer::run() {
     if (abort.location.empty()) {
       const size_t at = pc_ > 0 ? pc_ - 1 : 0;
       int line = at < instructions_.size() ? instructions_[at].line : -1;
+      if (line < 0) line = code_->co_firstlineno;
       abort.location = code_file(code_) + ":" + std::to_string(line);
     }
     throw;

@@ -464,6 +464,18 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     ValuePtr iterator = make_sequence(ValueKind::Iterator, std::move(items));
     return iterator;
   }
+  if (name == "sum" && !args.empty() && args.size() <= 2) {
+    std::vector<ValuePtr> items = unpack(args[0], -1);
+    bool any_tensor = false;
+    for (const ValuePtr& item : items) any_tensor = any_tensor || item->is(ValueKind::Tensor);
+    if (any_tensor) {
+      // sum() is start + items[0] + items[1] + ..., left to right.
+      PyRef zero = PyRef::steal(PyLong_FromLong(0));
+      ValuePtr total = args.size() == 2 ? args[1] : state_.wrap_unguarded(zero.get());
+      for (const ValuePtr& item : items) total = binary_op(0 /* NB_ADD */, total, item);
+      return total;
+    }
+  }
   // Everything else evaluates on Python values, if that is all it gets.
   static const char* kPure[] = {"min", "max", "abs", "int", "float", "bool", "str", "round", "pow",
                                 "divmod", "sum", "range", "sorted", "any", "all", "callable",

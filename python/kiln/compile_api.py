@@ -22,6 +22,12 @@ def _check_options(backend, mode, dynamic):
                          + ", ".join(repr(m) for m in MODES))
     if dynamic not in (None, True, False):
         raise ValueError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
+    if dynamic is True:
+        warnings.warn("kiln.compile: dynamic=True is not supported yet; every new input shape "
+                      "is traced as a new static graph", RuntimeWarning, stacklevel=3)
+    if mode not in (None, "default"):
+        warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
+                      "generation)", RuntimeWarning, stacklevel=3)
     if backend == "inductor" and not _warned_inductor:
         _warned_inductor = True
         warnings.warn("kiln: backend 'inductor' has no code generation yet; compiled graphs "

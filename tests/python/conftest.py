@@ -39,7 +39,7 @@ def assert_same(compiled_out, eager_out, path="out"):
     """Assert a compiled result equals the eager result, structure and values.
 
     Tensors are compared with torch.testing.assert_close (dtype, device, shape
-    and values); tuples, lists and dicts must be of the same type and be
+    and values, NaN equal to NaN); tuples, lists and dicts must be of the same type and be
     equal element by element (dict keys in the same order); Python scalars
     must be of the same type and equal (floats within assert_close tolerance).
     """
@@ -48,7 +48,8 @@ def assert_same(compiled_out, eager_out, path="out"):
             f"{path}: expected a Tensor, got {type(compiled_out).__name__}")
         assert compiled_out.shape == eager_out.shape, (
             f"{path}: shape {tuple(compiled_out.shape)} != {tuple(eager_out.shape)}")
-        torch.testing.assert_close(compiled_out, eager_out, msg=lambda m: f"{path}: {m}")
+        torch.testing.assert_close(compiled_out, eager_out, equal_nan=True,
+                                   msg=lambda m: f"{path}: {m}")
         return
     assert type(compiled_out) is type(eager_out), (
         f"{path}: type {type(compiled_out).__name__} != {type(eager_out).__name__}")
