@@ -25,7 +25,7 @@ fi
   echo "== configure"
   cmake -S . -B build-device -G Ninja -DKILN_PYTHON="$PY" -DKILN_WITH_LLVM=OFF 2>&1 | tail -4
   echo "== build"
-  cmake --build build-device -j"$(nproc)" 2>&1 | grep -E "error|warning|FAILED|Linking" | head -60
+  cmake --build build-device -j"$(nproc)" -- -k 0 2>&1 | grep -E "error|warning|FAILED|Linking" | head -60
 } >>"$LOG" 2>&1
 status=0
 if [ -x build-device/kiln_cpp_tests ]; then

@@ -7,6 +7,17 @@
 
 #include <cstdint>
 
+// Around timed loops: under `valgrind --tool=callgrind --collect-atstart=no`
+// only these loops are counted (see benchmarks/README.md); elsewhere no-ops.
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define KILN_BENCH_COLLECT_BEGIN() CALLGRIND_TOGGLE_COLLECT
+#define KILN_BENCH_COLLECT_END() CALLGRIND_TOGGLE_COLLECT
+#else
+#define KILN_BENCH_COLLECT_BEGIN() ((void)0)
+#define KILN_BENCH_COLLECT_END() ((void)0)
+#endif
+
 namespace kiln::bench {
 
 // The namespace (a dict) that bench_main.cpp filled with `torch`, `kiln` and

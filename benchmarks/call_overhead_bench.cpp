@@ -16,8 +16,9 @@
 //   BM_Call_EagerNoHook/N  f1 or f8 with CPython's own evaluator, to show what
 //                          the installed hook costs code that is not compiled
 //   BM_Call_Paired/N       one eager then one compiled call per iteration, each
-//                          timed with steady_clock; counters eager_ns,
-//                          compiled_ns and added_ns are per-call means. Pairing
+//                          timed with steady_clock; counters eager_ns and
+//                          compiled_ns are the medians of the calls, added_ns
+//                          the median of per-iteration differences. Pairing
 //                          the calls microseconds apart makes the difference
 //                          robust to load from other processes, which shifts
 //                          separate benchmarks run seconds apart by more than
@@ -31,6 +32,7 @@
 #include <Python.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -70,20 +72,30 @@ bool lookup(const std::string& fn_name, int n, Call* out) {
   return true;
 }
 
+double median(std::vector<int64_t>& samples) {
+  if (samples.empty()) return 0;
+  const size_t mid = samples.size() / 2;
+  std::nth_element(samples.begin(), samples.begin() + mid, samples.end());
+  return static_cast<double>(samples[mid]);
+}
+
 // The timed loop, shared so every variant runs exactly the same code.
 bool call_loop(benchmark::State& state, const Call& call) {
   PyObject* fn = call.fn;
   PyObject* const* args = call.args.data();
   const size_t nargs = call.args.size();
+  KILN_BENCH_COLLECT_BEGIN();
   for (auto _ : state) {
     PyObject* result = PyObject_Vectorcall(fn, args, nargs, nullptr);
     if (result == nullptr) {
+      KILN_BENCH_COLLECT_END();
       PyErr_Print();
       state.SkipWithError("the call raised");
       return false;
     }
     Py_DECREF(result);
   }
+  KILN_BENCH_COLLECT_END();
   return true;
 }
 
@@ -177,8 +189,9 @@ void BM_Call_Paired(benchmark::State& state) {
   if (!warm_compiled(state, compiled, &start)) return;
   PyObject* const* args = eager.args.data();
   const size_t nargs = eager.args.size();
-  int64_t eager_ns = 0;
-  int64_t compiled_ns = 0;
+  std::vector<int64_t> eager_ns, compiled_ns, added_ns;
+  eager_ns.reserve(state.max_iterations);
+  compiled_ns.reserve(state.max_iterations);
   for (auto _ : state) {
     const auto t0 = Clock::now();
     PyObject* r1 = PyObject_Vectorcall(eager.fn, args, nargs, nullptr);
@@ -194,17 +207,18 @@ void BM_Call_Paired(benchmark::State& state) {
     }
     Py_DECREF(r1);
     Py_DECREF(r2);
-    eager_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-    compiled_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+    eager_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    compiled_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count());
   }
   verify_all_hits(state, start);
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["eager_ns"] = static_cast<double>(eager_ns) / iterations;
-  state.counters["compiled_ns"] = static_cast<double>(compiled_ns) / iterations;
-  state.counters["added_ns"] = static_cast<double>(compiled_ns - eager_ns) / iterations;
+  added_ns.resize(eager_ns.size());
+  for (size_t i = 0; i < eager_ns.size(); ++i) added_ns[i] = compiled_ns[i] - eager_ns[i];
+  // Medians: a call preempted by another process lands in the tail.
+  state.counters["eager_ns"] = median(eager_ns);
+  state.counters["compiled_ns"] = median(compiled_ns);
+  state.counters["added_ns"] = median(added_ns);
 }
 
-// Registered pairwise so each compiled run follows its eager twin.
 BENCHMARK(BM_Call_Eager)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Compiled)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Eager)->Arg(8)->Unit(benchmark::kNanosecond);

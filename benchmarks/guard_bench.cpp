@@ -94,10 +94,12 @@ void run_guard_check(benchmark::State& state, bool miss) {
                              : "check() failed on the frame it was built from");
     return;
   }
+  KILN_BENCH_COLLECT_BEGIN();
   for (auto _ : state) {
     bool held = guarded.guards.check(guarded.frame, values);
     benchmark::DoNotOptimize(held);
   }
+  KILN_BENCH_COLLECT_END();
   values.reset(0);
   state.counters["guards"] = guarded.guards.guard_count();
   state.counters["per_tensor"] =

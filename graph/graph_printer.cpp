@@ -14,8 +14,7 @@ std::string repr(PyObject* obj) {
   std::string out = PyUnicode_AsUTF8(text);
   Py_DECREF(text);
   // Objects without a useful repr print their address; keep text stable.
-  size_t at = out.find(" at 0x");
-  if (at != std::string::npos) {
+  for (size_t at = out.find(" at 0x"); at != std::string::npos; at = out.find(" at 0x", at)) {
     size_t end = out.find('>', at);
     out.erase(at, end == std::string::npos ? std::string::npos : end - at);
   }

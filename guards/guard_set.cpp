@@ -1,5 +1,6 @@
 #include "guards/guard_set.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "runtime/aten_bridge.h"
@@ -81,10 +82,25 @@ void GuardSet::add_type_match(int source, PyObject* type) {
 
 void GuardSet::add_id_match(int source, PyObject* object) {
   if (has(GuardKind::IdMatch, source)) return;
-  // Holding a reference keeps the id from being reused by another object.
-  Py_INCREF(object);
-  guards_.push_back({.kind = GuardKind::IdMatch, .source = source, .expected = object});
+  // A weak reference lets the object die; once dead it matches nothing, so
+  // a new object reusing its address cannot pass for it. Objects without
+  // weakref support are held strongly, which also keeps their id unique.
+  PyObject* ref = PyWeakref_NewRef(object, nullptr);
+  bool weak = ref != nullptr;
+  if (!ref) {
+    PyErr_Clear();
+    Py_INCREF(object);
+    ref = object;
+  }
+  guards_.push_back({.kind = GuardKind::IdMatch, .source = source, .expected = ref, .weak = weak});
   indexed_ = false;
+}
+
+// The object an IdMatch guard expects (borrowed), or null once it died.
+static PyObject* id_target(const Guard& guard) {
+  if (!guard.weak) return guard.expected;
+  PyObject* target = PyWeakref_GET_OBJECT(guard.expected);
+  return target == Py_None ? nullptr : target;
 }
 
 void GuardSet::add_constant_match(int source, PyObject* constant) {
@@ -136,11 +152,18 @@ bool GuardSet::holds(const Guard& guard, PyObject* value) const {
     case GuardKind::TypeMatch:
       return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected;
     case GuardKind::IdMatch:
-      return value == guard.expected;
+      return value && value == id_target(guard);
     case GuardKind::ConstantMatch: {
       if (!value) return false;
       if (value == guard.expected) return true;
       if (Py_TYPE(value) != Py_TYPE(guard.expected)) return false;
+      if (PyFloat_CheckExact(value)) {
+        // Bitwise: -0.0 and 0.0 trace differently (x * -0.0), and a NaN
+        // constant must match itself.
+        const double a = PyFloat_AS_DOUBLE(value);
+        const double b = PyFloat_AS_DOUBLE(guard.expected);
+        return std::memcmp(&a, &b, sizeof(double)) == 0;
+      }
       int eq = PyObject_RichCompareBool(value, guard.expected, Py_EQ);
       if (eq < 0) PyErr_Clear();
       return eq == 1;
@@ -207,7 +230,8 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
           << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name;
       break;
     case GuardKind::IdMatch:
-      out << where << " is a different object than when traced";
+      out << where << (id_target(guard) ? " is a different object than when traced"
+                                        : " was traced with an object that has since been freed");
       break;
     case GuardKind::ConstantMatch:
       out << where << " == " << repr(value) << ", expected " << repr(guard.expected);
@@ -254,7 +278,11 @@ std::string GuardSet::describe(const Guard& guard) const {
     case GuardKind::TypeMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name;
       break;
-    case GuardKind::IdMatch: out << " <" << type_name(guard.expected) << ">"; break;
+    case GuardKind::IdMatch: {
+      PyObject* target = id_target(guard);
+      out << " <" << (target ? type_name(target) : std::string("dead object")) << ">";
+      break;
+    }
     case GuardKind::ConstantMatch: out << " " << repr(guard.expected); break;
     case GuardKind::LengthMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="

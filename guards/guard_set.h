@@ -32,7 +32,11 @@ enum class GuardKind : uint8_t {
 struct Guard {
   GuardKind kind;
   int source = -1;             // -1 for GradMode
-  PyObject* expected = nullptr;  // owned: the type, object or constant
+  // Owned: the type or constant; for IdMatch a weak reference to the object
+  // when it supports them (so guards never keep a model alive), else the
+  // object itself.
+  PyObject* expected = nullptr;
+  bool weak = false;  // IdMatch: `expected` is a weakref
   graph::TensorMeta meta;      // TensorMatch only
   Py_ssize_t length = 0;       // LengthMatch only
   bool flag = false;           // GradMode only

@@ -1,6 +1,9 @@
 #include "interpreter/code_cache.h"
 
+#include <algorithm>
 #include <unordered_set>
+
+#include "interpreter/compile_config.h"
 
 namespace kiln::interpreter {
 namespace {
@@ -45,10 +48,30 @@ CodeCache* code_cache(PyCodeObject* code, bool create) {
 }
 
 void clear_all_code_caches() {
+  // Entries die only after every cache is empty: their Python objects'
+  // finalizers may call kiln.reset() again, or free code objects.
+  std::vector<std::shared_ptr<CacheEntry>> doomed;
   for (CodeCache* cache : live_caches()) {
+    for (auto& entry : cache->entries) doomed.push_back(std::move(entry));
     cache->entries.clear();
     cache->limit_logged = false;
   }
+}
+
+}  // namespace kiln::interpreter
+
+namespace kiln::interpreter {
+
+void prune_dead_entries(CodeCache* cache) {
+  const uint64_t epoch = dead_config_epoch();
+  if (cache->pruned_epoch == epoch) return;
+  cache->pruned_epoch = epoch;
+  std::vector<std::shared_ptr<CacheEntry>> kept;
+  std::vector<std::shared_ptr<CacheEntry>> doomed;  // dies after the swap, see clear_all
+  for (auto& entry : cache->entries) {
+    (is_dead_config(entry->config_id) ? doomed : kept).push_back(std::move(entry));
+  }
+  cache->entries.swap(kept);
 }
 
 }  // namespace kiln::interpreter

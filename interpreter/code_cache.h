@@ -26,8 +26,11 @@ struct CacheEntry {
 };
 
 // Everything kiln keeps for one code object.
+// Entries are shared so that a caller checking or running one keeps it alive
+// even if user code it triggers calls kiln.reset() (Note [Re-entrant reset]).
 struct CodeCache {
-  std::vector<std::unique_ptr<CacheEntry>> entries;
+  std::vector<std::shared_ptr<CacheEntry>> entries;
+  uint64_t pruned_epoch = 0;  // dead_config_epoch() when last pruned
   bool skip = false;        // never traced (torch's or kiln's own code)
   bool limit_logged = false;
 };
@@ -38,5 +41,8 @@ CodeCache* code_cache(PyCodeObject* code, bool create);
 
 // Drops every entry of every code object (kiln.reset()).
 void clear_all_code_caches();
+
+// Drops the cache's entries whose compile config no longer exists.
+void prune_dead_entries(CodeCache* cache);
 
 }  // namespace kiln::interpreter

@@ -1,5 +1,8 @@
 #include "interpreter/compile_config.h"
 
+#include <mutex>
+#include <unordered_set>
+
 namespace kiln::interpreter {
 namespace {
 
@@ -7,7 +10,24 @@ thread_local const CompileConfig* t_current_config = nullptr;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 
+std::mutex g_dead_mutex;
+std::unordered_set<uint64_t> g_dead_configs;
+std::atomic<uint64_t> g_dead_epoch{0};
+
 }  // namespace
+
+CompileConfig::~CompileConfig() {
+  std::lock_guard<std::mutex> lock(g_dead_mutex);
+  g_dead_configs.insert(id);
+  g_dead_epoch++;
+}
+
+bool is_dead_config(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_dead_mutex);
+  return g_dead_configs.count(id) != 0;
+}
+
+uint64_t dead_config_epoch() { return g_dead_epoch; }
 
 uint64_t next_config_id() { return g_next_config_id++; }
 

@@ -21,6 +21,12 @@ struct TraceCollector {
 // One kiln.compile() call's settings. Cache entries are tagged with the id,
 // so two compiles of one function never share graphs.
 struct CompileConfig {
+  CompileConfig() = default;
+  CompileConfig(const CompileConfig&) = delete;
+  CompileConfig& operator=(const CompileConfig&) = delete;
+  // Marks the id dead, so cache entries made under it can be dropped.
+  ~CompileConfig();
+
   uint64_t id = 0;
   std::string backend = "inductor";
   bool fullgraph = false;
@@ -29,6 +35,12 @@ struct CompileConfig {
 
 // Returns a fresh config id.
 uint64_t next_config_id();
+
+// True when the config with this id no longer exists.
+bool is_dead_config(uint64_t id);
+
+// Counts configs that died so far; caches compare it to know when to prune.
+uint64_t dead_config_epoch();
 
 // The compile context of the running thread: null when frames on this
 // thread must not be traced (outside compiled calls, inside graphs).

@@ -69,14 +69,14 @@ void raise_unsupported(const CacheEntry& entry) {
   PyErr_SetString(type, message.c_str());
 }
 
-CacheEntry* trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* frame,
+std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* frame,
                              const CompileConfig& config) {
   tracer::TraceResult result;
   {
     ConfigScope untraced(nullptr);
     result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame));
   }
-  auto entry = std::make_unique<CacheEntry>();
+  auto entry = std::make_shared<CacheEntry>();
   entry->config_id = config.id;
   TraceCollector* collector = config.collector.get();
   if (collector && collector->want_dump) {
@@ -113,8 +113,8 @@ CacheEntry* trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* fr
       }
     }
   }
-  cache->entries.push_back(std::move(entry));
-  return cache->entries.back().get();
+  cache->entries.push_back(entry);
+  return entry;
 }
 
 PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
@@ -134,26 +134,32 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   }
   const guards::FrameView view = frame_view(frame);
   guards::SourceValues values;
-  CacheEntry* hit = nullptr;
-  CacheEntry* last = nullptr;
+  // Note [Re-entrant reset]: guard checks and graph runs can run user code
+  // (finalizers of released values) that calls kiln.reset() and empties
+  // cache->entries under us. Hence index-based iteration and shared_ptr
+  // copies of the entries in use.
+  std::shared_ptr<CacheEntry> hit;
+  std::shared_ptr<CacheEntry> last;
   int entries_for_config = 0;
-  for (const auto& entry : cache->entries) {
+  for (size_t i = 0; i < cache->entries.size(); ++i) {
+    std::shared_ptr<CacheEntry> entry = cache->entries[i];
     if (entry->config_id != config->id) continue;
     ++entries_for_config;
     if (entry->failed) {
-      hit = entry.get();
+      hit = std::move(entry);
       break;
     }
-    last = entry.get();
     if (entry->guards->check(view, values)) {
-      hit = entry.get();
+      hit = std::move(entry);
       break;
     }
+    last = std::move(entry);
   }
   if (hit && !hit->failed) {
     stats().cache_hits++;
   } else if (!hit) {
     stats().cache_misses++;
+    prune_dead_entries(cache);
     if (entries_for_config >= cache_size_limit()) {
       stats().cache_limit_hits++;
       stats().eager_runs++;

@@ -107,10 +107,10 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       Py_INCREF(value);
       values[node.id] = value;
     } else {
-      // Slot 0 stays free so PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee
-      // prepend self without copying.
-      call_args.assign(1 + node.args.size() + node.kwargs.size(), nullptr);
-      size_t slot = 1;
+      // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
+      // keyword arguments passed with it (alpha= was ignored).
+      call_args.assign(node.args.size() + node.kwargs.size(), nullptr);
+      size_t slot = 0;
       bool failed = false;
       for (const Arg& arg : node.args) {
         if (!(call_args[slot++] = materialize(arg, values))) failed = true;
@@ -120,11 +120,10 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       }
       PyObject* result = nullptr;
       if (!failed) {
-        result = PyObject_Vectorcall(node.target, call_args.data() + 1,
-                                     node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET,
+        result = PyObject_Vectorcall(node.target, call_args.data(), node.args.size(),
                                      steps_[node.id].kwnames);
       }
-      for (size_t i = 1; i < call_args.size(); ++i) Py_XDECREF(call_args[i]);
+      for (PyObject* arg : call_args) Py_XDECREF(arg);
       if (!result) {
         release_all();
         return nullptr;

@@ -114,8 +114,10 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       return state_.wrap(value.get(), state_.sources().attr(base->source, name));
     }
-    case ValueKind::Constant:
     case ValueKind::Object:
+      if (base->source >= 0) return load_object_attr(base, name);
+      [[fallthrough]];
+    case ValueKind::Constant:
     case ValueKind::Function:
     case ValueKind::TorchCallable:
     case ValueKind::Builtin: {
@@ -135,6 +137,33 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       break;
   }
   abort_trace(BreakCode::UnsupportedAttribute, "attribute " + attr + " of " + describe_value(*base));
+}
+
+ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
+  // Only reads that run no user code are traced: the guards re-read the
+  // attribute on every call, so a property or __getattr__ would run a
+  // different number of times than in eager Python.
+  PyObject* obj = base->obj.get();
+  PyTypeObject* type = Py_TYPE(obj);
+  const std::string attr = PyUnicode_AsUTF8(name);
+  const std::string where = std::string(type->tp_name) + "." + attr;
+  if (type->tp_getattro != PyObject_GenericGetAttr) {
+    abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
+                                                     " customizes attribute access (__getattr__ or __getattribute__)");
+  }
+  PyObject* class_attr = _PyType_Lookup(type, name);
+  if (class_attr && PyFunction_Check(class_attr)) {
+    auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
+    method->self = base;
+    return method;
+  }
+  if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr)) {
+    abort_trace(BreakCode::UnsupportedAttribute,
+                where + " is a property or other descriptor, which kiln does not trace yet");
+  }
+  PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
+  if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+  return state_.wrap(value.get(), state_.sources().attr(base->source, name));
 }
 
 ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {

@@ -68,6 +68,17 @@ PyRef value_to_python(const ValuePtr& value) {
   }
 }
 
+PyRef constant_to_python(const ValuePtr& value) {
+  if (value->is(ValueKind::Constant)) return value->obj;
+  if (value->is(ValueKind::Tuple) || value->is(ValueKind::List)) {
+    for (const ValuePtr& item : value->items) {
+      if (!constant_to_python(item)) return PyRef();
+    }
+    return value_to_python(value);
+  }
+  return PyRef();
+}
+
 void FrameTracer::step_call(const Instruction& ins) {
   std::vector<ValuePtr> args;
   KwArgs kwargs;
@@ -485,7 +496,10 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
   if (!pure) abort_trace(BreakCode::UnsupportedCall, "call of builtin " + name + "()");
   PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
-    PyRef arg = value_to_python(args[i]);
+    // User objects would run their own __len__, __eq__, ... here, once,
+    // and bake the answer into the graph.
+    PyRef arg = constant_to_python(args[i]);
+    if (!arg && name == "type" && args[i]->obj) arg = args[i]->obj;
     if (!arg) {
       abort_trace(BreakCode::UnsupportedCall, name + "() of " + describe_value(*args[i]));
     }
@@ -495,7 +509,7 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
   if (!kwargs.empty()) {
     call_kwargs = PyRef::steal(PyDict_New());
     for (const auto& [key, value] : kwargs) {
-      PyRef arg = value_to_python(value);
+      PyRef arg = constant_to_python(value);
       if (!arg) abort_trace(BreakCode::UnsupportedCall, name + "() keyword of " + describe_value(*value));
       PyDict_SetItemString(call_kwargs.get(), key.c_str(), arg.get());
     }

@@ -59,9 +59,9 @@ ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b)
     for (long t = 0; t < times; ++t) items.insert(items.end(), a->items.begin(), a->items.end());
     return make_sequence(a->kind, std::move(items));
   }
-  PyRef left = value_to_python(a);
-  PyRef right = value_to_python(b);
-  if (!left || !right || !(a->is(ValueKind::Constant) || a_seq) || !(b->is(ValueKind::Constant) || b_seq)) {
+  PyRef left = constant_to_python(a);
+  PyRef right = constant_to_python(b);
+  if (!left || !right) {
     abort_trace(BreakCode::UnsupportedOperator, std::string("operator.") + name + " on " +
                                                     describe_value(*a) + " and " + describe_value(*b));
   }
@@ -76,8 +76,8 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
     PyRef fn = operator_function(kCompareNames[cmp]);
     return state_.call_torch(std::string("operator.") + kCompareNames[cmp], fn.get(), {a, b}, {}, false);
   }
-  PyRef left = value_to_python(a);
-  PyRef right = value_to_python(b);
+  PyRef left = constant_to_python(a);
+  PyRef right = constant_to_python(b);
   if (!left || !right) {
     abort_trace(BreakCode::UnsupportedOperator, "comparison of " + describe_value(*a) + " and " + describe_value(*b));
   }

@@ -127,9 +127,8 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
       value = make_object(ValueKind::Function, PyRef::borrow(obj), source);
     } else if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {
       value = make_object(ValueKind::Method, PyRef::borrow(PyMethod_GET_FUNCTION(obj)), source);
-      value->self = wrap(PyMethod_GET_SELF(obj),
-                         guarded ? sources().attr(source, PyUnicode_InternFromString("__self__"))
-                                 : -1);
+      PyRef self_name = PyRef::steal(PyUnicode_InternFromString("__self__"));
+      value->self = wrap(PyMethod_GET_SELF(obj), guarded ? sources().attr(source, self_name.get()) : -1);
     } else if (PyCFunction_Check(obj)) {
       value = make_object(ValueKind::Builtin, PyRef::borrow(obj), source);
     } else {

@@ -85,6 +85,7 @@ class FrameTracer {
   // Attribute, operator and subscript semantics (trace_attributes.cpp,
   // trace_operators.cpp).
   ValuePtr load_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr load_object_attr(const ValuePtr& base, PyObject* name);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
@@ -154,6 +155,10 @@ std::string py_repr(PyObject* obj);
 // Turns a value into the real Python object it stands for (constants,
 // objects and containers of them); null if it holds graph values.
 PyRef value_to_python(const ValuePtr& value);
+
+// Like value_to_python, but only for constants and tuples/lists of them:
+// values on which Python operators and builtins run no user code.
+PyRef constant_to_python(const ValuePtr& value);
 
 // Fetches and clears the pending Python error as "Type: message".
 std::string take_python_error();

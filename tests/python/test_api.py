@@ -176,3 +176,130 @@ def test_many_small_functions_each_traced_once():
             assert_same(cf(x), f(x))
     s = stats()
     assert s["traces"] == len(fns) and s["cache_hits"] == 2 * len(fns), s
+
+
+def test_threads_share_a_compiled_function():
+    import threading
+
+    def f(x):
+        return (x * 2).sin() + x.shape[0]
+
+    compiled = kiln.compile(f)
+    errors = []
+
+    def worker(n):
+        try:
+            for _ in range(200):
+                x = torch.randn(n)
+                torch.testing.assert_close(compiled(x), f(x))
+        except Exception as e:  # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (2, 3, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    s = stats()
+    assert 2 <= s["traces"] <= 4 and s["unsupported"] == 0, s
+    assert s["traces"] + s["cache_hits"] == 800, s
+
+
+def test_plain_code_in_other_threads_is_not_traced():
+    import threading
+    import time
+
+    stop = threading.Event()
+    ran = [0]
+
+    def plain(x):
+        return x * 3
+
+    def other():
+        while not stop.is_set():
+            plain(torch.ones(2))
+            ran[0] += 1
+
+    def slow(x):
+        for _ in range(20):
+            x = x + 1
+        return x
+
+    compiled = kiln.compile(slow)
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        while ran[0] == 0:  # the other thread is really running alongside
+            time.sleep(0.001)
+        for i in range(500):
+            x = torch.randn(i % 3 + 1)
+            assert_same(compiled(x), slow(x))
+    finally:
+        stop.set()
+        thread.join()
+    s = stats()
+    assert ran[0] > 0
+    assert s["traces"] == 3 and s["cache_hits"] == 497, s
+
+
+REENTRANT_RESET = {
+    # kiln.reset() from user code that kiln itself runs while it traces,
+    # checks guards or runs a graph.
+    "property_during_trace": """
+class Weird:
+    @property
+    def k(self):
+        kiln.reset()
+        return 2
+W = Weird()
+def f(x):
+    return x * W.k
+c = kiln.compile(f)
+for _ in range(3):
+    assert torch.equal(c(torch.ones(2)), torch.full((2,), 2.0))
+""",
+    "getattr_during_trace": """
+class G:
+    def __getattr__(self, name):
+        kiln.reset()
+        return 2
+W = G()
+def f(x):
+    return x * W.k
+c = kiln.compile(f)
+for _ in range(3):
+    assert torch.equal(c(torch.ones(2)), torch.full((2,), 2.0))
+""",
+    "finalizer_during_calls": """
+class Fin:
+    def __del__(self):
+        kiln.reset()
+def f(x):
+    return x * 3
+c = kiln.compile(f)
+for i in range(2000):
+    a = Fin(); a.cycle = a; del a   # freed by some later gc pass, inside kiln
+    x = torch.randn(i % 5 + 1)
+    assert torch.equal(c(x), x * 3)
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(REENTRANT_RESET))
+def test_reset_reentered_from_user_code_does_not_crash(case, tmp_path):
+    # Run in a child process: a crash must fail this test, not kill the suite.
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / f"{case}.py"
+    script.write_text("import warnings\nwarnings.simplefilter('ignore')\nimport torch, kiln\n"
+                      + REENTRANT_RESET[case] + "\nprint('script-ok')\n")
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "script-ok" in proc.stdout, (
+        f"exit code {proc.returncode}\n{proc.stderr[-2000:]}")

@@ -1,10 +1,12 @@
 """Compiled plain functions agree with eager PyTorch.
 
-Every function here is something the tracer is expected to handle, so each is
+Functions the tracer is expected to handle go through conftest.check_compiled:
 compiled with fullgraph=True (a tracing failure is a test failure, not a silent
 eager fallback), called three times on fresh inputs, compared with eager each
-time, and must trace exactly once (see conftest.check_compiled).
+time, and traced exactly once. The aliasing/mutation/side-effect tests at the
+end use the default compile and check results, inputs and side effects only.
 """
+import math
 import types
 
 import pytest
@@ -556,3 +558,182 @@ def test_no_grad_and_autograd_through_compiled():
         out_e = f(x, w)
     assert_same(out_c, out_e)
     assert out_c.requires_grad is False
+
+
+# ---------------------------------------------------------------------------
+# Aliasing, views and mutation: compiled code must see memory as eager does
+# ---------------------------------------------------------------------------
+
+def mutate_then_read_other(x, y):
+    x.add_(1)
+    return y * 2
+
+
+def test_same_tensor_passed_twice_after_tracing_distinct():
+    compiled = kiln.compile(mutate_then_read_other)
+    x, y = torch.randn(3), torch.randn(3)
+    assert_same(compiled(x.clone(), y.clone()), mutate_then_read_other(x, y))  # traced on distinct tensors
+    for _ in range(3):
+        a = torch.randn(3)
+        a_e = a.clone()
+        out_c = compiled(a, a)      # y aliases x: sees the add_
+        out_e = mutate_then_read_other(a_e, a_e)
+        assert_same(out_c, out_e)
+        assert_same(a, a_e)
+
+
+def test_overlapping_view_inputs():
+    def f(x, y):
+        x.mul_(2)
+        return y + 0
+
+    compiled = kiln.compile(f)
+    assert_same(compiled(torch.ones(2), torch.ones(2)), torch.ones(2))
+    for _ in range(3):
+        base = torch.randn(4)
+        base_e = base.clone()
+        assert_same(compiled(base[:2], base[1:3]), f(base_e[:2], base_e[1:3]))
+        assert_same(base, base_e)
+
+
+def view_then_mutate(x):
+    v = x.view(-1)
+    x.add_(1)
+    x[0] = 5.0
+    x[1].mul_(3)
+    return v * 1, x.sum()
+
+
+def test_views_see_later_mutations_and_setitem():
+    compiled = kiln.compile(view_then_mutate)
+    for _ in range(3):
+        x = torch.randn(3, 2)
+        x_e = x.clone()
+        assert_same(compiled(x), view_then_mutate(x_e))
+        assert_same(x, x_e)
+
+
+def test_output_identity_and_aliasing():
+    def ident(x):
+        return x
+
+    def twice(x):
+        y = x * 2
+        return y, y
+
+    def flat_view(x):
+        return x.view(-1)
+
+    def transposed(x):
+        return x.t(), x.t() + 1
+
+    c_ident, c_twice = kiln.compile(ident), kiln.compile(twice)
+    c_view, c_t = kiln.compile(flat_view), kiln.compile(transposed)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        assert c_ident(x) is x
+        a, b = c_twice(x)
+        assert a is b
+        v = c_view(x)
+        v.add_(100)  # a returned view shares the input's memory, as in eager
+        assert bool((x > 50).all())
+        outs = c_t(x)
+        assert [o.stride() for o in outs] == [o.stride() for o in transposed(x)]
+
+
+def indexing(x, i):
+    return (x[0], x[:, 1], x[1:3], x[..., 0], x[:, None], x[:, ::2], x[-1, -1],
+            x[i], x.index_select(0, i))
+
+
+def test_tensor_indexing():
+    check_compiled(indexing, lambda: (torch.randn(4, 6), torch.tensor([0, 3, 3])))
+
+
+def causal_attention(q, k, v):
+    n = q.size(-2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def chunks(x):
+    a, b = x.chunk(2, dim=-1)
+    return a * b, x.split(1, dim=0), torch.unbind(x), x.shape[0] * x.shape[1]
+
+
+@pytest.mark.parametrize("fn,make", [
+    (causal_attention, lambda: (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8))),
+    (chunks, lambda: (torch.randn(2, 4),)),
+], ids=["causal_attention", "chunk_split_unbind"])
+def test_realistic_snippets(fn, make):
+    check_compiled(fn, make)
+
+
+def comprehensions(x):
+    squares = [x * i for i in range(3)]
+    table = {k: x + k for k in range(2)}
+    return squares, table, sum(t.sum() for t in squares)
+
+
+def test_comprehensions_and_generators():
+    compiled = kiln.compile(comprehensions)
+    for _ in range(3):
+        x = torch.randn(2)
+        assert_same(compiled(x), comprehensions(x))
+
+
+SIDE_LOG = []
+
+
+def appends_to_global(x):
+    SIDE_LOG.append(x.shape[0])
+    return x + len(SIDE_LOG)
+
+
+def test_side_effects_on_globals_and_objects_happen_once():
+    compiled = kiln.compile(appends_to_global)
+    x = torch.randn(2)
+    SIDE_LOG.clear()
+    outs_c = [compiled(x) for _ in range(3)]
+    log_c = list(SIDE_LOG)
+    SIDE_LOG.clear()
+    outs_e = [appends_to_global(x) for _ in range(3)]
+    assert_same(outs_c, outs_e)
+    assert log_c == SIDE_LOG == [2, 2, 2]
+
+    counter = types.SimpleNamespace(n=0)
+
+    def bumps(x):
+        counter.n = counter.n + 1
+        return x * counter.n
+
+    compiled = kiln.compile(bumps)
+    outs_c = [compiled(x) for _ in range(3)]
+    assert counter.n == 3
+    counter.n = 0
+    assert_same(outs_c, [bumps(x) for _ in range(3)])
+
+
+class Config:
+    def __init__(self):
+        self.reads = 0
+
+    @property
+    def scale(self):
+        self.reads += 1  # a side effect eager runs exactly once per access
+        return 2.0
+
+
+def test_property_getter_runs_once_per_access():
+    cfg = Config()
+
+    def f(x):
+        return x * cfg.scale
+
+    compiled = kiln.compile(f)
+    for i in range(1, 4):
+        x = torch.randn(3)
+        assert_same(compiled(x), x * 2.0)
+        assert cfg.reads == i, f"property ran {cfg.reads} times in {i} compiled calls"

@@ -320,3 +320,105 @@ def test_decorated_module_class_forward():
     for _ in range(3):
         x = torch.randn(3)
         assert_same(m(x), x * m.w * 2)
+
+
+def test_batchnorm_running_stats_updated_like_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU())
+    ref = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU())
+    ref.load_state_dict(model.state_dict())
+    compiled = kiln.compile(model)
+    for _ in range(3):
+        x = torch.randn(8, 4)
+        assert_same(compiled(x), ref(x))
+    for name, buf in model.state_dict().items():
+        assert_same(buf, ref.state_dict()[name], name)
+    model.eval()
+    ref.eval()
+    for _ in range(3):
+        x = torch.randn(8, 4)
+        assert_same(compiled(x), ref(x))
+
+
+def conv_net():
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+
+
+def embedding_bag():
+    return nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(12, 3))
+
+
+def encoder_layer():
+    m = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    return m.eval()
+
+
+@pytest.mark.parametrize("factory,make_input", [
+    (conv_net, lambda: torch.randn(2, 3, 8, 8)),
+    (embedding_bag, lambda: torch.randint(0, 10, (2, 3))),
+    (encoder_layer, lambda: torch.randn(2, 5, 8)),
+], ids=["conv_net", "embedding", "transformer_encoder_layer"])
+def test_library_modules(factory, make_input):
+    model = factory()
+    compiled = kiln.compile(model)
+    for _ in range(3):
+        x = make_input()
+        assert_same(compiled(x), model(x))
+    assert stats()["traces"] >= 1
+
+
+def test_replaced_submodule_and_parameter_seen():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 3)
+    assert_same(compiled(x), model(x))
+    model[0] = nn.Linear(3, 3)
+    assert_same(compiled(x), model(x))
+    model[1] = nn.Tanh()
+    assert_same(compiled(x), model(x))
+    model[0].weight = nn.Parameter(torch.full((3, 3), 0.5))
+    assert_same(compiled(x), model(x))
+
+
+class Gain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_parameter_dtype_and_requires_grad_changes_seen():
+    model = Gain()
+    compiled = kiln.compile(model)
+    x = torch.randn(3)
+    out = compiled(x)
+    assert out.requires_grad and out.dtype == torch.float32
+    model.double()  # same Parameter object, new float64 data
+    out_c, out_e = compiled(x), model(x)
+    assert_same(out_c, out_e)
+    assert out_c.dtype == torch.float64
+    model.w.requires_grad_(False)
+    out_c, out_e = compiled(x), model(x)
+    assert_same(out_c, out_e)
+    assert out_c.requires_grad is out_e.requires_grad is False
+
+
+def test_forward_mutating_module_state():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls
+
+    model, ref = Counter(), Counter()
+    compiled = kiln.compile(model)
+    for _ in range(3):
+        x = torch.randn(2)
+        assert_same(compiled(x), ref(x))
+    assert model.calls == ref.calls == 3

@@ -5,7 +5,9 @@ side effects exactly once) while recording why; with fullgraph=True it raises
 kiln.Unsupported naming the reason and file:line. Bad inputs raise ordinary
 Python errors, never crash.
 """
+import inspect
 import os
+import re
 
 import pytest
 import torch
@@ -329,3 +331,40 @@ def test_non_tensor_inputs_mix():
     x = torch.randn(3)
     for items, mapping in [((1, 2), {"b": 3}), ((1, 2), {"b": 3}), ((4, 5, 6), {"b": -1.5})]:
         assert_same(compiled(x, items, mapping), f(x, items, mapping))
+
+
+def uses_with_block(x):
+    y = x * 2
+    with torch.no_grad():  # MARK-with
+        z = y + 1
+    return z
+
+
+def uses_try_block(x):
+    try:  # MARK-try
+        return x.relu()
+    except RuntimeError:
+        return x
+
+
+@pytest.mark.parametrize("fn", [uses_with_block, uses_try_block], ids=["with", "try"])
+def test_every_unsupported_reason_has_a_location(fn):
+    # Whatever kiln cannot trace, the error and explain() say where: file:line
+    # inside the function.
+    x = torch.randn(3, requires_grad=True)
+    compiled = kiln.compile(fn)
+    assert_same(compiled(x), fn(x))
+    lines, first = inspect.getsourcelines(fn)
+    last = first + len(lines) - 1
+    pattern = re.compile(re.escape(os.path.basename(__file__)) + r":(\d+)")
+
+    def located(text):
+        return any(first <= int(m) <= last for m in pattern.findall(text))
+
+    try:
+        kiln.compile(fn, fullgraph=True)(x)
+    except kiln.Unsupported as e:
+        assert located(str(e)), f"no {os.path.basename(__file__)}:LINE in {str(e)!r}"
+    report = kiln.explain(fn)(x)
+    for reason in report.break_reasons:
+        assert located(reason), f"no {os.path.basename(__file__)}:LINE in {reason!r}"

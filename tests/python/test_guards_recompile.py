@@ -9,6 +9,7 @@ eagerly.
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -381,3 +382,183 @@ def test_grad_mode_respected_across_cache():
     assert not out.requires_grad
     out = compiled(x, w)
     assert out.requires_grad
+
+
+def reciprocal_scale(x, v):
+    return x / v
+
+
+def test_negative_zero_float_argument_is_distinguished():
+    # 0.0 == -0.0, but x / 0.0 and x / -0.0 differ: the guard must tell them apart.
+    compiled = kiln.compile(reciprocal_scale)
+    x = torch.ones(2)
+    assert_same(compiled(x, 0.0), torch.full((2,), float("inf")))
+    assert_same(compiled(x, -0.0), torch.full((2,), float("-inf")))
+    assert_same(compiled(x, 0.0), torch.full((2,), float("inf")))
+
+
+ZERO = 0.0
+
+
+def divides_by_global(x):
+    return x / ZERO
+
+
+def test_negative_zero_global_is_distinguished():
+    global ZERO
+    compiled = kiln.compile(divides_by_global)
+    x = torch.ones(2)
+    try:
+        ZERO = 0.0
+        assert_same(compiled(x), divides_by_global(x))
+        ZERO = -0.0
+        assert_same(compiled(x), divides_by_global(x))
+        assert bool((compiled(x) < 0).all())
+    finally:
+        ZERO = 0.0
+
+
+def test_nan_float_argument_hits_cache():
+    # A NaN argument is the same Python value every call: no retrace per call.
+    compiled = kiln.compile(reciprocal_scale)
+    x = torch.ones(2)
+    for _ in range(4):
+        assert_same(compiled(x, float("nan")), reciprocal_scale(x, float("nan")))
+    s = stats()
+    assert s["traces"] == 1 and s["cache_hits"] == 3, s
+
+
+def filled(x, v):
+    return torch.full((2,), v), torch.arange(v if not isinstance(v, bool) else 3)
+
+
+@pytest.mark.parametrize("first,second", [(1, True), (2, 2.0), (0, False)],
+                         ids=["int_then_bool", "int_then_float", "zero_then_false"])
+def test_equal_python_values_of_different_types_are_distinguished(first, second):
+    compiled = kiln.compile(filled)
+    x = torch.randn(2)
+    for v in (first, second, first, second):
+        out_c, out_e = compiled(x, v), filled(x, v)
+        assert_same(out_c, out_e)
+        assert out_c[0].dtype == out_e[0].dtype
+
+
+def test_mutated_default_and_containers_seen():
+    d = torch.ones(2)
+
+    def with_tensor_default(x, b=d):
+        return x + b
+
+    def with_int_default(x, k=2):
+        return x * k
+
+    table = {"s": 2}
+    holder = types.SimpleNamespace(k=3)
+
+    def reads_containers(x):
+        return x * table["s"] + holder.k
+
+    x = torch.randn(2)
+    c1, c2, c3 = (kiln.compile(f) for f in (with_tensor_default, with_int_default, reads_containers))
+    assert_same(c1(x), x + 1)
+    assert_same(c2(x), x * 2)
+    assert_same(c3(x), x * 2 + 3)
+    d.fill_(3)
+    with_int_default.__defaults__ = (5,)
+    table["s"] = 7
+    holder.k = -1
+    assert_same(c1(x), x + 3)
+    assert_same(c2(x), x * 5)
+    assert_same(c3(x), x * 7 - 1)
+
+
+def test_channels_last_input_recompiles_and_keeps_layout():
+    def f(x):
+        return x * 2 + 1
+
+    compiled = kiln.compile(f)
+    x = torch.randn(2, 3, 4, 4)
+    assert_same(compiled(x), f(x))
+    y = x.to(memory_format=torch.channels_last)
+    out = compiled(y)
+    assert_same(out, f(y))
+    assert out.stride() == f(y).stride()
+    assert stats()["recompiles"] == 1
+
+
+def test_inference_mode_autocast_and_default_dtype_respected():
+    def mm(x, w):
+        return x @ w
+
+    def factory(x):
+        return torch.zeros(3) + x.sum(), torch.tensor(1.5)
+
+    c_mm, c_factory = kiln.compile(mm), kiln.compile(factory)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    assert_same(c_mm(x, w), mm(x, w))
+    with torch.inference_mode():
+        out_c, out_e = c_mm(x, w), mm(x, w)
+    assert out_c.is_inference() == out_e.is_inference()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_c, out_e = c_mm(x, w), mm(x, w)
+    assert out_c.dtype == out_e.dtype == torch.bfloat16
+    assert c_mm(x, w).dtype == torch.float32
+    v = torch.randn(3)
+    assert_same(c_factory(v), factory(v))
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert_same(c_factory(v), factory(v))
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+class Bag:
+    """A user container: len() runs Python code."""
+
+    def __init__(self):
+        self.items = [1, 2]
+
+    def __len__(self):
+        return len(self.items)
+
+
+class Switch:
+    """A user object whose == runs Python code."""
+
+    def __init__(self):
+        self.on = False
+
+    def __eq__(self, other):
+        return self.on
+
+    __hash__ = object.__hash__
+
+
+BAG = Bag()
+SWITCH = Switch()
+
+
+def uses_user_len(x):
+    return x * len(BAG)
+
+
+def uses_user_eq(x):
+    return x * 2 if SWITCH == 1 else x - 1
+
+
+def test_user_dunder_results_are_not_baked_in():
+    # len() / == on user objects run user code; their results may change
+    # between calls without any attribute kiln can see changing. A compiled
+    # function must not keep returning the first call's answer.
+    c_len, c_eq = kiln.compile(uses_user_len), kiln.compile(uses_user_eq)
+    x = torch.ones(2)
+    try:
+        assert_same(c_len(x), uses_user_len(x))
+        assert_same(c_eq(x), uses_user_eq(x))
+        BAG.items.append(3)
+        SWITCH.on = True
+        assert_same(c_len(x), uses_user_len(x))  # x * 3
+        assert_same(c_eq(x), uses_user_eq(x))    # x * 2
+    finally:
+        BAG.items[:] = [1, 2]
+        SWITCH.on = False

@@ -89,7 +89,7 @@ def test_hot_path_refcounts_objects_and_heap():
     def step():
         compiled(x, y)
 
-    assert_no_growth(step, 10_000)
+    assert_no_growth(step, 10_000, check_rss=True)
     gc.collect()
     assert sys.getrefcount(x) == rc_x and sys.getrefcount(y) == rc_y
     s = stats()
@@ -139,8 +139,11 @@ def test_module_hot_path_no_leak():
     x = torch.randn(2, 8)
     rc_x = sys.getrefcount(x)
     assert_same(compiled(x), model(x))
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
     gc.collect()
     assert sys.getrefcount(x) == rc_x
+    # steady state: both cache entries (grad and no_grad) exist from here on
     w = model.fc1.weight
     rc_w = sys.getrefcount(w)
     rc_model = sys.getrefcount(model)
@@ -324,3 +327,37 @@ def test_reset_releases_compiled_module_and_function():
     gc.collect()
     alive = [i for i, r in enumerate(refs) if r() is not None]
     assert not alive, f"objects still alive after reset: {alive}"
+
+
+def test_deleted_compiled_module_is_freed_without_reset():
+    # Dropping the last user reference to a model (and its compiled wrapper)
+    # frees it and its parameters even though kiln.reset() was never called:
+    # the forward code object's cache must not own the module.
+    model = Small()
+    compiled = kiln.compile(model)
+    compiled(torch.randn(2, 8))
+    with torch.no_grad():
+        compiled(torch.randn(3, 8))
+    refs = [weakref.ref(model), weakref.ref(model.fc1.weight), weakref.ref(compiled)]
+    del model, compiled
+    gc.collect()
+    alive = [i for i, r in enumerate(refs) if r() is not None]
+    assert not alive, f"still alive without reset (0=model, 1=weight, 2=wrapper): {alive}"
+
+
+def f_long(x):
+    for _ in range(30):
+        x = x * 1.01 + 0.5
+    return x
+
+
+def test_recompiling_same_function_repeatedly_no_growth():
+    # A pattern seen in user code: kiln.compile(fn)(x) inside a loop. Each
+    # wrapper dies right away; whatever kiln cached for it must not pile up.
+    x = torch.randn(4)
+    expected = f_long(x)
+
+    def step():
+        assert_same(kiln.compile(f_long)(x), expected)
+
+    assert_no_growth(step, 1_500, warmup=50, check_rss=True)

@@ -1,13 +1,12 @@
 // Tests of graph/graph.h: node numbering and the reference ownership of Arg
 // and Node (constants, dict keys and targets are owned).
-#include "graph/graph.h"
-
 #include <Python.h>
 #include <gtest/gtest.h>
 
 #include <utility>
 #include <vector>
 
+#include "graph/graph.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::graph {

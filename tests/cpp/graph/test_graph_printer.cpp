@@ -1,6 +1,4 @@
 // Tests of graph/graph_printer.h: the exact text of hand-built graphs.
-#include "graph/graph_printer.h"
-
 #include <Python.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/graph_printer.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::graph {
@@ -69,12 +68,12 @@ TEST(GraphPrinter, InputsCallsKwargsAndTupleResults) {
   half.sizes = {2, 2};
   half.strides = {4, 1};
   split_node.metas = {half, half};
-  const int first = graph.add_call("operator.getitem", getitem.get(),
-                                   {Arg::of_node(parts), constant("0")}, {});
+  const int first =
+      graph.add_call("operator.getitem", getitem.get(), {Arg::of_node(parts), constant("0")}, {});
   graph.node(first).metas.push_back(half);
-  const int joined = graph.add_call(
-      "torch.cat", cat.get(), {tuple_of({Arg::of_node(first), Arg::of_node(x)})},
-      {{"dim", constant("-1")}, {"out", constant("None")}});
+  const int joined =
+      graph.add_call("torch.cat", cat.get(), {tuple_of({Arg::of_node(first), Arg::of_node(x)})},
+                     {{"dim", constant("-1")}, {"out", constant("None")}});
   graph.node(joined).metas.push_back(f32({2, 6}));
   graph.set_output(tuple_of({Arg::of_node(joined), constant("3")}));
 
@@ -109,18 +108,19 @@ TEST(GraphPrinter, NestedContainers) {
   PyRef target = eval("torch.stack");
   Graph graph;
   const int x = graph.add_input(0, "L['x']", f32({3}));
-  const int call = graph.add_call(
-      "torch.stack", target.get(),
-      {list_of({Arg::of_node(x), Arg::of_node(x)}), tuple_of({Arg::of_node(x)}), tuple_of({}),
-       list_of({})},
-      {{"opts", dict_of({{"k", Arg::of_node(x)}, {"n", constant("[1, (2,)]")}})}});
+  const int call =
+      graph.add_call("torch.stack", target.get(),
+                     {list_of({Arg::of_node(x), Arg::of_node(x)}), tuple_of({Arg::of_node(x)}),
+                      tuple_of({}), list_of({})},
+                     {{"opts", dict_of({{"k", Arg::of_node(x)}, {"n", constant("[1, (2,)]")}})}});
   graph.node(call).metas.push_back(f32({2, 3}));
   graph.set_output(dict_of({{"out", Arg::of_node(call)},
                             {"all", list_of({Arg::of_node(x), tuple_of({constant("0")})})}}));
-  EXPECT_EQ(format_graph(graph),
-            "%0 = input L['x'] : f32[3]\n"
-            "%1 = torch.stack([%0, %0], (%0,), (), [], opts={'k': %0, 'n': [1, (2,)]}) : f32[2, 3]\n"
-            "return {'out': %1, 'all': [%0, (0,)]}\n");
+  EXPECT_EQ(
+      format_graph(graph),
+      "%0 = input L['x'] : f32[3]\n"
+      "%1 = torch.stack([%0, %0], (%0,), (), [], opts={'k': %0, 'n': [1, (2,)]}) : f32[2, 3]\n"
+      "return {'out': %1, 'all': [%0, (0,)]}\n");
 }
 
 TEST(GraphPrinter, NodeWithoutMetasAndEmptyOutput) {

@@ -1,13 +1,12 @@
 // Tests of graph/tensor_meta.h: dtype names, contiguous strides (against
 // torch's own) and the text form used in graphs and guards.
-#include "graph/tensor_meta.h"
-
 #include <Python.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "graph/tensor_meta.h"
 #include "runtime/aten_bridge.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
@@ -47,8 +46,8 @@ TEST(TensorMeta, FormatStridesDeviceAndGrad) {
 }
 
 TEST(TensorMeta, ContiguousStridesMatchTorch) {
-  const std::vector<std::vector<int64_t>> shapes = {
-      {}, {5}, {2, 3}, {2, 1, 3}, {1, 1}, {2, 0}, {0, 3}, {4, 1, 0, 2}, {3, 4, 5}};
+  const std::vector<std::vector<int64_t>> shapes = {{},     {5},    {2, 3},       {2, 1, 3}, {1, 1},
+                                                    {2, 0}, {0, 3}, {4, 1, 0, 2}, {3, 4, 5}};
   for (const auto& sizes : shapes) {
     std::string expression = "torch.empty((";
     for (int64_t s : sizes) expression += std::to_string(s) + ", ";
@@ -116,6 +115,18 @@ TEST(TensorMeta, IsTensor) {
   EXPECT_FALSE(runtime::is_tensor(eval("[torch.ones(1)]").get()));
   EXPECT_FALSE(runtime::is_tensor(eval("torch.Size([1])").get()));
   EXPECT_FALSE(PyErr_Occurred());
+}
+
+TEST(TensorMeta, IsTensorOnAnObjectWhoseClassRaises) {
+  // isinstance() consults __class__, which may raise: not a tensor, no error.
+  PyRef globals = test::exec_module(
+      "class Liar:\n"
+      "    @property\n"
+      "    def __class__(self):\n"
+      "        raise RuntimeError('no class for you')\n"
+      "liar = Liar()\n");
+  EXPECT_FALSE(runtime::is_tensor(test::item(globals, "liar").get()));
+  EXPECT_FALSE(PyErr_Occurred()) << test::take_error();
 }
 
 }  // namespace

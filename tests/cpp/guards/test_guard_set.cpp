@@ -1,8 +1,6 @@
 // Tests of guards/guard_set.h: every guard kind holds on the values it was
 // made from and fails on a changed one; check_verbose() explains failures;
 // check() leaves no Python error and no leaked references.
-#include "guards/guard_set.h"
-
 #include <Python.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,15 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "guards/guard_set.h"
 #include "runtime/aten_bridge.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::guards {
 namespace {
 
-using ::testing::HasSubstr;
 using test::eval;
 using test::PyRef;
+using ::testing::HasSubstr;
 
 graph::TensorMeta meta_of(const PyRef& tensor) {
   graph::TensorMeta meta;
@@ -97,8 +96,7 @@ TEST(TensorMatch, FailsOnRequiresGrad) {
   TensorGuard g(x);
   PyRef grad = eval("torch.ones(2).requires_grad_()");
   EXPECT_FALSE(check_locals(g.guards, {grad.get()}));
-  EXPECT_EQ(verbose_locals(g.guards, {grad.get()}),
-            "L['x']: requires_grad True != expected False");
+  EXPECT_EQ(verbose_locals(g.guards, {grad.get()}), "L['x']: requires_grad True != expected False");
   // And the other way round.
   TensorGuard needs_grad(grad);
   EXPECT_TRUE(check_locals(needs_grad.guards, {grad.get()}));
@@ -203,6 +201,21 @@ TEST(ConstantMatch, BoolIsNotInt) {
   EXPECT_TRUE(check_locals(truth, {Py_True}));
   EXPECT_FALSE(check_locals(truth, {Py_False}));
   EXPECT_FALSE(check_locals(truth, {test::py_int(1).get()}));
+}
+
+TEST(ConstantMatch, FloatsCompareBitwise) {
+  // 0.0 == -0.0, but x * 0.0 and x * -0.0 differ in the sign of zeros.
+  GuardSet zero;
+  zero.add_constant_match(zero.sources().local(0, "n"), eval("0.0").get());
+  EXPECT_TRUE(check_locals(zero, {eval("0.0").get()}));
+  EXPECT_FALSE(check_locals(zero, {eval("-0.0").get()}));
+  EXPECT_EQ(verbose_locals(zero, {eval("-0.0").get()}), "L['n'] == -0.0, expected 0.0");
+  // NaN != NaN, yet a graph traced with a NaN is right for any NaN object.
+  GuardSet nan;
+  nan.add_constant_match(nan.sources().local(0, "n"), eval("float('nan')").get());
+  PyRef another_nan = eval("float('nan')");
+  EXPECT_TRUE(check_locals(nan, {another_nan.get()}));
+  EXPECT_FALSE(check_locals(nan, {eval("1.5").get()}));
 }
 
 TEST(ConstantMatch, NoneStringsAndDtypes) {
@@ -437,13 +450,18 @@ TEST(GuardSet, CheckLeavesReferenceCountsUnchanged) {
                           meta_of(PyRef::borrow(PyDict_GetItemString(d.get(), "k"))));
   guards.add_id_match(s.global(test::py_str("torch").get()), eval("torch").get());
 
-  PyObject* watched[] = {x.get(), n.get(), t.get(), d.get(), PyTuple_GET_ITEM(t.get(), 0),
+  PyObject* watched[] = {x.get(),
+                         n.get(),
+                         t.get(),
+                         d.get(),
+                         PyTuple_GET_ITEM(t.get(), 0),
                          PyDict_GetItemString(d.get(), "k")};
   std::vector<Py_ssize_t> before;
   for (PyObject* obj : watched) before.push_back(Py_REFCNT(obj));
 
   std::vector<PyObject*> locals = {x.get(), n.get(), t.get(), d.get()};
-  FrameView frame{.localsplus = locals.data(), .globals = globals.get(), .builtins = builtins.get()};
+  FrameView frame{
+      .localsplus = locals.data(), .globals = globals.get(), .builtins = builtins.get()};
   {
     SourceValues values;
     for (int i = 0; i < 1000; ++i) ASSERT_TRUE(guards.check(frame, values)) << "iteration " << i;

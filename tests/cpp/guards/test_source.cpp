@@ -1,12 +1,11 @@
 // Tests of guards/source.h: SourceTable interning and text, and fetching each
 // kind of source from a FrameView built by hand over real objects.
-#include "guards/source.h"
-
 #include <Python.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "guards/source.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::guards {

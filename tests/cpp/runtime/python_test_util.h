@@ -41,8 +41,8 @@ inline PyObject* shared_namespace() {
   static PyObject* globals = [] {
     PyObject* dict = PyDict_New();
     PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins());
-    PyObject* result = PyRun_String("import torch, operator, types, weakref, sys\n", Py_file_input,
-                                    dict, dict);
+    PyObject* result =
+        PyRun_String("import torch, operator, types, weakref, sys\n", Py_file_input, dict, dict);
     if (result == nullptr) ADD_FAILURE() << "cannot set up the test namespace: " << take_error();
     Py_XDECREF(result);
     return dict;
