@@ -23,7 +23,12 @@ if ! "$PY" -c 'import pytest' 2>/dev/null; then
 fi
 {
   echo "== configure"
-  cmake -S . -B build-device -G Ninja -DKILN_PYTHON="$PY" -DKILN_WITH_LLVM=OFF 2>&1 | tail -4
+  # The image's default compiler (/opt/gcc) links its own libstdc++ into
+  # shared libraries; a second libstdc++ beside torch's crashes iostreams.
+  # Build with the system g++ that torch's libstdc++ belongs to.
+  compilers=()
+  if [ -x /usr/bin/g++ ]; then compilers=(-DCMAKE_C_COMPILER=/usr/bin/gcc -DCMAKE_CXX_COMPILER=/usr/bin/g++); fi
+  cmake -S . -B build-device -G Ninja -DKILN_PYTHON="$PY" -DKILN_WITH_LLVM=OFF "${compilers[@]}" 2>&1 | tail -4
   echo "== build"
   cmake --build build-device -j"$(nproc)" -- -k 0 2>&1 | grep -E "error|warning|FAILED|Linking" | head -60
 } >>"$LOG" 2>&1
