@@ -27,6 +27,7 @@ namespace kiln::bench {
 namespace {
 
 PyObject* g_namespace = nullptr;  // owned for the process's life
+int64_t g_collected_iterations = 0;
 
 // The code the call-overhead benchmarks run. Its file name is not one kiln
 // skips (torch's, kiln's, the standard library's), so kiln traces it.
@@ -177,6 +178,10 @@ benchmark::ConsoleReporter::OutputOptions console_options(int argc, char** argv)
 
 PyObject* namespace_dict() { return g_namespace; }
 
+void note_collected(int64_t iterations) { g_collected_iterations += iterations; }
+
+int64_t collected_iterations() { return g_collected_iterations; }
+
 PyObject* eval(const char* expression) {
   PyObject* value = PyRun_String(expression, Py_eval_input, g_namespace, g_namespace);
   if (value == nullptr) PyErr_Print();
@@ -215,6 +220,10 @@ int main(int argc, char** argv) {
   kiln::bench::SummaryReporter reporter(options);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintSummary();
+  if (kiln::bench::collected_iterations() > 0) {
+    std::printf("\nkiln_bench: callgrind collected %lld timed iterations\n",
+                static_cast<long long>(kiln::bench::collected_iterations()));
+  }
   benchmark::Shutdown();
   return Py_FinalizeEx() < 0 ? 1 : 0;
 }

@@ -8,14 +8,20 @@
 #include <cstdint>
 
 // Around timed loops: under `valgrind --tool=callgrind --collect-atstart=no`
-// only these loops are counted (see benchmarks/README.md); elsewhere no-ops.
+// only these loops are counted (see benchmarks/README.md), and main() prints
+// how many iterations were collected, to turn totals into per-call costs.
+// Elsewhere they cost nothing.
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
 #define KILN_BENCH_COLLECT_BEGIN() CALLGRIND_TOGGLE_COLLECT
-#define KILN_BENCH_COLLECT_END() CALLGRIND_TOGGLE_COLLECT
+#define KILN_BENCH_COLLECT_END(state)                                 \
+  do {                                                                \
+    CALLGRIND_TOGGLE_COLLECT;                                         \
+    if (RUNNING_ON_VALGRIND) ::kiln::bench::note_collected((state).iterations()); \
+  } while (0)
 #else
 #define KILN_BENCH_COLLECT_BEGIN() ((void)0)
-#define KILN_BENCH_COLLECT_END() ((void)0)
+#define KILN_BENCH_COLLECT_END(state) ((void)0)
 #endif
 
 namespace kiln::bench {
@@ -36,5 +42,8 @@ struct KilnStats {
   int64_t eager_runs = 0;
 };
 bool read_kiln_stats(KilnStats* out);
+
+// Adds to the count of iterations run with callgrind collecting.
+void note_collected(int64_t iterations);
 
 }  // namespace kiln::bench

@@ -15,6 +15,7 @@
 //                          a cache hit (guards + graph replay, bytecode skipped)
 //   BM_Call_EagerNoHook/N  f1 or f8 with CPython's own evaluator, to show what
 //                          the installed hook costs code that is not compiled
+//                          (it is installed again afterwards)
 //   BM_Call_Paired/N       one eager then one compiled call per iteration, each
 //                          timed with steady_clock; counters eager_ns and
 //                          compiled_ns are the medians of the calls, added_ns
@@ -88,14 +89,14 @@ bool call_loop(benchmark::State& state, const Call& call) {
   for (auto _ : state) {
     PyObject* result = PyObject_Vectorcall(fn, args, nargs, nullptr);
     if (result == nullptr) {
-      KILN_BENCH_COLLECT_END();
+      KILN_BENCH_COLLECT_END(state);
       PyErr_Print();
       state.SkipWithError("the call raised");
       return false;
     }
     Py_DECREF(result);
   }
-  KILN_BENCH_COLLECT_END();
+  KILN_BENCH_COLLECT_END(state);
   return true;
 }
 
@@ -106,6 +107,9 @@ void BM_Call_Eager(benchmark::State& state) {
     state.SkipWithError("cannot call the eager function");
     return;
   }
+  // As after any compiled call; without this the baseline would depend on
+  // whether a compiled benchmark ran earlier in the process.
+  interpreter::install_frame_hook();
   call_loop(state, call);
 }
 
@@ -116,8 +120,6 @@ void BM_Call_EagerNoHook(benchmark::State& state) {
     state.SkipWithError("cannot call the eager function");
     return;
   }
-  // A compiled call reinstalls the hook (install_frame_hook is idempotent),
-  // so removing it here cannot change the other benchmarks.
   interpreter::uninstall_frame_hook();
   call_loop(state, call);
   interpreter::install_frame_hook();

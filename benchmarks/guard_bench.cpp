@@ -99,7 +99,7 @@ void run_guard_check(benchmark::State& state, bool miss) {
     bool held = guarded.guards.check(guarded.frame, values);
     benchmark::DoNotOptimize(held);
   }
-  KILN_BENCH_COLLECT_END();
+  KILN_BENCH_COLLECT_END(state);
   values.reset(0);
   state.counters["guards"] = guarded.guards.guard_count();
   state.counters["per_tensor"] =

@@ -95,6 +95,11 @@ int Graph::add_call(std::string target_name, PyObject* target, std::vector<Arg> 
   return nodes_.back().id;
 }
 
+void Graph::truncate(int size) {
+  while (static_cast<int>(nodes_.size()) > size) nodes_.pop_back();
+  while (!inputs_.empty() && inputs_.back() >= size) inputs_.pop_back();
+}
+
 int Graph::call_count() const {
   int count = 0;
   for (const Node& node : nodes_) count += node.kind == NodeKind::Call;

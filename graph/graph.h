@@ -84,6 +84,9 @@ class Graph {
   // Number of Call nodes.
   int call_count() const;
 
+  // Drops every node with id >= size (a trace backing out of an instruction).
+  void truncate(int size);
+
  private:
   std::vector<Node> nodes_;
   std::vector<int> inputs_;

@@ -1,5 +1,6 @@
 // The frame interpreter's loop and its stack, local, constant, container and
 // jump instructions. Calls, attributes and operators live in sibling files.
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -126,6 +127,13 @@ ValuePtr FrameTracer::run() {
         abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
       }
       if (++steps > kMaxSteps) abort_trace(BreakCode::UnsupportedFrame, "the trace is too long");
+      if (is_top_) {
+        snapshot_.pc = pc_;
+        snapshot_.stack = stack_;
+        snapshot_.locals = locals_;
+        snapshot_.graph_size = static_cast<int>(state_.graph().nodes().size());
+        snapshot_.mutations = state_.mutations();
+      }
       const Instruction& ins = instructions_[pc_++];
       step(ins);
     }
@@ -136,9 +144,125 @@ ValuePtr FrameTracer::run() {
       if (line < 0) line = code_->co_firstlineno;
       abort.location = code_file(code_) + ":" + std::to_string(line);
     }
+    if (is_top_ && record_break(abort)) return nullptr;
     throw;
   }
   return return_value_;
+}
+
+namespace {
+
+// Instructions CPython can run at a graph break: they work on the value
+// stack only, so the transformed code can rebuild the stack, run them, and
+// hand what follows to a resume function.
+bool breakable_op(interpreter::Op op) {
+  using interpreter::Op;
+  switch (op) {
+    case Op::Call:
+    case Op::CallFunctionEx:
+    case Op::PopJumpIfFalse:
+    case Op::PopJumpIfTrue:
+    case Op::PopJumpIfNone:
+    case Op::PopJumpIfNotNone:
+    case Op::BinaryOp:
+    case Op::CompareOp:
+    case Op::IsOp:
+    case Op::ContainsOp:
+    case Op::UnaryNegative:
+    case Op::UnaryPositive:
+    case Op::UnaryNot:
+    case Op::UnaryInvert:
+    case Op::BinarySubscr:
+    case Op::StoreSubscr:
+    case Op::StoreAttr:
+    case Op::StoreGlobal:
+    case Op::LoadAttr:
+    case Op::LoadGlobal:
+    case Op::GetIter:
+    case Op::FormatValue:
+    case Op::BuildString:
+    case Op::UnpackSequence:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// True when bytecode can rebuild the value at a graph break.
+bool reconstructible(const ValuePtr& value, bool on_stack) {
+  switch (value->kind) {
+    case ValueKind::Null:
+      return on_stack;
+    case ValueKind::Constant:
+    case ValueKind::Tensor:
+      return true;
+    case ValueKind::Tuple:
+    case ValueKind::List:
+    case ValueKind::Dict:
+      if (value->source >= 0 || value->obj) return true;
+      for (const ValuePtr& item : value->items) {
+        if (!reconstructible(item, false)) return false;
+      }
+      return true;
+    case ValueKind::Iterator:
+      if (!on_stack) return false;
+      for (size_t i = value->position; i < value->items.size(); ++i) {
+        if (!reconstructible(value->items[i], false)) return false;
+      }
+      return true;
+    case ValueKind::TensorMethod:
+      return reconstructible(value->self, false);
+    case ValueKind::Method:
+      return value->source >= 0 || reconstructible(value->self, false);
+    case ValueKind::Module:
+    case ValueKind::Function:
+    case ValueKind::TorchCallable:
+    case ValueKind::Builtin:
+    case ValueKind::PyModule:
+    case ValueKind::Object:
+      return value->source >= 0 || value->obj;
+    default:
+      return false;
+  }
+}
+
+void collect_tensors(const ValuePtr& value, std::vector<int>& nodes) {
+  if (value->source >= 0) return;  // rebuilt from its source, not from the graph
+  if (value->is(ValueKind::Tensor)) {
+    if (std::find(nodes.begin(), nodes.end(), value->node) == nodes.end()) nodes.push_back(value->node);
+    return;
+  }
+  for (const ValuePtr& item : value->items) collect_tensors(item, nodes);
+  if (value->self) collect_tensors(value->self, nodes);
+}
+
+}  // namespace
+
+bool FrameTracer::record_break(const TraceAbort& abort) {
+  if (abort.code == BreakCode::UnsupportedFrame) return false;
+  if (code_->co_ncellvars > 0 || code_->co_nfreevars > 0) return false;
+  if (state_.mutations() != snapshot_.mutations) return false;
+  if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) return false;
+  for (const ValuePtr& value : snapshot_.stack) {
+    if (!reconstructible(value, true)) return false;
+  }
+  for (const ValuePtr& value : snapshot_.locals) {
+    if (value && !reconstructible(value, false)) return false;
+  }
+  auto info = std::make_unique<BreakInfo>();
+  info->instruction = static_cast<int>(snapshot_.pc);
+  info->stack = snapshot_.stack;
+  info->locals = snapshot_.locals;
+  state_.graph().truncate(snapshot_.graph_size);
+  for (const ValuePtr& value : info->stack) collect_tensors(value, info->outputs);
+  for (const ValuePtr& value : info->locals) {
+    if (value) collect_tensors(value, info->outputs);
+  }
+  state_.break_info() = std::move(info);
+  state_.break_code = abort.code;
+  state_.break_reason = abort.location + ": " + abort.what();
+  returned_ = true;
+  return true;
 }
 
 void FrameTracer::step(const Instruction& ins) {
@@ -416,6 +540,7 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       if (slot->outer_cell) {
         abort_trace(BreakCode::SideEffect, "assignment to enclosing variable '" + local_name(ins.arg) + "'");
       }
+      state_.note_mutation();
       slot->items.assign(1, value);
       return;
     }
@@ -511,6 +636,7 @@ void FrameTracer::step_build(const Instruction& ins) {
     case Op::ListAppend: {
       ValuePtr item = pop();
       ValuePtr& list = top(ins.arg);
+      state_.note_mutation();
       list->items.push_back(item);
       return;
     }
@@ -518,6 +644,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       ValuePtr items = pop();
       ValuePtr& list = top(ins.arg);
       std::vector<ValuePtr> unpacked = unpack(items, -1);
+      state_.note_mutation();
       list->items.insert(list->items.end(), unpacked.begin(), unpacked.end());
       return;
     }
@@ -533,6 +660,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       if (!update->is(ValueKind::Dict) || !dict->is(ValueKind::Dict)) {
         abort_trace(BreakCode::UnsupportedValue, "dict update with " + describe_value(*update));
       }
+      state_.note_mutation();
       for (size_t i = 0; i < update->items.size(); ++i) {
         dict->keys.push_back(update->keys[i]);
         dict->items.push_back(update->items[i]);
@@ -544,6 +672,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       ValuePtr key = pop();
       ValuePtr& dict = top(ins.arg);
       if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedValue, "dict keys must be constants");
+      state_.note_mutation();
       dict->keys.push_back(key->obj);
       dict->items.push_back(value);
       return;

@@ -280,6 +280,7 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
 std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
   ValuePtr iterator = get_iter(value);
   std::vector<ValuePtr> items(iterator->items.begin() + iterator->position, iterator->items.end());
+  if (iterator.get() == value.get()) state_.note_mutation();
   iterator->position = iterator->items.size();
   if (count >= 0 && static_cast<int>(items.size()) != count) {
     abort_trace(BreakCode::PythonException, "ValueError: expected " + std::to_string(count) +
@@ -306,6 +307,7 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
   if (!key->is(ValueKind::Constant)) {
     abort_trace(BreakCode::UnsupportedOperator, "item assignment with key " + describe_value(*key));
   }
+  state_.note_mutation();
   if (container->is(ValueKind::List) && PyLong_Check(key->obj.get())) {
     Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
     const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());

@@ -13,6 +13,7 @@
 #include "guards/guard_set.h"
 #include "interpreter/instruction.h"
 #include "tracer/break_reason.h"
+#include "tracer/tracer.h"
 #include "tracer/value.h"
 
 namespace kiln::tracer {
@@ -47,6 +48,16 @@ class TraceState {
   // Lowers a value to a graph argument; throws for values graphs can't hold.
   graph::Arg lower(const ValuePtr& value);
 
+  // Counts in-place changes of containers and cells, so a graph break can
+  // tell whether an instruction it backs out of already changed state.
+  void note_mutation() { ++mutations_; }
+  uint64_t mutations() const { return mutations_; }
+
+  // The graph break the top frame recorded, if any, and why it broke.
+  std::unique_ptr<BreakInfo>& break_info() { return break_info_; }
+  BreakCode break_code = BreakCode::UnsupportedOpcode;
+  std::string break_reason;
+
  private:
   ValuePtr wrap_tensor(PyObject* tensor, int source);
   PyRef lower_fake(const ValuePtr& value);
@@ -57,6 +68,8 @@ class TraceState {
   std::unique_ptr<graph::Graph> graph_;
   std::unique_ptr<guards::GuardSet> guards_;
   std::unordered_map<int, ValuePtr> wrapped_;
+  uint64_t mutations_ = 0;
+  std::unique_ptr<BreakInfo> break_info_;
 };
 
 // Interprets one frame (the traced function or an inlined callee).
@@ -124,6 +137,10 @@ class FrameTracer {
   PyRef const_at(int index) const;  // co_consts[index]
   std::string local_name(int index) const;
 
+  // Records a graph break before instruction `pc` from the snapshot taken
+  // there; false when the state cannot be handed to CPython.
+  bool record_break(const TraceAbort& abort);
+
   ValuePtr pop();
   ValuePtr& top(int depth = 1) { return stack_[stack_.size() - depth]; }
   void push(ValuePtr value) { stack_.push_back(std::move(value)); }
@@ -142,6 +159,14 @@ class FrameTracer {
   std::vector<ValuePtr> stack_;
   PyRef kwnames_;
   size_t pc_ = 0;
+  // The top frame's state before the instruction being traced (for breaks).
+  struct Snapshot {
+    size_t pc = 0;
+    std::vector<ValuePtr> stack;
+    std::vector<ValuePtr> locals;
+    int graph_size = 0;
+    uint64_t mutations = 0;
+  } snapshot_;
   ValuePtr return_value_;
   bool returned_ = false;
 };

@@ -26,7 +26,18 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
     }
     top.set_locals(std::move(locals));
     ValuePtr returned = top.run();
-    state.graph().set_output(state.lower(returned));
+    if (state.break_info()) {
+      graph::Arg outputs;
+      outputs.kind = graph::Arg::Kind::Tuple;
+      for (int node : state.break_info()->outputs) outputs.items.push_back(graph::Arg::of_node(node));
+      state.graph().set_output(std::move(outputs));
+      result.partial = std::move(state.break_info());
+      result.code = state.break_code;
+      result.reason = state.break_reason;
+      result.hint = break_code_hint(state.break_code);
+    } else {
+      state.graph().set_output(state.lower(returned));
+    }
     result.ok = true;
     result.graph = state.take_graph();
     result.guards = state.take_guards();

@@ -10,12 +10,26 @@
 #include "graph/graph.h"
 #include "guards/guard_set.h"
 #include "tracer/break_reason.h"
+#include "tracer/value.h"
 
 namespace kiln::tracer {
+
+// Where a trace stopped at an instruction that CPython must run (a graph
+// break), and the symbolic state just before it. The graph then covers the
+// code up to that instruction and returns the tensors of `outputs`.
+struct BreakInfo {
+  int instruction = -1;           // index into decode_bytecode(code)
+  std::vector<ValuePtr> stack;    // value stack before it, bottom first
+  std::vector<ValuePtr> locals;   // localsplus slots before it (null: unbound)
+  std::vector<int> outputs;       // graph nodes returned, in tuple order
+};
 
 // What a trace produced: a graph and its guards, or why it stopped.
 struct TraceResult {
   bool ok = false;
+  // Set when the frame was traced up to a graph break (ok is true then;
+  // code/reason/hint say why it broke).
+  std::unique_ptr<BreakInfo> partial;
   std::unique_ptr<guards::GuardSet> guards;
   std::unique_ptr<graph::Graph> graph;
   BreakCode code = BreakCode::UnsupportedOpcode;
