@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.h"
 #include "guards/guard_set.h"
-#include "runtime/eager_executor.h"
+#include "interpreter/graph_callable.h"
+#include "runtime/py_ref.h"
 
 namespace kiln::interpreter {
 
@@ -21,8 +21,11 @@ struct CacheEntry {
   std::string reason;  // failed: "file:line: why"
   std::string hint;
   std::unique_ptr<guards::GuardSet> guards;
-  std::unique_ptr<graph::Graph> graph;
-  std::unique_ptr<runtime::EagerExecutor> executor;
+  std::shared_ptr<CompiledGraph> compiled;
+  // Set when the trace ended at a graph break: code with the frame's
+  // argument slots as positional parameters that runs the graph, then the
+  // instruction CPython must run, then a resume function.
+  runtime::PyRef transformed_code;
 };
 
 // Everything kiln keeps for one code object.

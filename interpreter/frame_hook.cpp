@@ -100,14 +100,36 @@ guards::FrameView frame_view(KilnFrame* frame) {
 
 // Runs a cached graph on the values its guards fetched.
 PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values) {
-  const auto& inputs = entry.graph->inputs();
+  const graph::Graph& graph = *entry.compiled->graph;
+  const auto& inputs = graph.inputs();
   std::vector<PyObject*> args(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    args[i] = values.get(entry.graph->node(inputs[i]).input_source);
+    args[i] = values.get(graph.node(inputs[i]).input_source);
   }
   // Torch's own Python code inside the graph must not be traced.
   ConfigScope untraced(nullptr);
-  return entry.executor->run(args.data());
+  return entry.compiled->executor->run(args.data());
+}
+
+// Runs a graph-break entry: its transformed code, as a function over the
+// frame's argument slots, under the current config so that the resume
+// functions it calls are traced in turn.
+PyObject* run_transformed(const CacheEntry& entry, KilnFrame* frame) {
+  PyCodeObject* code = kiln_frame_code(frame);
+  PyObject* func = kiln_frame_function(frame);
+  PyObject* fn = PyFunction_New(entry.transformed_code.get(), kiln_frame_globals(frame));
+  if (!fn) return nullptr;
+  if (func && PyFunction_GET_CLOSURE(func) &&
+      PyFunction_SetClosure(fn, PyFunction_GET_CLOSURE(func)) < 0) {
+    Py_DECREF(fn);
+    return nullptr;
+  }
+  const int nargs = code->co_argcount + code->co_kwonlyargcount +
+                    ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+                    ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  PyObject* result = PyObject_Vectorcall(fn, kiln_frame_localsplus(frame), nargs, nullptr);
+  Py_DECREF(fn);
+  return result;
 }
 
 // Raises kiln.Unsupported for a recorded failure.
@@ -138,10 +160,11 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   }
   if (result.ok) {
     entry->guards = std::move(result.guards);
-    entry->graph = std::move(result.graph);
-    entry->executor = std::make_unique<runtime::EagerExecutor>(*entry->graph);
+    entry->compiled = std::make_shared<CompiledGraph>();
+    entry->compiled->graph = std::move(result.graph);
+    entry->compiled->executor = std::make_unique<runtime::EagerExecutor>(*entry->compiled->graph);
     stats().traces++;
-    const std::string graph_text = graph::format_graph(*entry->graph);
+    const std::string graph_text = graph::format_graph(*entry->compiled->graph);
     KILN_LOG(graph, "graph for " << code_name(code) << "\n" << graph_text);
     KILN_LOG(guards, "guards for " << code_name(code) << "\n" << entry->guards->format());
     if (collector) {
@@ -248,7 +271,7 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     stats().eager_runs++;
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }
-  PyObject* result = run_entry(*hit, values);
+  PyObject* result = hit->transformed_code ? run_transformed(*hit, frame) : run_entry(*hit, values);
   values.reset(0);
   kiln_frame_finish_skipped(tstate, frame);
   return result;
