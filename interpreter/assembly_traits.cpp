@@ -76,6 +76,7 @@ AssemblyTraits compute_traits(const OpcodeTable& table) {
   t.jump_forward = need("JUMP_FORWARD");
   t.jump_backward = need("JUMP_BACKWARD");
   t.jump_backward_no_interrupt = need("JUMP_BACKWARD_NO_INTERRUPT");
+  t.return_generator = need("RETURN_GENERATOR");
   t.raise_varargs = need("RAISE_VARARGS");
   t.reraise = need("RERAISE");
   const Op conditions[] = {Op::PopJumpIfFalse, Op::PopJumpIfTrue,

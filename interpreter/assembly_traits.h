@@ -71,6 +71,7 @@ struct AssemblyTraits {
   int jump_forward = -1;
   int jump_backward = -1;
   int jump_backward_no_interrupt = -1;
+  int return_generator = -1;  // its frame resumes with the sent value pushed
   int raise_varargs = -1;
   int reraise = -1;
   std::array<int, 4> pop_jump_forward{-1, -1, -1, -1};   // by PopJumpCondition

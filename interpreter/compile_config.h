@@ -67,6 +67,7 @@ class ConfigScope {
   X(cache_hits)        \
   X(cache_misses)      \
   X(recompiles)        \
+  X(graph_breaks)      \
   X(unsupported)       \
   X(eager_runs)        \
   X(cache_limit_hits)

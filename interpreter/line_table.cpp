@@ -79,13 +79,17 @@ std::string encode_location_table(const std::vector<PositionRun>& runs,
                                   int first_line) {
   std::string out;
   int line = first_line;
-  for (const PositionRun& run : runs) {
-    int units = run.units;
+  // Neighbours with one position share entries (as 3.12's assembler does;
+  // 3.11's writes one per instruction, which reads back the same).
+  for (size_t i = 0; i < runs.size();) {
+    const SourcePosition& position = runs[i].position;
+    int units = 0;
+    for (; i < runs.size() && runs[i].position == position; ++i) units += runs[i].units;
     while (units > 8) {
-      write_entry(out, run.position, 8, &line);
+      write_entry(out, position, 8, &line);
       units -= 8;
     }
-    if (units > 0) write_entry(out, run.position, units, &line);
+    if (units > 0) write_entry(out, position, units, &line);
   }
   return out;
 }

@@ -17,8 +17,11 @@ namespace kiln::interpreter {
 // Line deltas are relative to the previous entry that had a line, starting
 // from co_firstlineno. Varints are 6-bit groups, least significant first,
 // bit 0x40 on all but the last; a signed varint stores |v| << 1 | sign.
-// The encoder mirrors CPython's write_location_info_entry, so code whose
-// positions are copied from a CPython-compiled function gets the same bytes.
+// The encoder mirrors CPython 3.12's assemble_location_info (neighbouring
+// instructions with equal positions share entries) and
+// write_location_info_entry, so code whose positions are copied from a
+// CPython-compiled function gets 3.12's bytes; 3.11 writes an entry per
+// instruction, which decodes to the same positions.
 
 // A source position; -1 fields are unknown (line -1: no position at all).
 struct SourcePosition {

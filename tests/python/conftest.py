@@ -18,6 +18,7 @@ STAT_KEYS = (
     "cache_hits",
     "cache_misses",
     "recompiles",
+    "graph_breaks",
     "unsupported",
     "eager_runs",
     "cache_limit_hits",

@@ -61,7 +61,8 @@ def test_unsupported_is_runtime_error():
 
 
 @pytest.mark.parametrize("fn,marker", UNSUPPORTED, ids=UNSUPPORTED_IDS)
-def test_unsupported_falls_back_to_eager(fn, marker, capsys):
+def test_unsupported_code_breaks_the_graph(fn, marker, capsys):
+    # The instruction kiln cannot trace runs in CPython between graphs.
     compiled = kiln.compile(fn)
     for x in fallback_inputs():
         out_c = compiled(x.clone())
@@ -71,7 +72,8 @@ def test_unsupported_falls_back_to_eager(fn, marker, capsys):
         assert_same(out_c, out_e)
         assert printed_c == printed_e  # side effects happen exactly once
     s = stats()
-    assert s["unsupported"] >= 1, s
+    assert s["graph_breaks"] >= 1, s
+    assert s["eager_runs"] == 0, s
 
 
 @pytest.mark.parametrize("fn,marker", UNSUPPORTED, ids=UNSUPPORTED_IDS)
@@ -181,21 +183,22 @@ def breaking_caller_disabled(x):
     return disabled_helper(y)
 
 
-def test_disable_prevents_compiling_from_eager_fallback(capsys):
-    # Control: a plain helper called from an eagerly-run frame gets compiled.
-    compiled = kiln.compile(breaking_caller_plain)
+def test_disable_prevents_compiling_after_a_graph_break(capsys):
+    # Control: a plain helper called after a graph break gets compiled.
     x = torch.randn(3)
+    plain = kiln.explain(breaking_caller_plain)(x)
+    assert any("sin" in graph for graph in plain.graphs), plain
+    compiled = kiln.compile(breaking_caller_plain)
     assert_same(compiled(x), breaking_caller_plain(x))
-    assert stats()["traces"] >= 1, stats()
     kiln.reset()
-    # The disabled helper never is.
+    # The disabled helper never is: no graph holds its ops.
+    explained = kiln.explain(breaking_caller_disabled)(x)
+    assert explained.graph_break_count >= 2, explained  # print, then the disabled call
+    assert not any("sin" in graph for graph in explained.graphs), explained
     compiled = kiln.compile(breaking_caller_disabled)
     for _ in range(3):
         x = torch.randn(3)
         assert_same(compiled(x), breaking_caller_disabled(x))
-    s = stats()
-    assert s["traces"] == 0, s
-    assert s["unsupported"] >= 1, s
 
 
 def test_disable_called_from_clean_compiled_function():

@@ -36,13 +36,13 @@ def test_same_shapes_one_trace_then_hits():
     x = torch.randn(3, 4)
     assert_same(compiled(x), affine(x))
     d = delta(before, stats())
-    assert d == {"traces": 1, "cache_hits": 0, "cache_misses": 1, "recompiles": 0,
+    assert d == {"traces": 1, "cache_hits": 0, "cache_misses": 1, "recompiles": 0, "graph_breaks": 0,
                  "unsupported": 0, "eager_runs": 0, "cache_limit_hits": 0}, d
     for i in range(5):
         y = torch.randn(3, 4)  # fresh values, same metadata
         assert_same(compiled(y), affine(y))
     d = delta(before, stats())
-    assert d == {"traces": 1, "cache_hits": 5, "cache_misses": 1, "recompiles": 0,
+    assert d == {"traces": 1, "cache_hits": 5, "cache_misses": 1, "recompiles": 0, "graph_breaks": 0,
                  "unsupported": 0, "eager_runs": 0, "cache_limit_hits": 0}, d
 
 

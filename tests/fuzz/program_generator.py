@@ -1,0 +1,2096 @@
+"""Random Python programs over tensors for kiln's differential fuzzer.
+
+``generate(seed, exclude=())`` returns a ``Program``: the source text of a
+module defining ``fn(x, y, n, flag, xs)`` (plus module-level helpers and
+constants) and the descriptions of the inputs of every call the runner makes.
+The same seed (and the same exclusions) always gives the same text.
+
+How validity is kept
+--------------------
+The runner calls ``fn`` NV = 5 times ("variants"): the base inputs, the same
+shapes again (must hit kiln's cache), other sizes (must recompile), other
+Python values (n, flag, len(xs)), and the base shapes once more. The
+generator tracks every tensor's shape as a tuple of dims, each dim being the
+tuple of its NV concrete sizes, one per variant; an operation is emitted only
+when it is valid in every variant (broadcasting, matmul, cat, slicing...).
+Two dims are "equal" when all their per-variant sizes are. Control flow whose
+direction the generator does not follow (``if flag:``, loops, data-dependent
+branches, try/except) only rebinds existing variables to values of the same
+shape and dtype, so code after it is valid whichever way it went; variables
+created inside a block are forgotten after it.
+
+Exclusions
+----------
+Every construct has a feature name (see FEATURES); ``exclude`` removes
+constructs from generation, so that one known bug can be kept out of a
+campaign while it looks for others. Excluding a feature never changes which
+other features exist, but it changes the random stream (the texts differ).
+"""
+import math
+import random
+from dataclasses import dataclass, field
+
+NV = 5
+ROLES = ("base", "repeat", "resized", "scalars", "base-again")
+F32, F64 = "float32", "float64"
+MAX_NUMEL = 1024
+MAX_RANK = 4
+
+# Construct names usable with exclude=... (and recorded in Program.features).
+FEATURES = {
+    # statements
+    "new": "assign a new tensor expression",
+    "update": "rebind a tensor variable to a same-shape expression",
+    "inplace": "x2 = t.clone() then in-place ops, setitem, mutation through views",
+    "if": "if/elif/else on Python values and shapes",
+    "ifexp": "conditional expressions (a if c else b)",
+    "for_range": "for i in range(...) loops, with break/continue",
+    "for_list": "for over lists, enumerate, zip, reversed, dict items",
+    "while": "while loops with Python counters, break/continue",
+    "helper": "module-level helper functions (defaults, keyword-only, *args, **kwargs, recursion)",
+    "closure": "nested def capturing locals (and nonlocal counters)",
+    "lambda": "lambdas, map()",
+    "containers": "tuple/list/dict building, indexing, unpacking, star-unpacking",
+    "listcomp": "list comprehensions",
+    "dictcomp": "dict comprehensions",
+    "genexpr": "generator expressions fed to sum()/tuple()",
+    "pyarith": "Python int/float/bool arithmetic on n, shapes, len(xs)",
+    "xs_mutation": "mutation of the input list xs (append, insert, pop, setitem, +=, del)",
+    "input_mutation": "in-place mutation of input tensors (x, y, xs[0])",
+    "no_grad": "with torch.no_grad()/enable_grad() blocks",
+    "try": "try/except/finally with raise",
+    "raise": "exceptions that escape fn in some call (eager raises too)",
+    "datadep": "data-dependent code: branching on tensors, .item(), .tolist(), masks",
+    "globals": "module-level constants and a global tensor",
+    # expression groups
+    "matmul": "@, matmul, mm, bmm, einsum, F.linear",
+    "reduce": "sum/mean/amax/... with dim and keepdim",
+    "softmax": "softmax, log_softmax, cumsum, normalize, flip, roll",
+    "view": "transpose/permute/reshape/view/flatten/unsqueeze/squeeze/expand/repeat",
+    "slice": "basic indexing and slicing, narrow, select, chunk, split, unbind",
+    "catstack": "cat and stack",
+    "where": "where, masked_fill, comparison masks",
+    "factory": "zeros_like, ones, full, arange, linspace, eye, tensor(...)",
+    "dtype": "float()/double()/to()/type_as",
+    "return_shape": "returning torch.Size / shape tuples",
+}
+
+
+def const_dim(k):
+    return (k,) * NV
+
+
+ONE = const_dim(1)
+DT_CODE = {F32: "torch.float32", F64: "torch.float64"}
+
+
+class TI:
+    """What the generator knows about a tensor value."""
+    __slots__ = ("shape", "dtype", "grad", "contig")
+
+    def __init__(self, shape, dtype, grad=False, contig=False):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.grad = grad
+        self.contig = contig
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    def same(self, other):
+        return self.shape == other.shape and self.dtype == other.dtype
+
+    def ok(self):
+        if self.rank > MAX_RANK:
+            return False
+        for v in range(NV):
+            p = 1
+            for d in self.shape:
+                if d[v] < 1 or d[v] > 64:
+                    return False
+                p *= d[v]
+            if p > MAX_NUMEL:
+                return False
+        return True
+
+    def numel(self):
+        out = []
+        for v in range(NV):
+            p = 1
+            for d in self.shape:
+                p *= d[v]
+            out.append(p)
+        return tuple(out)
+
+    def like(self, **kw):
+        t = TI(self.shape, self.dtype, self.grad, self.contig)
+        for k, val in kw.items():
+            setattr(t, k, val)
+        return t
+
+
+def promote(a, b):
+    """Result dtype of a binary op between tensors a and b (TI)."""
+    if (a.rank == 0) == (b.rank == 0):
+        return F64 if F64 in (a.dtype, b.dtype) else F32
+    return a.dtype if a.rank > 0 else b.dtype
+
+
+def bcast(s1, s2):
+    r = max(len(s1), len(s2))
+    s1 = (ONE,) * (r - len(s1)) + tuple(s1)
+    s2 = (ONE,) * (r - len(s2)) + tuple(s2)
+    out = []
+    for d1, d2 in zip(s1, s2):
+        vals = []
+        for a, b in zip(d1, d2):
+            if a == b or b == 1:
+                vals.append(a)
+            elif a == 1:
+                vals.append(b)
+            else:
+                return None
+        out.append(tuple(vals))
+    return tuple(out)
+
+
+def mm_shape(s1, s2):
+    if not s1 or not s2:
+        return None
+    a = s1 if len(s1) >= 2 else (ONE,) + tuple(s1)
+    b = s2 if len(s2) >= 2 else tuple(s2) + (ONE,)
+    if a[-1] != b[-2]:
+        return None
+    batch = bcast(a[:-2], b[:-2])
+    if batch is None:
+        return None
+    res = list(batch) + [a[-2], b[-1]]
+    if len(s2) == 1:
+        res.pop(-1)
+    if len(s1) == 1:
+        res.pop(-1 if len(s2) == 1 else -2)
+    return tuple(res)
+
+
+class Var:
+    """A generator-side variable. kind: t (tensor), i (int), f (float), b (bool),
+    l (homogeneous list: elem TI + per-variant length or None), s (fixed sequence
+    of TIs: tuple/list literal), d (dict with known str keys -> TI)."""
+
+    def __init__(self, kind, name, info=None, vals=None, elem=None, length=None,
+                 items=None, mutable=False, nz=False):
+        self.kind = kind
+        self.name = name
+        self.info = info
+        self.vals = vals
+        self.elem = elem
+        self.length = length
+        self.items = items
+        self.mutable = mutable
+        self.nz = nz   # float var known to be nonzero
+
+
+class Env:
+    def __init__(self, parent=None):
+        self.vars = dict(parent.vars) if parent else {}
+        self.order = list(parent.order) if parent else []
+        self.noupdate = set(parent.noupdate) if parent else set()
+
+    def add(self, var):
+        if var.name in self.vars:
+            self.order.remove(var.name)
+        self.vars[var.name] = var
+        self.order.append(var.name)
+
+    def of(self, kind):
+        return [self.vars[n] for n in self.order if self.vars[n].kind == kind]
+
+
+@dataclass
+class Program:
+    seed: int
+    source: str
+    variants: list
+    features: list
+    expect_raise: bool = False
+    mutates_inputs: bool = False
+    exclude: tuple = ()
+
+    def describe_inputs(self):
+        lines = []
+        for i, v in enumerate(self.variants):
+            def t(d):
+                return (f"{d['dtype']}{list(d['shape'])}"
+                        + (" requires_grad" if d["grad"] else ""))
+            lines.append(f"call {i} ({ROLES[i]}): x={t(v['x'])} y={t(v['y'])} n={v['n']} "
+                         f"flag={v['flag']} xs=[{v['xs']['len']} x {t(v['xs'])}]")
+        return "\n".join(lines)
+
+
+class Unfit(Exception):
+    """A construct could not be built here; the caller tries another."""
+
+
+class Generator:
+    def __init__(self, seed, exclude=()):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.exclude = frozenset(exclude)
+        unknown = self.exclude - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown fuzz features {sorted(unknown)}; known: {sorted(FEATURES)}")
+        self.counter = 0
+        self.out = []          # current output line buffer
+        self.ind = 1
+        self.helpers = []      # list of (name, sig dict)
+        self.helper_src = []   # source chunks of module-level helpers
+        self.features = set()
+        self.expect_raise = False
+        self.mutates_inputs = False
+        self.datadep_left = 1 if self.rng.random() < 0.18 else 0
+        self.raise_left = 1 if self.rng.random() < 0.06 else 0
+        self.helper_depth = 0
+        self.in_closure = 0
+        self.uses_bias = False
+
+    # ------------------------------------------------------------------ utils
+    def allow(self, feat):
+        return feat not in self.exclude
+
+    def used(self, feat):
+        self.features.add(feat)
+
+    def fresh(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def emit(self, line):
+        self.out.append("    " * self.ind + line)
+
+    def chance(self, p):
+        return self.rng.random() < p
+
+    def choice(self, seq):
+        return seq[self.rng.randrange(len(seq))]
+
+    def wchoice(self, pairs):
+        pairs = [(k, w) for k, w in pairs if w > 0]
+        total = sum(w for _, w in pairs)
+        r = self.rng.random() * total
+        for k, w in pairs:
+            r -= w
+            if r <= 0:
+                return k
+        return pairs[-1][0]
+
+    # -------------------------------------------------------------- inputs
+    def make_variants(self):
+        rng = self.rng
+        base = {s: rng.randint(2, 6) for s in "ABC"}
+        resized = {}
+        for s in "ABC":
+            choices = [v for v in range(1, 8) if v != base[s]]
+            if rng.random() > 0.15:
+                choices = [v for v in choices if v != 1]
+            resized[s] = rng.choice(choices)
+        n0 = rng.randint(1, 4)
+        n3 = rng.choice([v for v in range(1, 6) if v != n0])
+        flag0 = rng.random() < 0.5
+        l0 = rng.randint(1, 3)
+        l3 = rng.choice([v for v in range(1, 5) if v != l0])
+        syms = [base, base, resized, base, base]
+        self.n_vals = (n0, n0, n0, n3, n0)
+        self.flag_vals = (flag0, flag0, flag0, not flag0, flag0)
+        self.len_vals = (l0, l0, l0, l3, l0)
+
+        def sym_dim():
+            r = rng.random()
+            if r < 0.8:
+                s = rng.choice("ABC")
+                return tuple(syms[v][s] for v in range(NV))
+            return const_dim(rng.randint(1, 4))
+
+        def rand_shape(rank):
+            return tuple(sym_dim() for _ in range(rank))
+
+        xr = rng.choices([0, 1, 2, 3], weights=[1, 6, 10, 5])[0]
+        xshape = rand_shape(xr)
+        if xr > 0 and all(d == ONE for d in xshape):
+            xshape = (tuple(syms[v]["A"] for v in range(NV)),) + xshape[1:]
+        kind = rng.choices(["same", "suffix", "rev", "mm", "indep", "one"],
+                           weights=[5, 2, 2, 3, 3, 1])[0]
+        if kind == "same" or (kind in ("suffix", "rev", "mm") and xr == 0):
+            yshape = xshape
+        elif kind == "suffix":
+            yshape = xshape[rng.randint(0, xr - 1):] if xr > 1 else xshape
+        elif kind == "rev":
+            yshape = tuple(reversed(xshape))
+        elif kind == "mm":
+            yshape = (xshape[-1], sym_dim())
+        elif kind == "one":
+            yshape = (ONE,)
+        else:
+            yshape = rand_shape(rng.randint(1, 3))
+        ekind = rng.choices(["x", "y", "indep"], weights=[5, 2, 2])[0]
+        eshape = xshape if ekind == "x" else yshape if ekind == "y" else rand_shape(rng.randint(1, 2))
+
+        def dt():
+            return F64 if rng.random() < 0.3 else F32
+        xi = TI(xshape, dt(), rng.random() < 0.25, True)
+        yi = TI(yshape, dt(), rng.random() < 0.25, True)
+        ei = TI(eshape, dt(), rng.random() < 0.2, True)
+        for t in (xi, yi, ei):
+            if not t.ok():
+                raise Unfit("inputs too large")
+        self.inputs = (xi, yi, ei)
+        variants = []
+        for v in range(NV):
+            def desc(t):
+                return {"shape": [d[v] for d in t.shape], "dtype": t.dtype, "grad": t.grad}
+            xsd = desc(ei)
+            xsd["len"] = self.len_vals[v]
+            variants.append({"x": desc(xi), "y": desc(yi), "n": self.n_vals[v],
+                             "flag": self.flag_vals[v], "xs": xsd})
+        return variants
+
+    # -------------------------------------------------------------- picking
+    def tensor_cands(self, env, pred=None, atoms=False):
+        cands = []
+        for idx, name in enumerate(env.order):
+            var = env.vars[name]
+            w = 1 + idx
+            if var.kind == "t":
+                cands.append((name, var.info, w * 2))
+            elif atoms:
+                continue
+            elif var.kind == "l" and var.length and min(var.length) >= 1:
+                cands.append((f"{name}[0]", var.elem, w * 0.5))
+                cands.append((f"{name}[-1]", var.elem, w * 0.3))
+            elif var.kind == "s" and var.items:
+                i = self.rng.randrange(len(var.items))
+                cands.append((f"{name}[{i}]", var.items[i], w * 0.5))
+            elif var.kind == "d" and var.items:
+                k = self.choice(list(var.items))
+                cands.append((f"{name}[{k!r}]", var.items[k], w * 0.5))
+        if pred:
+            cands = [c for c in cands if pred(c[1])]
+        return cands
+
+    def pick(self, env, pred=None, atoms=False):
+        cands = self.tensor_cands(env, pred, atoms)
+        if not cands:
+            return None
+        code, info = self.wchoice([((c, i), w) for c, i, w in cands])
+        return code, info
+
+    def must_pick(self, env, pred=None, atoms=False):
+        r = self.pick(env, pred, atoms)
+        if r is None:
+            raise Unfit("no operand")
+        return r
+
+    def int_atoms(self, env, nonzero=False):
+        """Python int expressions with known per-variant values."""
+        out = [("n", self.n_vals)]
+        xs = env.vars.get("xs")
+        if xs is not None and xs.kind == "l" and xs.length:
+            out.append(("len(xs)", xs.length))
+        for name, info, _ in self.tensor_cands(env, atoms=True):
+            if info.rank:
+                i = self.rng.randrange(info.rank)
+                form = self.choice([f"{name}.shape[{i}]", f"{name}.size({i})",
+                                    f"{name}.shape[{i - info.rank}]"])
+                out.append((form, info.shape[i]))
+            out.append((f"{name}.dim()", const_dim(info.rank)))
+            if info.rank and self.chance(0.2):
+                out.append((f"{name}.numel()", info.numel()))
+        for var in env.of("i"):
+            if var.vals is not None:
+                out.append((var.name, var.vals))
+        out.append(("CONFIG['k']", const_dim(2)) if self.allow("globals") else ("2", const_dim(2)))
+        if nonzero:
+            out = [(c, v) for c, v in out if all(x != 0 for x in v)]
+        return out
+
+    def scalar(self, env, nonzero=False, small=False):
+        """A Python number expression (code only)."""
+        r = self.rng.random()
+        if r < 0.45 or small:
+            return self.choice(["0.5", "2.0", "-1.5", "3", "2", "0.25", "-1", "1e-3" if not nonzero else "4"])
+        if r < 0.75:
+            c, _ = self.choice(self.int_atoms(env, nonzero=True))
+            return c
+        opts = []
+        for var in env.of("f"):
+            if var.nz or not nonzero:
+                opts.append(var.name)
+        if self.allow("globals"):
+            opts += ["SCALE", "OFFSETS[1]", "CONFIG['eps']", "math.pi", "math.sqrt(n)"]
+        if not nonzero:
+            opts += ["float(flag)", "(n - 1)"]
+        opts += ["(n + 1)", "(n * 0.5)"]
+        self.used("pyarith")
+        return self.choice(opts)
+
+    # ---------------------------------------------------------- expressions
+    def texpr(self, env, depth):
+        if depth <= 0 or self.chance(0.25):
+            return self.must_pick(env)
+        ops = [
+            (self.op_unary, 6), (self.op_binary, 8), (self.op_scalar, 6),
+            (self.op_reduce, 3 if self.allow("reduce") else 0),
+            (self.op_softmax, 2 if self.allow("softmax") else 0),
+            (self.op_matmul, 3 if self.allow("matmul") else 0),
+            (self.op_view, 4 if self.allow("view") else 0),
+            (self.op_slice, 3 if self.allow("slice") else 0),
+            (self.op_cat, 2 if self.allow("catstack") else 0),
+            (self.op_where, 2 if self.allow("where") else 0),
+            (self.op_factory, 1 if self.allow("factory") else 0),
+            (self.op_dtype, 1 if self.allow("dtype") else 0),
+            (self.op_list, 1),
+        ]
+        for _ in range(12):
+            op = self.wchoice(ops)
+            try:
+                r = op(env, depth - 1)
+            except Unfit:
+                continue
+            if r is not None and r[1].ok():
+                return r
+        return self.must_pick(env)
+
+    def sub(self, env, depth, atoms=False):
+        if atoms or depth <= 0 or self.chance(0.5):
+            return self.must_pick(env, atoms=atoms)
+        return self.texpr(env, depth)
+
+    UNARY = ["{a}.relu()", "torch.relu({a})", "{a}.sigmoid()", "torch.sigmoid({a})", "{a}.tanh()",
+             "torch.tanh({a})", "{a}.abs()", "torch.abs({a})", "(-{a})", "torch.exp({a}.clamp(-5.0, 5.0))",
+             "{a}.clamp(-1.0, 1.0)", "torch.clamp({a}, min=-0.5)", "{a}.clamp(max=2.0)", "{a}.sin()",
+             "torch.cos({a})", "torch.sqrt({a}.abs() + 0.001)", "({a} ** 2)", "{a}.pow(3)", "F.relu({a})",
+             "F.gelu({a})", "F.silu({a})", "F.leaky_relu({a}, 0.1)", "F.softplus({a})",
+             "torch.log1p({a}.abs())", "{a}.neg()", "{a}.square()", "F.hardtanh({a})", "{a}.clone()",
+             "{a}.contiguous()", "{a}.detach()", "torch.sign({a})", "(1.0 / ({a}.abs() + 1.0))",
+             "{a}.exp().clamp(max=100.0)", "torch.where({a} > 0, {a}, 0.0)", "{a}.masked_fill({a} < 0, 0.5)",
+             "({a} * ({a} > 0))", "torch.nan_to_num({a})", "{a}.floor()", "torch.round({a} * 4) / 4",
+             "(+{a})", "{a}.sub(1)", "{a}.mul(2)", "{a}.tanh().mul(0.5).add(0.5)"]
+
+    def op_unary(self, env, depth):
+        code, info = self.sub(env, depth)
+        tmpl = self.choice(self.UNARY)
+        if ("where" in tmpl or "masked" in tmpl or "(" + "{a} > 0)" in tmpl) and not self.allow("where"):
+            tmpl = "{a}.relu()"
+        out = info.like()
+        if "detach" in tmpl:
+            out.grad = False
+        if "contiguous" in tmpl:
+            out.contig = True
+        return tmpl.format(a=code), out
+
+    BINARY = ["({a} + {b})", "({a} - {b})", "({a} * {b})", "({a} / ({b}.abs() + 1.0))",
+              "torch.add({a}, {b}, alpha=0.5)", "torch.sub({a}, {b})", "{a}.mul({b})", "{a}.add({b})",
+              "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.atan2({a}, {b})",
+              "({a} * 0.5 + {b} * 0.25)", "torch.mul({a}, {b})", "({a} - {b}).abs()"]
+
+    def op_binary(self, env, depth):
+        a, ai = self.sub(env, depth)
+        if self.chance(0.4):
+            b, bi = self.like(env, ai, max(depth, 0), avoid=None)
+        else:
+            b, bi = self.must_pick(env, pred=lambda t: bcast(ai.shape, t.shape) is not None)
+        shape = bcast(ai.shape, bi.shape)
+        if shape is None:
+            raise Unfit("bcast")
+        tmpl = self.choice(self.BINARY)
+        if self.chance(0.5):
+            a, b, ai, bi = b, a, bi, ai
+        return tmpl.format(a=a, b=b), TI(shape, promote(ai, bi), ai.grad or bi.grad)
+
+    def op_scalar(self, env, depth):
+        a, ai = self.sub(env, depth)
+        k = self.rng.randrange(7)
+        if k == 0:
+            return f"({a} * {self.scalar(env)})", ai.like()
+        if k == 1:
+            return f"({a} + {self.scalar(env)})", ai.like()
+        if k == 2:
+            return f"({self.scalar(env)} - {a})", ai.like()
+        if k == 3:
+            return f"({a} / {self.scalar(env, nonzero=True)})", ai.like()
+        if k == 4:
+            return f"{a}.add({self.scalar(env)})", ai.like()
+        if k == 5:
+            return f"({self.scalar(env)} * {a} - {self.scalar(env)})", ai.like()
+        return f"torch.mul({a}, {self.scalar(env)})", ai.like()
+
+    def dim_of(self, info, extra=0):
+        """A random dim index and its code (sometimes negative)."""
+        r = info.rank + extra
+        d = self.rng.randrange(r)
+        code = d - r if self.chance(0.3) else d
+        return d, code
+
+    def op_reduce(self, env, depth):
+        a, ai = self.sub(env, depth)
+        self.used("reduce")
+        if ai.rank == 0 or self.chance(0.25):
+            tmpl = self.choice(["{a}.sum()", "{a}.mean()", "torch.sum({a})", "{a}.amax()", "{a}.norm()",
+                                "{a}.abs().sum()", "torch.mean({a})", "{a}.max()", "{a}.min()"])
+            return tmpl.format(a=a), TI((), ai.dtype, ai.grad, True)
+        d, dc = self.dim_of(ai)
+        keep = self.chance(0.4)
+        forms = [f"{a}.sum(dim={dc}, keepdim={keep})", f"{a}.mean(dim={dc}, keepdim={keep})",
+                 f"{a}.amax(dim={dc}, keepdim={keep})", f"{a}.amin({dc}, {keep})",
+                 f"torch.sum({a}, {dc}, keepdim={keep})", f"torch.mean({a}, dim={dc}, keepdim={keep})",
+                 f"{a}.max(dim={dc}, keepdim={keep}).values", f"{a}.min({dc}, keepdim={keep})[0]",
+                 f"{a}.logsumexp(dim={dc}, keepdim={keep})", f"{a}.norm(dim={dc}, keepdim={keep})",
+                 f"{a}.std(dim={dc}, keepdim={keep})", f"{a}.prod(dim={dc}, keepdim={keep})",
+                 f"torch.max({a}, {dc}, {keep})[0]", f"{a}.var({dc}, keepdim={keep})"]
+        dtype = ai.dtype
+        if self.chance(0.1):
+            forms = [f"{a}.argmax(dim={dc}, keepdim={keep}).float()",
+                     f"{a}.argmin({dc}, keepdim={keep}).to(torch.float64)"]
+            dtype = F32 if "float()" in forms[0] and self.chance(0.5) else None
+            code = self.choice(forms)
+            dtype = F32 if code.endswith("float()") else F64
+        else:
+            code = self.choice(forms)
+        shape = list(ai.shape)
+        if keep:
+            shape[d] = ONE
+        else:
+            shape.pop(d)
+        if ai.rank >= 2 and self.chance(0.15):
+            d2 = (d + 1) % ai.rank
+            code = f"{a}.sum(dim=({d}, {d2}), keepdim={keep})"
+            dtype = ai.dtype
+            shape = list(ai.shape)
+            for dd in sorted((d, d2), reverse=True):
+                if keep:
+                    shape[dd] = ONE
+                else:
+                    shape.pop(dd)
+        return code, TI(shape, dtype, ai.grad and "arg" not in code, False)
+
+    def op_softmax(self, env, depth):
+        a, ai = self.sub(env, depth)
+        if ai.rank == 0:
+            raise Unfit("rank0")
+        self.used("softmax")
+        d, dc = self.dim_of(ai)
+        tmpl = self.choice(["torch.softmax({a}, dim={d})", "F.softmax({a}, dim={d})", "{a}.softmax({d})",
+                            "{a}.log_softmax(dim={d})", "F.log_softmax({a}, {d})", "{a}.cumsum(dim={d})",
+                            "torch.cumsum({a}, {d})", "F.normalize({a}, dim={d})", "{a}.flip([{d}])",
+                            "torch.flip({a}, dims=({d},))", "{a}.roll(1, {d})",
+                            "({a} - {a}.mean(dim={d}, keepdim=True))"])
+        return tmpl.format(a=a, d=dc), ai.like(contig=False)
+
+    def op_matmul(self, env, depth):
+        a, ai = self.sub(env, depth, atoms=self.chance(0.5))
+        if ai.rank == 0:
+            raise Unfit("rank0")
+        self.used("matmul")
+        if ai.rank >= 2 and self.chance(0.3) and a.isidentifier():
+            shape = mm_shape(ai.shape, ai.shape[:-2] + (ai.shape[-1], ai.shape[-2]))
+            form = self.choice(["({a} @ {a}.transpose(-1, -2))", "torch.matmul({a}, {a}.mT)"])
+            return form.format(a=a), TI(shape, ai.dtype, ai.grad)
+        cands = []
+        for code, bi, _ in self.tensor_cands(env):
+            if bi.rank == 0:
+                continue
+            s = mm_shape(ai.shape, bi.shape)
+            if s is not None:
+                cands.append((code, bi, s, False))
+            if bi.rank >= 2:
+                bt = bi.shape[:-2] + (bi.shape[-1], bi.shape[-2])
+                s = mm_shape(ai.shape, bt)
+                if s is not None:
+                    cands.append((code, bi, s, True))
+            if ai.rank >= 1 and bi.rank == 2 and bi.shape[1] == ai.shape[-1]:
+                cands.append((code, bi, ai.shape[:-1] + (bi.shape[0],), "linear"))
+        if not cands:
+            raise Unfit("no matmul partner")
+        b, bi, shape, tr = self.choice(cands)
+        if bi.dtype != ai.dtype:
+            b = f"{b}.to({DT_CODE[ai.dtype]})"
+        out = TI(shape, ai.dtype, ai.grad or bi.grad)
+        if tr == "linear":
+            return f"F.linear({a}, {b})", out
+        if tr:
+            b = self.choice([f"{b}.transpose(-1, -2)", f"{b}.mT"]) if bi.rank > 2 else \
+                self.choice([f"{b}.t()", f"{b}.T", f"{b}.transpose(0, 1)"])
+        forms = ["({a} @ {b})", "torch.matmul({a}, {b})", "{a}.matmul({b})"]
+        if ai.rank == 2 and bi.rank == 2:
+            forms += ["torch.mm({a}, {b})", "{a}.mm({b})", "torch.einsum('ij,jk->ik', {a}, {b})"]
+        if ai.rank == 3 and bi.rank == 3 and ai.shape[0] == bi.shape[0]:
+            forms += ["torch.bmm({a}, {b})"]
+        if ai.rank == 1 and bi.rank == 1:
+            forms += ["torch.dot({a}, {b})", "{a}.dot({b})"]
+        return self.choice(forms).format(a=a, b=b), out
+
+    def op_view(self, env, depth):
+        a, ai = self.sub(env, depth, atoms=self.chance(0.6))
+        atom = a.isidentifier()
+        self.used("view")
+        r = ai.rank
+        k = self.rng.randrange(11)
+        if k == 0 and r >= 2:
+            i, j = self.rng.sample(range(r), 2)
+            shape = list(ai.shape)
+            shape[i], shape[j] = shape[j], shape[i]
+            form = self.choice([f"{a}.transpose({i}, {j})", f"torch.transpose({a}, {i}, {j})",
+                                f"{a}.swapaxes({i}, {j})"])
+            if r == 2:
+                form = self.choice([form, f"{a}.t()", f"{a}.T"])
+            return form, TI(shape, ai.dtype, ai.grad, False)
+        if k == 1 and r >= 2:
+            perm = list(range(r))
+            self.rng.shuffle(perm)
+            shape = [ai.shape[p] for p in perm]
+            form = self.choice([f"{a}.permute({', '.join(map(str, perm))})",
+                                f"torch.permute({a}, ({', '.join(map(str, perm))},))",
+                                f"{a}.permute([{', '.join(map(str, perm))}])"])
+            return form, TI(shape, ai.dtype, ai.grad, False)
+        if k == 2:
+            numel = ai.numel()
+            form = self.choice([f"{a}.reshape(-1)", f"{a}.flatten()", f"torch.flatten({a})",
+                                f"{a}.reshape({a}.numel())" if atom else f"{a}.reshape(-1)"])
+            if ai.contig and atom:
+                form = self.choice([form, f"{a}.view(-1)"])
+            return form, TI((numel,), ai.dtype, ai.grad, True)
+        if k == 3 and r >= 2 and atom:
+            i = self.rng.randrange(r - 1)
+            merged = tuple(ai.shape[i][v] * ai.shape[i + 1][v] for v in range(NV))
+            shape = ai.shape[:i] + (merged,) + ai.shape[i + 2:]
+            parts = [f"{a}.shape[{j}]" for j in range(i)] + [f"{a}.shape[{i}] * {a}.shape[{i + 1}]"] + \
+                    [f"{a}.size({j})" for j in range(i + 2, r)]
+            if self.chance(0.4):
+                parts[i] = "-1"
+            meth = "view" if ai.contig and self.chance(0.5) else "reshape"
+            return f"{a}.{meth}({', '.join(parts)})", TI(shape, ai.dtype, ai.grad, True)
+        if k == 4 and r >= 1 and atom:
+            i = self.rng.randrange(r)
+            if all(d % 2 == 0 for d in ai.shape[i]):
+                half = tuple(d // 2 for d in ai.shape[i])
+                shape = ai.shape[:i] + (const_dim(2), half) + ai.shape[i + 1:]
+                parts = [f"{a}.shape[{j}]" for j in range(i)] + ["2", f"{a}.shape[{i}] // 2"] + \
+                        [f"{a}.shape[{j}]" for j in range(i + 1, r)]
+                return f"{a}.reshape({', '.join(parts)})", TI(shape, ai.dtype, ai.grad, True)
+            if r >= 2:
+                return f"torch.flatten({a}, 0, 1)", TI(
+                    (tuple(ai.shape[0][v] * ai.shape[1][v] for v in range(NV)),) + ai.shape[2:],
+                    ai.dtype, ai.grad, True)
+        if k == 5:
+            d = self.rng.randrange(r + 1)
+            dc = d - (r + 1) if self.chance(0.3) else d
+            shape = ai.shape[:d] + (ONE,) + ai.shape[d:]
+            form = self.choice([f"{a}.unsqueeze({dc})", f"torch.unsqueeze({a}, {dc})"])
+            if d == 0:
+                form = self.choice([form, f"{a}[None]"])
+            elif d == 1 and r >= 1:
+                form = self.choice([form, f"{a}[:, None]"])
+            return form, TI(shape, ai.dtype, ai.grad, ai.contig)
+        if k == 6:
+            ones = [i for i, d in enumerate(ai.shape) if d == ONE]
+            if not ones:
+                raise Unfit("no 1 dim")
+            partial = [i for i, d in enumerate(ai.shape) if 1 in d and d != ONE]
+            if not partial and self.chance(0.4):
+                shape = tuple(d for d in ai.shape if d != ONE)
+                return f"{a}.squeeze()", TI(shape, ai.dtype, ai.grad, ai.contig)
+            i = self.choice(ones)
+            shape = ai.shape[:i] + ai.shape[i + 1:]
+            return self.choice([f"{a}.squeeze({i})", f"torch.squeeze({a}, {i})"]), \
+                TI(shape, ai.dtype, ai.grad, ai.contig)
+        if k == 7 and atom:
+            c, cv = self.choice([("2", const_dim(2)), ("n", self.n_vals)])
+            shape = (cv,) + ai.shape
+            form = self.choice([f"{a}.unsqueeze(0).expand({c}, *{a}.shape)",
+                                f"{a}.expand({c}, *{a}.shape)" if r >= 0 else None])
+            return form, TI(shape, ai.dtype, ai.grad, False)
+        if k == 8 and r >= 1:
+            reps = [self.choice([1, 1, 2]) for _ in range(r)]
+            shape = tuple(tuple(d[v] * rp for v in range(NV)) for d, rp in zip(ai.shape, reps))
+            return f"{a}.repeat({', '.join(map(str, reps))})", TI(shape, ai.dtype, ai.grad, True)
+        if k == 9 and r >= 1:
+            ones = [i for i, d in enumerate(ai.shape) if d == ONE]
+            if ones and atom:
+                i = self.choice(ones)
+                shape = list(ai.shape)
+                shape[i] = self.n_vals
+                parts = ["-1"] * r
+                parts[i] = "n"
+                return f"{a}.expand({', '.join(parts)})", TI(shape, ai.dtype, ai.grad, False)
+            return f"{a}.contiguous()", ai.like(contig=True)
+        if k == 10 and r >= 1:
+            others = [(c, i) for c, i, _ in self.tensor_cands(env)
+                      if i.numel() == ai.numel() and i.rank >= 1]
+            if others:
+                c, oi = self.choice(others)
+                if c.isidentifier():
+                    meth = "view_as" if ai.contig and self.chance(0.5) and atom else "reshape_as"
+                    return f"{a}.{meth}({c})", TI(oi.shape, ai.dtype, ai.grad, True)
+        raise Unfit("view")
+
+    def op_slice(self, env, depth):
+        a, ai = self.sub(env, depth, atoms=self.chance(0.5))
+        if ai.rank == 0:
+            raise Unfit("rank0")
+        self.used("slice")
+        r = ai.rank
+        k = self.rng.randrange(8)
+        if k <= 3:
+            ndims = self.rng.randint(1, min(r, 3))
+            lead = self.chance(0.75)
+            dims = list(range(ndims)) if lead else list(range(r - ndims, r))
+            parts, shape = [], list(ai.shape)
+            removed = []
+            for d in dims:
+                dd = ai.shape[d]
+                opts = [(":", dd), ("::2", tuple((x + 1) // 2 for x in dd)), (":1", ONE)]
+                if min(dd) >= 2:
+                    opts += [("1:", tuple(x - 1 for x in dd)), (":2", const_dim(2)), ("-2:", const_dim(2))]
+                if min(dd) >= 3:
+                    opts += [("1:-1", tuple(x - 2 for x in dd))]
+                idx_opts = [("0", None), ("-1", None)]
+                if min(dd) >= 2:
+                    idx_opts.append(("1", None))
+                if self.chance(0.3):
+                    s, _ = self.choice(idx_opts)
+                    parts.append(s)
+                    removed.append(d)
+                else:
+                    s, nd = self.choice(opts)
+                    parts.append(s)
+                    shape[d] = nd
+            for d in sorted(removed, reverse=True):
+                shape.pop(d)
+            if not lead:
+                parts = ["..."] + parts
+            code = f"{a}[{', '.join(parts)}]"
+            return code, TI(shape, ai.dtype, ai.grad, False)
+        if k == 4:
+            d, dc = self.dim_of(ai)
+            shape = list(ai.shape)
+            if self.chance(0.5):
+                shape[d] = ONE
+                return f"{a}.narrow({dc}, 0, 1)", TI(shape, ai.dtype, ai.grad, False)
+            shape.pop(d)
+            return self.choice([f"{a}.select({dc}, 0)", f"{a}.unbind({dc})[0]",
+                                f"torch.select({a}, {dc}, -1)"]), TI(shape, ai.dtype, ai.grad, False)
+        if k == 5:
+            d, dc = self.dim_of(ai)
+            shape = list(ai.shape)
+            if self.chance(0.5):
+                shape[d] = tuple((x + 1) // 2 for x in ai.shape[d])
+                return f"{a}.chunk(2, dim={dc})[0]", TI(shape, ai.dtype, ai.grad, False)
+            shape[d] = ONE
+            return f"{a}.split(1, dim={dc})[-1]", TI(shape, ai.dtype, ai.grad, False)
+        if k == 6:
+            # index with a Python int variable whose value is in range in every variant
+            dd = ai.shape[0]
+            opts = [(c, v) for c, v in self.int_atoms(env)
+                    if all(-dd[i] <= v[i] < dd[i] for i in range(NV))]
+            if opts:
+                c, _ = self.choice(opts)
+                return f"{a}[{c}]", TI(ai.shape[1:], ai.dtype, ai.grad, False)
+            raise Unfit("no index")
+        if min(ai.shape[0]) >= 2:
+            self.used("slice")
+            return f"{a}[[0, 1]]", TI((const_dim(2),) + ai.shape[1:], ai.dtype, ai.grad, True)
+        raise Unfit("slice")
+
+    def op_cat(self, env, depth):
+        a, ai = self.sub(env, depth)
+        self.used("catstack")
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+        if lists and self.chance(0.3):
+            lv = self.choice(lists)
+            ei = lv.elem
+            if self.chance(0.5) or ei.rank == 0:
+                d = self.rng.randrange(ei.rank + 1)
+                shape = ei.shape[:d] + (lv.length,) + ei.shape[d:]
+                return f"torch.stack({lv.name}, dim={d})", TI(shape, ei.dtype, ei.grad, True)
+            d = self.rng.randrange(ei.rank)
+            shape = list(ei.shape)
+            shape[d] = tuple(ei.shape[d][v] * lv.length[v] for v in range(NV))
+            return f"torch.cat({lv.name}, dim={d})", TI(shape, ei.dtype, ei.grad, True)
+        if ai.rank == 0 or self.chance(0.3):
+            b, bi = self.like(env, ai, depth)
+            d = self.rng.randrange(ai.rank + 1)
+            shape = ai.shape[:d] + (const_dim(2),) + ai.shape[d:]
+            form = self.choice([f"torch.stack([{a}, {b}], dim={d})", f"torch.stack(({a}, {b}), {d})"])
+            return form, TI(shape, ai.dtype, ai.grad or bi.grad, True)
+        d, dc = self.dim_of(ai)
+        partners = []
+        for code, bi, _ in self.tensor_cands(env):
+            if bi.rank == ai.rank and all(bi.shape[i] == ai.shape[i] for i in range(ai.rank) if i != d):
+                partners.append((code, bi))
+        if partners and self.chance(0.6):
+            b, bi = self.choice(partners)
+        else:
+            b, bi = self.like(env, ai, depth)
+        shape = list(ai.shape)
+        shape[d] = tuple(ai.shape[d][v] + bi.shape[d][v] for v in range(NV))
+        form = self.choice([f"torch.cat([{a}, {b}], dim={dc})", f"torch.cat(({a}, {b}), {dc})",
+                            f"torch.concat([{a}, {b}], {dc})"])
+        return form, TI(shape, promote(ai, bi), ai.grad or bi.grad, True)
+
+    def op_where(self, env, depth):
+        a, ai = self.sub(env, depth)
+        self.used("where")
+        b, bi = self.must_pick(env, pred=lambda t: bcast(ai.shape, t.shape) is not None)
+        shape = bcast(ai.shape, bi.shape)
+        cond = self.choice([f"{a} > {b}", f"{a} > 0", f"{b}.abs() < 0.5", f"({a} > 0) & ({b} < 1)",
+                            f"~({a} < {b})"])
+        if self.chance(0.5):
+            return f"torch.where({cond}, {a}, {b})", TI(shape, promote(ai, bi), ai.grad or bi.grad)
+        if cond.startswith(f"{b}.abs") or "&" in cond or cond.startswith("~") or f"> {b}" in cond:
+            cond = f"{a} > 0"
+        return self.choice([f"{a}.masked_fill({cond}, 0.0)", f"torch.where({cond}, {a}, -1.0)",
+                            f"torch.where({cond}, 1.0, {a})"]), ai.like()
+
+    def op_factory(self, env, depth):
+        self.used("factory")
+        k = self.rng.randrange(9)
+        a, ai = self.must_pick(env, atoms=True)
+        if k == 0:
+            return self.choice([f"torch.zeros_like({a})", f"torch.ones_like({a})",
+                                f"torch.full_like({a}, 0.5)"]), ai.like(grad=False, contig=ai.contig)
+        if k == 1:
+            return f"torch.zeros({a}.shape, dtype={a}.dtype)", ai.like(grad=False, contig=True)
+        if k == 2:
+            c, v = self.choice(self.int_atoms(env))
+            if min(v) < 1 or max(v) > 64:
+                raise Unfit("arange")
+            return self.choice([f"torch.arange({c}, dtype=torch.float32)", f"torch.arange({c}).float()",
+                                f"torch.arange(0, {c}, dtype=torch.float64)"]), \
+                TI((v,), F64 if "float64" in c else F32, False, True)
+        if k == 3 and ai.rank >= 1:
+            c, v = self.choice(self.int_atoms(env))
+            if min(v) < 1 or max(v) > 64:
+                raise Unfit("ones")
+            d0 = ai.shape[0]
+            return f"torch.ones({a}.shape[0], {c})", TI((d0, v), F32, False, True)
+        if k == 4 and ai.rank >= 1:
+            return f"torch.linspace(0.0, 1.0, {a}.shape[-1], dtype={a}.dtype)", TI((ai.shape[-1],), ai.dtype)
+        if k == 5 and ai.rank >= 1:
+            d = ai.shape[-1]
+            return f"torch.eye({a}.shape[-1], dtype={a}.dtype)", TI((d, d), ai.dtype, False, True)
+        if k == 6:
+            return self.choice([("torch.tensor([1.0, -2.0, 0.5])", TI((const_dim(3),), F32, False, True)),
+                                ("torch.tensor(float(n))", TI((), F32, False, True)),
+                                ("torch.tensor(2.5, dtype=torch.float64)", TI((), F64, False, True))])
+        if k == 7:
+            return f"{a}.new_zeros({a}.shape)", ai.like(grad=False, contig=True)
+        if ai.rank >= 1:
+            return f"torch.full(({a}.shape[0], 2), 0.25, dtype=torch.float64)", \
+                TI((ai.shape[0], const_dim(2)), F64, False, True)
+        raise Unfit("factory")
+
+    def op_dtype(self, env, depth):
+        a, ai = self.sub(env, depth)
+        self.used("dtype")
+        k = self.rng.randrange(5)
+        if k == 0:
+            return f"{a}.double()", ai.like(dtype=F64)
+        if k == 1:
+            return f"{a}.float()", ai.like(dtype=F32)
+        if k == 2:
+            dt = self.choice([F32, F64])
+            return f"{a}.to({DT_CODE[dt]})", ai.like(dtype=dt)
+        b, bi = self.must_pick(env, atoms=True)
+        if k == 3:
+            return f"{a}.type_as({b})", ai.like(dtype=bi.dtype)
+        return f"{a}.to({b}.dtype)", ai.like(dtype=bi.dtype)
+
+    def op_list(self, env, depth):
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+        if not lists:
+            raise Unfit("no list")
+        lv = self.choice(lists)
+        ei = lv.elem
+        k = self.rng.randrange(4)
+        if k == 0:
+            return f"sum({lv.name})", ei.like(contig=False)
+        if k == 1:
+            return f"{lv.name}[len({lv.name}) - 1]", ei.like()
+        if k == 2:
+            self.used("catstack")
+            return f"torch.stack({lv.name}).sum(0)", ei.like(contig=True)
+        return f"{lv.name}[0] * len({lv.name})", ei.like()
+
+    def like(self, env, target, depth, avoid=None):
+        """An expression with exactly target's shape and dtype."""
+        cands = self.tensor_cands(env, pred=lambda t: t.same(target))
+        if not cands:
+            raise Unfit("no same-shape value")
+        code, info = self.wchoice([((c, i), w) for c, i, w in cands])
+        grad = info.grad
+        steps = self.rng.randint(0, 2) if depth > 0 else self.rng.randint(0, 1)
+        for _ in range(steps):
+            code, g = self.like_step(env, code, target)
+            grad = grad or g
+        return code, TI(target.shape, target.dtype, grad, False)
+
+    def like_step(self, env, c, target):
+        r = target.rank
+        k = self.rng.randrange(10)
+        if k <= 2:
+            tmpl = self.choice(self.UNARY[:30])
+            return tmpl.format(a=c), False
+        if k == 3:
+            return f"({c} * {self.scalar(env)} + {self.scalar(env)})", False
+        if k <= 5:
+            b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, target.shape) == target.shape)
+            if promote(target, bi) != target.dtype:
+                b = f"{b}.to({DT_CODE[target.dtype]})"
+            op = self.choice(["+", "-", "*"])
+            return f"({c} {op} {b})", bi.grad
+        if k == 6 and r >= 1 and self.allow("softmax"):
+            d, dc = self.dim_of(target)
+            return self.choice([f"torch.softmax({c}, dim={dc})", f"{c}.cumsum({dc})",
+                                f"({c} - {c}.mean(dim={dc}, keepdim=True))",
+                                f"({c} / ({c}.norm(dim={dc}, keepdim=True) + 1.0))"]).format(), False
+        if k == 7 and self.allow("where"):
+            b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, target.shape) == target.shape)
+            if promote(target, bi) != target.dtype:
+                b = f"{b}.to({DT_CODE[target.dtype]})"
+            return f"torch.where({c} > 0, {c}, {b})", bi.grad
+        if k == 8 and r >= 2 and target.shape[-1] == target.shape[-2] and self.allow("matmul"):
+            return f"({c} @ {c}.transpose(-1, -2)).tanh()", False
+        if k == 9 and r >= 1 and min(target.shape[0]) >= 2 and self.allow("slice") and self.allow("catstack"):
+            return f"torch.cat([{c}[1:], {c}[:1]], dim=0)", False
+        return f"{c}.clamp(-3.0, 3.0)", False
+
+    # ----------------------------------------------------------- statements
+    def new_tensor(self, env, code, info, prefix="t"):
+        name = self.fresh(prefix)
+        self.emit(f"{name} = {code}")
+        env.add(Var("t", name, info))
+        return name
+
+    def updatable(self, env):
+        return [v for v in env.of("t") if v.name not in env.noupdate]
+
+    def st_update(self, env):
+        vs = self.updatable(env)
+        if not vs:
+            raise Unfit("nothing to update")
+        var = self.choice(vs[-6:])
+        code, info = self.like(env, var.info, 2)
+        if self.chance(0.15):
+            op = self.choice(["+", "-", "*"])
+            b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, var.info.shape) == var.info.shape
+                                   and promote(var.info, t) == var.info.dtype)
+            # augmented assignment on a tensor name is in place; only for names we own
+            if var.name.startswith("w"):
+                self.emit(f"{var.name} {op}= {b}")
+                return
+            self.emit(f"{var.name} = {var.name} {op} {b}")
+            var.info = var.info.like(grad=var.info.grad or bi.grad, contig=False)
+            return
+        self.emit(f"{var.name} = {code}")
+        var.info = var.info.like(grad=var.info.grad or info.grad, contig=False)
+
+    def st_new(self, env):
+        code, info = self.texpr(env, self.rng.randint(1, 3))
+        self.new_tensor(env, code, info)
+
+    def st_inplace(self, env):
+        src, si = self.must_pick(env)
+        if si.rank == 0 and self.chance(0.5):
+            raise Unfit("rank0")
+        self.used("inplace")
+        name = self.fresh("w")
+        init = self.choice([f"{src}.clone()", f"{src}.clone()", f"{src}.detach().clone()",
+                            f"torch.zeros_like({src})", f"{src}.clone().contiguous()"])
+        self.emit(f"{name} = {init}")
+        info = si.like(grad=si.grad and "detach" not in init and "zeros" not in init)
+        if "contiguous" in init or "zeros" in init:
+            info.contig = True
+        var = Var("t", name, info)
+        env.add(var)
+        for _ in range(self.rng.randint(1, 3)):
+            k = self.rng.randrange(12)
+            r = var.info.rank
+            if k == 0:
+                b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, var.info.shape) == var.info.shape)
+                self.emit(f"{name}.add_({b}{', alpha=0.5' if self.chance(0.3) else ''})")
+                var.info.grad |= bi.grad
+            elif k == 1:
+                self.emit(f"{name}.mul_({self.scalar(env)})")
+            elif k == 2:
+                b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, var.info.shape) == var.info.shape)
+                self.emit(f"{name} {self.choice(['+=', '-=', '*='])} {b}")
+                var.info.grad |= bi.grad
+            elif k == 3:
+                self.emit(self.choice([f"{name}.clamp_(-1.0, 1.0)", f"{name}.relu_()", f"{name}.abs_()",
+                                       f"{name}.tanh_()", f"{name}.neg_()"]))
+            elif k == 4 and r >= 1:
+                self.emit(f"{name}[0] = {self.scalar(env, small=True)}")
+            elif k == 5 and r >= 2:
+                self.emit(f"{name}[:, 0] = {self.scalar(env, small=True)}")
+            elif k == 6 and r >= 1 and min(var.info.shape[0]) >= 2:
+                self.emit(f"{name}[1:] {self.choice(['*=', '+=', '-='])} {self.scalar(env, small=True)}")
+            elif k == 7 and r >= 1:
+                view = self.fresh("w")
+                vk = self.rng.randrange(3)
+                if vk == 0:
+                    self.emit(f"{view} = {name}[0]")
+                    vinfo = TI(var.info.shape[1:], var.info.dtype, var.info.grad)
+                elif vk == 1 and var.info.contig:
+                    self.emit(f"{view} = {name}.view(-1)")
+                    vinfo = TI((var.info.numel(),), var.info.dtype, var.info.grad, True)
+                else:
+                    self.emit(f"{view} = {name}.unsqueeze(0)")
+                    vinfo = TI((ONE,) + var.info.shape, var.info.dtype, var.info.grad)
+                self.emit(self.choice([f"{view}.mul_(2)", f"{view}.add_(1.0)", f"{view}.zero_()",
+                                       f"{view}.fill_(0.5)", f"{view}.sub_({self.scalar(env)})"]))
+                env.add(Var("t", view, vinfo))
+            elif k == 8:
+                b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, var.info.shape) == var.info.shape)
+                self.emit(f"{name}.copy_({b})")
+                var.info.grad |= bi.grad
+            elif k == 9:
+                self.emit(f"{name}.masked_fill_({name} > 0.5, 0.0)")
+            elif k == 10:
+                self.emit(f"torch.add({name}, 1.0, out={name})" if self.chance(0.3) and not var.info.grad
+                          else f"{name}.sub_(0.25)")
+            else:
+                self.emit(f"{name}.fill_({self.scalar(env, small=True)})" if self.chance(0.3)
+                          else f"{name}.div_(2.0)")
+
+    def cond_py(self, env):
+        c = []
+        c.append(self.choice(["flag", "not flag", "flag and n > 1", "flag or n == 2"]))
+        c.append(f"n > {self.rng.randint(1, 4)}")
+        c.append(self.choice(["n % 2 == 0", "n >= 2", "n < 3", "n in (1, 3)"]))
+        c.append(self.choice(["len(xs) > 1", "len(xs) >= 2", "len(xs) == 1"]))
+        t = self.pick(env, atoms=True)
+        if t:
+            a, ai = t
+            if ai.rank:
+                c.append(f"{a}.shape[0] > {self.rng.randint(2, 5)}")
+                c.append(f"{a}.size(-1) % 2 == 0")
+            c.append(self.choice([f"{a}.dim() == 2", f"{a}.ndim >= 2", f"{a}.numel() > 10",
+                                  f"{a}.dtype == torch.float32", f"{a}.requires_grad",
+                                  f"{a}.is_contiguous()", f"{a}.is_floating_point()"]))
+            u = self.pick(env, atoms=True)
+            if u:
+                c.append(f"{a}.shape == {u[0]}.shape")
+        for var in env.of("i"):
+            c.append(f"{var.name} > {self.rng.randint(0, 6)}")
+        for var in env.of("b"):
+            c.append(var.name if self.chance(0.5) else f"not {var.name}")
+        for var in env.of("d"):
+            c.append(f"{self.choice(['a', 'b', 'c', 'z'])!r} in {var.name}")
+        c.append("torch.is_grad_enabled()")
+        c.append("isinstance(n, int)")
+        self.used("if")
+        return self.choice(c)
+
+    def cond_data(self, env):
+        a, ai = self.must_pick(env, atoms=True)
+        self.used("datadep")
+        return self.choice([f"{a}.sum() > 0", f"({a} > 0).any()", f"{a}.max().item() > 0.5",
+                            f"bool({a}.mean() < 0)", f"torch.all({a} < 10)", f"{a}.abs().sum().item() > 1.0"])
+
+    def take_datadep(self):
+        if self.datadep_left > 0 and self.allow("datadep"):
+            self.datadep_left -= 1
+            return True
+        return False
+
+    def block(self, env, nstmts, ctx):
+        """Emits an indented block; variables made inside are forgotten."""
+        inner = Env(env)
+        self.ind += 1
+        start = len(self.out)
+        for _ in range(nstmts):
+            self.inner_stmt(inner, ctx)
+        if len(self.out) == start:
+            self.emit("pass")
+        self.ind -= 1
+
+    def inner_stmt(self, env, ctx):
+        kinds = [("update", 10), ("temp", 3), ("if", 1.5 if ctx.get("depth", 0) < 2 else 0),
+                 ("break", 1.2 if ctx.get("loop") else 0), ("continue", 0.8 if ctx.get("loop") else 0),
+                 ("counter", 1 if env.of("i") else 0), ("append", 2 if ctx.get("outs") else 0)]
+        for _ in range(6):
+            k = self.wchoice(kinds)
+            mark = len(self.out)
+            try:
+                if k == "update":
+                    self.st_update(env)
+                elif k == "temp":
+                    code, info = self.texpr(env, 2)
+                    self.new_tensor(env, code, info, "u")
+                elif k == "if":
+                    sub = dict(ctx, depth=ctx.get("depth", 0) + 1)
+                    if self.take_datadep():
+                        cond = self.cond_data(env)
+                    else:
+                        cond = self.cond_py(env)
+                    self.emit(f"if {cond}:")
+                    self.block(env, self.rng.randint(1, 2), sub)
+                    if self.chance(0.4):
+                        self.emit("else:")
+                        self.block(env, 1, sub)
+                elif k in ("break", "continue"):
+                    lv = ctx.get("loopvar")
+                    conds = ["flag", "n > 2", "len(xs) > 2"]
+                    if lv:
+                        conds += [f"{lv} == 1", f"{lv} >= 2", f"{lv} % 2 == 1"]
+                    self.emit(f"if {self.choice(conds)}:")
+                    self.ind += 1
+                    self.emit(k)
+                    self.ind -= 1
+                    ctx["jumped"] = True
+                elif k == "counter":
+                    var = self.choice(env.of("i"))
+                    if var.name in env.noupdate:
+                        raise Unfit("counter")
+                    self.emit(f"{var.name} += {self.choice(['1', 'n', '2'])}")
+                    var.vals = None
+                elif k == "append":
+                    lv = ctx["outs"]
+                    code, info = self.like(env, lv.elem, 1)
+                    self.emit(f"{lv.name}.append({code})")
+                    ctx["appended"] = ctx.get("appended", 0) + 1
+                return
+            except Unfit:
+                del self.out[mark:]
+                continue
+
+    def st_if(self, env):
+        kind = self.rng.randrange(4)
+        if kind == 0 and self.take_datadep():
+            cond = self.cond_data(env)
+        else:
+            cond = self.cond_py(env)
+        ctx = {"depth": 1}
+        self.emit(f"if {cond}:")
+        self.block(env, self.rng.randint(1, 3), ctx)
+        if self.chance(0.3):
+            self.emit(f"elif {self.cond_py(env)}:")
+            self.block(env, self.rng.randint(1, 2), ctx)
+        if self.chance(0.5):
+            self.emit("else:")
+            self.block(env, self.rng.randint(1, 2), ctx)
+
+    def st_ifexp(self, env):
+        a, ai = self.must_pick(env)
+        b, bi = self.like(env, ai, 1)
+        self.used("ifexp")
+        cond = self.cond_py(env)
+        name = self.fresh("t")
+        self.emit(f"{name} = {a} if {cond} else {b}")
+        env.add(Var("t", name, ai.like(grad=ai.grad or bi.grad, contig=False)))
+
+    def maybe_outs(self, env):
+        """Sometimes a list collecting one value per iteration of the next loop."""
+        if not self.chance(0.35):
+            return None
+        a, ai = self.must_pick(env)
+        name = self.fresh("outs")
+        self.emit(f"{name} = []")
+        return Var("l", name, elem=ai.like(contig=False), length=None, mutable=True)
+
+    def finish_outs(self, env, outs, ctx, iters):
+        if outs is None:
+            return
+        if ctx.get("appended") == 1 and not ctx.get("jumped") and iters is not None and min(iters) >= 1:
+            outs.length = iters
+        env.add(outs)
+
+    def st_for_range(self, env):
+        self.used("for_range")
+        i = self.fresh("i")
+        ranges = [("range(n)", self.n_vals), ("range(len(xs))", env.vars["xs"].length),
+                  ("range(1, n + 1)", self.n_vals), ("range(2)", const_dim(2)),
+                  ("range(0, n, 2)", tuple((v + 1) // 2 for v in self.n_vals)),
+                  ("reversed(range(n))", self.n_vals)]
+        t = self.pick(env, atoms=True, pred=lambda t: t.rank >= 1 and max(t.shape[0]) <= 8)
+        if t:
+            ranges.append((f"range({t[0]}.shape[0])", t[1].shape[0]))
+        for var in env.of("i"):
+            if var.vals is not None and 0 <= min(var.vals) and max(var.vals) <= 8:
+                ranges.append((f"range({var.name})", var.vals))
+        rcode, iters = self.choice(ranges)
+        if rcode == "range(len(xs))" and env.vars["xs"].length is None:
+            raise Unfit("xs length unknown")
+        outs = self.maybe_outs(env)
+        self.emit(f"for {i} in {rcode}:")
+        inner = Env(env)
+        inner.add(Var("i", i, vals=None))
+        inner.noupdate.add(i)
+        ctx = {"loop": True, "loopvar": i, "depth": 1, "outs": outs}
+        if rcode == "range(len(xs))" and self.chance(0.6):
+            self.ind += 1
+            e = self.fresh("e")
+            self.emit(f"{e} = xs[{i}]")
+            inner.add(Var("t", e, env.vars["xs"].elem))
+            self.ind -= 1
+        # body: make the loop var matter
+        self.ind += 1
+        self.emit_loop_use(inner, i)
+        self.ind -= 1
+        self.block(inner, self.rng.randint(1, 3), ctx)
+        self.finish_outs(env, outs, ctx, iters)
+
+    def emit_loop_use(self, env, ivar):
+        vs = self.updatable(env)
+        if vs and self.chance(0.7):
+            var = self.choice(vs[-5:])
+            form = self.choice([f"{var.name} = {var.name} + {ivar}", f"{var.name} = {var.name} * 0.5 + {ivar} * 0.1",
+                                f"{var.name} = {var.name} - {var.name} / ({ivar} + 2)"])
+            self.emit(form)
+            var.info = var.info.like(contig=False)
+
+    def st_for_list(self, env):
+        self.used("for_list")
+        lists = [v for v in env.of("l") if v.elem is not None]
+        lv = self.choice(lists)
+        e = self.fresh("e")
+        inner = Env(env)
+        inner.noupdate.add(e)
+        k = self.rng.randrange(6)
+        idx = None
+        iters = lv.length
+        if k == 0:
+            header = f"for {e} in {lv.name}:"
+        elif k == 1:
+            idx = self.fresh("i")
+            header = f"for {idx}, {e} in enumerate({lv.name}):"
+        elif k == 2:
+            header = f"for {e} in reversed({lv.name}):"
+        elif k == 3:
+            header = f"for {e} in {lv.name}[1:]:"
+            iters = None
+        elif k == 4:
+            others = [v for v in lists if v is not lv]
+            if not others:
+                header = f"for {e} in {lv.name}:"
+            else:
+                ov = self.choice(others)
+                f2 = self.fresh("e")
+                header = f"for {e}, {f2} in zip({lv.name}, {ov.name}):"
+                inner.add(Var("t", f2, ov.elem))
+                inner.noupdate.add(f2)
+                iters = None if (lv.length is None or ov.length is None) else \
+                    tuple(min(a, b) for a, b in zip(lv.length, ov.length))
+        else:
+            idx = self.fresh("i")
+            header = f"for {idx}, {e} in enumerate({lv.name}, 1):"
+        outs = self.maybe_outs(env)
+        self.emit(header)
+        inner.add(Var("t", e, lv.elem))
+        if idx:
+            inner.add(Var("i", idx, vals=None))
+            inner.noupdate.add(idx)
+        ctx = {"loop": True, "loopvar": idx, "depth": 1, "outs": outs}
+        self.ind += 1
+        # use the element
+        vs = [v for v in self.updatable(inner)
+              if bcast(lv.elem.shape, v.info.shape) == v.info.shape and v.name != e]
+        if vs:
+            var = self.choice(vs[-5:])
+            b = e if promote(var.info, lv.elem) == var.info.dtype else f"{e}.to({DT_CODE[var.info.dtype]})"
+            self.emit(f"{var.name} = {var.name} + {b}" + (f" * {idx}" if idx and self.chance(0.5) else ""))
+            var.info = var.info.like(grad=var.info.grad or lv.elem.grad, contig=False)
+        self.ind -= 1
+        self.block(inner, self.rng.randint(0, 2), ctx)
+        self.finish_outs(env, outs, ctx, iters)
+
+    def st_while(self, env):
+        self.used("while")
+        w = self.fresh("c")
+        bound = self.choice(["n", "len(xs)", "3", "n + 1"])
+        if self.chance(0.15) and self.take_datadep():
+            a, _ = self.must_pick(env, atoms=True)
+            self.emit(f"{w} = 0")
+            self.emit(f"while {a}.abs().sum() > 1.0 and {w} < 3:")
+            self.ind += 1
+            self.emit(f"{w} += 1")
+            vs = [v for v in self.updatable(env) if v.name == a]
+            if vs:
+                self.emit(f"{a} = {a} * 0.5")
+            self.ind -= 1
+            self.block(env, 1, {"loop": True, "loopvar": w, "depth": 1})
+            env.add(Var("i", w, vals=None))
+            return
+        self.emit(f"{w} = 0")
+        self.emit(f"while {w} < {bound}:")
+        inner = Env(env)
+        inner.add(Var("i", w, vals=None))
+        inner.noupdate.add(w)
+        self.ind += 1
+        self.emit(f"{w} += 1")
+        self.emit_loop_use(inner, w)
+        self.ind -= 1
+        self.block(inner, self.rng.randint(1, 2), {"loop": True, "loopvar": w, "depth": 1})
+        env.add(Var("i", w, vals=None))
+
+    # ----------------------------------------------------------- functions
+    def st_helper(self, env):
+        self.used("helper")
+        if self.helper_depth >= 2:
+            raise Unfit("helper depth")
+        # reuse a helper whose parameters match values at hand
+        cands = []
+        for name, sig in self.helpers:
+            args = []
+            for pinfo in sig["params"]:
+                m = self.tensor_cands(env, pred=lambda t, p=pinfo: t.same(p))
+                if not m:
+                    break
+                args.append(self.choice(m)[0])
+            else:
+                cands.append((name, sig, args))
+        if cands and self.chance(0.5):
+            name, sig, args = self.choice(cands)
+        else:
+            name, sig, args = self.make_helper(env)
+        call = self.helper_call(env, name, sig, args)
+        rets = sig["returns"]
+        if len(rets) == 1:
+            self.new_tensor(env, call, rets[0].like())
+        elif self.chance(0.6):
+            names = [self.fresh("t") for _ in rets]
+            self.emit(f"{', '.join(names)} = {call}")
+            for nm, ri in zip(names, rets):
+                env.add(Var("t", nm, ri.like()))
+        else:
+            i = self.rng.randrange(len(rets))
+            self.new_tensor(env, f"{call}[{i}]", rets[i].like())
+
+    def helper_call(self, env, name, sig, args):
+        k = self.rng.randrange(6)
+        extra = []
+        if sig["kind"] == "varargs":
+            return f"{name}({', '.join(args)})" if k else f"{name}(*[{', '.join(args)}])"
+        if sig["kind"] == "recursive":
+            return f"{name}({args[0]}, {self.choice(['2', '3', 'n'])})"
+        if k == 1:
+            extra.append(self.scalar(env, small=True))
+        elif k == 2:
+            extra.append(f"shift={self.scalar(env, small=True)}")
+        elif k == 3:
+            extra.append(f"scale={self.scalar(env, small=True)}")
+            extra.append(f"shift={self.scalar(env, small=True)}")
+        elif k == 4 and len(args) >= 1:
+            kw = ", ".join(f"{p}={a}" for p, a in zip(sig["pnames"], args))
+            return f"{name}({kw})"
+        elif k == 5:
+            opts = self.fresh("opts")
+            self.emit(f"{opts} = {{'shift': {self.scalar(env, small=True)}}}")
+            return f"{name}({', '.join(args)}, **{opts})"
+        return f"{name}({', '.join(args + extra)})"
+
+    def make_helper(self, env):
+        name = self.fresh("helper")
+        nparams = self.rng.randint(1, 3)
+        args, params = [], []
+        for _ in range(nparams):
+            a, ai = self.must_pick(env)
+            args.append(a)
+            params.append(ai.like())
+        pnames = [f"p{i}" for i in range(nparams)]
+        kind = self.rng.choices(["plain", "varargs", "recursive"], weights=[8, 1, 1])[0]
+        if kind == "varargs":
+            params = [params[0]] * nparams
+            args = []
+            for _ in range(nparams):
+                m = self.tensor_cands(env, pred=lambda t: t.same(params[0]))
+                args.append(self.choice(m)[0])
+        saved_out, saved_ind = self.out, self.ind
+        self.out, self.ind = [], 1
+        self.helper_depth += 1
+        try:
+            henv = Env()
+            henv.add(Var("i", "n", vals=self.n_vals))   # placeholder: helpers must not read n
+            henv.vars.pop("n")
+            henv.order.remove("n")
+            for p, pi in zip(pnames, params):
+                henv.add(Var("t", p, pi))
+            if kind == "varargs":
+                header = f"def {name}(*ts):"
+                self.emit(f"acc = ts[0]")
+                self.emit("for t in ts[1:]:")
+                self.emit(f"    acc = acc {self.choice(['+', '*', '-'])} t")
+                self.emit(f"return {self.choice(['acc', 'acc.relu()', 'acc / len(ts)'])}")
+                returns = [params[0].like(grad=any(p.grad for p in params))]
+            elif kind == "recursive":
+                p = params[0]
+                header = f"def {name}(t, depth):"
+                self.emit("if depth <= 0:")
+                self.emit("    return t")
+                self.emit(f"return {name}({self.choice(['t * 0.5 + 1', 't.tanh()', '(t - t.mean())'])}, depth - 1)")
+                returns = [p.like(contig=False)]
+                args = args[:1]
+                params = params[:1]
+            else:
+                header = f"def {name}({', '.join(pnames)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
+                henv.add(Var("f", "scale", nz=False))
+                henv.add(Var("f", "shift", nz=False))
+                hstub = {"n": None}
+                for _ in range(self.rng.randint(0, 2)):
+                    mark = len(self.out)
+                    try:
+                        if self.chance(0.3) and self.helper_depth < 2:
+                            self.st_helper(henv)
+                        else:
+                            code, info = self.texpr_helper(henv)
+                            self.new_tensor(henv, code, info, "h")
+                    except Unfit:
+                        del self.out[mark:]
+                rets = []
+                nret = 1 if self.chance(0.7) else 2
+                for _ in range(nret):
+                    code, info = self.texpr_helper(henv)
+                    s = self.choice(["scale", "shift"])
+                    if self.chance(0.6):
+                        code = f"{code} * scale + shift" if not code.startswith("-") else f"({code}) * scale"
+                    rets.append((code, info))
+                self.emit("return " + ", ".join(c for c, _ in rets))
+                returns = [i for _, i in rets]
+                del hstub
+            body = self.out
+        finally:
+            self.out, self.ind = saved_out, saved_ind
+            self.helper_depth -= 1
+        self.helper_src.append("\n".join([header] + body))
+        sig = {"params": params, "returns": returns, "kind": kind, "pnames": pnames}
+        self.helpers.append((name, sig))
+        return name, sig, args
+
+    def texpr_helper(self, henv):
+        # helpers see no n / xs: only their parameters and module globals
+        for _ in range(10):
+            try:
+                code, info = self.texpr(henv, 2)
+                if "n" in _names(code) or "xs" in _names(code) or "flag" in _names(code):
+                    continue
+                return code, info
+            except Unfit:
+                continue
+        return self.must_pick(henv)
+
+    def st_closure(self, env):
+        self.used("closure")
+        q, qi = self.must_pick(env)
+        name = self.fresh("inner")
+        k = self.rng.randrange(4)
+        if k == 0 and self.allow("closure"):
+            # nonlocal counter
+            cnt = self.fresh("cnt")
+            self.emit(f"{cnt} = 0")
+            self.emit(f"def {name}(q):")
+            self.ind += 1
+            self.emit(f"nonlocal {cnt}")
+            self.emit(f"{cnt} += 1")
+            self.emit(f"return q * {cnt}")
+            self.ind -= 1
+            out = self.fresh("t")
+            self.emit(f"{out} = {name}({q}) + {name}({q})")
+            env.add(Var("t", out, qi.like(contig=False)))
+            env.add(Var("i", cnt, vals=None))
+            env.noupdate.add(cnt)
+            return
+        cenv = Env(env)
+        cenv.add(Var("t", "q", qi))
+        cenv.noupdate = set(cenv.vars)   # no rebinding of captured names
+        self.emit(f"def {name}(q, k={self.scalar(env, small=True)}):")
+        self.ind += 1
+        self.in_closure += 1
+        try:
+            if self.chance(0.4):
+                code, info = self.texpr(cenv, 2)
+                self.new_tensor(cenv, code, info, "r")
+            code, info = self.like(cenv, qi, 2)
+            self.emit(f"return {code} * k")
+        finally:
+            self.in_closure -= 1
+            self.ind -= 1
+        out = self.fresh("t")
+        call = self.choice([f"{name}({q})", f"{name}({q}, 2)", f"{name}({q}, k=0.5)"])
+        self.emit(f"{out} = {call}")
+        env.add(Var("t", out, info.like()))
+        for nm in list(cenv.vars):
+            pass
+
+    def st_lambda(self, env):
+        self.used("lambda")
+        name = self.fresh("g")
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+        if lists and self.chance(0.4):
+            lv = self.choice(lists)
+            cenv = Env(env)
+            cenv.add(Var("t", "q", lv.elem))
+            code, info = self.like(cenv, lv.elem, 1)
+            if "q" not in _names(code):
+                code = f"q * 2 + {code}"
+            self.emit(f"{name} = lambda q: {code}")
+            out = self.fresh("l")
+            self.emit(f"{out} = list(map({name}, {lv.name}))")
+            env.add(Var("l", out, elem=lv.elem.like(contig=False), length=lv.length))
+            return
+        q, qi = self.must_pick(env)
+        cenv = Env(env)
+        cenv.add(Var("t", "q", qi))
+        code, info = self.texpr(cenv, 2)
+        if "q" not in _names(code):
+            code, info = self.like(cenv, qi, 1)
+            if "q" not in _names(code):
+                code = f"{code} + q"
+        if self.chance(0.3):
+            self.emit(f"{name} = lambda q, s=1.0: ({code}) * s")
+            call = f"{name}({q}, s={self.scalar(env, small=True)})"
+        else:
+            self.emit(f"{name} = lambda q: {code}")
+            call = f"{name}({q})"
+        self.new_tensor(env, call, info.like())
+
+    # ----------------------------------------------------------- containers
+    def st_containers(self, env):
+        self.used("containers")
+        k = self.rng.randrange(8)
+        if k == 0:
+            items = [self.must_pick(env) for _ in range(self.rng.randint(2, 3))]
+            name = self.fresh("p")
+            self.emit(f"{name} = ({', '.join(c for c, _ in items)},)")
+            env.add(Var("s", name, items=[i.like() for _, i in items]))
+            if self.chance(0.5):
+                names = [self.fresh("t") for _ in items]
+                if self.chance(0.3) and len(items) >= 2:
+                    self.emit(f"{names[0]}, *{names[1]} = {name}")
+                    env.add(Var("t", names[0], items[0][1].like()))
+                    env.add(Var("s", names[1], items=[i.like() for _, i in items[1:]]))
+                else:
+                    self.emit(f"{', '.join(names)} = {name}")
+                    for nm, (_, ii) in zip(names, items):
+                        env.add(Var("t", nm, ii.like()))
+            return
+        if k == 1:
+            items = [self.must_pick(env) for _ in range(self.rng.randint(1, 3))]
+            name = self.fresh("d")
+            keys = ["a", "b", "c"][:len(items)]
+            if self.chance(0.3):
+                self.emit(f"{name} = dict({', '.join(f'{kk}={c}' for kk, (c, _) in zip(keys, items))})")
+            else:
+                self.emit(f"{name} = {{{', '.join(f'{kk!r}: {c}' for kk, (c, _) in zip(keys, items))}}}")
+            var = Var("d", name, items={kk: i.like() for kk, (_, i) in zip(keys, items)}, mutable=True)
+            env.add(var)
+            if self.chance(0.5):
+                c, ci = self.texpr(env, 1)
+                self.emit(f"{name}['z'] = {c}")
+                var.items["z"] = ci
+            if self.chance(0.3):
+                kk = self.choice(list(var.items))
+                c, ci = self.texpr(env, 1)
+                dflt = self.choice(list(var.items))
+                t = self.fresh("t")
+                self.emit(f"{t} = {name}.get('missing', {name}[{dflt!r}])")
+                env.add(Var("t", t, var.items[dflt].like()))
+            if self.chance(0.3) and len(var.items) > 1:
+                kk = self.choice(list(var.items))
+                self.emit(f"{name}.pop({kk!r})")
+                del var.items[kk]
+            return
+        if k == 2:
+            items = [self.must_pick(env) for _ in range(self.rng.randint(1, 3))]
+            name = self.fresh("lst")
+            self.emit(f"{name} = [{', '.join(c for c, _ in items)}]")
+            var = Var("s", name, items=[i.like() for _, i in items], mutable=True)
+            env.add(var)
+            if self.chance(0.5):
+                c, ci = self.texpr(env, 1)
+                self.emit(f"{name}.append({c})")
+                var.items.append(ci)
+            if self.chance(0.3):
+                t = self.fresh("t")
+                self.emit(f"{t} = {name}[-1]")
+                env.add(Var("t", t, var.items[-1].like()))
+            return
+        if k == 3:
+            # unpack a shape
+            a, ai = self.must_pick(env, atoms=True, pred=lambda t: 1 <= t.rank <= 3)
+            names = [self.fresh("k") for _ in range(ai.rank)]
+            if self.chance(0.3) and ai.rank >= 2:
+                self.emit(f"{names[0]}, *_ = {a}.shape")
+                env.add(Var("i", names[0], vals=ai.shape[0]))
+            else:
+                self.emit(f"{', '.join(names)}{',' if ai.rank == 1 else ''} = {a}.shape")
+                for nm, d in zip(names, ai.shape):
+                    env.add(Var("i", nm, vals=d))
+            self.used("pyarith")
+            return
+        if k == 4:
+            xs = env.vars["xs"]
+            if not xs.length or min(xs.length) < 1:
+                raise Unfit("xs empty")
+            h, rest = self.fresh("t"), self.fresh("rest")
+            self.emit(f"{h}, *{rest} = xs")
+            env.add(Var("t", h, xs.elem.like()))
+            rl = tuple(v - 1 for v in xs.length)
+            env.add(Var("l", rest, elem=xs.elem.like(), length=rl if min(rl) >= 1 else None))
+            return
+        if k == 5:
+            seqs = [v for v in env.of("s") if v.items]
+            if not seqs:
+                raise Unfit("no seq")
+            sv = self.choice(seqs)
+            i = self.rng.randrange(len(sv.items))
+            t = self.fresh("t")
+            self.emit(f"{t} = {sv.name}[{i}] if len({sv.name}) > {i} else {sv.name}[0]")
+            env.add(Var("t", t, sv.items[i].like()))
+            return
+        if k == 6:
+            ds = [v for v in env.of("d") if v.items]
+            if not ds:
+                raise Unfit("no dict")
+            dv = self.choice(ds)
+            infos = list(dv.items.values())
+            if all(i.same(infos[0]) for i in infos):
+                t = self.fresh("t")
+                form = self.choice([f"sum({dv.name}.values())", f"sum(v for v in {dv.name}.values())"])
+                if "for" in form:
+                    self.used("genexpr")
+                self.emit(f"{t} = {form}")
+                env.add(Var("t", t, infos[0].like(contig=False)))
+            else:
+                t = self.fresh("t")
+                self.emit(f"{t} = sum([v.sum() for k, v in {dv.name}.items()])")
+                self.used("listcomp")
+                env.add(Var("t", t, TI((), F64 if any(i.dtype == F64 for i in infos) else F32, False)))
+            return
+        # swap two same-info tensors
+        vs = self.updatable(env)
+        pairs = [(a, b) for a in vs for b in vs if a is not b and a.info.same(b.info)]
+        if not pairs:
+            raise Unfit("no pair")
+        a, b = self.choice(pairs)
+        self.emit(f"{a.name}, {b.name} = {b.name}, {a.name}")
+        a.info, b.info = b.info.like(contig=False), a.info.like(contig=False)
+
+    def st_listcomp(self, env):
+        self.used("listcomp")
+        name = self.fresh("l")
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+        k = self.rng.randrange(4)
+        if k == 0 and lists:
+            lv = self.choice(lists)
+            cenv = Env(env)
+            cenv.add(Var("t", "q", lv.elem))
+            code, info = self.like(cenv, lv.elem, 1)
+            if "q" not in _names(code):
+                code = f"({code} + q)"
+            self.emit(f"{name} = [{code} for q in {lv.name}]")
+            env.add(Var("l", name, elem=info, length=lv.length))
+        elif k == 1:
+            a, ai = self.must_pick(env)
+            self.emit(f"{name} = [{a} * j for j in range(n)]" if self.chance(0.5)
+                      else f"{name} = [{a} + j / 2 for j in range(1, n + 1)]")
+            env.add(Var("l", name, elem=ai.like(contig=False), length=self.n_vals))
+        elif k == 2 and len(lists) >= 1:
+            lv = self.choice(lists)
+            other = self.choice(lists)
+            if not other.elem.same(lv.elem):
+                self.emit(f"{name} = [q for q in {lv.name}]")
+                env.add(Var("l", name, elem=lv.elem.like(), length=lv.length))
+            else:
+                self.emit(f"{name} = [q * r for q, r in zip({lv.name}, {other.name})]")
+                env.add(Var("l", name, elem=lv.elem.like(grad=lv.elem.grad or other.elem.grad),
+                            length=tuple(min(a, b) for a, b in zip(lv.length, other.length))))
+        else:
+            xs = env.vars["xs"]
+            if not xs.length:
+                raise Unfit("xs")
+            if self.take_datadep():
+                self.emit(f"{name} = [q for q in xs if q.sum() > 0]")
+                env.add(Var("l", name, elem=xs.elem.like(), length=None))
+                t = self.fresh("k")
+                self.emit(f"{t} = len({name})")
+                env.add(Var("i", t, vals=None))
+            else:
+                self.emit(f"{name} = [xs[j] * (j + 1) for j in range(len(xs)) if j % 2 == 0]")
+                env.add(Var("l", name, elem=xs.elem.like(),
+                            length=tuple((v + 1) // 2 for v in xs.length)))
+
+    def st_dictcomp(self, env):
+        self.used("dictcomp")
+        xs = env.vars["xs"]
+        if not xs.length or min(xs.length) < 1:
+            raise Unfit("xs")
+        name = self.fresh("dd")
+        self.emit(self.choice([f"{name} = {{f'k{{j}}': q for j, q in enumerate(xs)}}",
+                               f"{name} = {{j: q * 2 for j, q in enumerate(xs)}}"]))
+        key = "'k0'" if "f'" in self.out[-1] else "0"
+        t = self.fresh("t")
+        self.emit(self.choice([f"{t} = {name}[{key}] + sum({name}.values())",
+                               f"{t} = torch.stack(list({name}.values())).mean(0)",
+                               f"{t} = {name}[{key}] * len({name})"]))
+        env.add(Var("t", t, xs.elem.like(contig=False)))
+
+    def st_genexpr(self, env):
+        self.used("genexpr")
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+        if not lists:
+            raise Unfit("no list")
+        lv = self.choice(lists)
+        t = self.fresh("t")
+        k = self.rng.randrange(3)
+        if k == 0:
+            self.emit(f"{t} = sum(q.sum() for q in {lv.name})")
+            env.add(Var("t", t, TI((), lv.elem.dtype, lv.elem.grad)))
+        elif k == 1:
+            self.emit(f"{t} = torch.stack(tuple(q * 2 for q in {lv.name}))")
+            env.add(Var("t", t, TI((lv.length,) + lv.elem.shape, lv.elem.dtype, lv.elem.grad, True)))
+        else:
+            self.emit(f"{t} = sum((q.mean() for q in {lv.name}), torch.zeros(()))")
+            env.add(Var("t", t, TI((), F64 if lv.elem.dtype == F64 and lv.elem.rank == 0 else F32
+                                   if lv.elem.dtype == F32 else F64, lv.elem.grad)))
+
+    def st_pyarith(self, env):
+        self.used("pyarith")
+        k = self.rng.randrange(4)
+        if k <= 1:
+            atoms = self.int_atoms(env)
+            (c1, v1), (c2, v2) = self.choice(atoms), self.choice(atoms)
+            ops = [("+", lambda a, b: a + b), ("*", lambda a, b: a * b), ("-", lambda a, b: a - b)]
+            if all(x >= 1 for x in v2):
+                ops += [("//", lambda a, b: a // b), ("%", lambda a, b: a % b)]
+            op, f = self.choice(ops)
+            vals = tuple(f(a, b) for a, b in zip(v1, v2))
+            code = f"{c1} {op} {c2}"
+            if self.chance(0.3):
+                code = self.choice([f"max({c1}, {c2})", f"min({c1}, {c2})"])
+                vals = tuple((max if code.startswith("max") else min)(a, b) for a, b in zip(v1, v2))
+            if max(abs(v) for v in vals) > 10000:
+                raise Unfit("big")
+            name = self.fresh("k")
+            self.emit(f"{name} = {code}")
+            env.add(Var("i", name, vals=vals))
+        elif k == 2:
+            c, v = self.choice(self.int_atoms(env))
+            name = self.fresh("s")
+            self.emit(f"{name} = {self.choice([f'{c} / 2', f'float({c}) * 0.5 + 1', f'math.sqrt({c} + 1)'])}")
+            env.add(Var("f", name, nz=True))
+        else:
+            name = self.fresh("b")
+            self.emit(f"{name} = {self.cond_py(env)}")
+            env.add(Var("b", name))
+
+    def st_datadep(self, env):
+        if not self.take_datadep():
+            raise Unfit("no budget")
+        a, ai = self.must_pick(env, atoms=True)
+        k = self.rng.randrange(6)
+        if k == 0:
+            s = self.fresh("s")
+            self.emit(f"{s} = {a}.sum().item()")
+            env.add(Var("f", s))
+        elif k == 1:
+            s = self.fresh("s")
+            self.emit(f"{s} = float({a}.mean())")
+            env.add(Var("f", s))
+        elif k == 2:
+            vl = self.fresh("vals")
+            s = self.fresh("s")
+            self.emit(f"{vl} = {a}.reshape(-1).tolist()")
+            self.emit(f"{s} = sum({vl}) / len({vl})")
+            env.add(Var("f", s))
+        elif k == 3:
+            t = self.fresh("t")
+            self.emit(f"{t} = {a}[{a} > 0].sum()")
+            env.add(Var("t", t, TI((), ai.dtype, ai.grad)))
+        elif k == 4:
+            kk = self.fresh("k")
+            self.emit(f"{kk} = int(torch.nonzero({a} > 0).shape[0])")
+            env.add(Var("i", kk, vals=None))
+        else:
+            self.emit(f"if {self.cond_data(env)}:")
+            self.block(env, self.rng.randint(1, 2), {"depth": 1})
+            if self.chance(0.5):
+                self.emit("else:")
+                self.block(env, 1, {"depth": 1})
+        self.used("datadep")
+
+    def st_xs_mutation(self, env):
+        xs = env.vars["xs"]
+        if xs.length is None:
+            raise Unfit("xs")
+        self.used("xs_mutation")
+        code, info = self.like(env, xs.elem, 1)
+        k = self.rng.randrange(8)
+        if k == 0:
+            self.emit(f"xs.append({code})")
+            xs.length = tuple(v + 1 for v in xs.length)
+        elif k == 1:
+            self.emit(f"xs.insert(0, {code})")
+            xs.length = tuple(v + 1 for v in xs.length)
+        elif k == 2:
+            self.emit(f"xs[0] = {code}")
+        elif k == 3 and min(xs.length) >= 2:
+            t = self.fresh("t")
+            self.emit(f"{t} = xs.pop()")
+            env.add(Var("t", t, xs.elem.like()))
+            xs.length = tuple(v - 1 for v in xs.length)
+        elif k == 4:
+            self.emit(f"xs += [{code}]")
+            xs.length = tuple(v + 1 for v in xs.length)
+        elif k == 5 and min(xs.length) >= 2:
+            self.emit("del xs[0]")
+            xs.length = tuple(v - 1 for v in xs.length)
+        elif k == 6:
+            self.emit(f"xs.extend([{code}, {code}])")
+            xs.length = tuple(v + 2 for v in xs.length)
+        else:
+            self.emit("xs.reverse()")
+        xs.elem = xs.elem.like(grad=xs.elem.grad or info.grad)
+
+    def st_input_mutation(self, env):
+        self.used("input_mutation")
+        opts = []
+        for name, ti in (("x", self.inputs[0]), ("y", self.inputs[1]), ("xs[0]", self.inputs[2])):
+            if not ti.grad:
+                opts.append((name, ti))
+        if not opts:
+            raise Unfit("all inputs need grad")
+        name, ti = self.choice(opts)
+        forms = [f"{name}.add_(1.0)", f"{name}.mul_(0.5)", f"{name}.clamp_(-1.0, 1.0)"]
+        if ti.rank >= 1:
+            forms.append(f"{name}[0] = 0.0")
+        self.emit(self.choice(forms))
+        self.mutates_inputs = True
+
+    def st_no_grad(self, env):
+        self.used("no_grad")
+        ctxm = self.choice(["torch.no_grad()", "torch.no_grad()", "torch.enable_grad()"])
+        self.emit(f"with {ctxm}:")
+        self.ind += 1
+        code, info = self.texpr(env, 2)
+        name = self.new_tensor(env, code, info.like(grad=info.grad and "enable" in ctxm))
+        self.ind -= 1
+
+    def st_try(self, env):
+        self.used("try")
+        vs = self.updatable(env)
+        if not vs:
+            raise Unfit("try")
+        var = self.choice(vs[-4:])
+        exc = self.choice(["KeyError", "ValueError", "IndexError"])
+        self.emit("try:")
+        self.ind += 1
+        code, info = self.like(env, var.info, 1)
+        self.emit(f"{var.name} = {code}")
+        cond = self.cond_py(env)
+        if exc == "IndexError" and self.chance(0.5):
+            self.emit(f"{var.name} = {var.name} + xs[5].sum() * 0")
+        else:
+            self.emit(f"if {cond}:")
+            self.emit(f"    raise {exc}('fuzz')")
+        self.ind -= 1
+        self.emit(f"except {exc}{' as err' if self.chance(0.3) else ''}:" if self.chance(0.8)
+                  else f"except ({exc}, TypeError):")
+        self.ind += 1
+        code, info2 = self.like(env, var.info, 1)
+        self.emit(f"{var.name} = {code}")
+        self.ind -= 1
+        if self.chance(0.3):
+            self.emit("finally:")
+            self.ind += 1
+            code, info3 = self.like(env, var.info, 1)
+            self.emit(f"{var.name} = {code}")
+            self.ind -= 1
+        var.info = var.info.like(grad=True if var.info.grad or info.grad or info2.grad else False,
+                                 contig=False)
+
+    def st_raise(self, env):
+        """An exception that escapes fn in some call but not in the base one."""
+        if self.raise_left <= 0:
+            raise Unfit("raise budget")
+        self.raise_left -= 1
+        self.used("raise")
+        n0, n3 = self.n_vals[0], self.n_vals[3]
+        l0, l3 = self.len_vals[0], self.len_vals[3]
+        k = self.rng.randrange(5)
+        if k == 0:
+            if n3 > n0:
+                self.emit(f"if n > {n0}:")
+            else:
+                self.emit(f"if n < {n0}:")
+            self.emit(f"    raise {self.choice(['ValueError', 'KeyError', 'RuntimeError'])}('n out of range')")
+        elif k == 1:
+            self.emit(f"assert {'flag' if self.flag_vals[0] else 'not flag'}, 'flag changed'")
+        elif k == 2 and l3 < l0:
+            t = self.fresh("t")
+            self.emit(f"{t} = xs[{l0 - 1}]")
+            env.add(Var("t", t, env.vars["xs"].elem.like()))
+        elif k == 3:
+            a, ai = self.must_pick(env, atoms=True, pred=lambda t: t.rank >= 1 and len(set(t.numel())) > 1)
+            numel = ai.numel()[0]
+            t = self.fresh("t")
+            self.emit(f"{t} = {a}.reshape({numel})")
+            env.add(Var("t", t, TI((const_dim(numel),), ai.dtype, ai.grad, True)))
+            env.noupdate.add(t)
+        else:
+            d = self.fresh("d")
+            key = "on" if self.flag_vals[0] else "off"
+            self.emit(f"{d} = {{'on' if flag else 'off': n}}")
+            self.emit(f"{d}[{key!r}] += 1")
+        self.expect_raise = True
+
+    # ------------------------------------------------------------ program
+    def st_top(self, env):
+        weights = [
+            ("new", 12), ("update", 6), ("inplace", 3), ("if", 4), ("ifexp", 1), ("for_range", 3),
+            ("for_list", 2.5), ("while", 1.5), ("helper", 3), ("closure", 1.5), ("lambda", 1.5),
+            ("containers", 3), ("listcomp", 1.2), ("dictcomp", 0.5), ("genexpr", 0.7), ("pyarith", 2),
+            ("datadep", 1.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.8),
+            ("try", 0.8), ("raise", 1.5 if self.raise_left else 0),
+        ]
+        weights = [(k, w) for k, w in weights if self.allow(k)]
+        handlers = {
+            "new": self.st_new, "update": self.st_update, "inplace": self.st_inplace, "if": self.st_if,
+            "ifexp": self.st_ifexp, "for_range": self.st_for_range, "for_list": self.st_for_list,
+            "while": self.st_while, "helper": self.st_helper, "closure": self.st_closure,
+            "lambda": self.st_lambda, "containers": self.st_containers, "listcomp": self.st_listcomp,
+            "dictcomp": self.st_dictcomp, "genexpr": self.st_genexpr, "pyarith": self.st_pyarith,
+            "datadep": self.st_datadep, "xs_mutation": self.st_xs_mutation, "no_grad": self.st_no_grad,
+            "try": self.st_try, "raise": self.st_raise,
+        }
+        for _ in range(8):
+            k = self.wchoice(weights)
+            mark = len(self.out)
+            nhelpers = (len(self.helpers), len(self.helper_src))
+            snapshot = _snapshot(env)
+            try:
+                handlers[k](env)
+                return
+            except Unfit:
+                del self.out[mark:]
+                del self.helpers[nhelpers[0]:]
+                del self.helper_src[nhelpers[1]:]
+                _restore(env, snapshot)
+
+    def returns(self, env):
+        tensors = env.of("t")
+        recent = tensors[-4:]
+        rng = self.rng
+        k = rng.randrange(10)
+
+        def tcode():
+            v = self.choice(recent) if rng.random() < 0.7 else self.choice(tensors)
+            return v.name
+
+        def other():
+            r = rng.randrange(5)
+            ints = [v for v in env.of("i")]
+            floats = env.of("f")
+            if r == 0 and ints:
+                return self.choice(ints).name
+            if r == 1 and floats:
+                return self.choice(floats).name
+            if r == 2:
+                return self.choice(["n", "len(xs)", "flag", "n * 2"])
+            if r == 3 and self.allow("return_shape"):
+                self.used("return_shape")
+                return self.choice([f"{tcode()}.shape", f"tuple({tcode()}.shape)", f"{tcode()}.size()"])
+            return tcode()
+        last = tensors[-1].name
+        if k <= 2:
+            return last
+        if k <= 5:
+            items = [last] + [self.choice([tcode, other])() for _ in range(rng.randint(1, 3))]
+            return "(" + ", ".join(items) + ",)" if rng.random() < 0.8 else "[" + ", ".join(items) + "]"
+        if k <= 7:
+            keys = ["out", "aux", "extra"][:rng.randint(1, 3)]
+            return "{" + ", ".join(f"{kk!r}: {last if i == 0 else self.choice([tcode, other])()}"
+                                   for i, kk in enumerate(keys)) + "}"
+        if k == 8:
+            return f"{last}, {{'a': {tcode()}, 'b': [{tcode()}, {other()}]}}"
+        return f"{last}, xs" if self.mutated_xs() else f"{last}, len(xs)"
+
+    def mutated_xs(self):
+        return "xs_mutation" in self.features
+
+    def generate(self):
+        variants = self.make_variants()
+        xi, yi, ei = self.inputs
+        env = Env()
+        env.add(Var("t", "x", xi))
+        env.add(Var("t", "y", yi))
+        env.add(Var("l", "xs", elem=ei, length=self.len_vals, mutable=True))
+        env.noupdate.add("xs")
+        if self.allow("input_mutation") and self.chance(0.07):
+            try:
+                self.st_input_mutation(env)
+            except Unfit:
+                pass
+        # first statement: something computed from x
+        code, info = self.like(env, xi, 2)
+        if "x" not in _names(code):
+            code = f"x * 2 + {code}" if not code.startswith("-") else f"x * 2 + ({code})"
+        self.new_tensor(env, code, info)
+        for _ in range(self.rng.randint(3, 12)):
+            self.st_top(env)
+        self.emit(f"return {self.returns(env)}")
+        header = ["import math", "import torch", "import torch.nn.functional as F", ""]
+        if self.allow("globals"):
+            header += ["SCALE = 0.5", "OFFSETS = (1.0, -2.0, 0.25)", "CONFIG = {'eps': 0.001, 'k': 2}",
+                       "BIAS = torch.tensor([0.5])", ""]
+        else:
+            header += ["CONFIG = {'k': 2}", ""]
+        parts = header + ["", *[s + "\n\n" for s in self.helper_src]]
+        src = "\n".join(parts).rstrip() + "\n\n\n" + "def fn(x, y, n, flag, xs):\n" + "\n".join(self.out) + "\n"
+        src = src.replace("\n\n\n\n", "\n\n\n").lstrip("\n")
+        return Program(seed=self.seed, source=src, variants=variants, features=sorted(self.features),
+                       expect_raise=self.expect_raise, mutates_inputs=self.mutates_inputs,
+                       exclude=tuple(sorted(self.exclude)))
+
+
+def _snapshot(env):
+    out = {}
+    for name, var in env.vars.items():
+        out[name] = (var, var.info, var.vals, var.length, var.elem,
+                     dict(var.items) if isinstance(var.items, dict) else list(var.items) if var.items else var.items)
+    return dict(order=list(env.order), vars=out, noupdate=set(env.noupdate))
+
+
+def _restore(env, snap):
+    env.order = snap["order"]
+    env.noupdate = snap["noupdate"]
+    env.vars = {}
+    for name, (var, info, vals, length, elem, items) in snap["vars"].items():
+        var.info, var.vals, var.length, var.elem, var.items = info, vals, length, elem, items
+        env.vars[name] = var
+
+
+def _names(code):
+    import re
+    return set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", code))
+
+
+def generate(seed, exclude=()):
+    """The program for this seed (deterministic)."""
+    for attempt in range(20):
+        g = Generator(seed * 1000 + attempt if attempt else seed, exclude)
+        try:
+            prog = g.generate()
+        except Unfit:
+            continue
+        prog.seed = seed
+        return prog
+    raise RuntimeError(f"could not generate a program for seed {seed}")
+
+
+if __name__ == "__main__":
+    import sys
+    p = generate(int(sys.argv[1]) if len(sys.argv) > 1 else 0,
+                 exclude=tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else ())
+    print(p.source)
+    print("# features:", ", ".join(p.features))
+    print("\n".join("# " + line for line in p.describe_inputs().splitlines()))

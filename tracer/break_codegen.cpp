@@ -1,0 +1,420 @@
+#include "tracer/break_codegen.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "interpreter/bytecode_builder.h"
+#include "interpreter/bytecode_decoder.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+namespace {
+
+using interpreter::BytecodeBuilder;
+using interpreter::CodeLayout;
+using interpreter::Instruction;
+using interpreter::Op;
+using runtime::PyRef;
+
+// Thrown inside this file when the state cannot be expressed in bytecode.
+struct CodegenError {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw CodegenError{message}; }
+
+// How many values instruction `ins` reads from the stack and leaves there,
+// on its fall-through and jump edges (normalized ops, so version-neutral).
+struct StackIO {
+  int pops = 0;
+  int pushes = 0;       // fall-through
+  int jump_pushes = 0;  // to ins.target
+};
+
+StackIO stack_io(const Instruction& ins) {
+  switch (ins.op) {
+    case Op::Call: return {ins.arg + 2, 1, 0};
+    case Op::CallFunctionEx: return {3 + (ins.arg & 1), 1, 0};
+    case Op::PopJumpIfFalse:
+    case Op::PopJumpIfTrue:
+    case Op::PopJumpIfNone:
+    case Op::PopJumpIfNotNone: return {1, 0, 0};
+    case Op::BinaryOp:
+    case Op::CompareOp:
+    case Op::IsOp:
+    case Op::ContainsOp:
+    case Op::BinarySubscr: return {2, 1, 0};
+    case Op::UnaryNegative:
+    case Op::UnaryPositive:
+    case Op::UnaryNot:
+    case Op::UnaryInvert:
+    case Op::GetIter: return {1, 1, 0};
+    case Op::StoreSubscr: return {3, 0, 0};
+    case Op::StoreAttr: return {2, 0, 0};
+    case Op::StoreGlobal: return {1, 0, 0};
+    case Op::LoadAttr:
+      if (ins.flags & interpreter::kMethod) fail("a method load cannot be a break point");
+      return {1, 1, 0};
+    case Op::LoadGlobal:
+      if (ins.flags & interpreter::kPushNull) fail("a global load pushing NULL cannot be a break point");
+      return {0, 1, 0};
+    case Op::FormatValue: return {1 + ((ins.arg & 0x04) ? 1 : 0), 1, 0};
+    case Op::BuildString: return {ins.arg, 1, 0};
+    case Op::UnpackSequence: return {1, ins.arg, 0};
+    default: fail(std::string("no graph break at ") + ins.raw_name);
+  }
+}
+
+bool has_jump_edge(const Instruction& ins) {
+  return ins.op == Op::PopJumpIfFalse || ins.op == Op::PopJumpIfTrue ||
+         ins.op == Op::PopJumpIfNone || ins.op == Op::PopJumpIfNotNone;
+}
+
+// What one stack slot at a successor holds.
+enum class SlotKind { Value, Null, Iterator };
+
+// Emits bytecode that rebuilds symbolic values in the transformed code.
+class ValueEmitter {
+ public:
+  ValueEmitter(BytecodeBuilder& b, const guards::SourceTable& sources, int out_slot,
+               const std::vector<int>& outputs)
+      : b_(b), sources_(sources), out_slot_(out_slot), outputs_(outputs) {}
+
+  // Remembers that `value` now lives in local `slot`: later uses load it,
+  // which keeps mutable containers shared as they were.
+  void memo(const ValuePtr& value, int slot) { memo_[value.get()] = slot; }
+
+  void emit_source(int id) {
+    const guards::Source& source = sources_.at(id);
+    switch (source.kind) {
+      case guards::SourceKind::Local: b_.load_fast(source.index); return;
+      case guards::SourceKind::Global: b_.load_global(source.name, false); return;
+      case guards::SourceKind::GlobalIn: {
+        PyObject* value = PyDict_GetItemWithError(source.dict, source.name);
+        if (!value) {
+          PyErr_Clear();
+          fail("global " + source.text + " is not in its module");
+        }
+        b_.load_const(source.dict);
+        b_.load_const(source.name);
+        b_.emit("BINARY_SUBSCR");
+        return;
+      }
+      case guards::SourceKind::ClosureCell: fail("closure cells are not rebuilt at graph breaks yet");
+      case guards::SourceKind::Attr:
+        emit_source(source.base);
+        b_.load_attr(source.name);
+        return;
+      case guards::SourceKind::DictItem:
+        emit_source(source.base);
+        b_.load_const(source.name);
+        b_.emit("BINARY_SUBSCR");
+        return;
+      case guards::SourceKind::Index: {
+        emit_source(source.base);
+        PyRef index = PyRef::steal(PyLong_FromLong(source.index));
+        b_.load_const(index.get());
+        b_.emit("BINARY_SUBSCR");
+        return;
+      }
+    }
+  }
+
+  // Pushes `value`. An iterator is pushed as the tuple of what it has left
+  // (and made an iterator again unless `iterator_as_tuple`).
+  void emit(const ValuePtr& value, bool iterator_as_tuple = false) {
+    auto found = memo_.find(value.get());
+    if (found != memo_.end()) {
+      b_.load_fast(found->second);
+      return;
+    }
+    if (value->source >= 0 && !value->is(ValueKind::Null)) {
+      emit_source(value->source);
+      return;
+    }
+    switch (value->kind) {
+      case ValueKind::Null: b_.push_null(); return;
+      case ValueKind::Tensor: {
+        auto at = std::find(outputs_.begin(), outputs_.end(), value->node);
+        if (at == outputs_.end()) fail("a tensor the graph does not return");
+        PyRef index = PyRef::steal(PyLong_FromLong(static_cast<long>(at - outputs_.begin())));
+        b_.load_fast(out_slot_);
+        b_.load_const(index.get());
+        b_.emit("BINARY_SUBSCR");
+        return;
+      }
+      case ValueKind::Constant: b_.load_const(value->obj.get()); return;
+      case ValueKind::Tuple:
+      case ValueKind::List:
+        if (value->obj) {
+          b_.load_const(value->obj.get());  // torch.Size
+          return;
+        }
+        for (const ValuePtr& item : value->items) emit(item);
+        if (value->is(ValueKind::Tuple)) {
+          b_.build_tuple(static_cast<int>(value->items.size()));
+        } else {
+          b_.build_list(static_cast<int>(value->items.size()));
+        }
+        return;
+      case ValueKind::Dict:
+        for (size_t i = 0; i < value->items.size(); ++i) {
+          b_.load_const(value->keys[i].get());
+          emit(value->items[i]);
+        }
+        b_.build_map(static_cast<int>(value->items.size()));
+        return;
+      case ValueKind::Iterator:
+        for (size_t i = value->position; i < value->items.size(); ++i) emit(value->items[i]);
+        b_.build_tuple(static_cast<int>(value->items.size() - value->position));
+        if (!iterator_as_tuple) b_.get_iter();
+        return;
+      case ValueKind::TensorMethod: {
+        emit(value->self);
+        PyRef name = PyRef::steal(PyUnicode_FromString(value->name.c_str()));
+        b_.load_attr(name.get());
+        return;
+      }
+      case ValueKind::Method: {
+        if (!value->self) break;
+        emit(value->self);
+        PyRef name = PyRef::steal(PyObject_GetAttrString(value->obj.get(), "__name__"));
+        if (!name) {
+          PyErr_Clear();
+          break;
+        }
+        b_.load_attr(name.get());
+        return;
+      }
+      case ValueKind::Module:
+      case ValueKind::Function:
+      case ValueKind::TorchCallable:
+      case ValueKind::Builtin:
+      case ValueKind::PyModule:
+      case ValueKind::Object:
+        if (value->obj) {
+          b_.load_const(value->obj.get());
+          return;
+        }
+        break;
+      default:
+        break;
+    }
+    fail("cannot rebuild " + describe_value(*value) + " in bytecode");
+  }
+
+ private:
+  BytecodeBuilder& b_;
+  const guards::SourceTable& sources_;
+  int out_slot_;
+  const std::vector<int>& outputs_;
+  std::unordered_map<const Value*, int> memo_;
+};
+
+std::string code_name(PyCodeObject* code) {
+  const char* name = PyUnicode_AsUTF8(code->co_name);
+  return name ? name : "fn";
+}
+
+// The stack at successor `target` after the break: the untouched part
+// (below the break instruction's operands) then what the instruction left.
+struct Successor {
+  int target = -1;
+  std::vector<SlotKind> slots;  // bottom first, the full stack of the original code
+  int passed = 0;               // values passed to the resume function (slots minus NULLs)
+};
+
+// Builds R_s: see Note [Graph breaks].
+PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& instructions,
+                            const Successor& successor, const std::vector<int>& bound_locals,
+                            int body_from) {
+  const CodeLayout original = interpreter::layout_of(code);
+  CodeLayout layout;
+  layout.flags = original.flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  for (int k = 0; k < successor.passed; ++k) layout.add("__kiln_stack_" + std::to_string(k), interpreter::kFastLocal);
+  std::vector<int> local_map(original.names.size(), -1);
+  for (int j : bound_locals) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+  layout.argcount = static_cast<int>(layout.names.size());
+  for (size_t j = 0; j < original.names.size(); ++j) {
+    if (local_map[j] < 0) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+  }
+  BytecodeBuilder b(code);
+  b.check_unbound_locals(true);
+  b.set_line(instructions[successor.target].line);
+  b.resume();
+  int arg = 0;
+  for (SlotKind slot : successor.slots) {
+    if (slot == SlotKind::Null) {
+      b.push_null();
+      continue;
+    }
+    b.load_fast(arg++);
+    if (slot == SlotKind::Iterator) b.get_iter();
+  }
+  const int entry = b.new_label();
+  b.emit_jump("JUMP", entry);
+  std::string error;
+  std::vector<int> labels;
+  auto no_outside = [](int) { return -1; };
+  if (!b.copy_from(code, body_from, static_cast<int>(instructions.size()), local_map, no_outside,
+                   &error, &labels)) {
+    fail("copying the code to resume: " + error);
+  }
+  b.bind_at(entry, labels.at(successor.target - body_from));
+  const std::string name = "__resume_at_" + std::to_string(successor.target) + "_" + code_name(code);
+  PyObject* built = b.build(layout, name.c_str());
+  if (!built) fail("building " + name + ": " + take_python_error());
+  return built;
+}
+
+}  // namespace
+
+PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
+                           const guards::SourceTable& sources, const graph::Graph& graph,
+                           PyObject* graph_callable, std::string* error) {
+  try {
+    const std::vector<Instruction> instructions = interpreter::decode_bytecode(code);
+    const int i = info.instruction;
+    if (i < 0 || i >= static_cast<int>(instructions.size())) fail("break point out of range");
+    const Instruction& ins = instructions[i];
+    const StackIO io = stack_io(ins);
+    const int depth = static_cast<int>(info.stack.size());
+    if (io.pops > depth) fail("the break instruction reads below the traced stack");
+    const int untouched = depth - io.pops;
+
+    // The body starts after RESUME; anything before it (cells) is not
+    // supported at breaks.
+    int body_from = 0;
+    while (body_from < static_cast<int>(instructions.size()) &&
+           std::strcmp(instructions[body_from].raw_name, "RESUME") != 0) {
+      ++body_from;
+    }
+    if (body_from != 0) fail("code with a prologue before RESUME");
+    ++body_from;
+
+    // The break instruction with the instructions that set it up.
+    int first = i;
+    while (first > body_from && (instructions[first - 1].op == Op::KwNames ||
+                                 std::strcmp(instructions[first - 1].raw_name, "PRECALL") == 0)) {
+      --first;
+    }
+
+    // Successors and their stacks.
+    std::vector<Successor> successors;
+    auto make_successor = [&](int target, int pushed) {
+      Successor s;
+      s.target = target;
+      for (int p = 0; p < untouched; ++p) {
+        const ValuePtr& value = info.stack[p];
+        s.slots.push_back(value->is(ValueKind::Null)       ? SlotKind::Null
+                          : value->is(ValueKind::Iterator) ? SlotKind::Iterator
+                                                           : SlotKind::Value);
+      }
+      for (int p = 0; p < pushed; ++p) s.slots.push_back(SlotKind::Value);
+      for (SlotKind slot : s.slots) s.passed += slot != SlotKind::Null;
+      return s;
+    };
+    successors.push_back(make_successor(i + 1, io.pushes));
+    if (has_jump_edge(ins)) {
+      if (ins.target < 0) fail("jump outside the code");
+      successors.push_back(make_successor(ins.target, io.jump_pushes));
+    }
+
+    std::vector<int> bound_locals;
+    for (size_t j = 0; j < info.locals.size(); ++j) {
+      if (info.locals[j]) bound_locals.push_back(static_cast<int>(j));
+    }
+
+    // The transformed code's layout: the frame's argument slots become plain
+    // positional parameters; temporaries follow the original locals.
+    CodeLayout layout = interpreter::layout_of(code);
+    if (layout.free_count() > 0) fail("free variables");
+    for (uint8_t kind : layout.kinds) {
+      if (kind & interpreter::kFastCell) fail("cell variables");
+    }
+    layout.argcount = code->co_argcount + code->co_kwonlyargcount +
+                      ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+                      ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+    layout.posonlyargcount = 0;
+    layout.kwonlyargcount = 0;
+    layout.flags &= ~(CO_VARARGS | CO_VARKEYWORDS);
+    const int out_slot = layout.add("__kiln_graph_out", interpreter::kFastLocal);
+    const int stack_slot = layout.add("__kiln_stack", interpreter::kFastLocal);
+
+    BytecodeBuilder b(code);
+    b.set_line(ins.line);
+    b.resume();
+    // 1. The graph.
+    b.push_null();
+    b.load_const(graph_callable);
+    ValueEmitter emitter(b, sources, out_slot, info.outputs);
+    for (int input : graph.inputs()) emitter.emit_source(graph.node(input).input_source);
+    b.call(static_cast<int>(graph.inputs().size()));
+    b.store_fast(out_slot);
+    // 2. Bound locals into temporaries (unless unchanged arguments), then
+    //    the stack.
+    std::vector<int> local_slots(info.locals.size(), -1);
+    for (int j : bound_locals) {
+      const ValuePtr& value = info.locals[j];
+      if (value->source >= 0 && sources.at(value->source).kind == guards::SourceKind::Local &&
+          sources.at(value->source).index == j) {
+        local_slots[j] = j;
+        continue;
+      }
+      emitter.emit(value);
+      local_slots[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
+      b.store_fast(local_slots[j]);
+      emitter.memo(value, local_slots[j]);
+    }
+    for (int p = 0; p < depth; ++p) {
+      const ValuePtr& value = info.stack[p];
+      if (p < untouched && value->is(ValueKind::Null)) continue;  // restored by the resume code
+      emitter.emit(value, /*iterator_as_tuple=*/p < untouched);
+    }
+    // 3. The instruction CPython runs.
+    std::vector<int> successor_labels;
+    for (size_t k = 0; k < successors.size(); ++k) successor_labels.push_back(b.new_label());
+    std::vector<int> identity(layout.names.size());
+    for (size_t j = 0; j < identity.size(); ++j) identity[j] = static_cast<int>(j);
+    auto outside = [&](int target) {
+      for (size_t k = 0; k < successors.size(); ++k) {
+        if (successors[k].target == target) return successor_labels[k];
+      }
+      return -1;
+    };
+    std::string copy_error;
+    if (!b.copy_from(code, first, i + 1, identity, outside, &copy_error)) {
+      fail("copying the break instruction: " + copy_error);
+    }
+    // 4. The resume calls.
+    PyRef empty = PyRef::steal(PyTuple_New(0));
+    for (size_t k = 0; k < successors.size(); ++k) {
+      const Successor& successor = successors[k];
+      b.bind(successor_labels[k]);
+      PyRef resume = PyRef::steal(build_resume_code(code, instructions, successor, bound_locals, body_from));
+      b.build_tuple(successor.passed);
+      b.store_fast(stack_slot);
+      b.push_null();
+      b.load_const(resume.get());
+      b.make_function(0);
+      b.load_fast(stack_slot);
+      for (int j : bound_locals) b.load_fast(local_slots[j]);
+      b.build_tuple(static_cast<int>(bound_locals.size()));
+      b.binary_op(0 /* NB_ADD */);
+      b.call_function_ex(false);
+      b.return_value();
+    }
+    const std::string name = code_name(code);
+    PyObject* built = b.build(layout, name.c_str(), PyUnicode_AsUTF8(code->co_qualname));
+    if (!built) fail("building the transformed code: " + take_python_error());
+    return built;
+  } catch (const CodegenError& e) {
+    *error = e.message;
+    PyErr_Clear();
+    return nullptr;
+  }
+}
+
+}  // namespace kiln::tracer
