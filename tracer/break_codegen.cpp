@@ -171,7 +171,8 @@ class ValueEmitter {
         b_.build_tuple(static_cast<int>(value->items.size() - value->position));
         if (!iterator_as_tuple) b_.get_iter();
         return;
-      case ValueKind::TensorMethod: {
+      case ValueKind::TensorMethod:
+      case ValueKind::ContainerMethod: {
         emit(value->self);
         PyRef name = PyRef::steal(PyUnicode_FromString(value->name.c_str()));
         b_.load_attr(name.get());
@@ -233,7 +234,13 @@ PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& 
   const CodeLayout original = interpreter::layout_of(code);
   CodeLayout layout;
   layout.flags = original.flags & ~(CO_VARARGS | CO_VARKEYWORDS);
-  for (int k = 0; k < successor.passed; ++k) layout.add("__kiln_stack_" + std::to_string(k), interpreter::kFastLocal);
+  // A resume function can break again: its own stack arguments are among
+  // `original`'s names, so pick a prefix none of them uses.
+  std::string prefix = "__kiln_stack_";
+  for (int n = 1; original.index_of(prefix + "0") >= 0; ++n) {
+    prefix = "__kiln_stack" + std::to_string(n) + "_";
+  }
+  for (int k = 0; k < successor.passed; ++k) layout.add(prefix + std::to_string(k), interpreter::kFastLocal);
   std::vector<int> local_map(original.names.size(), -1);
   for (int j : bound_locals) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
   layout.argcount = static_cast<int>(layout.names.size());

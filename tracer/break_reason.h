@@ -44,6 +44,7 @@ class TraceAbort : public std::runtime_error {
       : std::runtime_error(message), code(code) {}
   BreakCode code;
   std::string location;  // "file.py:12", filled where the instruction is known
+  std::string detail;    // why no graph break could be made here, if tried
 };
 
 }  // namespace kiln::tracer

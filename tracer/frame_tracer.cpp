@@ -211,6 +211,7 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
       }
       return true;
     case ValueKind::TensorMethod:
+    case ValueKind::ContainerMethod:
       return reconstructible(value->self, false);
     case ValueKind::Method:
       return value->source >= 0 || reconstructible(value->self, false);
@@ -238,16 +239,29 @@ void collect_tensors(const ValuePtr& value, std::vector<int>& nodes) {
 
 }  // namespace
 
-bool FrameTracer::record_break(const TraceAbort& abort) {
+bool FrameTracer::record_break(TraceAbort& abort) {
   if (abort.code == BreakCode::UnsupportedFrame) return false;
-  if (code_->co_ncellvars > 0 || code_->co_nfreevars > 0) return false;
-  if (state_.mutations() != snapshot_.mutations) return false;
-  if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) return false;
+  auto refuse = [&abort](const char* why) {
+    abort.detail = std::string("; no graph break is possible here (") + why + "), so the frame runs eagerly";
+    return false;
+  };
+  if (code_->co_ncellvars > 0 || code_->co_nfreevars > 0) return refuse("the frame has closure cells");
+  if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
+  if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
+    return refuse("CPython cannot run this instruction on its own");
+  }
+  // Inside a loop, each iteration would resume in a new function called
+  // from the last one, nesting Python frames as deep as the loop runs: the
+  // frame runs eagerly instead (as Dynamo does).
+  for (size_t k = snapshot_.pc + 1; k < instructions_.size(); ++k) {
+    const int target = instructions_[k].target;
+    if (target >= 0 && target <= static_cast<int>(snapshot_.pc)) return refuse("it is inside a loop");
+  }
   for (const ValuePtr& value : snapshot_.stack) {
-    if (!reconstructible(value, true)) return false;
+    if (!reconstructible(value, true)) return refuse("a stack value cannot be rebuilt in bytecode");
   }
   for (const ValuePtr& value : snapshot_.locals) {
-    if (value && !reconstructible(value, false)) return false;
+    if (value && !reconstructible(value, false)) return refuse("a local cannot be rebuilt in bytecode");
   }
   auto info = std::make_unique<BreakInfo>();
   info->instruction = static_cast<int>(snapshot_.pc);

@@ -139,7 +139,7 @@ class FrameTracer {
 
   // Records a graph break before instruction `pc` from the snapshot taken
   // there; false when the state cannot be handed to CPython.
-  bool record_break(const TraceAbort& abort);
+  bool record_break(TraceAbort& abort);
 
   ValuePtr pop();
   ValuePtr& top(int depth = 1) { return stack_[stack_.size() - depth]; }

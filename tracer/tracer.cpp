@@ -44,7 +44,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
   } catch (const TraceAbort& abort) {
     result.ok = false;
     result.code = abort.code;
-    result.reason = abort.location + ": " + abort.what();
+    result.reason = abort.location + ": " + abort.what() + abort.detail;
     result.hint = break_code_hint(abort.code);
   }
   PyErr_Clear();

@@ -73,6 +73,7 @@ FEATURES = {
     "factory": "zeros_like, ones, full, arange, linspace, eye, tensor(...)",
     "dtype": "float()/double()/to()/type_as",
     "return_shape": "returning torch.Size / shape tuples",
+    "return_xs": "returning the input list xs itself (after mutating it)",
 }
 
 
@@ -248,8 +249,8 @@ class Generator:
         self.features = set()
         self.expect_raise = False
         self.mutates_inputs = False
-        self.datadep_left = 1 if self.rng.random() < 0.18 else 0
-        self.raise_left = 1 if self.rng.random() < 0.06 else 0
+        self.datadep_left = self.rng.choices([0, 1, 2], weights=[70, 20, 10])[0]
+        self.raise_left = 1 if self.rng.random() < 0.1 else 0
         self.helper_depth = 0
         self.in_closure = 0
         self.uses_bias = False
@@ -373,6 +374,8 @@ class Generator:
             elif var.kind == "d" and var.items:
                 k = self.choice(list(var.items))
                 cands.append((f"{name}[{k!r}]", var.items[k], w * 0.5))
+        if self.allow("globals") and not atoms:
+            cands.append(("BIAS", TI((ONE,), F32, False, True), 0.7))
         if pred:
             cands = [c for c in cands if pred(c[1])]
         return cands
@@ -392,7 +395,7 @@ class Generator:
 
     def int_atoms(self, env, nonzero=False):
         """Python int expressions with known per-variant values."""
-        out = [("n", self.n_vals)]
+        out = [] if self.helper_depth else [("n", self.n_vals)]
         xs = env.vars.get("xs")
         if xs is not None and xs.kind == "l" and xs.length:
             out.append(("len(xs)", xs.length))
@@ -426,10 +429,17 @@ class Generator:
             if var.nz or not nonzero:
                 opts.append(var.name)
         if self.allow("globals"):
-            opts += ["SCALE", "OFFSETS[1]", "CONFIG['eps']", "math.pi", "math.sqrt(n)"]
+            opts += ["SCALE", "OFFSETS[1]", "CONFIG['eps']", "math.pi"]
+            if not self.helper_depth:
+                opts.append("math.sqrt(n)")
         if not nonzero:
-            opts += ["float(flag)", "(n - 1)"]
-        opts += ["(n + 1)", "(n * 0.5)"]
+            opts += [v.name for v in env.of("i") if v.vals is None]
+        if not self.helper_depth:
+            if not nonzero:
+                opts += ["float(flag)", "(n - 1)"]
+            opts += ["(n + 1)", "(n * 0.5)"]
+        if not opts:
+            return "2.0"
         self.used("pyarith")
         return self.choice(opts)
 
@@ -473,7 +483,7 @@ class Generator:
              "torch.log1p({a}.abs())", "{a}.neg()", "{a}.square()", "F.hardtanh({a})", "{a}.clone()",
              "{a}.contiguous()", "{a}.detach()", "torch.sign({a})", "(1.0 / ({a}.abs() + 1.0))",
              "{a}.exp().clamp(max=100.0)", "torch.where({a} > 0, {a}, 0.0)", "{a}.masked_fill({a} < 0, 0.5)",
-             "({a} * ({a} > 0))", "torch.nan_to_num({a})", "{a}.floor()", "torch.round({a} * 4) / 4",
+             "({a} * ({a} > 0))", "torch.nan_to_num({a})", "{a}.floor()", "(torch.round({a} * 4) / 4)",
              "(+{a})", "{a}.sub(1)", "{a}.mul(2)", "{a}.tanh().mul(0.5).add(0.5)"]
 
     def op_unary(self, env, depth):
@@ -864,9 +874,9 @@ class Generator:
             c, v = self.choice(self.int_atoms(env))
             if min(v) < 1 or max(v) > 64:
                 raise Unfit("arange")
-            return self.choice([f"torch.arange({c}, dtype=torch.float32)", f"torch.arange({c}).float()",
-                                f"torch.arange(0, {c}, dtype=torch.float64)"]), \
-                TI((v,), F64 if "float64" in c else F32, False, True)
+            form = self.choice([f"torch.arange({c}, dtype=torch.float32)", f"torch.arange({c}).float()",
+                                f"torch.arange(0, {c}, dtype=torch.float64)"])
+            return form, TI((v,), F64 if "float64" in form else F32, False, True)
         if k == 3 and ai.rank >= 1:
             c, v = self.choice(self.int_atoms(env))
             if min(v) < 1 or max(v) > 64:
@@ -952,7 +962,7 @@ class Generator:
             d, dc = self.dim_of(target)
             return self.choice([f"torch.softmax({c}, dim={dc})", f"{c}.cumsum({dc})",
                                 f"({c} - {c}.mean(dim={dc}, keepdim=True))",
-                                f"({c} / ({c}.norm(dim={dc}, keepdim=True) + 1.0))"]).format(), False
+                                f"({c} / ({c}.norm(dim={dc}, keepdim=True) + 1.0))"]), False
         if k == 7 and self.allow("where"):
             b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, target.shape) == target.shape)
             if promote(target, bi) != target.dtype:
@@ -996,6 +1006,8 @@ class Generator:
 
     def st_new(self, env):
         code, info = self.texpr(env, self.rng.randint(1, 3))
+        if code.isidentifier() or code.endswith("]"):
+            code, info = self.texpr(env, self.rng.randint(1, 3))
         self.new_tensor(env, code, info)
 
     def st_inplace(self, env):
@@ -1117,7 +1129,7 @@ class Generator:
     def inner_stmt(self, env, ctx):
         kinds = [("update", 10), ("temp", 3), ("if", 1.5 if ctx.get("depth", 0) < 2 else 0),
                  ("break", 1.2 if ctx.get("loop") else 0), ("continue", 0.8 if ctx.get("loop") else 0),
-                 ("counter", 1 if env.of("i") else 0), ("append", 2 if ctx.get("outs") else 0)]
+                 ("counter", 1 if [v for v in env.of("i") if v.mutable and v.name not in env.noupdate] else 0), ("append", 2 if ctx.get("outs") else 0)]
         for _ in range(6):
             k = self.wchoice(kinds)
             mark = len(self.out)
@@ -1128,7 +1140,7 @@ class Generator:
                     code, info = self.texpr(env, 2)
                     self.new_tensor(env, code, info, "u")
                 elif k == "if":
-                    sub = dict(ctx, depth=ctx.get("depth", 0) + 1)
+                    sub = dict(ctx, depth=ctx.get("depth", 0) + 1, outs=None)
                     if self.take_datadep():
                         cond = self.cond_data(env)
                     else:
@@ -1147,18 +1159,17 @@ class Generator:
                     self.ind += 1
                     self.emit(k)
                     self.ind -= 1
-                    ctx["jumped"] = True
+                    ctx.setdefault("state", {})["jumped"] = True
                 elif k == "counter":
-                    var = self.choice(env.of("i"))
-                    if var.name in env.noupdate:
-                        raise Unfit("counter")
+                    var = self.choice([v for v in env.of("i") if v.mutable and v.name not in env.noupdate])
                     self.emit(f"{var.name} += {self.choice(['1', 'n', '2'])}")
                     var.vals = None
                 elif k == "append":
                     lv = ctx["outs"]
                     code, info = self.like(env, lv.elem, 1)
                     self.emit(f"{lv.name}.append({code})")
-                    ctx["appended"] = ctx.get("appended", 0) + 1
+                    st = ctx.setdefault("state", {})
+                    st["appended"] = st.get("appended", 0) + 1
                 return
             except Unfit:
                 del self.out[mark:]
@@ -1201,7 +1212,8 @@ class Generator:
     def finish_outs(self, env, outs, ctx, iters):
         if outs is None:
             return
-        if ctx.get("appended") == 1 and not ctx.get("jumped") and iters is not None and min(iters) >= 1:
+        st = ctx.get("state", {})
+        if st.get("appended") == 1 and not st.get("jumped") and iters is not None and min(iters) >= 1:
             outs.length = iters
         env.add(outs)
 
@@ -1226,7 +1238,7 @@ class Generator:
         inner = Env(env)
         inner.add(Var("i", i, vals=None))
         inner.noupdate.add(i)
-        ctx = {"loop": True, "loopvar": i, "depth": 1, "outs": outs}
+        ctx = {"loop": True, "loopvar": i, "depth": 1, "outs": outs, "state": {}}
         if rcode == "range(len(xs))" and self.chance(0.6):
             self.ind += 1
             e = self.fresh("e")
@@ -1290,7 +1302,7 @@ class Generator:
         if idx:
             inner.add(Var("i", idx, vals=None))
             inner.noupdate.add(idx)
-        ctx = {"loop": True, "loopvar": idx, "depth": 1, "outs": outs}
+        ctx = {"loop": True, "loopvar": idx, "depth": 1, "outs": outs, "state": {}}
         self.ind += 1
         # use the element
         vs = [v for v in self.updatable(inner)
@@ -1372,7 +1384,7 @@ class Generator:
         if sig["kind"] == "varargs":
             return f"{name}({', '.join(args)})" if k else f"{name}(*[{', '.join(args)}])"
         if sig["kind"] == "recursive":
-            return f"{name}({args[0]}, {self.choice(['2', '3', 'n'])})"
+            return f"{name}({args[0]}, {self.choice(['2', '3'] if self.helper_depth else ['2', '3', 'n'])})"
         if k == 1:
             extra.append(self.scalar(env, small=True))
         elif k == 2:
@@ -1410,9 +1422,6 @@ class Generator:
         self.helper_depth += 1
         try:
             henv = Env()
-            henv.add(Var("i", "n", vals=self.n_vals))   # placeholder: helpers must not read n
-            henv.vars.pop("n")
-            henv.order.remove("n")
             for p, pi in zip(pnames, params):
                 henv.add(Var("t", p, pi))
             if kind == "varargs":
@@ -1435,7 +1444,6 @@ class Generator:
                 header = f"def {name}({', '.join(pnames)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
                 henv.add(Var("f", "scale", nz=False))
                 henv.add(Var("f", "shift", nz=False))
-                hstub = {"n": None}
                 for _ in range(self.rng.randint(0, 2)):
                     mark = len(self.out)
                     try:
@@ -1456,7 +1464,6 @@ class Generator:
                     rets.append((code, info))
                 self.emit("return " + ", ".join(c for c, _ in rets))
                 returns = [i for _, i in rets]
-                del hstub
             body = self.out
         finally:
             self.out, self.ind = saved_out, saved_ind
@@ -1750,12 +1757,16 @@ class Generator:
             env.add(Var("t", t, TI((lv.length,) + lv.elem.shape, lv.elem.dtype, lv.elem.grad, True)))
         else:
             self.emit(f"{t} = sum((q.mean() for q in {lv.name}), torch.zeros(()))")
-            env.add(Var("t", t, TI((), F64 if lv.elem.dtype == F64 and lv.elem.rank == 0 else F32
-                                   if lv.elem.dtype == F32 else F64, lv.elem.grad)))
+            env.add(Var("t", t, TI((), lv.elem.dtype, lv.elem.grad)))
 
     def st_pyarith(self, env):
         self.used("pyarith")
-        k = self.rng.randrange(4)
+        k = self.rng.randrange(5)
+        if k == 4:
+            name = self.fresh("cnt")
+            self.emit(f"{name} = {self.choice(['0', '1', 'n'])}")
+            env.add(Var("i", name, vals=None, mutable=True))
+            return
         if k <= 1:
             atoms = self.int_atoms(env)
             (c1, v1), (c2, v2) = self.choice(atoms), self.choice(atoms)
@@ -1776,7 +1787,7 @@ class Generator:
         elif k == 2:
             c, v = self.choice(self.int_atoms(env))
             name = self.fresh("s")
-            self.emit(f"{name} = {self.choice([f'{c} / 2', f'float({c}) * 0.5 + 1', f'math.sqrt({c} + 1)'])}")
+            self.emit(f"{name} = {self.choice([f'{c} / 2', f'float({c}) * 0.5 + 1', f'math.sqrt(abs({c}) + 1)'])}")
             env.add(Var("f", name, nz=True))
         else:
             name = self.fresh("b")
@@ -1949,8 +1960,8 @@ class Generator:
             ("new", 12), ("update", 6), ("inplace", 3), ("if", 4), ("ifexp", 1), ("for_range", 3),
             ("for_list", 2.5), ("while", 1.5), ("helper", 3), ("closure", 1.5), ("lambda", 1.5),
             ("containers", 3), ("listcomp", 1.2), ("dictcomp", 0.5), ("genexpr", 0.7), ("pyarith", 2),
-            ("datadep", 1.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.8),
-            ("try", 0.8), ("raise", 1.5 if self.raise_left else 0),
+            ("datadep", 2.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.8),
+            ("try", 0.4), ("raise", 1.5 if self.raise_left else 0),
         ]
         weights = [(k, w) for k, w in weights if self.allow(k)]
         handlers = {
@@ -2012,7 +2023,10 @@ class Generator:
                                    for i, kk in enumerate(keys)) + "}"
         if k == 8:
             return f"{last}, {{'a': {tcode()}, 'b': [{tcode()}, {other()}]}}"
-        return f"{last}, xs" if self.mutated_xs() else f"{last}, len(xs)"
+        if self.allow("return_xs") and (self.mutated_xs() or rng.random() < 0.2):
+            self.used("return_xs")
+            return f"{last}, xs"
+        return f"{last}, len(xs)"
 
     def mutated_xs(self):
         return "xs_mutation" in self.features

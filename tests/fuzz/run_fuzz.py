@@ -1,0 +1,638 @@
+#!/usr/bin/env python3
+"""Differential fuzzer: kiln.compile(fn) against eager PyTorch on generated programs.
+
+    PYTHONPATH=python /usr/bin/python3 tests/fuzz/run_fuzz.py --seeds 0:10000 --jobs 2 --report /tmp/fuzz-report
+
+Each seed's program (tests/fuzz/program_generator.py) is run eagerly on the
+inputs of its five calls, then through kiln.compile(fn) on clones of the same
+inputs, and the two are compared: results (structure, types, values, NaN
+equal, requires_grad), the inputs' state afterwards (mutated tensors, the
+list xs), which returned objects are the inputs themselves, exceptions
+(same type), gradients of the inputs, and kiln's cache behaviour (a repeat
+call hits, resized inputs retrace). A program kiln traced fully must also
+work under fullgraph=True; one it fell back on must raise kiln.Unsupported
+there. Programs that raise eagerly where they should not are discarded
+(counted, not failures).
+
+Seeds run in worker subprocesses (batches), so a crash or hang is reported
+with its seed. Every failure gets a folder in the report directory with the
+program, its inputs and what went wrong; rerun one with --repro SEED.
+
+The last line printed is the summary:
+    fuzz: N programs, M traced fully, K fell back, F failures
+"""
+import argparse
+import collections
+import json
+import linecache
+import math
+import os
+import queue
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from program_generator import FEATURES, ROLES, generate  # noqa: E402
+
+DEFAULT_TIMEOUT = 90
+
+
+# ============================================================== worker side
+
+class Failure(Exception):
+    def __init__(self, kind, message, call=None, tb=None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.call = call
+        self.tb = tb
+
+
+class Mismatch(Exception):
+    pass
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def make_inputs(variant, seed, call):
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed * 7919 + call * 104729 + 17)
+
+    def t(d):
+        dt = getattr(torch, d["dtype"])
+        v = torch.randn(d["shape"], generator=g, dtype=dt)
+        return v.requires_grad_(d["grad"])
+    x = t(variant["x"])
+    y = t(variant["y"])
+    xs = [t(variant["xs"]) for _ in range(variant["xs"]["len"])]
+    return (x, y, variant["n"], variant["flag"], xs)
+
+
+def clone_args(args):
+    torch = _torch()
+
+    def c(a):
+        if isinstance(a, torch.Tensor):
+            return a.detach().clone().requires_grad_(a.requires_grad)
+        if isinstance(a, list):
+            return [c(v) for v in a]
+        if isinstance(a, tuple):
+            return tuple(c(v) for v in a)
+        return a
+    return tuple(c(a) for a in args)
+
+
+def arg_objects(args):
+    """path -> object for the caller-visible input objects."""
+    x, y, _, _, xs = args
+    out = {"x": x, "y": y, "xs": xs}
+    for i, e in enumerate(xs):
+        out[f"xs[{i}]"] = e
+    return out
+
+
+TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-9)}
+
+
+def compare(c, e, path):
+    torch = _torch()
+    if isinstance(e, torch.Tensor):
+        if not isinstance(c, torch.Tensor):
+            raise Mismatch(f"{path}: expected a Tensor, got {type(c).__name__}: {c!r}"[:2000])
+        if c.shape != e.shape:
+            raise Mismatch(f"{path}: shape {tuple(c.shape)} != eager {tuple(e.shape)}")
+        if c.dtype != e.dtype:
+            raise Mismatch(f"{path}: dtype {c.dtype} != eager {e.dtype}")
+        if c.requires_grad != e.requires_grad:
+            raise Mismatch(f"{path}: requires_grad {c.requires_grad} != eager {e.requires_grad}")
+        rtol, atol = TOL.get(str(e.dtype).replace("torch.", ""), (None, None))
+        try:
+            torch.testing.assert_close(c.detach(), e.detach(), rtol=rtol, atol=atol, equal_nan=True,
+                                       check_stride=False)
+        except AssertionError as err:
+            raise Mismatch(f"{path}: values differ: {err}") from None
+        return
+    if type(c) is not type(e):
+        raise Mismatch(f"{path}: type {type(c).__name__} != eager {type(e).__name__} "
+                       f"(compiled {c!r}, eager {e!r})"[:2000])
+    if isinstance(e, (list, tuple)):
+        if len(c) != len(e):
+            raise Mismatch(f"{path}: length {len(c)} != eager {len(e)}")
+        for i, (a, b) in enumerate(zip(c, e)):
+            compare(a, b, f"{path}[{i}]")
+    elif isinstance(e, dict):
+        if list(c.keys()) != list(e.keys()):
+            raise Mismatch(f"{path}: keys {list(c.keys())} != eager {list(e.keys())}")
+        for k in e:
+            compare(c[k], e[k], f"{path}[{k!r}]")
+    elif isinstance(e, float):
+        if math.isnan(e) and math.isnan(c):
+            return
+        if not math.isclose(c, e, rel_tol=1e-6, abs_tol=1e-9) and c != e:
+            raise Mismatch(f"{path}: {c!r} != eager {e!r}")
+    elif c != e:
+        raise Mismatch(f"{path}: {c!r} != eager {e!r}")
+
+
+def leaves(obj, path="out"):
+    torch = _torch()
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, (list, tuple)):
+        if isinstance(obj, list):
+            yield path, obj
+        for i, v in enumerate(obj):
+            yield from leaves(v, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, f"{path}[{k!r}]")
+
+
+def get_path(obj, path):
+    """Follows 'out[0]['a'][1]' style paths."""
+    for m in re.finditer(r"\[([^\]]+)\]", path):
+        key = m.group(1)
+        obj = obj[int(key)] if key.lstrip("-").isdigit() else obj[key.strip("'")]
+    return obj
+
+
+def check_identity(c_out, e_out, c_args, e_args):
+    """Returned objects that are inputs (or repeated) in eager must be so compiled."""
+    e_ids = {id(o): p for p, o in arg_objects(e_args).items()}
+    c_objs = arg_objects(c_args)
+    seen = {}
+    for path, o in leaves(e_out):
+        try:
+            co = get_path(c_out, path[3:])
+        except Exception:
+            continue
+        if id(o) in e_ids:
+            want = c_objs[e_ids[id(o)]]
+            if co is not want:
+                raise Mismatch(f"{path}: eager returns the input {e_ids[id(o)]} itself, "
+                               f"compiled returns a different object")
+        if id(o) in seen:
+            first_path, first_c = seen[id(o)]
+            if co is not first_c:
+                raise Mismatch(f"{path}: eager returns the same object as {first_path}, compiled does not")
+        else:
+            seen[id(o)] = (path, co)
+
+
+def check_state(c_args, e_args, c_orig, e_orig):
+    """Inputs after the call: tensor values, the list xs and which of its items are original."""
+    compare(c_args[0], e_args[0], "x (after call)")
+    compare(c_args[1], e_args[1], "y (after call)")
+    compare(c_args[4], e_args[4], "xs (after call)")
+    e_ids = {id(o): i for i, o in enumerate(e_orig)}
+    c_ids = {id(o): i for i, o in enumerate(c_orig)}
+    for j, (ce, ee) in enumerate(zip(c_args[4], e_args[4])):
+        if e_ids.get(id(ee)) != c_ids.get(id(ce)):
+            raise Mismatch(f"xs[{j}] (after call): eager holds "
+                           f"{'original xs[%d]' % e_ids[id(ee)] if id(ee) in e_ids else 'a new tensor'}, "
+                           f"compiled holds "
+                           f"{'original xs[%d]' % c_ids[id(ce)] if id(ce) in c_ids else 'a new tensor'}")
+
+
+def grads_of(out, inputs):
+    """(grads or None, exception type name or None) of sum(outputs) w.r.t. inputs that need grad."""
+    torch = _torch()
+    want = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    outs = [o for _, o in leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not want or not outs:
+        return None, None
+    try:
+        loss = sum(o.double().sum() for o in outs)
+        gs = torch.autograd.grad(loss, want, allow_unused=True)
+        return [None if g is None else g.detach() for g in gs], None
+    except Exception as e:  # noqa: BLE001
+        return None, type(e).__name__
+
+
+def load_program(prog, source=None):
+    src = prog.source if source is None else source
+    filename = f"<fuzz:{prog.seed}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns = {"__name__": f"fuzz_{prog.seed}"}
+    exec(compile(src, filename, "exec"), ns)
+    return ns["fn"]
+
+
+def call(fn, args):
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001
+        return None, e
+
+
+BREAK_ADDR = re.compile(r"0x[0-9a-f]+")
+
+
+def normalize_reason(r):
+    r = re.sub(r"^<fuzz:\d+>:\d+: ", "", r)
+    r = BREAK_ADDR.sub("0x..", r)
+    r = re.sub(r"<[^<>]* object at 0x\.\.>", "<object>", r)
+    r = r.split("\n")[0]
+    return r[:160]
+
+
+def check_program(prog, source=None, verbose=False):
+    """Runs one program; returns a result dict (never raises for program errors)."""
+    import torch
+    import kiln
+    res = {"seed": prog.seed, "status": "ok", "features": prog.features}
+    fn = load_program(prog, source)
+    calls = len(prog.variants)
+    must_not_raise = {0, 1, 4}
+
+    # ---- eager
+    eager = []
+    for i, var in enumerate(prog.variants):
+        args = make_inputs(var, prog.seed, i)
+        eargs = clone_args(args)
+        orig = list(eargs[4])
+        out, exc = call(fn, eargs)
+        if exc is not None and (i in must_not_raise or not prog.expect_raise):
+            res["status"] = "discard"
+            res["discard"] = f"call {i}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+            return res
+        grads = gerr = None
+        if exc is None:
+            grads, gerr = grads_of(out, [eargs[0], eargs[1]] + orig)
+        eager.append((args, eargs, orig, out, exc, grads, gerr))
+
+    # ---- compiled
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    unsupported_per_call = []
+    try:
+        for i, (args, eargs, eorig, eout, eexc, egrads, egerr) in enumerate(eager):
+            cargs = clone_args(args)
+            corig = list(cargs[4])
+            before = kiln.stats()
+            cout, cexc = call(compiled, cargs)
+            after = kiln.stats()
+            d = {k: after[k] - before.get(k, 0) for k in after}
+            unsupported_per_call.append(d["unsupported"] + d.get("graph_breaks", 0))
+            res.setdefault("deltas", []).append(d)
+            where = f"call {i} ({ROLES[i]})"
+            if eexc is not None:
+                if cexc is None:
+                    raise Failure("missing-exception", f"{where}: eager raised {type(eexc).__name__}: {eexc}; "
+                                  "compiled returned normally", i)
+                if type(cexc) is not type(eexc):
+                    raise Failure("exception-type", f"{where}: eager raised {type(eexc).__name__}: {eexc}; "
+                                  f"compiled raised {type(cexc).__name__}: {cexc}", i,
+                                  "".join(traceback.format_exception(cexc)))
+                continue
+            if cexc is not None:
+                raise Failure("kiln-exception", f"{where}: compiled raised {type(cexc).__name__}: {cexc}", i,
+                              "".join(traceback.format_exception(cexc)))
+            try:
+                compare(cout, eout, "out")
+                check_identity(cout, eout, cargs, eargs)
+                check_state(cargs, eargs, corig, eorig)
+            except Mismatch as m:
+                raise Failure("mismatch", f"{where}: {m}", i)
+            cgrads, cgerr = grads_of(cout, [cargs[0], cargs[1]] + corig)
+            if egerr != cgerr:
+                raise Failure("grad", f"{where}: backward: eager {egerr or 'ok'}, compiled {cgerr or 'ok'}", i)
+            if egrads is not None:
+                if cgrads is None:
+                    raise Failure("grad", f"{where}: compiled outputs do not require grad", i)
+                try:
+                    compare([g for g in cgrads], [g for g in egrads], "grads")
+                except Mismatch as m:
+                    raise Failure("grad", f"{where}: {m}", i)
+        fully = sum(unsupported_per_call) == 0
+        res["traced_fully"] = fully
+        res["fell_back"] = not fully
+        res["unsupported"] = sum(d["unsupported"] for d in res["deltas"])
+        res["graph_breaks"] = sum(d.get("graph_breaks", 0) for d in res["deltas"])
+        if fully:
+            ds = res["deltas"]
+            if ds[1]["traces"] != 0 or ds[1]["cache_hits"] < 1:
+                raise Failure("cache", f"call 1 (repeat, same shapes): expected a cache hit, stats delta {ds[1]}", 1)
+            if prog.variants[2]["x"]["shape"] != prog.variants[0]["x"]["shape"] and ds[2]["cache_misses"] < 1:
+                raise Failure("cache", f"call 2 (resized x): expected a cache miss, stats delta {ds[2]}", 2)
+            if eager[4][4] is None and (ds[4]["traces"] != 0 or ds[4]["cache_hits"] < 1):
+                raise Failure("cache", f"call 4 (base shapes again): expected a cache hit, stats delta {ds[4]}", 4)
+
+        # ---- fullgraph=True on the base call
+        kiln.reset()
+        cf = kiln.compile(fn, fullgraph=True)
+        args, eargs, eorig, eout, _, _, _ = eager[0]
+        cargs = clone_args(args)
+        cout, cexc = call(cf, cargs)
+        if unsupported_per_call[0] == 0:
+            if cexc is not None:
+                raise Failure("fullgraph", f"call 0 traced fully by default but fullgraph=True raised "
+                              f"{type(cexc).__name__}: {cexc}", 0, "".join(traceback.format_exception(cexc)))
+            try:
+                compare(cout, eout, "out")
+            except Mismatch as m:
+                raise Failure("fullgraph", f"fullgraph=True call 0: {m}", 0)
+        else:
+            if not isinstance(cexc, kiln.Unsupported):
+                what = "returned normally" if cexc is None else f"raised {type(cexc).__name__}: {cexc}"
+                raise Failure("fullgraph", f"call 0 fell back by default but fullgraph=True {what} "
+                              "(expected kiln.Unsupported)", 0,
+                              "".join(traceback.format_exception(cexc)) if cexc else None)
+            res["break_reason"] = normalize_reason(str(cexc))
+    except Failure as f:
+        res["status"] = "fail"
+        res["kind"] = f.kind
+        res["message"] = f.message[:4000]
+        res["call"] = f.call
+        if f.tb:
+            res["traceback"] = f.tb[-6000:]
+    except Exception as e:  # noqa: BLE001 -- kiln's machinery raising in the harness itself
+        res["status"] = "fail"
+        res["kind"] = "harness-exception"
+        res["message"] = f"{type(e).__name__}: {e}"[:4000]
+        res["traceback"] = traceback.format_exc()[-6000:]
+    finally:
+        kiln.reset()
+    res.pop("deltas", None) if not verbose else None
+    return res
+
+
+def worker_main(args):
+    import warnings
+    warnings.simplefilter("ignore")
+    import torch  # noqa: F401
+    import kiln  # noqa: F401
+    lo, hi = parse_range(args.seeds)
+    exclude = tuple(x for x in args.exclude.split(",") if x)
+    out = sys.stdout
+    for seed in range(lo, hi):
+        out.write(f"START {seed}\n")
+        out.flush()
+        try:
+            prog = generate(seed, exclude)
+            res = check_program(prog)
+        except Exception as e:  # noqa: BLE001
+            res = {"seed": seed, "status": "fail", "kind": "harness-exception",
+                   "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-6000:]}
+        out.write("RESULT " + json.dumps(res) + "\n")
+        out.flush()
+    out.write("DONE\n")
+    out.flush()
+
+
+# ============================================================== parent side
+
+def parse_range(s):
+    if ":" in s:
+        a, b = s.split(":")
+        return int(a), int(b)
+    return int(s), int(s) + 1
+
+
+def run_chunk(lo, hi, opts, results, lock, progress):
+    """Runs seeds [lo, hi) in worker processes, restarting after crashes."""
+    seed = lo
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    while seed < hi:
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--seeds", f"{seed}:{hi}",
+               "--exclude", opts.exclude]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+                             bufsize=1)
+        err_chunks = []
+
+        def drain_err():
+            for line in p.stderr:
+                err_chunks.append(line)
+                if len(err_chunks) > 400:
+                    del err_chunks[:200]
+        t_err = threading.Thread(target=drain_err, daemon=True)
+        t_err.start()
+        current = None
+        started = time.time()
+        done = False
+        while True:
+            r, _, _ = select.select([p.stdout], [], [], 1.0)
+            if r:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                line = line.rstrip("\n")
+                if line.startswith("START "):
+                    current = int(line.split()[1])
+                    started = time.time()
+                elif line.startswith("RESULT "):
+                    res = json.loads(line[7:])
+                    with lock:
+                        results.append(res)
+                        progress()
+                    seed = res["seed"] + 1
+                    current = None
+                elif line == "DONE":
+                    done = True
+            elif current is not None and time.time() - started > opts.timeout:
+                p.kill()
+                p.wait()
+                with lock:
+                    results.append({"seed": current, "status": "fail", "kind": "timeout",
+                                    "message": f"no result after {opts.timeout} s (hang?)",
+                                    "stderr": "".join(err_chunks)[-4000:]})
+                    progress()
+                seed = current + 1
+                break
+        rc = p.wait()
+        t_err.join(timeout=5)
+        if done:
+            break
+        if current is not None and not (seed > current):
+            sig = -rc if rc < 0 else None
+            with lock:
+                results.append({"seed": current, "status": "fail", "kind": "crash",
+                                "message": f"worker died (exit code {rc}"
+                                           + (f", signal {sig}" if sig else "") + ")",
+                                "stderr": "".join(err_chunks)[-6000:]})
+                progress()
+            seed = current + 1
+        elif current is None and seed < hi and not done:
+            # died between seeds (startup failure?)
+            with lock:
+                results.append({"seed": seed, "status": "fail", "kind": "crash",
+                                "message": f"worker died before a seed started (exit code {rc})",
+                                "stderr": "".join(err_chunks)[-6000:]})
+                progress()
+            seed += 1
+
+
+def write_failure(report, res, exclude):
+    seed = res["seed"]
+    d = os.path.join(report, f"seed-{seed}")
+    os.makedirs(d, exist_ok=True)
+    try:
+        prog = generate(seed, exclude)
+        with open(os.path.join(d, "program.py"), "w") as f:
+            f.write(prog.source)
+        with open(os.path.join(d, "inputs.txt"), "w") as f:
+            f.write(prog.describe_inputs() + "\n")
+    except Exception as e:  # noqa: BLE001
+        with open(os.path.join(d, "program.py"), "w") as f:
+            f.write(f"# could not regenerate: {e}\n")
+    with open(os.path.join(d, "failure.txt"), "w") as f:
+        f.write(f"seed: {seed}\nkind: {res.get('kind')}\ncall: {res.get('call')}\n")
+        f.write(f"message: {res.get('message')}\n")
+        ex = ("--exclude " + ",".join(exclude) + " ") if exclude else ""
+        f.write(f"repro: PYTHONPATH=python /usr/bin/python3 tests/fuzz/run_fuzz.py --repro {seed} {ex}\n")
+        if res.get("traceback"):
+            f.write("\n--- traceback ---\n" + res["traceback"])
+        if res.get("stderr"):
+            f.write("\n--- worker stderr (tail) ---\n" + res["stderr"])
+    return d
+
+
+def summarize(results):
+    n = sum(1 for r in results if r["status"] != "discard")
+    fully = sum(1 for r in results if r.get("traced_fully"))
+    fell = sum(1 for r in results if r.get("fell_back"))
+    fails = [r for r in results if r["status"] == "fail"]
+    disc = [r for r in results if r["status"] == "discard"]
+    return n, fully, fell, fails, disc
+
+
+def parent_main(opts):
+    lo, hi = parse_range(opts.seeds)
+    exclude = tuple(x for x in opts.exclude.split(",") if x)
+    for x in exclude:
+        if x not in FEATURES:
+            sys.exit(f"unknown feature {x!r}; known: {', '.join(sorted(FEATURES))}")
+    if opts.report:
+        os.makedirs(opts.report, exist_ok=True)
+    chunks = queue.Queue()
+    for a in range(lo, hi, opts.batch):
+        chunks.put((a, min(hi, a + opts.batch)))
+    results, lock = [], threading.Lock()
+    t0 = time.time()
+    last = [t0]
+    total = hi - lo
+    written = set()
+
+    def progress():
+        r = results[-1]
+        if r["status"] == "fail":
+            where = ""
+            if opts.report and r["seed"] not in written:
+                written.add(r["seed"])
+                where = " -> " + write_failure(opts.report, r, exclude)
+            print(f"FAIL seed {r['seed']}: {r.get('kind')}: {r.get('message', '')[:300]}{where}",
+                  file=sys.stderr, flush=True)
+        now = time.time()
+        if not opts.quiet and now - last[0] > opts.progress:
+            last[0] = now
+            n, fully, fell, fails, disc = summarize(results)
+            print(f"[{len(results)}/{total} seeds, {now - t0:.0f} s, {len(results) / (now - t0):.1f}/s] "
+                  f"{fully} full, {fell} fell back, {len(fails)} failures, {len(disc)} discarded",
+                  file=sys.stderr, flush=True)
+
+    def runner():
+        while True:
+            try:
+                a, b = chunks.get_nowait()
+            except queue.Empty:
+                return
+            run_chunk(a, b, opts, results, lock, progress)
+    threads = [threading.Thread(target=runner) for _ in range(opts.jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.time() - t0
+    n, fully, fell, fails, disc = summarize(results)
+    kinds = collections.Counter(r.get("kind") for r in fails)
+    reasons = collections.Counter(r["break_reason"] for r in results if r.get("break_reason"))
+    dreasons = collections.Counter(re.sub(r"\d+", "#", r["discard"].split(":", 1)[1].strip())[:100]
+                                   for r in disc)
+    feats = collections.Counter(f for r in results for f in r.get("features", []))
+    with_breaks = sum(1 for r in results if r.get("graph_breaks"))
+    with_unsup = sum(1 for r in results if r.get("unsupported"))
+    summary = {
+        "fell_back_with_graph_breaks": with_breaks, "fell_back_with_unsupported_frames": with_unsup,
+        "seeds": [lo, hi], "exclude": list(exclude), "elapsed_s": round(elapsed, 1),
+        "programs": n, "traced_fully": fully, "fell_back": fell, "failures": len(fails),
+        "discarded": len(disc), "failure_kinds": dict(kinds),
+        "failed_seeds": sorted(r["seed"] for r in fails),
+        "break_reasons": dict(reasons.most_common()), "discard_reasons": dict(dreasons.most_common()),
+        "features": dict(feats.most_common()),
+    }
+    if opts.report:
+        with open(os.path.join(opts.report, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        with open(os.path.join(opts.report, "results.jsonl"), "w") as f:
+            for r in sorted(results, key=lambda r: r["seed"]):
+                f.write(json.dumps(r) + "\n")
+    if not opts.quiet:
+        print(f"elapsed {elapsed:.0f} s ({(hi - lo) / max(elapsed, 1e-9):.1f} seeds/s); "
+              f"{len(disc)} discarded (eager raised); of the programs that fell back, {with_breaks} had "
+              f"graph breaks (resumed in CPython), {with_unsup} had frames run wholly eagerly",
+              file=sys.stderr)
+        if kinds:
+            print("failure kinds: " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()), file=sys.stderr)
+            print("failed seeds: " + " ".join(map(str, summary["failed_seeds"][:50])), file=sys.stderr)
+        for r, c in reasons.most_common(8):
+            print(f"  fallback x{c}: {r}", file=sys.stderr)
+    print(f"fuzz: {n} programs, {fully} traced fully, {fell} fell back, {len(fails)} failures", flush=True)
+    return 1 if fails else 0
+
+
+def repro_main(opts):
+    import warnings
+    warnings.simplefilter("ignore")
+    exclude = tuple(x for x in opts.exclude.split(",") if x)
+    prog = generate(opts.repro, exclude)
+    source = None
+    if opts.source:
+        with open(opts.source) as f:
+            source = f.read()
+    print(source if source is not None else prog.source)
+    print(prog.describe_inputs())
+    res = check_program(prog, source, verbose=True)
+    for k in ("traceback",):
+        if k in res:
+            print(res.pop(k))
+    print(json.dumps(res, indent=1))
+    return 1 if res["status"] == "fail" else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="0:100", help="range LO:HI (HI excluded) or one seed")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=250, help="seeds per worker process")
+    ap.add_argument("--report", default=None, help="directory for failure reports and summary.json")
+    ap.add_argument("--exclude", default="", help="comma-separated generator features to leave out: "
+                    + ", ".join(sorted(FEATURES)))
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per program")
+    ap.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--repro", type=int, default=None, help="run one seed in this process, verbosely")
+    ap.add_argument("--source", default=None, help="with --repro: run this (edited) program text instead")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    opts = ap.parse_args(argv)
+    if opts.worker:
+        worker_main(opts)
+        return 0
+    if opts.repro is not None:
+        return repro_main(opts)
+    return parent_main(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

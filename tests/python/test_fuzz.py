@@ -1,0 +1,42 @@
+"""Bounded differential fuzz run: kiln.compile(fn) against eager PyTorch.
+
+Runs tests/fuzz/run_fuzz.py over a fixed range of seeds (default 0:200, a
+few seconds to a minute on 2 cores) in worker subprocesses, so a crash in
+kiln is reported with its seed instead of killing pytest. Any failure
+(mismatch, differing exception, kiln exception, crash, hang, cache or
+fullgraph inconsistency) fails the test; the failing programs are written
+under the test's tmp_path and listed in the assertion message.
+
+Environment: KILN_FUZZ_SEEDS=LO:HI to change the range, KILN_FUZZ_EXCLUDE=a,b
+to leave generator features out (see tests/fuzz/README.md).
+"""
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUNNER = os.path.join(REPO, "tests", "fuzz", "run_fuzz.py")
+SUMMARY = re.compile(r"fuzz: (\d+) programs, (\d+) traced fully, (\d+) fell back, (\d+) failures")
+
+
+def test_fuzz_bounded(tmp_path):
+    seeds = os.environ.get("KILN_FUZZ_SEEDS", "0:200")
+    cmd = [sys.executable, RUNNER, "--seeds", seeds, "--jobs", "2", "--batch", "100",
+           "--report", str(tmp_path), "--quiet", "--timeout", "60",
+           "--exclude", os.environ.get("KILN_FUZZ_EXCLUDE", "")]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("fuzz:")]
+    assert lines, f"no summary line; exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    print(lines[-1])
+    m = SUMMARY.match(lines[-1])
+    assert m, lines[-1]
+    programs, _, _, failures = map(int, m.groups())
+    fails = [ln for ln in proc.stderr.splitlines() if ln.startswith("FAIL")]
+    assert failures == 0, (f"{lines[-1]}\n" + "\n".join(fails[:30])
+                           + f"\n(reports under {tmp_path}; rerun one with "
+                           "PYTHONPATH=python python3 tests/fuzz/run_fuzz.py --repro SEED)")
+    lo, hi = (int(v) for v in seeds.split(":"))
+    assert programs >= 0.9 * (hi - lo), f"too many discarded programs: {lines[-1]}"

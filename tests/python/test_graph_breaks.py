@@ -1,0 +1,173 @@
+"""Graph breaks that resume in CPython: the code around an untraceable
+instruction is compiled, the instruction runs in CPython, and a resume
+function (traced in its turn) continues the frame."""
+import io
+import contextlib
+
+import pytest
+import torch
+
+import kiln
+from conftest import assert_same, stats
+
+LOG = []
+
+
+def helper_with_print(t):
+    print("helper sees", tuple(t.shape))
+    return t * 3
+
+
+def break_in_inlined_call(x):
+    y = x + 1
+    z = helper_with_print(y)
+    return z - 1
+
+
+def break_at_item(x):
+    s = x.abs().sum().item()
+    return x / s, s
+
+
+def break_inside_call_arguments(x):
+    # The outer call's [NULL, callable] sit below the break at .item().
+    return max(x.relu().sum().item(), 0.5) * x
+
+
+def break_on_tensor_branch(x, n):
+    y = x * n
+    if y.sum() > 0:
+        z = y + 10
+    else:
+        z = y - 10
+    return z.relu()
+
+
+def break_with_container_state(x):
+    parts = [x, x * 2]
+    meta = {"scale": 3, "parts": parts}
+    print("containers", len(parts))
+    parts.append(x * 3)
+    return sum(parts) * meta["scale"], len(meta["parts"])
+
+
+def break_at_global_store(x):
+    global LAST_SUM
+    y = x.sin()
+    LAST_SUM = 5
+    return y + LAST_SUM
+
+
+def two_breaks(x):
+    a = x + 1
+    print("first")
+    b = a * 2
+    print("second")
+    return a + b
+
+
+def break_then_python_values(x, k=2, *, bias=1.0):
+    y = x * k
+    print("k is", k)
+    return y + bias, k
+
+
+CASES = [
+    (break_in_inlined_call, lambda: (torch.randn(3),), {}),
+    (break_at_item, lambda: (torch.randn(4) + 0.1,), {}),
+    (break_inside_call_arguments, lambda: (torch.randn(3),), {}),
+    (break_on_tensor_branch, lambda: (torch.randn(3), 2), {}),
+    (break_with_container_state, lambda: (torch.randn(2),), {}),
+    (break_at_global_store, lambda: (torch.randn(2),), {}),
+    (two_breaks, lambda: (torch.randn(2),), {}),
+    (break_then_python_values, lambda: (torch.randn(2),), {"k": 3, "bias": 0.5}),
+]
+
+
+def run_captured(fn, *args, **kwargs):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = fn(*args, **kwargs)
+    return result, out.getvalue()
+
+
+@pytest.mark.parametrize("fn,make_args,kwargs", CASES, ids=[c[0].__name__ for c in CASES])
+def test_break_matches_eager(fn, make_args, kwargs):
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        args = make_args()
+        got, printed = run_captured(compiled, *[a.clone() if torch.is_tensor(a) else a for a in args],
+                                    **kwargs)
+        want, printed_eager = run_captured(fn, *args, **kwargs)
+        assert_same(got, want)
+        assert printed == printed_eager  # the untraced instruction ran exactly once
+    s = stats()
+    assert s["graph_breaks"] >= 1, s
+    assert s["eager_runs"] == 0 and s["unsupported"] == 0, s
+    assert s["cache_hits"] >= 1, s
+
+
+def test_break_counts_in_explain():
+    out = kiln.explain(two_breaks)(torch.randn(2))
+    assert out.graph_count == 3, out
+    assert out.graph_break_count == 2, out
+    assert all("print() writes to stdout" in reason for reason in out.break_reasons)
+    assert all("test_graph_breaks.py:" in reason for reason in out.break_reasons)
+
+
+def test_branch_explain_has_condition_graph_and_both_branches():
+    out = kiln.explain(break_on_tensor_branch)(torch.ones(3), 2)
+    assert out.graph_break_count == 1
+    assert "operator.gt" in out.graphs[0]
+    assert "operator.add" in out.graphs[1]  # the branch taken: y + 10
+    out = kiln.explain(break_on_tensor_branch)(-torch.ones(3), 2)
+    assert "operator.sub" in out.graphs[1]
+
+
+def test_fullgraph_still_raises_at_a_break():
+    compiled = kiln.compile(two_breaks, fullgraph=True)
+    with pytest.raises(kiln.Unsupported, match="print"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            compiled(torch.randn(2))
+
+
+def test_break_inside_loop_runs_frame_eagerly():
+    def loop(x, xs):
+        acc = x
+        for t in xs:
+            acc = acc + t
+            if acc.sum() > 0:
+                acc = acc * 0.5
+        return acc
+
+    compiled = kiln.compile(loop)
+    x, xs = torch.randn(3), [torch.randn(3) for _ in range(50)]
+    assert_same(compiled(x, xs), loop(x, xs))
+    out = kiln.explain(loop)(x, xs)
+    assert out.graph_count == 0
+    assert "inside a loop" in out.break_reasons[0]
+
+
+def test_resume_traceback_points_at_user_line():
+    def fails_after_break(x):
+        y = x + 1
+        print("before")
+        return y.view(7)  # invalid view: raises in the resume function
+
+    compiled = kiln.compile(fails_after_break)
+    with pytest.raises(RuntimeError) as info:
+        with contextlib.redirect_stdout(io.StringIO()):
+            compiled(torch.randn(3))
+    frames = [(f.filename, f.lineno) for f in __import__("traceback").extract_tb(info.tb)]
+    line = fails_after_break.__code__.co_firstlineno + 3
+    assert (__file__, line) in frames, frames
+
+
+def test_break_graph_results_not_retraced():
+    compiled = kiln.compile(two_breaks)
+    with contextlib.redirect_stdout(io.StringIO()):
+        for _ in range(5):
+            compiled(torch.randn(2))
+    s = stats()
+    assert s["traces"] == 3, s  # the frame and its two resume functions
+    assert s["cache_hits"] == 12, s
