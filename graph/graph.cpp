@@ -81,6 +81,17 @@ int Graph::add_input(int source_id, const std::string& name, const TensorMeta& m
   return nodes_.back().id;
 }
 
+int Graph::add_object_input(int source_id, const std::string& name) {
+  Node node;
+  node.id = static_cast<int>(nodes_.size());
+  node.kind = NodeKind::Input;
+  node.input_source = source_id;
+  node.input_name = name;
+  inputs_.push_back(node.id);
+  nodes_.push_back(std::move(node));
+  return nodes_.back().id;
+}
+
 int Graph::add_call(std::string target_name, PyObject* target, std::vector<Arg> args,
                     std::vector<std::pair<std::string, Arg>> kwargs) {
   Node node;

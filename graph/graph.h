@@ -51,7 +51,8 @@ struct Node {
   // Input: the source's readable text and its id in the guard set's table.
   std::string input_name;
   int input_source = -1;
-  // What the node produces: one tensor, or a tuple of tensors.
+  // What the node produces: one tensor, or a tuple of tensors (none for
+  // object inputs and for calls kept only to build an output).
   std::vector<TensorMeta> metas;
   bool returns_tuple = false;
 
@@ -68,6 +69,9 @@ class Graph {
  public:
   // Appends an input fetched from `source_id`; returns its node id.
   int add_input(int source_id, const std::string& name, const TensorMeta& meta);
+  // Appends an input that is a Python object passed through as it is (an
+  // argument the graph returns by identity). Returns its node id.
+  int add_object_input(int source_id, const std::string& name);
   // Appends a call; takes a new reference to `target`. Returns its node id.
   int add_call(std::string target_name, PyObject* target, std::vector<Arg> args,
                std::vector<std::pair<std::string, Arg>> kwargs);

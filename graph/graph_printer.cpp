@@ -51,7 +51,10 @@ void print_arg(std::ostringstream& out, const Arg& arg) {
 }
 
 void print_metas(std::ostringstream& out, const Node& node) {
-  if (node.metas.empty()) return;
+  if (node.metas.empty()) {
+    if (node.kind == NodeKind::Input) out << " : object";
+    return;
+  }
   out << " : ";
   if (node.returns_tuple) out << "(";
   for (size_t i = 0; i < node.metas.size(); ++i) {

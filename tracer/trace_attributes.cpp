@@ -57,6 +57,24 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
     case ValueKind::List:
     case ValueKind::Dict:
     case ValueKind::Tuple: {
+      if (base->tuple_type) {
+        // A field of a namedtuple or torch.return_types structseq.
+        PyObject* type = base->tuple_type.get();
+        PyRef fields = PyRef::steal(PyObject_GetAttrString(type, "_fields"));
+        if (!fields) {
+          PyErr_Clear();
+          fields = PyRef::steal(PyObject_GetAttrString(type, "__match_args__"));
+        }
+        if (!fields) PyErr_Clear();
+        if (fields && PyTuple_Check(fields.get())) {
+          for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fields.get()); ++k) {
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), k), name) == 0 &&
+                k < static_cast<Py_ssize_t>(base->items.size())) {
+              return base->items[k];
+            }
+          }
+        }
+      }
       if (base->obj) break;  // torch.Size and other tuple subclasses
       auto method = std::make_shared<Value>();
       method->kind = ValueKind::ContainerMethod;

@@ -203,6 +203,45 @@ Arg TraceState::lower(const ValuePtr& value) {
   }
 }
 
+graph::Arg TraceState::lower_output(const ValuePtr& value) {
+  if (value->source >= 0 && !value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant)) {
+    int node = graph_->add_object_input(value->source, sources().at(value->source).text);
+    return Arg::of_node(node);
+  }
+  switch (value->kind) {
+    case ValueKind::Tuple:
+    case ValueKind::List: {
+      if (value->obj && value->is(ValueKind::Tuple)) return Arg::of_constant(value->obj.get());
+      Arg arg;
+      arg.kind = value->is(ValueKind::Tuple) ? Arg::Kind::Tuple : Arg::Kind::List;
+      for (const ValuePtr& item : value->items) arg.items.push_back(lower_output(item));
+      if (value->tuple_type) {
+        // torch.return_types.* and namedtuples are rebuilt by their type.
+        std::vector<Arg> args;
+        args.push_back(std::move(arg));
+        int node = graph_->add_call(Py_TYPE(value->tuple_type.get())->tp_name, value->tuple_type.get(),
+                                    std::move(args), {});
+        graph_->node(node).target_name = reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name;
+        return Arg::of_node(node);
+      }
+      return arg;
+    }
+    case ValueKind::Dict: {
+      Arg arg;
+      arg.kind = Arg::Kind::Dict;
+      for (size_t i = 0; i < value->items.size(); ++i) {
+        PyObject* key = value->keys[i].get();
+        Py_INCREF(key);
+        arg.keys.push_back(key);
+        arg.items.push_back(lower_output(value->items[i]));
+      }
+      return arg;
+    }
+    default:
+      return lower(value);
+  }
+}
+
 PyRef TraceState::lower_fake(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Tensor: return value->fake;
@@ -317,7 +356,11 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       graph_->node(node).metas.push_back(item->meta);
       items.push_back(item);
     }
-    return make_sequence(PyList_Check(out) ? ValueKind::List : ValueKind::Tuple, std::move(items));
+    ValuePtr result = make_sequence(PyList_Check(out) ? ValueKind::List : ValueKind::Tuple, std::move(items));
+    if (!PyTuple_CheckExact(out) && PyTuple_Check(out)) {
+      result->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(out)));
+    }
+    return result;
   }
   if (out == Py_None) {
     // Kept for its effect on its arguments (an in-place op returning None).

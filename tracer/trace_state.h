@@ -47,6 +47,10 @@ class TraceState {
 
   // Lowers a value to a graph argument; throws for values graphs can't hold.
   graph::Arg lower(const ValuePtr& value);
+  // Lowers a value the frame returns: like lower(), but objects the caller
+  // passed in come back as themselves (identity kept), and named tuples
+  // (torch.return_types) as their own type.
+  graph::Arg lower_output(const ValuePtr& value);
 
   // Counts in-place changes of containers and cells, so a graph break can
   // tell whether an instruction it backs out of already changed state.

@@ -36,7 +36,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       result.reason = state.break_reason;
       result.hint = break_code_hint(state.break_code);
     } else {
-      state.graph().set_output(state.lower(returned));
+      state.graph().set_output(state.lower_output(returned));
     }
     result.ok = true;
     result.graph = state.take_graph();

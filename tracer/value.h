@@ -62,6 +62,7 @@ struct Value {
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
   ValuePtr self;            // Method/TensorMethod receiver
+  PyRef tuple_type;         // Tuple: a namedtuple / structseq type (torch.return_types.max)
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null
   ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
   bool outer_cell = false;  // Cell: belongs to a scope the caller can see
