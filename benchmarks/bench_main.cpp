@@ -95,6 +95,17 @@ int start_python(const char* program) {
   return 0;
 }
 
+// True for a run that failed or was skipped. Google Benchmark 1.7 (Debian)
+// has Run::error_occurred; 1.8+ (the GPU machine) replaced it with skipped.
+template <typename R>
+auto run_failed(const R& run, int) -> decltype(run.error_occurred, bool()) {
+  return run.error_occurred;
+}
+template <typename R>
+auto run_failed(const R& run, long) -> decltype(run.skipped, bool()) {
+  return static_cast<bool>(run.skipped);
+}
+
 // The console reporter, also remembering each benchmark's time and counters
 // so main() can print compiled minus eager.
 class SummaryReporter : public benchmark::ConsoleReporter {
@@ -103,7 +114,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
-      if (run.error_occurred) continue;
+      if (run_failed(run, 0)) continue;
       // Prefer the median, then the mean, then a single run.
       int rank = run.aggregate_name == "median" ? 3
                  : run.aggregate_name == "mean" ? 2

@@ -26,9 +26,9 @@
 //                          the overhead itself on a shared 2-core machine.
 //
 // main() prints compiled minus eager ("added ns per call") at the end. The
-// compiled benchmarks check kiln.stats() before and after its loop and fails
+// compiled benchmarks check kiln.stats() before and after their loops and fail
 // (SkipWithError) unless every call was a cache hit with no new trace and no
-// eager fallback: it must never silently time the eager path.
+// eager fallback: they must never silently time the eager path.
 
 #include <Python.h>
 #include <benchmark/benchmark.h>

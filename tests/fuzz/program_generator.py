@@ -74,6 +74,13 @@ FEATURES = {
     "dtype": "float()/double()/to()/type_as",
     "return_shape": "returning torch.Size / shape tuples",
     "return_xs": "returning the input list xs itself (after mutating it)",
+    "return_meta": "returning stride()/is_contiguous()/dtype/is_leaf of intermediates, bool/int64 tensors",
+    "global_state": "mutating module globals (dict item, list append, global int, global tensor, object attribute)",
+    "match": "match statements (literal, or-, sequence and wildcard patterns)",
+    "loop_else": "for/while ... else",
+    "walrus": "assignment expressions in conditions",
+    "nested": "nested loops and calls of helpers/closures inside blocks",
+    "helper_break": "data-dependent code inside helpers (graph breaks in inlined frames)",
 }
 
 
@@ -217,6 +224,7 @@ class Program:
     expect_raise: bool = False
     mutates_inputs: bool = False
     exclude: tuple = ()
+    stateful: bool = False
 
     def describe_inputs(self):
         lines = []
@@ -254,6 +262,8 @@ class Generator:
         self.helper_depth = 0
         self.in_closure = 0
         self.uses_bias = False
+        self.global_decls = set()
+        self.stateful = False
 
     # ------------------------------------------------------------------ utils
     def allow(self, feat):
@@ -408,6 +418,19 @@ class Generator:
             out.append((f"{name}.dim()", const_dim(info.rank)))
             if info.rank and self.chance(0.2):
                 out.append((f"{name}.numel()", info.numel()))
+            if info.rank and self.chance(0.15):
+                k = self.rng.randrange(5)
+                sh = info.shape
+                if k == 0:
+                    out.append((f"len({name})", sh[0]))
+                elif k == 1:
+                    out.append((f"min({name}.shape)", tuple(min(d[v] for d in sh) for v in range(NV))))
+                elif k == 2:
+                    out.append((f"max({name}.shape)", tuple(max(d[v] for d in sh) for v in range(NV))))
+                elif k == 3:
+                    out.append((f"sum({name}.shape)", tuple(sum(d[v] for d in sh) for v in range(NV))))
+                else:
+                    out.append((f"math.prod({name}.shape)", info.numel()))
         for var in env.of("i"):
             if var.vals is not None:
                 out.append((var.name, var.vals))
@@ -519,6 +542,11 @@ class Generator:
 
     def op_scalar(self, env, depth):
         a, ai = self.sub(env, depth)
+        if self.chance(0.04) and self.take_datadep():
+            b, _ = self.must_pick(env, atoms=True)
+            self.used("datadep")
+            return self.choice([f"({a} * {b}.sum().item())", f"({a} + float({b}.mean()))",
+                                f"{a}.mul({b}.abs().max().item())"]), ai.like()
         k = self.rng.randrange(7)
         if k == 0:
             return f"({a} * {self.scalar(env)})", ai.like()
@@ -714,7 +742,7 @@ class Generator:
             return self.choice([f"{a}.squeeze({i})", f"torch.squeeze({a}, {i})"]), \
                 TI(shape, ai.dtype, ai.grad, ai.contig)
         if k == 7 and atom:
-            c, cv = self.choice([("2", const_dim(2)), ("n", self.n_vals)])
+            c, cv = self.choice([("2", const_dim(2))] + ([] if self.helper_depth else [("n", self.n_vals)]))
             shape = (cv,) + ai.shape
             form = self.choice([f"{a}.unsqueeze(0).expand({c}, *{a}.shape)",
                                 f"{a}.expand({c}, *{a}.shape)" if r >= 0 else None])
@@ -725,7 +753,7 @@ class Generator:
             return f"{a}.repeat({', '.join(map(str, reps))})", TI(shape, ai.dtype, ai.grad, True)
         if k == 9 and r >= 1:
             ones = [i for i, d in enumerate(ai.shape) if d == ONE]
-            if ones and atom:
+            if ones and atom and not self.helper_depth:
                 i = self.choice(ones)
                 shape = list(ai.shape)
                 shape[i] = self.n_vals
@@ -890,7 +918,7 @@ class Generator:
             return f"torch.eye({a}.shape[-1], dtype={a}.dtype)", TI((d, d), ai.dtype, False, True)
         if k == 6:
             return self.choice([("torch.tensor([1.0, -2.0, 0.5])", TI((const_dim(3),), F32, False, True)),
-                                ("torch.tensor(float(n))", TI((), F32, False, True)),
+                                ("torch.tensor(float(CONFIG['k']))", TI((), F32, False, True)),
                                 ("torch.tensor(2.5, dtype=torch.float64)", TI((), F64, False, True))])
         if k == 7:
             return f"{a}.new_zeros({a}.shape)", ai.like(grad=False, contig=True)
@@ -1076,10 +1104,16 @@ class Generator:
 
     def cond_py(self, env):
         c = []
-        c.append(self.choice(["flag", "not flag", "flag and n > 1", "flag or n == 2"]))
-        c.append(f"n > {self.rng.randint(1, 4)}")
-        c.append(self.choice(["n % 2 == 0", "n >= 2", "n < 3", "n in (1, 3)"]))
-        c.append(self.choice(["len(xs) > 1", "len(xs) >= 2", "len(xs) == 1"]))
+        if not self.helper_depth:
+            c.append(self.choice(["flag", "not flag", "flag and n > 1", "flag or n == 2"]))
+            c.append(f"n > {self.rng.randint(1, 4)}")
+            c.append(self.choice(["n % 2 == 0", "n >= 2", "n < 3", "n in (1, 3)", "1 <= n < 3",
+                                  "type(n) is int", "0 < len(xs) <= 2"]))
+            c.append(self.choice(["len(xs) > 1", "len(xs) >= 2", "len(xs) == 1", "any([flag, n > 3])",
+                                  "all(q.dim() > 0 for q in xs)" if self.allow("genexpr") else "len(xs) > 2"]))
+            if self.allow("walrus") and self.chance(0.15):
+                self.used("walrus")
+                c = [f"({self.fresh('kw')} := n * 2) > {self.rng.randint(2, 7)}"]
         t = self.pick(env, atoms=True)
         if t:
             a, ai = t
@@ -1088,7 +1122,10 @@ class Generator:
                 c.append(f"{a}.size(-1) % 2 == 0")
             c.append(self.choice([f"{a}.dim() == 2", f"{a}.ndim >= 2", f"{a}.numel() > 10",
                                   f"{a}.dtype == torch.float32", f"{a}.requires_grad",
-                                  f"{a}.is_contiguous()", f"{a}.is_floating_point()"]))
+                                  f"{a}.is_contiguous()", f"{a}.is_floating_point()",
+                                  f"isinstance({a}, torch.Tensor)", f"{a}.dtype is torch.float64",
+                                  f"{a}.shape[-1:] == ({a}.shape[-1],)" if ai.rank else f"{a}.dim() == 0",
+                                  f"0 < {a}.dim() <= 2", f"{a}.device.type == 'cpu'"]))
             u = self.pick(env, atoms=True)
             if u:
                 c.append(f"{a}.shape == {u[0]}.shape")
@@ -1098,8 +1135,12 @@ class Generator:
             c.append(var.name if self.chance(0.5) else f"not {var.name}")
         for var in env.of("d"):
             c.append(f"{self.choice(['a', 'b', 'c', 'z'])!r} in {var.name}")
-        c.append("torch.is_grad_enabled()")
-        c.append("isinstance(n, int)")
+        if self.chance(0.1):
+            c.append("torch.is_grad_enabled()")
+        if not self.helper_depth:
+            c.append("isinstance(n, int)")
+        if not c:
+            c.append("CONFIG['k'] == 2")
         self.used("if")
         return self.choice(c)
 
@@ -1129,7 +1170,11 @@ class Generator:
     def inner_stmt(self, env, ctx):
         kinds = [("update", 10), ("temp", 3), ("if", 1.5 if ctx.get("depth", 0) < 2 else 0),
                  ("break", 1.2 if ctx.get("loop") else 0), ("continue", 0.8 if ctx.get("loop") else 0),
-                 ("counter", 1 if [v for v in env.of("i") if v.mutable and v.name not in env.noupdate] else 0), ("append", 2 if ctx.get("outs") else 0)]
+                 ("counter", 1 if [v for v in env.of("i") if v.mutable and v.name not in env.noupdate] else 0),
+                 ("append", 2 if ctx.get("outs") else 0),
+                 ("loop", 0.8 if ctx.get("depth", 0) < 2 and not self.helper_depth and self.allow("nested")
+                  and self.allow("for_range") and self.allow("for_list") else 0),
+                 ("call", 1.2 if not self.helper_depth and self.allow("nested") else 0)]
         for _ in range(6):
             k = self.wchoice(kinds)
             mark = len(self.out)
@@ -1164,6 +1209,23 @@ class Generator:
                     var = self.choice([v for v in env.of("i") if v.mutable and v.name not in env.noupdate])
                     self.emit(f"{var.name} += {self.choice(['1', 'n', '2'])}")
                     var.vals = None
+                elif k == "loop":
+                    self.used("nested")
+                    if self.chance(0.5):
+                        self.st_for_range(env, depth=ctx.get("depth", 0) + 1)
+                    else:
+                        self.st_for_list(env, depth=ctx.get("depth", 0) + 1)
+                elif k == "call":
+                    self.used("nested")
+                    fns = [v for v in env.of("fn")]
+                    if fns and self.chance(0.6):
+                        fv = self.choice(fns)
+                        a, ai = self.must_pick(env, pred=lambda t: t.same(fv.info))
+                        self.new_tensor(env, f"{fv.name}({a})", fv.elem.like(), "u")
+                    elif self.allow("helper"):
+                        self.st_helper(env)
+                    else:
+                        raise Unfit("no call")
                 elif k == "append":
                     lv = ctx["outs"]
                     code, info = self.like(env, lv.elem, 1)
@@ -1217,7 +1279,7 @@ class Generator:
             outs.length = iters
         env.add(outs)
 
-    def st_for_range(self, env):
+    def st_for_range(self, env, depth=1):
         self.used("for_range")
         i = self.fresh("i")
         ranges = [("range(n)", self.n_vals), ("range(len(xs))", env.vars["xs"].length),
@@ -1238,7 +1300,7 @@ class Generator:
         inner = Env(env)
         inner.add(Var("i", i, vals=None))
         inner.noupdate.add(i)
-        ctx = {"loop": True, "loopvar": i, "depth": 1, "outs": outs, "state": {}}
+        ctx = {"loop": True, "loopvar": i, "depth": depth, "outs": outs, "state": {}}
         if rcode == "range(len(xs))" and self.chance(0.6):
             self.ind += 1
             e = self.fresh("e")
@@ -1250,7 +1312,14 @@ class Generator:
         self.emit_loop_use(inner, i)
         self.ind -= 1
         self.block(inner, self.rng.randint(1, 3), ctx)
+        self.loop_else(env, depth)
         self.finish_outs(env, outs, ctx, iters)
+
+    def loop_else(self, env, depth):
+        if self.allow("loop_else") and self.chance(0.12):
+            self.used("loop_else")
+            self.emit("else:")
+            self.block(env, 1, {"depth": depth + 1})
 
     def emit_loop_use(self, env, ivar):
         vs = self.updatable(env)
@@ -1261,7 +1330,7 @@ class Generator:
             self.emit(form)
             var.info = var.info.like(contig=False)
 
-    def st_for_list(self, env):
+    def st_for_list(self, env, depth=1):
         self.used("for_list")
         lists = [v for v in env.of("l") if v.elem is not None]
         lv = self.choice(lists)
@@ -1302,7 +1371,7 @@ class Generator:
         if idx:
             inner.add(Var("i", idx, vals=None))
             inner.noupdate.add(idx)
-        ctx = {"loop": True, "loopvar": idx, "depth": 1, "outs": outs, "state": {}}
+        ctx = {"loop": True, "loopvar": idx, "depth": depth, "outs": outs, "state": {}}
         self.ind += 1
         # use the element
         vs = [v for v in self.updatable(inner)
@@ -1314,6 +1383,7 @@ class Generator:
             var.info = var.info.like(grad=var.info.grad or lv.elem.grad, contig=False)
         self.ind -= 1
         self.block(inner, self.rng.randint(0, 2), ctx)
+        self.loop_else(env, depth)
         self.finish_outs(env, outs, ctx, iters)
 
     def st_while(self, env):
@@ -1343,6 +1413,7 @@ class Generator:
         self.emit_loop_use(inner, w)
         self.ind -= 1
         self.block(inner, self.rng.randint(1, 2), {"loop": True, "loopvar": w, "depth": 1})
+        self.loop_else(env, 1)
         env.add(Var("i", w, vals=None))
 
     # ----------------------------------------------------------- functions
@@ -1444,6 +1515,14 @@ class Generator:
                 header = f"def {name}({', '.join(pnames)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
                 henv.add(Var("f", "scale", nz=False))
                 henv.add(Var("f", "shift", nz=False))
+                if self.allow("helper_break") and self.chance(0.5) and self.take_datadep():
+                    self.datadep_left += 1
+                    mark = len(self.out)
+                    try:
+                        self.st_datadep(henv)
+                        self.used("helper_break")
+                    except Unfit:
+                        del self.out[mark:]
                 for _ in range(self.rng.randint(0, 2)):
                     mark = len(self.out)
                     try:
@@ -1525,6 +1604,7 @@ class Generator:
         call = self.choice([f"{name}({q})", f"{name}({q}, 2)", f"{name}({q}, k=0.5)"])
         self.emit(f"{out} = {call}")
         env.add(Var("t", out, info.like()))
+        env.add(Var("fn", name, info=qi.like(), elem=info.like()))
         for nm in list(cenv.vars):
             pass
 
@@ -1558,6 +1638,7 @@ class Generator:
         else:
             self.emit(f"{name} = lambda q: {code}")
             call = f"{name}({q})"
+            env.add(Var("fn", name, info=qi.like(), elem=info.like()))
         self.new_tensor(env, call, info.like())
 
     # ----------------------------------------------------------- containers
@@ -1960,10 +2041,11 @@ class Generator:
             ("new", 12), ("update", 6), ("inplace", 3), ("if", 4), ("ifexp", 1), ("for_range", 3),
             ("for_list", 2.5), ("while", 1.5), ("helper", 3), ("closure", 1.5), ("lambda", 1.5),
             ("containers", 3), ("listcomp", 1.2), ("dictcomp", 0.5), ("genexpr", 0.7), ("pyarith", 2),
-            ("datadep", 2.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.8),
+            ("datadep", 2.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.4),
             ("try", 0.4), ("raise", 1.5 if self.raise_left else 0),
+            ("global_state", 1.0), ("match", 0.7), ("pyassert", 0.5),
         ]
-        weights = [(k, w) for k, w in weights if self.allow(k)]
+        weights = [(k, w) for k, w in weights if self.allow(k if k != "pyassert" else "pyarith")]
         handlers = {
             "new": self.st_new, "update": self.st_update, "inplace": self.st_inplace, "if": self.st_if,
             "ifexp": self.st_ifexp, "for_range": self.st_for_range, "for_list": self.st_for_list,
@@ -1972,6 +2054,7 @@ class Generator:
             "dictcomp": self.st_dictcomp, "genexpr": self.st_genexpr, "pyarith": self.st_pyarith,
             "datadep": self.st_datadep, "xs_mutation": self.st_xs_mutation, "no_grad": self.st_no_grad,
             "try": self.st_try, "raise": self.st_raise,
+            "global_state": self.st_global_state, "match": self.st_match, "pyassert": self.st_pyassert,
         }
         for _ in range(8):
             k = self.wchoice(weights)
@@ -1986,6 +2069,103 @@ class Generator:
                 del self.helpers[nhelpers[0]:]
                 del self.helper_src[nhelpers[1]:]
                 _restore(env, snapshot)
+
+    def st_global_state(self, env):
+        if not self.allow("globals"):
+            raise Unfit("globals excluded")
+        self.used("global_state")
+        a, ai = self.must_pick(env)
+        k = self.rng.randrange(6)
+        t = self.fresh("t")
+        if k == 0:
+            self.emit("STATE['calls'] += 1")
+            self.emit(f"{t} = {a} * STATE['calls']")
+        elif k == 1:
+            self.emit(self.choice(["HIST.append(n)", f"HIST.append({a}.dim())", "HIST.extend([n, len(xs)])"]))
+            self.emit(f"{t} = {a} + len(HIST)")
+        elif k == 2:
+            self.global_decls.add("STEP")
+            self.emit(self.choice(["STEP += 1", "STEP = STEP + n"]))
+            self.emit(f"{t} = {a} * STEP")
+        elif k == 3:
+            self.emit(self.choice(["BUF.add_(1.0)", "BUF.mul_(0.5)", "BUF[0] = n"]))
+            self.emit(f"{t} = {a} + BUF")
+            self.new_tensor_info = None
+            env.add(Var("t", t, TI(bcast(ai.shape, (ONE,)), promote(ai, TI((ONE,), F32)), ai.grad)))
+            self.stateful = True
+            return
+        elif k == 4:
+            self.emit(self.choice(["CFG.count += 1", "CFG.count = CFG.count + len(xs)"]))
+            self.emit(f"{t} = {a} * CFG.scale + CFG.count")
+        else:
+            self.emit(f"{t} = {a} * STATE['calls'] + CFG.scale")
+            env.add(Var("t", t, ai.like(contig=False)))
+            return
+        self.stateful = True
+        env.add(Var("t", t, ai.like(contig=False)))
+
+    def st_match(self, env):
+        vs = self.updatable(env)
+        if not vs:
+            raise Unfit("match")
+        self.used("match")
+        k = self.rng.randrange(4)
+        ctx = {"depth": 1}
+        if k == 0:
+            self.emit("match n:")
+            self.ind += 1
+            self.emit(f"case {self.rng.randint(1, 3)}:")
+            self.block(env, 1, ctx)
+            self.emit(f"case {self.rng.randint(1, 2)} | {self.rng.randint(3, 5)}:")
+            self.block(env, 1, ctx)
+        elif k == 1:
+            self.emit("match flag:")
+            self.ind += 1
+            self.emit("case True:")
+            self.block(env, 1, ctx)
+        elif k == 2:
+            a, ai = self.must_pick(env, atoms=True)
+            self.emit(f"match {a}.dim():")
+            self.ind += 1
+            self.emit(f"case {ai.rank}:")
+            self.block(env, self.rng.randint(1, 2), ctx)
+            self.emit(f"case {self.choice([0, 1, 2, 3])} | {self.choice([4, 5])}:")
+            self.block(env, 1, ctx)
+        else:
+            xs = env.vars["xs"]
+            self.emit("match xs:")
+            self.ind += 1
+            first = self.fresh("e")
+            self.emit(f"case [{first}]:")
+            inner = Env(env)
+            inner.add(Var("t", first, xs.elem.like()))
+            inner.noupdate.add(first)
+            self.block(inner, self.rng.randint(1, 2), ctx)
+            rest = self.fresh("rest")
+            self.emit(f"case [{first}, *{rest}]:")
+            self.block(inner, 1, ctx)
+        if self.chance(0.7):
+            self.emit("case _:")
+            self.block(env, 1, ctx)
+        self.ind -= 1
+
+    def st_pyassert(self, env):
+        a, ai = self.must_pick(env, atoms=True)
+        self.used("pyarith")
+        self.emit(self.choice([f"assert {a}.dim() == {ai.rank}", f"assert isinstance({a}, torch.Tensor), 'tensor'",
+                               "assert n >= 1", f"assert len(xs) >= 0, len(xs)"]))
+
+    def meta_return(self, env, tcode):
+        """Python values describing an intermediate tensor, or an int/bool tensor."""
+        a = tcode()
+        var = next((v for v in env.of("t") if v.name == a), None)
+        r = var.info.rank if var else 0
+        forms = [f"{a}.stride()", f"{a}.is_contiguous()", f"{a}.dtype", f"{a}.is_leaf",
+                 f"({a} > 0)", f"{a}.requires_grad", f"{a}.storage_offset()", f"{a}.dim()"]
+        if r:
+            forms += [f"{a}.argmax(dim=-1)", f"len({a})", f"{a}.size(-1)"]
+        self.used("return_meta")
+        return self.choice(forms)
 
     def returns(self, env):
         tensors = env.of("t")
@@ -2010,12 +2190,14 @@ class Generator:
             if r == 3 and self.allow("return_shape"):
                 self.used("return_shape")
                 return self.choice([f"{tcode()}.shape", f"tuple({tcode()}.shape)", f"{tcode()}.size()"])
+            if r == 4 and self.allow("return_meta") and rng.random() < 0.5:
+                return self.meta_return(env, tcode)
             return tcode()
         last = tensors[-1].name
         if k <= 2:
             return last
         if k <= 5:
-            items = [last] + [self.choice([tcode, other])() for _ in range(rng.randint(1, 3))]
+            items = [last] + [self.choice([tcode, other, other])() for _ in range(rng.randint(1, 3))]
             return "(" + ", ".join(items) + ",)" if rng.random() < 0.8 else "[" + ", ".join(items) + "]"
         if k <= 7:
             keys = ["out", "aux", "extra"][:rng.randint(1, 3)]
@@ -2054,16 +2236,21 @@ class Generator:
         self.emit(f"return {self.returns(env)}")
         header = ["import math", "import torch", "import torch.nn.functional as F", ""]
         if self.allow("globals"):
+            header = ["import math", "import types", "import torch", "import torch.nn.functional as F", ""]
             header += ["SCALE = 0.5", "OFFSETS = (1.0, -2.0, 0.25)", "CONFIG = {'eps': 0.001, 'k': 2}",
                        "BIAS = torch.tensor([0.5])", ""]
+            header += ["# mutable module state (compared between eager and compiled after every call)",
+                       "STATE = {'calls': 0}", "HIST = []", "STEP = 0", "BUF = torch.zeros(1)",
+                       "CFG = types.SimpleNamespace(scale=0.5, count=0)", ""]
         else:
             header += ["CONFIG = {'k': 2}", ""]
         parts = header + ["", *[s + "\n\n" for s in self.helper_src]]
-        src = "\n".join(parts).rstrip() + "\n\n\n" + "def fn(x, y, n, flag, xs):\n" + "\n".join(self.out) + "\n"
+        decl = [f"    global {', '.join(sorted(self.global_decls))}"] if self.global_decls else []
+        src = "\n".join(parts).rstrip() + "\n\n\n" + "def fn(x, y, n, flag, xs):\n" + "\n".join(decl + self.out) + "\n"
         src = src.replace("\n\n\n\n", "\n\n\n").lstrip("\n")
         return Program(seed=self.seed, source=src, variants=variants, features=sorted(self.features),
                        expect_raise=self.expect_raise, mutates_inputs=self.mutates_inputs,
-                       exclude=tuple(sorted(self.exclude)))
+                       exclude=tuple(sorted(self.exclude)), stateful=self.stateful)
 
 
 def _snapshot(env):

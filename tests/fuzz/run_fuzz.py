@@ -221,12 +221,35 @@ def grads_of(out, inputs):
 
 
 def load_program(prog, source=None):
+    """A fresh module namespace running the program's text; returns (fn, namespace)."""
     src = prog.source if source is None else source
     filename = f"<fuzz:{prog.seed}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns = {"__name__": f"fuzz_{prog.seed}"}
     exec(compile(src, filename, "exec"), ns)
-    return ns["fn"]
+    return ns["fn"], ns
+
+
+STATE_NAMES = ("STATE", "HIST", "STEP", "BUF", "CFG")
+
+
+def module_state(ns):
+    """Copy of the program's mutable module globals."""
+    torch = _torch()
+    out = {}
+    for k in STATE_NAMES:
+        if k not in ns:
+            continue
+        v = ns[k]
+        if isinstance(v, torch.Tensor):
+            out[k] = v.detach().clone()
+        elif hasattr(v, "__dict__") and not isinstance(v, (dict, list)):
+            out[k] = dict(vars(v))
+        elif isinstance(v, (dict, list)):
+            out[k] = type(v)(v)
+        else:
+            out[k] = v
+    return out
 
 
 def call(fn, args):
@@ -252,8 +275,8 @@ def check_program(prog, source=None, verbose=False):
     import torch
     import kiln
     res = {"seed": prog.seed, "status": "ok", "features": prog.features}
-    fn = load_program(prog, source)
-    calls = len(prog.variants)
+    fn, ns_e = load_program(prog, source)
+    fn_c, ns_c = load_program(prog, source)
     must_not_raise = {0, 1, 4}
 
     # ---- eager
@@ -263,6 +286,7 @@ def check_program(prog, source=None, verbose=False):
         eargs = clone_args(args)
         orig = list(eargs[4])
         out, exc = call(fn, eargs)
+        state = module_state(ns_e)
         if exc is not None and (i in must_not_raise or not prog.expect_raise):
             res["status"] = "discard"
             res["discard"] = f"call {i}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
@@ -270,14 +294,14 @@ def check_program(prog, source=None, verbose=False):
         grads = gerr = None
         if exc is None:
             grads, gerr = grads_of(out, [eargs[0], eargs[1]] + orig)
-        eager.append((args, eargs, orig, out, exc, grads, gerr))
+        eager.append((args, eargs, orig, out, exc, grads, gerr, state))
 
     # ---- compiled
     kiln.reset()
-    compiled = kiln.compile(fn)
+    compiled = kiln.compile(fn_c)
     unsupported_per_call = []
     try:
-        for i, (args, eargs, eorig, eout, eexc, egrads, egerr) in enumerate(eager):
+        for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate) in enumerate(eager):
             cargs = clone_args(args)
             corig = list(cargs[4])
             before = kiln.stats()
@@ -287,6 +311,10 @@ def check_program(prog, source=None, verbose=False):
             unsupported_per_call.append(d["unsupported"] + d.get("graph_breaks", 0))
             res.setdefault("deltas", []).append(d)
             where = f"call {i} ({ROLES[i]})"
+            try:
+                compare(module_state(ns_c), estate, "module globals (after call)")
+            except Mismatch as m:
+                raise Failure("mismatch", f"{where}: {m}", i)
             if eexc is not None:
                 if cexc is None:
                     raise Failure("missing-exception", f"{where}: eager raised {type(eexc).__name__}: {eexc}; "
@@ -320,7 +348,7 @@ def check_program(prog, source=None, verbose=False):
         res["fell_back"] = not fully
         res["unsupported"] = sum(d["unsupported"] for d in res["deltas"])
         res["graph_breaks"] = sum(d.get("graph_breaks", 0) for d in res["deltas"])
-        if fully:
+        if fully and not prog.stateful:
             ds = res["deltas"]
             if ds[1]["traces"] != 0 or ds[1]["cache_hits"] < 1:
                 raise Failure("cache", f"call 1 (repeat, same shapes): expected a cache hit, stats delta {ds[1]}", 1)
@@ -331,8 +359,9 @@ def check_program(prog, source=None, verbose=False):
 
         # ---- fullgraph=True on the base call
         kiln.reset()
-        cf = kiln.compile(fn, fullgraph=True)
-        args, eargs, eorig, eout, _, _, _ = eager[0]
+        fn_f, ns_f = load_program(prog, source)
+        cf = kiln.compile(fn_f, fullgraph=True)
+        args, eargs, eorig, eout = eager[0][:4]
         cargs = clone_args(args)
         cout, cexc = call(cf, cargs)
         if unsupported_per_call[0] == 0:

@@ -73,7 +73,10 @@ def test_unsupported_code_breaks_the_graph(fn, marker, capsys):
         assert printed_c == printed_e  # side effects happen exactly once
     s = stats()
     assert s["graph_breaks"] >= 1, s
-    assert s["eager_runs"] == 0, s
+    if marker != "MARK-while":
+        assert s["eager_runs"] == 0, s
+    # A break inside the loop cannot resume (it would nest a new frame per
+    # iteration): the loop's frame runs eagerly, as the reason says.
 
 
 @pytest.mark.parametrize("fn,marker", UNSUPPORTED, ids=UNSUPPORTED_IDS)
