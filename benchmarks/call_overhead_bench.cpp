@@ -8,14 +8,10 @@
 // and each benchmark calls one of them from C++ with PyObject_Vectorcall on
 // the same inputs in the same loop:
 //
-//   BM_Call_Eager/N        f1 or f8 itself (kiln's frame hook is installed,
-//                          as it is in any process that has called a compiled
-//                          function, and returns at once: no compile context)
+//   BM_Call_Eager/N        f1 or f8 itself, plain CPython (kiln's frame hook is
+//                          installed only during compiled calls)
 //   BM_Call_Compiled/N     compiled_f1 or compiled_f8, warmed so every call is
 //                          a cache hit (guards + graph replay, bytecode skipped)
-//   BM_Call_EagerNoHook/N  f1 or f8 with CPython's own evaluator, to show what
-//                          the installed hook costs code that is not compiled
-//                          (it is installed again afterwards)
 //   BM_Call_Paired/N       one eager then one compiled call per iteration, each
 //                          timed with steady_clock; counters eager_ns and
 //                          compiled_ns are the medians of the calls, added_ns
@@ -107,22 +103,9 @@ void BM_Call_Eager(benchmark::State& state) {
     state.SkipWithError("cannot call the eager function");
     return;
   }
-  // As after any compiled call; without this the baseline would depend on
-  // whether a compiled benchmark ran earlier in the process.
-  interpreter::install_frame_hook();
+  // kiln's frame hook is installed only during compiled calls (Note [Hook
+  // lifetime]), so this is plain CPython.
   call_loop(state, call);
-}
-
-void BM_Call_EagerNoHook(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  Call call;
-  if (!lookup("f" + std::to_string(n), n, &call) || !call.once()) {
-    state.SkipWithError("cannot call the eager function");
-    return;
-  }
-  interpreter::uninstall_frame_hook();
-  call_loop(state, call);
-  interpreter::install_frame_hook();
 }
 
 // Warms `compiled` until its calls hit kiln's cache and snapshots the
@@ -225,7 +208,6 @@ BENCHMARK(BM_Call_Eager)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Compiled)->Arg(1)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Eager)->Arg(8)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Compiled)->Arg(8)->Unit(benchmark::kNanosecond);
-BENCHMARK(BM_Call_EagerNoHook)->Arg(1)->Arg(8)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_Call_Paired)->Arg(1)->Arg(8)->Unit(benchmark::kNanosecond);
 
 }  // namespace

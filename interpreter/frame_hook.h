@@ -7,11 +7,15 @@
 
 namespace kiln::interpreter {
 
-// Installs kiln's evaluator for this interpreter (idempotent).
-void install_frame_hook();
-
-// Restores CPython's own evaluator.
-void uninstall_frame_hook();
+// Keeps kiln's evaluator installed while at least one compiled call runs
+// on any thread (Note [Hook lifetime]). Construct with the GIL held.
+class CompiledRegion {
+ public:
+  CompiledRegion();
+  ~CompiledRegion();
+  CompiledRegion(const CompiledRegion&) = delete;
+  CompiledRegion& operator=(const CompiledRegion&) = delete;
+};
 
 // Registers the Python exception type raised for fullgraph failures
 // (kiln.Unsupported); takes a reference.

@@ -31,7 +31,11 @@ struct ContextCall {
 PyObject* context_call_vectorcall(PyObject* self_obj, PyObject* const* args, size_t nargsf,
                                   PyObject* kwnames) {
   auto* self = reinterpret_cast<ContextCall*>(self_obj);
-  if (self->config) kiln::interpreter::install_frame_hook();
+  if (!self->config) {
+    ConfigScope scope(nullptr);
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+  }
+  kiln::interpreter::CompiledRegion region;
   ConfigScope scope(self->config.get());
   return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
@@ -125,9 +129,9 @@ PyObject* run_collecting(PyObject* args, bool want_dump, std::shared_ptr<TraceCo
   config->fullgraph = fullgraph;
   config->collector = std::make_shared<TraceCollector>();
   config->collector->want_dump = want_dump;
-  kiln::interpreter::install_frame_hook();
   PyObject* result;
   {
+    kiln::interpreter::CompiledRegion region;
     ConfigScope scope(config.get());
     result = PyObject_Call(fn, call_args, call_kwargs == Py_None ? nullptr : call_kwargs);
   }

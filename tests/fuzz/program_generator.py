@@ -81,6 +81,14 @@ FEATURES = {
     "walrus": "assignment expressions in conditions",
     "nested": "nested loops and calls of helpers/closures inside blocks",
     "helper_break": "data-dependent code inside helpers (graph breaks in inlined frames)",
+    "layouts": "non-contiguous inputs: transposed, storage offset, strided (and a layout change between calls)",
+    "aliasing": "aliased inputs in the 'scalars' call: y is x, xs[0] is x, xs[1] is xs[0]",
+    "param_input": "x passed as an nn.Parameter in the 'scalars' call",
+    "drift": "the runner changes module globals between calls (SCALE, CONFIG['eps'], OFFSETS, CFG.scale, BIAS values, SCALER attributes)",
+    "objects": "a user class: __call__, methods with defaults, a property, instances made inside fn",
+    "modules": "global nn.Module instances (GELU, Softmax, PReLU, Sequential) called in fn",
+    "iterators": "iter()/next() over lists, list concatenation/repetition/reversal",
+    "operators": "more Python operators on tensors: abs(), pow(), //, %, 2 ** t, comparisons as masks",
 }
 
 
@@ -225,15 +233,19 @@ class Program:
     mutates_inputs: bool = False
     exclude: tuple = ()
     stateful: bool = False
+    drift: bool = False
 
     def describe_inputs(self):
         lines = []
         for i, v in enumerate(self.variants):
             def t(d):
                 return (f"{d['dtype']}{list(d['shape'])}"
-                        + (" requires_grad" if d["grad"] else ""))
+                        + (" requires_grad" if d["grad"] else "")
+                        + (f" layout={d['layout']}" if d.get("layout") else "")
+                        + (" nn.Parameter" if d.get("param") else ""))
             lines.append(f"call {i} ({ROLES[i]}): x={t(v['x'])} y={t(v['y'])} n={v['n']} "
-                         f"flag={v['flag']} xs=[{v['xs']['len']} x {t(v['xs'])}]")
+                         f"flag={v['flag']} xs=[{v['xs']['len']} x {t(v['xs'])}]"
+                         + (f" aliases: {', '.join(v['alias'])}" if v.get("alias") else ""))
         return "\n".join(lines)
 
 
@@ -355,14 +367,45 @@ class Generator:
             if not t.ok():
                 raise Unfit("inputs too large")
         self.inputs = (xi, yi, ei)
+
+        def layouts(t):
+            if t.rank == 0 or not self.allow("layouts") or rng.random() < 0.6:
+                return ["contig"] * NV
+            opts = ["contig", "offset", "strided"] + (["t", "t"] if t.rank >= 2 else [])
+            l0 = rng.choice(opts)
+            l2 = rng.choice(opts)
+            l4 = l0 if rng.random() < 0.6 else rng.choice(opts)
+            return [l0, l0, l2, l0, l4]
+        lay = {"x": layouts(xi), "y": layouts(yi), "xs": layouts(ei)}
+        for t, key in ((xi, "x"), (yi, "y"), (ei, "xs")):
+            if any(v != "contig" for v in lay[key]):
+                t.contig = False
+        alias = []
+        if self.allow("aliasing") and rng.random() < 0.25:
+            if yi.same(xi) and yi.grad == xi.grad and rng.random() < 0.6:
+                alias.append("y=x")
+            if ei.same(xi) and ei.grad == xi.grad and rng.random() < 0.6:
+                alias.append("xs0=x")
+            if l3 >= 2 and rng.random() < 0.4:
+                alias.append("xs1=xs0")
+        param = self.allow("param_input") and xi.grad and rng.random() < 0.3
+        self.drift = self.allow("drift") and rng.random() < 0.5
         variants = []
         for v in range(NV):
-            def desc(t):
-                return {"shape": [d[v] for d in t.shape], "dtype": t.dtype, "grad": t.grad}
-            xsd = desc(ei)
+            def desc(t, key):
+                d = {"shape": [dd[v] for dd in t.shape], "dtype": t.dtype, "grad": t.grad}
+                if lay[key][v] != "contig":
+                    d["layout"] = lay[key][v]
+                return d
+            xsd = desc(ei, "xs")
             xsd["len"] = self.len_vals[v]
-            variants.append({"x": desc(xi), "y": desc(yi), "n": self.n_vals[v],
-                             "flag": self.flag_vals[v], "xs": xsd})
+            var = {"x": desc(xi, "x"), "y": desc(yi, "y"), "n": self.n_vals[v],
+                   "flag": self.flag_vals[v], "xs": xsd}
+            if v == 3 and alias:
+                var["alias"] = list(alias)
+            if v == 3 and param:
+                var["x"]["param"] = True
+            variants.append(var)
         return variants
 
     # -------------------------------------------------------------- picking
@@ -482,6 +525,7 @@ class Generator:
             (self.op_factory, 1 if self.allow("factory") else 0),
             (self.op_dtype, 1 if self.allow("dtype") else 0),
             (self.op_list, 1),
+            (self.op_module, 0.8 if self.allow("modules") and self.allow("globals") else 0),
         ]
         for _ in range(12):
             op = self.wchoice(ops)
@@ -508,10 +552,16 @@ class Generator:
              "{a}.exp().clamp(max=100.0)", "torch.where({a} > 0, {a}, 0.0)", "{a}.masked_fill({a} < 0, 0.5)",
              "({a} * ({a} > 0))", "torch.nan_to_num({a})", "{a}.floor()", "(torch.round({a} * 4) / 4)",
              "(+{a})", "{a}.sub(1)", "{a}.mul(2)", "{a}.tanh().mul(0.5).add(0.5)"]
+    OPERATORS = ["abs({a})", "pow({a}, 2)", "({a} // 1.5)", "({a} % 2.0)", "(2 ** {a}.clamp(-3.0, 3.0))",
+                 "({a} > 0).to({a}.dtype)", "({a} * ({a} > 0).sum())", "({a} - (~({a} > 0)).to({a}.dtype))",
+                 "({a} * ({a} != {a}.max()))", "(0.5 ** abs({a}))", "({a} @ {a}.mT if {a}.dim() >= 2 and {a}.shape[-1] == {a}.shape[-2] else {a})"]
 
     def op_unary(self, env, depth):
         code, info = self.sub(env, depth)
         tmpl = self.choice(self.UNARY)
+        if self.allow("operators") and self.chance(0.2):
+            self.used("operators")
+            tmpl = self.choice(self.OPERATORS)
         if ("where" in tmpl or "masked" in tmpl or "(" + "{a} > 0)" in tmpl) and not self.allow("where"):
             tmpl = "{a}.relu()"
         out = info.like()
@@ -943,6 +993,18 @@ class Generator:
             return f"{a}.type_as({b})", ai.like(dtype=bi.dtype)
         return f"{a}.to({b}.dtype)", ai.like(dtype=bi.dtype)
 
+    def op_module(self, env, depth):
+        a, ai = self.sub(env, depth)
+        self.used("modules")
+        k = self.rng.randrange(4)
+        if k == 0:
+            return f"ACT({a})", ai.like(contig=False)
+        if k == 1 and ai.rank >= 1:
+            return f"SM({a})", ai.like(contig=False)
+        if k == 2 and ai.rank >= 1 and ai.dtype == F32:
+            return f"PRELU({a})", ai.like(grad=True, contig=False)
+        return f"SEQ({a})", ai.like(contig=False)
+
     def op_list(self, env, depth):
         lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
         if not lists:
@@ -1125,7 +1187,8 @@ class Generator:
                                   f"{a}.is_contiguous()", f"{a}.is_floating_point()",
                                   f"isinstance({a}, torch.Tensor)", f"{a}.dtype is torch.float64",
                                   f"{a}.shape[-1:] == ({a}.shape[-1],)" if ai.rank else f"{a}.dim() == 0",
-                                  f"0 < {a}.dim() <= 2", f"{a}.device.type == 'cpu'"]))
+                                  f"0 < {a}.dim() <= 2", f"{a}.device.type == 'cpu'",
+                                  f"type({a}) is torch.Tensor", f"{a}.is_leaf"]))
             u = self.pick(env, atoms=True)
             if u:
                 c.append(f"{a}.shape == {u[0]}.shape")
@@ -1454,6 +1517,8 @@ class Generator:
         extra = []
         if sig["kind"] == "varargs":
             return f"{name}({', '.join(args)})" if k else f"{name}(*[{', '.join(args)}])"
+        if sig["kind"] == "stateful":
+            return f"{name}({args[0]})"
         if sig["kind"] == "recursive":
             return f"{name}({args[0]}, {self.choice(['2', '3'] if self.helper_depth else ['2', '3', 'n'])})"
         if k == 1:
@@ -1481,7 +1546,8 @@ class Generator:
             args.append(a)
             params.append(ai.like())
         pnames = [f"p{i}" for i in range(nparams)]
-        kind = self.rng.choices(["plain", "varargs", "recursive"], weights=[8, 1, 1])[0]
+        kind = self.rng.choices(["plain", "varargs", "recursive", "stateful"],
+                                weights=[8, 1, 1, 1 if self.allow("global_state") else 0])[0]
         if kind == "varargs":
             params = [params[0]] * nparams
             args = []
@@ -1502,6 +1568,15 @@ class Generator:
                 self.emit(f"    acc = acc {self.choice(['+', '*', '-'])} t")
                 self.emit(f"return {self.choice(['acc', 'acc.relu()', 'acc / len(ts)'])}")
                 returns = [params[0].like(grad=any(p.grad for p in params))]
+            elif kind == "stateful":
+                header = f"def {name}(p0, seen={{}}):"
+                self.emit(f"seen[len(seen)] = p0.dim()")
+                self.emit(f"return p0 * len(seen)")
+                returns = [params[0].like(contig=False)]
+                args = args[:1]
+                params = params[:1]
+                self.stateful = True
+                self.used("global_state")
             elif kind == "recursive":
                 p = params[0]
                 header = f"def {name}(t, depth):"
@@ -1644,7 +1719,35 @@ class Generator:
     # ----------------------------------------------------------- containers
     def st_containers(self, env):
         self.used("containers")
-        k = self.rng.randrange(8)
+        k = self.rng.randrange(10 if self.allow("iterators") else 8)
+        if k == 8:
+            lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+            if not lists:
+                raise Unfit("no list")
+            lv = self.choice(lists)
+            it, a, b = self.fresh("it"), self.fresh("t"), self.fresh("t")
+            self.used("iterators")
+            self.emit(f"{it} = iter({lv.name})")
+            self.emit(f"{a} = next({it})")
+            self.emit(f"{b} = next({it}, {a})")
+            env.add(Var("t", a, lv.elem.like()))
+            env.add(Var("t", b, lv.elem.like()))
+            return
+        if k == 9:
+            lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+            if not lists:
+                raise Unfit("no list")
+            lv = self.choice(lists)
+            name = self.fresh("l")
+            self.used("iterators")
+            form, length = self.choice([
+                (f"{lv.name} + {lv.name}", tuple(2 * v for v in lv.length)),
+                (f"{lv.name}[::-1]", lv.length), (f"list(reversed({lv.name}))", lv.length),
+                (f"{lv.name} * 2", tuple(2 * v for v in lv.length)), (f"list(tuple({lv.name}))", lv.length),
+                (f"[*{lv.name}, {lv.name}[0]]", tuple(v + 1 for v in lv.length))])
+            self.emit(f"{name} = {form}")
+            env.add(Var("l", name, elem=lv.elem.like(), length=length))
+            return
         if k == 0:
             items = [self.must_pick(env) for _ in range(self.rng.randint(2, 3))]
             name = self.fresh("p")
@@ -2044,6 +2147,7 @@ class Generator:
             ("datadep", 2.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.4),
             ("try", 0.4), ("raise", 1.5 if self.raise_left else 0),
             ("global_state", 1.0), ("match", 0.7), ("pyassert", 0.5),
+            ("objects", 1.0 if self.allow("globals") else 0),
         ]
         weights = [(k, w) for k, w in weights if self.allow(k if k != "pyassert" else "pyarith")]
         handlers = {
@@ -2055,6 +2159,7 @@ class Generator:
             "datadep": self.st_datadep, "xs_mutation": self.st_xs_mutation, "no_grad": self.st_no_grad,
             "try": self.st_try, "raise": self.st_raise,
             "global_state": self.st_global_state, "match": self.st_match, "pyassert": self.st_pyassert,
+            "objects": self.st_objects,
         }
         for _ in range(8):
             k = self.wchoice(weights)
@@ -2102,6 +2207,32 @@ class Generator:
             env.add(Var("t", t, ai.like(contig=False)))
             return
         self.stateful = True
+        env.add(Var("t", t, ai.like(contig=False)))
+
+    def st_objects(self, env):
+        self.used("objects")
+        a, ai = self.must_pick(env)
+        t = self.fresh("t")
+        k = self.rng.randrange(7)
+        if k == 0:
+            self.emit(f"{t} = SCALER({a})")
+        elif k == 1:
+            self.emit(f"{t} = SCALER.apply({a}, k={self.scalar(env, small=True)})")
+        elif k == 2:
+            self.emit(f"{t} = {a} * SCALER.twice")
+        elif k == 3:
+            sc = self.fresh("sc")
+            self.emit(f"{sc} = Scaler({self.scalar(env)}, shift=0.5)")
+            self.emit(f"{t} = {sc}({a}) + {sc}.apply({a})")
+        elif k == 4:
+            self.emit(f"{t} = Scaler(2.0).apply({a}, 3)")
+        elif k == 5 and self.allow("global_state"):
+            self.emit(f"SCALER.shift = SCALER.shift + {self.scalar(env, small=True)}")
+            self.emit(f"{t} = SCALER({a})")
+            self.stateful = True
+            self.used("global_state")
+        else:
+            self.emit(f"{t} = getattr(SCALER, 's') * {a} + (SCALER.shift if hasattr(SCALER, 'shift') else 0.0)")
         env.add(Var("t", t, ai.like(contig=False)))
 
     def st_match(self, env):
@@ -2160,7 +2291,8 @@ class Generator:
         a = tcode()
         var = next((v for v in env.of("t") if v.name == a), None)
         r = var.info.rank if var else 0
-        forms = [f"{a}.stride()", f"{a}.is_contiguous()", f"{a}.dtype", f"{a}.is_leaf",
+        forms = [f"{a}.stride()", f"{a}.is_contiguous()", f"{a}.dtype", f"{a}.is_leaf", f"type({a}).__name__",
+                 "x.stride()", "x.is_contiguous()", "type(x) is torch.Tensor", "y.storage_offset()",
                  f"({a} > 0)", f"{a}.requires_grad", f"{a}.storage_offset()", f"{a}.dim()"]
         if r:
             forms += [f"{a}.argmax(dim=-1)", f"len({a})", f"{a}.size(-1)"]
@@ -2241,7 +2373,15 @@ class Generator:
                        "BIAS = torch.tensor([0.5])", ""]
             header += ["# mutable module state (compared between eager and compiled after every call)",
                        "STATE = {'calls': 0}", "HIST = []", "STEP = 0", "BUF = torch.zeros(1)",
-                       "CFG = types.SimpleNamespace(scale=0.5, count=0)", ""]
+                       "CFG = types.SimpleNamespace(scale=0.5, count=0)", "",
+                       "", "class Scaler:", "    def __init__(self, s, shift=0.0):", "        self.s = s",
+                       "        self.shift = shift", "",
+                       "    def __call__(self, t):", "        return t * self.s + self.shift", "",
+                       "    def apply(self, t, k=1):", "        return t * (self.s * k) - self.shift", "",
+                       "    @property", "    def twice(self):", "        return self.s * 2", "", "",
+                       "SCALER = Scaler(0.5)",
+                       "ACT = torch.nn.GELU()", "SM = torch.nn.Softmax(dim=-1)", "PRELU = torch.nn.PReLU()",
+                       "SEQ = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Identity())", ""]
         else:
             header += ["CONFIG = {'k': 2}", ""]
         parts = header + ["", *[s + "\n\n" for s in self.helper_src]]
@@ -2250,7 +2390,7 @@ class Generator:
         src = src.replace("\n\n\n\n", "\n\n\n").lstrip("\n")
         return Program(seed=self.seed, source=src, variants=variants, features=sorted(self.features),
                        expect_raise=self.expect_raise, mutates_inputs=self.mutates_inputs,
-                       exclude=tuple(sorted(self.exclude)), stateful=self.stateful)
+                       exclude=tuple(sorted(self.exclude)), stateful=self.stateful, drift=self.drift)
 
 
 def _snapshot(env):

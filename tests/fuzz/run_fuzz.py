@@ -65,31 +65,75 @@ def _torch():
     return torch
 
 
+def make_tensor(d, g):
+    """A leaf tensor of the described shape/dtype/layout (contig, t, offset, strided)."""
+    torch = _torch()
+    dt = getattr(torch, d["dtype"])
+    shape = list(d["shape"])
+    lay = d.get("layout", "contig")
+    if lay == "t" and len(shape) >= 2:
+        v = torch.randn(shape[::-1], generator=g, dtype=dt).permute(*reversed(range(len(shape))))
+    elif lay == "offset" and shape:
+        v = torch.randn([shape[0] + 1] + shape[1:], generator=g, dtype=dt)[1:]
+    elif lay == "strided" and shape:
+        v = torch.randn(shape[:-1] + [shape[-1] * 2], generator=g, dtype=dt)[..., ::2]
+    else:
+        v = torch.randn(shape, generator=g, dtype=dt)
+    v = v.detach()
+    if d.get("param"):
+        return torch.nn.Parameter(v)
+    return v.requires_grad_(d["grad"])
+
+
 def make_inputs(variant, seed, call):
     torch = _torch()
     g = torch.Generator().manual_seed(seed * 7919 + call * 104729 + 17)
-
-    def t(d):
-        dt = getattr(torch, d["dtype"])
-        v = torch.randn(d["shape"], generator=g, dtype=dt)
-        return v.requires_grad_(d["grad"])
-    x = t(variant["x"])
-    y = t(variant["y"])
-    xs = [t(variant["xs"]) for _ in range(variant["xs"]["len"])]
+    x = make_tensor(variant["x"], g)
+    y = make_tensor(variant["y"], g)
+    xs = [make_tensor(variant["xs"], g) for _ in range(variant["xs"]["len"])]
+    for a in variant.get("alias", ()):
+        if a == "y=x":
+            y = x
+        elif a == "xs0=x":
+            xs[0] = x
+        elif a == "xs1=xs0" and len(xs) >= 2:
+            xs[1] = xs[0]
     return (x, y, variant["n"], variant["flag"], xs)
 
 
-def clone_args(args):
+def clone_tensor(a):
+    """A copy with the same sizes, strides, storage offset, type and requires_grad."""
     torch = _torch()
+    try:
+        n = a.untyped_storage().nbytes() // a.element_size()
+    except AttributeError:
+        n = a.storage().size()
+    buf = torch.zeros(max(n, 1), dtype=a.dtype)
+    v = buf.as_strided(a.size(), a.stride(), a.storage_offset())
+    v.copy_(a.detach())
+    if isinstance(a, torch.nn.Parameter):
+        return torch.nn.Parameter(v, requires_grad=a.requires_grad)
+    return v.requires_grad_(a.requires_grad)
+
+
+def clone_args(args):
+    """Copies of the arguments keeping layouts and aliasing (an object passed twice is cloned once)."""
+    torch = _torch()
+    memo = {}
 
     def c(a):
+        if id(a) in memo:
+            return memo[id(a)]
         if isinstance(a, torch.Tensor):
-            return a.detach().clone().requires_grad_(a.requires_grad)
-        if isinstance(a, list):
-            return [c(v) for v in a]
-        if isinstance(a, tuple):
-            return tuple(c(v) for v in a)
-        return a
+            r = clone_tensor(a)
+        elif isinstance(a, list):
+            r = [c(v) for v in a]
+        elif isinstance(a, tuple):
+            r = tuple(c(v) for v in a)
+        else:
+            return a
+        memo[id(a)] = r
+        return r
     return tuple(c(a) for a in args)
 
 
@@ -230,7 +274,30 @@ def load_program(prog, source=None):
     return ns["fn"], ns
 
 
-STATE_NAMES = ("STATE", "HIST", "STEP", "BUF", "CFG")
+STATE_NAMES = ("STATE", "HIST", "STEP", "BUF", "CFG", "SCALER")
+
+# Values of module globals per call when a program has drift on (call 0, 1, 4: base values).
+DRIFT_BASE = {"SCALE": 0.5, "CONFIG.eps": 0.001, "OFFSETS": (1.0, -2.0, 0.25), "CFG.scale": 0.5,
+              "BIAS": 0.5, "SCALER.s": 0.5, "SCALER.shift": 0.0}
+DRIFT = {2: {"SCALE": 1.25, "CONFIG.eps": 0.01, "CFG.scale": 2.0, "BIAS": -1.0, "SCALER.s": 1.5},
+         3: {"SCALE": -0.5, "OFFSETS": (0.5, 3.0, -1.0), "CFG.scale": 0.25, "SCALER.shift": 0.25}}
+
+
+def apply_drift(ns, call):
+    vals = dict(DRIFT_BASE)
+    vals.update(DRIFT.get(call, {}))
+    for k, v in vals.items():
+        obj, _, attr = k.partition(".")
+        if obj not in ns:
+            continue
+        if obj == "BIAS":
+            ns["BIAS"].fill_(v)
+        elif not attr:
+            ns[obj] = v
+        elif isinstance(ns[obj], dict):
+            ns[obj][attr] = v
+        else:
+            setattr(ns[obj], attr, v)
 
 
 def module_state(ns):
@@ -285,6 +352,8 @@ def check_program(prog, source=None, verbose=False):
         args = make_inputs(var, prog.seed, i)
         eargs = clone_args(args)
         orig = list(eargs[4])
+        if prog.drift:
+            apply_drift(ns_e, i)
         out, exc = call(fn, eargs)
         state = module_state(ns_e)
         if exc is not None and (i in must_not_raise or not prog.expect_raise):
@@ -304,6 +373,8 @@ def check_program(prog, source=None, verbose=False):
         for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate) in enumerate(eager):
             cargs = clone_args(args)
             corig = list(cargs[4])
+            if prog.drift:
+                apply_drift(ns_c, i)
             before = kiln.stats()
             cout, cexc = call(compiled, cargs)
             after = kiln.stats()
@@ -350,17 +421,21 @@ def check_program(prog, source=None, verbose=False):
         res["graph_breaks"] = sum(d.get("graph_breaks", 0) for d in res["deltas"])
         if fully and not prog.stateful:
             ds = res["deltas"]
+            same_layout = [json.dumps(v, sort_keys=True) == json.dumps(prog.variants[0], sort_keys=True)
+                           for v in prog.variants]
             if ds[1]["traces"] != 0 or ds[1]["cache_hits"] < 1:
                 raise Failure("cache", f"call 1 (repeat, same shapes): expected a cache hit, stats delta {ds[1]}", 1)
             if prog.variants[2]["x"]["shape"] != prog.variants[0]["x"]["shape"] and ds[2]["cache_misses"] < 1:
                 raise Failure("cache", f"call 2 (resized x): expected a cache miss, stats delta {ds[2]}", 2)
-            if eager[4][4] is None and (ds[4]["traces"] != 0 or ds[4]["cache_hits"] < 1):
+            if eager[4][4] is None and same_layout[4] and (ds[4]["traces"] != 0 or ds[4]["cache_hits"] < 1):
                 raise Failure("cache", f"call 4 (base shapes again): expected a cache hit, stats delta {ds[4]}", 4)
 
         # ---- fullgraph=True on the base call
         kiln.reset()
         fn_f, ns_f = load_program(prog, source)
         cf = kiln.compile(fn_f, fullgraph=True)
+        if prog.drift:
+            apply_drift(ns_f, 0)
         args, eargs, eorig, eout = eager[0][:4]
         cargs = clone_args(args)
         cout, cexc = call(cf, cargs)
