@@ -442,6 +442,26 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     }
     abort_trace(BreakCode::UnsupportedCall, name + "() on " + describe_value(*args[0]));
   }
+  if (name == "type" && args.size() == 1) {
+    const ValuePtr& x = args[0];
+    PyObject* type = nullptr;
+    if (x->is(ValueKind::Tensor)) {
+      // Inputs keep their exact type (a Parameter is not a Tensor); tensors
+      // made by the graph are plain torch.Tensor.
+      type = x->obj ? x->obj.get() : api->tensor_type;
+      if (x->obj && x->source >= 0) state_.guards().add_type_match(x->source, type);
+    } else if (x->is(ValueKind::Tuple) || x->is(ValueKind::List) || x->is(ValueKind::Dict)) {
+      type = x->tuple_type ? x->tuple_type.get()
+             : x->obj      ? reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()))
+             : x->is(ValueKind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
+             : x->is(ValueKind::List)  ? reinterpret_cast<PyObject*>(&PyList_Type)
+                                       : reinterpret_cast<PyObject*>(&PyDict_Type);
+    } else if (x->obj) {
+      type = reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()));
+    }
+    if (!type) abort_trace(BreakCode::UnsupportedCall, "type() of " + describe_value(*x));
+    return state_.wrap_unguarded(type);
+  }
   if (name == "abs" && args.size() == 1 && args[0]->is(ValueKind::Tensor)) {
     PyRef abs = PyRef::steal(PyObject_GetAttrString(api->torch, "abs"));
     return state_.call_torch("torch.abs", abs.get(), args, {}, false);
@@ -499,7 +519,6 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     // User objects would run their own __len__, __eq__, ... here, once,
     // and bake the answer into the graph.
     PyRef arg = constant_to_python(args[i]);
-    if (!arg && name == "type" && args[i]->obj) arg = args[i]->obj;
     if (!arg) {
       abort_trace(BreakCode::UnsupportedCall, name + "() of " + describe_value(*args[i]));
     }
