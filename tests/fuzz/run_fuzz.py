@@ -116,6 +116,31 @@ def clone_tensor(a):
     return v.requires_grad_(a.requires_grad)
 
 
+def snapshot(obj):
+    """Deep copy of a result's tensors (aliasing kept) taken right after the call, so that
+    later mutation of what the result aliases (globals, inputs) cannot change it."""
+    torch = _torch()
+    memo = {}
+
+    def c(a):
+        if id(a) in memo:
+            return memo[id(a)]
+        if isinstance(a, torch.Tensor):
+            r = a.detach().clone()
+            r.requires_grad_(a.requires_grad)
+        elif isinstance(a, list):
+            r = [c(v) for v in a]
+        elif isinstance(a, tuple) and not hasattr(a, "_fields") and type(a) is tuple:
+            r = tuple(c(v) for v in a)
+        elif isinstance(a, dict):
+            r = {k: c(v) for k, v in a.items()}
+        else:
+            return a
+        memo[id(a)] = r
+        return r
+    return c(obj)
+
+
 def clone_args(args):
     """Copies of the arguments keeping layouts and aliasing (an object passed twice is cloned once)."""
     torch = _torch()
@@ -234,11 +259,11 @@ def check_identity(c_out, e_out, c_args, e_args):
             seen[id(o)] = (path, co)
 
 
-def check_state(c_args, e_args, c_orig, e_orig):
+def check_state(c_args, e_snap, c_orig, e_orig, e_args):
     """Inputs after the call: tensor values, the list xs and which of its items are original."""
-    compare(c_args[0], e_args[0], "x (after call)")
-    compare(c_args[1], e_args[1], "y (after call)")
-    compare(c_args[4], e_args[4], "xs (after call)")
+    compare(c_args[0], e_snap[0], "x (after call)")
+    compare(c_args[1], e_snap[1], "y (after call)")
+    compare(c_args[4], e_snap[4], "xs (after call)")
     e_ids = {id(o): i for i, o in enumerate(e_orig)}
     c_ids = {id(o): i for i, o in enumerate(c_orig)}
     for j, (ce, ee) in enumerate(zip(c_args[4], e_args[4])):
@@ -361,16 +386,18 @@ def check_program(prog, source=None, verbose=False):
             res["discard"] = f"call {i}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
             return res
         grads = gerr = None
+        snap = None
         if exc is None:
+            snap = (snapshot(out), snapshot(eargs))
             grads, gerr = grads_of(out, [eargs[0], eargs[1]] + orig)
-        eager.append((args, eargs, orig, out, exc, grads, gerr, state))
+        eager.append((args, eargs, orig, out, exc, grads, gerr, state, snap))
 
     # ---- compiled
     kiln.reset()
     compiled = kiln.compile(fn_c)
     unsupported_per_call = []
     try:
-        for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate) in enumerate(eager):
+        for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate, esnap) in enumerate(eager):
             cargs = clone_args(args)
             corig = list(cargs[4])
             if prog.drift:
@@ -399,9 +426,9 @@ def check_program(prog, source=None, verbose=False):
                 raise Failure("kiln-exception", f"{where}: compiled raised {type(cexc).__name__}: {cexc}", i,
                               "".join(traceback.format_exception(cexc)))
             try:
-                compare(cout, eout, "out")
+                compare(cout, esnap[0], "out")
                 check_identity(cout, eout, cargs, eargs)
-                check_state(cargs, eargs, corig, eorig)
+                check_state(cargs, esnap[1], corig, eorig, eargs)
             except Mismatch as m:
                 raise Failure("mismatch", f"{where}: {m}", i)
             cgrads, cgerr = grads_of(cout, [cargs[0], cargs[1]] + corig)
@@ -437,6 +464,7 @@ def check_program(prog, source=None, verbose=False):
         if prog.drift:
             apply_drift(ns_f, 0)
         args, eargs, eorig, eout = eager[0][:4]
+        eout = eager[0][8][0]
         cargs = clone_args(args)
         cout, cexc = call(cf, cargs)
         if unsupported_per_call[0] == 0:
