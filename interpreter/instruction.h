@@ -95,7 +95,8 @@ namespace kiln::interpreter {
   X(ForIter, "target: where dis says the loop exits (3.12: its END_FOR, "     \
              "which an exhausted loop skips)")                                 \
   X(EndFor, "3.12: pops the exhausted iterator's two slots")                   \
-  X(GetLen, "")
+  X(GetLen, "")                                                                \
+  X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result")
 
 // One normalized operation.
 enum class Op : uint8_t {

@@ -31,7 +31,7 @@ constexpr OpcodeEntry kRows[] = {
     {50, "GET_AITER", Op::Unsupported},
     {51, "GET_ANEXT", Op::Unsupported},
     {52, "BEFORE_ASYNC_WITH", Op::Unsupported},
-    {53, "BEFORE_WITH", Op::Unsupported},
+    {53, "BEFORE_WITH", Op::BeforeWith},
     {54, "END_ASYNC_FOR", Op::Unsupported},
     {60, "STORE_SUBSCR", Op::StoreSubscr, 1},
     {61, "DELETE_SUBSCR", Op::DeleteSubscr},

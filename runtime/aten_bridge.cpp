@@ -116,4 +116,6 @@ std::string describe_tensor_mismatch(PyObject* tensor, const TensorMeta& meta) {
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
+void set_grad_mode(bool enabled) { at::GradMode::set_enabled(enabled); }
+
 }  // namespace kiln::runtime

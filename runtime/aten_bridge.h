@@ -27,4 +27,7 @@ std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& 
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 
+// Sets whether autograd records (torch._C._set_grad_enabled).
+void set_grad_mode(bool enabled);
+
 }  // namespace kiln::runtime

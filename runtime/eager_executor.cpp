@@ -1,5 +1,7 @@
 #include "runtime/eager_executor.h"
 
+#include "runtime/aten_bridge.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -96,6 +98,9 @@ EagerExecutor::~EagerExecutor() {
 PyObject* EagerExecutor::run(PyObject* const* inputs) const {
   const auto& nodes = graph_.nodes();
   std::vector<PyObject*> values(nodes.size(), nullptr);
+  // A graph may switch grad mode (a traced `with torch.no_grad():`); if an
+  // op raises in between, the mode must not leak out of the call.
+  const bool grad_mode = grad_mode_enabled();
   auto release_all = [&values] {
     for (PyObject*& value : values) Py_CLEAR(value);
   };
@@ -126,6 +131,7 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       for (PyObject* arg : call_args) Py_XDECREF(arg);
       if (!result) {
         release_all();
+        set_grad_mode(grad_mode);
         return nullptr;
       }
       values[node.id] = result;

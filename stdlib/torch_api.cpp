@@ -44,8 +44,13 @@ bool load(TorchApi* api) {
   api->device_type = attr_path(api->torch, "device");
   api->size_type = attr_path(api->torch, "Size");
   api->getitem = PyObject_GetAttrString(api->operator_module, "getitem");
+  api->no_grad = attr_path(api->torch, "no_grad");
+  api->enable_grad = attr_path(api->torch, "enable_grad");
+  api->set_grad_enabled = attr_path(api->torch, "set_grad_enabled");
+  api->set_grad_mode = attr_path(api->torch, "_C._set_grad_enabled");
   return api->tensor_type && api->module_type && api->module_call && api->module_list_type &&
-         api->sequential_type && api->module_dict_type && api->empty_strided &&
+         api->sequential_type && api->module_dict_type && api->empty_strided && api->no_grad &&
+         api->enable_grad && api->set_grad_enabled && api->set_grad_mode &&
          api->dtype_type && api->device_type && api->size_type && api->getitem &&
          api->builtin_getattr;
 }

@@ -23,6 +23,10 @@ struct TorchApi {
   PyObject* operator_module = nullptr;   // operator
   PyObject* getitem = nullptr;           // operator.getitem
   PyObject* builtin_getattr = nullptr;   // builtins.getattr
+  PyObject* no_grad = nullptr;           // torch.no_grad
+  PyObject* enable_grad = nullptr;       // torch.enable_grad
+  PyObject* set_grad_enabled = nullptr;  // torch.set_grad_enabled
+  PyObject* set_grad_mode = nullptr;     // torch._C._set_grad_enabled
 };
 
 // Returns the handles, importing torch on first use. Returns null with a

@@ -115,8 +115,14 @@ ValuePtr FrameTracer::run() {
     // wherever the code would raise; so an exception table alone (3.12 puts
     // one on every inlined comprehension) does not matter. User try/except/
     // finally handlers do: graph ops run later, outside their protection.
-    for (const Instruction& ins : instructions_) {
-      if (std::strcmp(ins.raw_name, "PUSH_EXC_INFO") == 0) {
+    // Handlers of with-blocks (PUSH_EXC_INFO then WITH_EXCEPT_START) only
+    // run on an exception too; the traced with-blocks restore state in the
+    // graph itself.
+    for (size_t k = 0; k < instructions_.size(); ++k) {
+      const Instruction& ins = instructions_[k];
+      const bool with_handler = k + 1 < instructions_.size() &&
+                                std::strcmp(instructions_[k + 1].raw_name, "WITH_EXCEPT_START") == 0;
+      if (std::strcmp(ins.raw_name, "PUSH_EXC_INFO") == 0 && !with_handler) {
         abort_trace(BreakCode::UnsupportedFrame,
                     "try/except/finally in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
                         " is not traced yet");
@@ -246,6 +252,7 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     return false;
   };
   if (code_->co_ncellvars > 0 || code_->co_nfreevars > 0) return refuse("the frame has closure cells");
+  if (state_.open_grad_contexts > 0) return refuse("it is inside a with block");
   if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
   if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
     return refuse("CPython cannot run this instruction on its own");
@@ -436,6 +443,9 @@ void FrameTracer::step(const Instruction& ins) {
     }
     case Op::MakeFunction:
       push(make_function(ins));
+      return;
+    case Op::BeforeWith:
+      before_with();
       return;
     case Op::BuildSlice: {
       std::vector<ValuePtr> parts = pop_n(ins.arg);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/aten_bridge.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/trace_state.h"
@@ -148,11 +149,62 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::LocalFunction:
       return inline_local_function(callable, std::move(args), std::move(kwargs));
     case ValueKind::Builtin:
-    case ValueKind::Object:
+    case ValueKind::Object: {
+      const stdlib::TorchApi* api = stdlib::torch_api();
+      PyObject* obj = callable->obj.get();
+      if (obj == api->no_grad || obj == api->enable_grad || obj == api->set_grad_enabled) {
+        if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with keywords");
+        return make_grad_mode_context(obj, args);
+      }
       return call_builtin(callable, std::move(args), std::move(kwargs));
+    }
+    case ValueKind::GradModeExit: {
+      // __exit__(None, None, None) at the end of the with block.
+      state_.set_grad_mode(callable->grad_enabled);
+      --state_.open_grad_contexts;
+      return state_.wrap_unguarded(Py_None);
+    }
     default:
       abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callable));
   }
+}
+
+ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  auto context = std::make_shared<Value>();
+  context->kind = ValueKind::GradModeContext;
+  if (factory == api->set_grad_enabled) {
+    if (args.size() != 1 || !args[0]->is(ValueKind::Constant) || !PyBool_Check(args[0]->obj.get())) {
+      abort_trace(BreakCode::UnsupportedCall, "torch.set_grad_enabled() needs a constant bool");
+    }
+    // set_grad_enabled switches the mode when called, not when entered.
+    context->grad_enabled = args[0]->obj.get() == Py_True;
+    context->already_set = true;
+    context->restore_to = runtime::grad_mode_enabled();
+    state_.set_grad_mode(context->grad_enabled);
+    return context;
+  }
+  if (!args.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with arguments");
+  context->grad_enabled = factory == api->enable_grad;
+  return context;
+}
+
+void FrameTracer::before_with() {
+  ValuePtr context = pop();
+  if (!context->is(ValueKind::GradModeContext)) {
+    abort_trace(BreakCode::UnsupportedOpcode, "with-block over " + describe_value(*context));
+  }
+  auto exit = std::make_shared<Value>();
+  exit->kind = ValueKind::GradModeExit;
+  if (context->already_set) {
+    exit->grad_enabled = context->restore_to;
+  } else {
+    exit->grad_enabled = runtime::grad_mode_enabled();
+    state_.set_grad_mode(context->grad_enabled);
+  }
+  ++state_.open_grad_contexts;
+  push(exit);
+  push(state_.wrap_unguarded(Py_None));
 }
 
 ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args,

@@ -144,6 +144,14 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
 
 ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
 
+void TraceState::set_grad_mode(bool enabled) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  // call_torch runs the op on the fakes' side too: that switches the mode
+  // for the rest of the trace, as the replay will.
+  call_torch("torch._C._set_grad_enabled", api->set_grad_mode,
+             {wrap_unguarded(enabled ? Py_True : Py_False)}, {}, false);
+}
+
 ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
   const stdlib::TorchApi* api = stdlib::torch_api();
   auto value = std::make_shared<Value>();

@@ -57,6 +57,12 @@ class TraceState {
   void note_mutation() { ++mutations_; }
   uint64_t mutations() const { return mutations_; }
 
+  // Emits torch._C._set_grad_enabled(enabled) into the graph and sets the
+  // mode for the rest of the trace (fake tensors follow it too).
+  void set_grad_mode(bool enabled);
+  // `with` blocks of grad-mode contexts open at the current instruction.
+  int open_grad_contexts = 0;
+
   // The graph break the top frame recorded, if any, and why it broke.
   std::unique_ptr<BreakInfo>& break_info() { return break_info_; }
   BreakCode break_code = BreakCode::UnsupportedOpcode;
@@ -115,6 +121,8 @@ class FrameTracer {
   ValuePtr call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr call_container_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args);
+  void before_with();
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);

@@ -1,11 +1,15 @@
 #include "tracer/tracer.h"
 
+#include "runtime/aten_bridge.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 
 TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame) {
   TraceResult result;
+  // Traced `with torch.no_grad():` blocks switch the real mode while
+  // tracing; the frame itself has not run yet, so put it back after.
+  const bool grad_mode = runtime::grad_mode_enabled();
   // The tracer may run Python code (torch on meta tensors); an error left
   // over from the caller would be misattributed, so start clean.
   PyObject *saved_type, *saved_value, *saved_traceback;
@@ -48,6 +52,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
     result.hint = break_code_hint(abort.code);
   }
   PyErr_Clear();
+  runtime::set_grad_mode(grad_mode);
   PyErr_Restore(saved_type, saved_value, saved_traceback);
   return result;
 }

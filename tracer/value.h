@@ -34,7 +34,9 @@ using runtime::PyRef;
   X(Object, "any other Python object, read through guarded attributes")        \
   X(Iterator, "an iterator over a known sequence of values")                  \
   X(Cell, "a closure cell; items[0] is its contents, absent when unbound")    \
-  X(LocalFunction, "a function created by the trace (lambda, nested def)")
+  X(LocalFunction, "a function created by the trace (lambda, nested def)")    \
+  X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
+  X(GradModeExit, "__exit__ of an entered grad-mode context")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,
@@ -66,6 +68,9 @@ struct Value {
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null
   ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
   bool outer_cell = false;  // Cell: belongs to a scope the caller can see
+  bool grad_enabled = false;  // GradModeContext: mode it sets; GradModeExit: mode it restores
+  bool already_set = false;   // GradModeContext: set_grad_enabled() set it when called
+  bool restore_to = false;    // GradModeContext with already_set: the mode before the call
   std::string name;         // TensorMethod: method name; TorchCallable: display name
 
   bool is(ValueKind k) const { return kind == k; }
