@@ -40,9 +40,12 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
 tar -cf "$OUT/traces.tar" tests/traces
 "$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
-if [ -x build-device/kiln_bench ]; then
-  build-device/kiln_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-    >"$OUT/bench.txt" 2>&1 || status=1
-fi
+{
+  if [ -x build-device/kiln_bench ]; then
+    build-device/kiln_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true || status=1
+  fi
+  echo "== benchmarks/models/trace_time.py"
+  "$PY" benchmarks/models/trace_time.py || status=1
+} >"$OUT/bench.txt" 2>&1
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
 exit $status
