@@ -89,6 +89,12 @@ FEATURES = {
     "modules": "global nn.Module instances (GELU, Softmax, PReLU, Sequential) called in fn",
     "iterators": "iter()/next() over lists, list concatenation/repetition/reversal",
     "operators": "more Python operators on tensors: abs(), pow(), //, %, 2 ** t, comparisons as masks",
+    "disable": "helpers decorated with @kiln.disable (graph breaks at their calls)",
+    "decorator": "helpers wrapped by a module-level pass-through decorator (functools.wraps, *args/**kwargs)",
+    "callforms": "calls through *args/**kwargs, getattr, unbound Tensor methods, operator, functools.reduce, "
+                 "immediately-called lambdas, positional-only parameters, closure factories",
+    "nonleaf": "inputs that are non-leaf tensors (computed from a leaf that requires grad)",
+    "grad_flip": "x passed with requires_grad=False in the last call",
 }
 
 
@@ -275,6 +281,8 @@ class Generator:
         self.in_closure = 0
         self.uses_bias = False
         self.global_decls = set()
+        self.needs_kiln = False
+        self.needs_decorator = False
         self.stateful = False
 
     # ------------------------------------------------------------------ utils
@@ -369,6 +377,8 @@ class Generator:
         self.inputs = (xi, yi, ei)
 
         def layouts(t):
+            if t.grad and self.allow("nonleaf") and rng.random() < 0.15:
+                return [self.choice(["nonleaf", "contig"]) for _ in range(NV)]
             if t.rank == 0 or not self.allow("layouts") or rng.random() < 0.6:
                 return ["contig"] * NV
             opts = ["contig", "offset", "strided"] + (["t", "t"] if t.rank >= 2 else [])
@@ -389,6 +399,7 @@ class Generator:
             if l3 >= 2 and rng.random() < 0.4:
                 alias.append("xs1=xs0")
         param = self.allow("param_input") and xi.grad and rng.random() < 0.3
+        flip = self.allow("grad_flip") and xi.grad and "nonleaf" not in lay["x"] and rng.random() < 0.15
         self.drift = self.allow("drift") and rng.random() < 0.5
         variants = []
         for v in range(NV):
@@ -405,6 +416,8 @@ class Generator:
                 var["alias"] = list(alias)
             if v == 3 and param:
                 var["x"]["param"] = True
+            if v == 4 and flip:
+                var["x"]["grad"] = False
             variants.append(var)
         return variants
 
@@ -552,6 +565,14 @@ class Generator:
              "{a}.exp().clamp(max=100.0)", "torch.where({a} > 0, {a}, 0.0)", "{a}.masked_fill({a} < 0, 0.5)",
              "({a} * ({a} > 0))", "torch.nan_to_num({a})", "{a}.floor()", "(torch.round({a} * 4) / 4)",
              "(+{a})", "{a}.sub(1)", "{a}.mul(2)", "{a}.tanh().mul(0.5).add(0.5)"]
+    CALLFORMS_UNARY = ["getattr({a}, 'relu')()", "getattr(torch, 'tanh')({a})", "torch.Tensor.relu({a})",
+                       "torch.Tensor.sigmoid({a})", "operator.neg({a})", "(lambda q: q * 2 + 1)({a})",
+                       "torch.clamp(*({a}, -1.0, 1.0))", "torch.clamp({a}, **{{'min': -0.5, 'max': 0.5}})",
+                       "{a}.clamp(*(-1.0,), **{{'max': 1.0}})", "functools.partial(torch.mul, other=2.0)({a})"]
+    CALLFORMS_BINARY = ["torch.add(*({a}, {b}))", "torch.sub({a}, **{{'other': {b}}})", "operator.add({a}, {b})",
+                        "operator.mul({a}, {b})", "getattr(torch, 'maximum')({a}, {b})",
+                        "torch.Tensor.add({a}, {b})", "(lambda p, q: p - q)({a}, {b})",
+                        "torch.add({a}, {b}, **{{'alpha': 2}})"]
     OPERATORS = ["abs({a})", "pow({a}, 2)", "({a} // 1.5)", "({a} % 2.0)", "(2 ** {a}.clamp(-3.0, 3.0))",
                  "({a} > 0).to({a}.dtype)", "({a} * ({a} > 0).sum())", "({a} - (~({a} > 0)).to({a}.dtype))",
                  "({a} * ({a} != {a}.max()))", "(0.5 ** abs({a}))", "({a} @ {a}.mT if {a}.dim() >= 2 and {a}.shape[-1] == {a}.shape[-2] else {a})"]
@@ -562,6 +583,9 @@ class Generator:
         if self.allow("operators") and self.chance(0.2):
             self.used("operators")
             tmpl = self.choice(self.OPERATORS)
+        elif self.allow("callforms") and self.chance(0.12):
+            self.used("callforms")
+            tmpl = self.choice(self.CALLFORMS_UNARY)
         if ("where" in tmpl or "masked" in tmpl or "(" + "{a} > 0)" in tmpl) and not self.allow("where"):
             tmpl = "{a}.relu()"
         out = info.like()
@@ -586,6 +610,9 @@ class Generator:
         if shape is None:
             raise Unfit("bcast")
         tmpl = self.choice(self.BINARY)
+        if self.allow("callforms") and self.chance(0.12):
+            self.used("callforms")
+            tmpl = self.choice(self.CALLFORMS_BINARY)
         if self.chance(0.5):
             a, b, ai, bi = b, a, bi, ai
         return tmpl.format(a=a, b=b), TI(shape, promote(ai, bi), ai.grad or bi.grad)
@@ -923,6 +950,10 @@ class Generator:
         shape[d] = tuple(ai.shape[d][v] + bi.shape[d][v] for v in range(NV))
         form = self.choice([f"torch.cat([{a}, {b}], dim={dc})", f"torch.cat(({a}, {b}), {dc})",
                             f"torch.concat([{a}, {b}], {dc})"])
+        if self.allow("callforms") and self.chance(0.15):
+            self.used("callforms")
+            form = self.choice([f"torch.cat(*([{a}, {b}],), dim={dc})", f"torch.cat([{a}, {b}], **{{'dim': {dc}}})",
+                                f"torch.cat(*[[{a}, {b}], {dc}])"])
         return form, TI(shape, promote(ai, bi), ai.grad or bi.grad, True)
 
     def op_where(self, env, depth):
@@ -1011,7 +1042,11 @@ class Generator:
             raise Unfit("no list")
         lv = self.choice(lists)
         ei = lv.elem
-        k = self.rng.randrange(4)
+        k = self.rng.randrange(5 if self.allow("callforms") else 4)
+        if k == 4:
+            self.used("callforms")
+            return self.choice([f"functools.reduce(operator.add, {lv.name})",
+                                f"functools.reduce(lambda p, q: p * 0.5 + q, {lv.name})"]), ei.like(contig=False)
         if k == 0:
             return f"sum({lv.name})", ei.like(contig=False)
         if k == 1:
@@ -1519,6 +1554,15 @@ class Generator:
             return f"{name}({', '.join(args)})" if k else f"{name}(*[{', '.join(args)}])"
         if sig["kind"] == "stateful":
             return f"{name}({args[0]})"
+        if sig["kind"] == "factory":
+            return f"{name}({self.scalar(env, small=True)})({args[0]})" if k % 2 else \
+                f"{name}(k={self.scalar(env, small=True)})({args[0]}, bias=0.5)"
+        if sig["kind"] == "plain" and self.allow("callforms") and self.chance(0.15):
+            self.used("callforms")
+            if sig["posonly"] or self.chance(0.5):
+                return f"{name}(*[{', '.join(args)}], shift={self.scalar(env, small=True)})"
+            kw = ", ".join(f"{p!r}: {a}" for p, a in zip(sig["pnames"], args))
+            return f"{name}(**{{{kw}}})"
         if sig["kind"] == "recursive":
             return f"{name}({args[0]}, {self.choice(['2', '3'] if self.helper_depth else ['2', '3', 'n'])})"
         if k == 1:
@@ -1528,7 +1572,7 @@ class Generator:
         elif k == 3:
             extra.append(f"scale={self.scalar(env, small=True)}")
             extra.append(f"shift={self.scalar(env, small=True)}")
-        elif k == 4 and len(args) >= 1:
+        elif k == 4 and len(args) >= 1 and not sig["posonly"]:
             kw = ", ".join(f"{p}={a}" for p, a in zip(sig["pnames"], args))
             return f"{name}({kw})"
         elif k == 5:
@@ -1546,8 +1590,10 @@ class Generator:
             args.append(a)
             params.append(ai.like())
         pnames = [f"p{i}" for i in range(nparams)]
-        kind = self.rng.choices(["plain", "varargs", "recursive", "stateful"],
-                                weights=[8, 1, 1, 1 if self.allow("global_state") else 0])[0]
+        kind = self.rng.choices(["plain", "varargs", "recursive", "stateful", "factory"],
+                                weights=[8, 1, 1, 1 if self.allow("global_state") else 0,
+                                         1 if self.allow("callforms") else 0])[0]
+        posonly = False
         if kind == "varargs":
             params = [params[0]] * nparams
             args = []
@@ -1568,6 +1614,15 @@ class Generator:
                 self.emit(f"    acc = acc {self.choice(['+', '*', '-'])} t")
                 self.emit(f"return {self.choice(['acc', 'acc.relu()', 'acc / len(ts)'])}")
                 returns = [params[0].like(grad=any(p.grad for p in params))]
+            elif kind == "factory":
+                self.used("callforms")
+                header = f"def {name}(k):"
+                self.emit("def inner(t, bias=1.0):")
+                self.emit(f"    return {self.choice(['t * k + bias', '(t - bias).tanh() * k', 't.relu() * k'])}")
+                self.emit("return inner")
+                returns = [params[0].like(contig=False)]
+                args = args[:1]
+                params = params[:1]
             elif kind == "stateful":
                 header = f"def {name}(p0, seen={{}}):"
                 self.emit(f"seen[len(seen)] = p0.dim()")
@@ -1587,7 +1642,9 @@ class Generator:
                 args = args[:1]
                 params = params[:1]
             else:
-                header = f"def {name}({', '.join(pnames)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
+                posonly = self.allow("callforms") and self.chance(0.15)
+                plist = pnames[:1] + ["/"] + pnames[1:] if posonly else pnames
+                header = f"def {name}({', '.join(plist)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
                 henv.add(Var("f", "scale", nz=False))
                 henv.add(Var("f", "shift", nz=False))
                 if self.allow("helper_break") and self.chance(0.5) and self.take_datadep():
@@ -1622,8 +1679,18 @@ class Generator:
         finally:
             self.out, self.ind = saved_out, saved_ind
             self.helper_depth -= 1
-        self.helper_src.append("\n".join([header] + body))
-        sig = {"params": params, "returns": returns, "kind": kind, "pnames": pnames}
+        deco = []
+        if kind in ("plain", "varargs") and self.rng.random() < 0.2:
+            if self.allow("disable") and self.chance(0.5):
+                deco = ["@kiln.disable"]
+                self.needs_kiln = True
+                self.used("disable")
+            elif self.allow("decorator"):
+                deco = ["@passthrough"]
+                self.needs_decorator = True
+                self.used("decorator")
+        self.helper_src.append("\n".join(deco + [header] + body))
+        sig = {"params": params, "returns": returns, "kind": kind, "pnames": pnames, "posonly": posonly}
         self.helpers.append((name, sig))
         return name, sig, args
 
@@ -2384,6 +2451,12 @@ class Generator:
                        "SEQ = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Identity())", ""]
         else:
             header += ["CONFIG = {'k': 2}", ""]
+        header = ["import functools", "import operator"] + header
+        if self.needs_kiln:
+            header = ["import kiln"] + header
+        if self.needs_decorator:
+            header += ["", "def passthrough(f):", "    @functools.wraps(f)", "    def wrapper(*args, **kwargs):",
+                       "        return f(*args, **kwargs)", "    return wrapper", ""]
         parts = header + ["", *[s + "\n\n" for s in self.helper_src]]
         decl = [f"    global {', '.join(sorted(self.global_decls))}"] if self.global_decls else []
         src = "\n".join(parts).rstrip() + "\n\n\n" + "def fn(x, y, n, flag, xs):\n" + "\n".join(decl + self.out) + "\n"

@@ -82,6 +82,8 @@ def make_tensor(d, g):
     v = v.detach()
     if d.get("param"):
         return torch.nn.Parameter(v)
+    if lay == "nonleaf":
+        return v.requires_grad_(True) * 1.0
     return v.requires_grad_(d["grad"])
 
 
@@ -113,6 +115,8 @@ def clone_tensor(a):
     v.copy_(a.detach())
     if isinstance(a, torch.nn.Parameter):
         return torch.nn.Parameter(v, requires_grad=a.requires_grad)
+    if not a.is_leaf:
+        return v.requires_grad_(True) * 1.0
     return v.requires_grad_(a.requires_grad)
 
 
@@ -733,6 +737,10 @@ def repro_main(opts):
     if opts.source:
         with open(opts.source) as f:
             source = f.read()
+    if opts.json_only:
+        res = check_program(prog, source)
+        print(json.dumps(res))
+        return 0
     print(source if source is not None else prog.source)
     print(prog.describe_inputs())
     res = check_program(prog, source, verbose=True)
@@ -756,6 +764,7 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--repro", type=int, default=None, help="run one seed in this process, verbosely")
     ap.add_argument("--source", default=None, help="with --repro: run this (edited) program text instead")
+    ap.add_argument("--json-only", action="store_true", help="with --repro: print only the result as JSON")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     if opts.worker:
