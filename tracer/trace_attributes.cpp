@@ -93,8 +93,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyFunction_Check(class_attr) &&
           !PyType_Check(class_attr)) {
+        if (ValuePtr value = class_descriptor(base, class_attr)) return value;
         abort_trace(BreakCode::UnsupportedAttribute,
-                    std::string(type->tp_name) + "." + attr + " is a descriptor (property?) kiln does not trace yet");
+                    std::string(type->tp_name) + "." + attr + " is a descriptor kiln does not trace yet");
       }
       PyObject** dict_ptr = _PyObject_GetDictPtr(module);
       PyObject* instance_dict = dict_ptr ? *dict_ptr : nullptr;
@@ -157,6 +158,35 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
   abort_trace(BreakCode::UnsupportedAttribute, "attribute " + attr + " of " + describe_value(*base));
 }
 
+ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_attr) {
+  // property: its getter is plain Python code; inline it on `base`.
+  if (PyObject_TypeCheck(class_attr, &PyProperty_Type)) {
+    PyRef getter = PyRef::steal(PyObject_GetAttrString(class_attr, "fget"));
+    if (!getter) PyErr_Clear();
+    if (getter && PyFunction_Check(getter.get())) return inline_function(getter.get(), -1, {base}, {});
+    return nullptr;
+  }
+  const bool is_static = Py_TYPE(class_attr) == &PyStaticMethod_Type;
+  const bool is_class = Py_TYPE(class_attr) == &PyClassMethod_Type;
+  if (!is_static && !is_class) return nullptr;
+  PyRef func = PyRef::steal(PyObject_GetAttrString(class_attr, "__func__"));
+  if (!func) PyErr_Clear();
+  if (!func || !PyFunction_Check(func.get())) return nullptr;
+  if (is_static) return make_object(ValueKind::Function, func);
+  auto method = make_object(ValueKind::Method, func);
+  if (PyType_Check(base->obj.get())) {
+    method->self = base;  // Class.method(...)
+  } else {
+    // The class, read as obj.__class__ so that class attributes the method
+    // reads are guarded through it.
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(base->obj.get()));
+    PyRef class_name = PyRef::steal(PyUnicode_InternFromString("__class__"));
+    method->self = base->source >= 0 ? state_.wrap(type, state_.sources().attr(base->source, class_name.get()))
+                                     : state_.wrap_unguarded(type);
+  }
+  return method;
+}
+
 ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
   // Only reads that run no user code are traced: the guards re-read the
   // attribute on every call, so a property or __getattr__ would run a
@@ -165,6 +195,19 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
   PyTypeObject* type = Py_TYPE(obj);
   const std::string attr = PyUnicode_AsUTF8(name);
   const std::string where = std::string(type->tp_name) + "." + attr;
+  if (PyType_Check(obj) && Py_TYPE(obj) == &PyType_Type) {
+    // A class attribute: plain values and functions are read (and guarded)
+    // through the class; static and class methods are unwrapped.
+    PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(obj), name);
+    if (found && (PyFunction_Check(found) || !Py_TYPE(found)->tp_descr_get || PyType_Check(found))) {
+      return state_.wrap(found, state_.sources().attr(base->source, name));
+    }
+    if (found) {
+      if (ValuePtr value = class_descriptor(base, found)) return value;
+    }
+    abort_trace(BreakCode::UnsupportedAttribute, std::string("class attribute ") +
+                                                     reinterpret_cast<PyTypeObject*>(obj)->tp_name + "." + attr);
+  }
   if (type->tp_getattro != PyObject_GenericGetAttr) {
     abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
                                                      " customizes attribute access (__getattr__ or __getattribute__)");
@@ -176,8 +219,8 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     return method;
   }
   if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr)) {
-    abort_trace(BreakCode::UnsupportedAttribute,
-                where + " is a property or other descriptor, which kiln does not trace yet");
+    if (ValuePtr value = class_descriptor(base, class_attr)) return value;
+    abort_trace(BreakCode::UnsupportedAttribute, where + " is a descriptor kiln does not trace yet");
   }
   PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
   if (!value) abort_trace(BreakCode::PythonException, take_python_error());

@@ -109,6 +109,9 @@ class FrameTracer {
   // trace_operators.cpp).
   ValuePtr load_attr(const ValuePtr& base, PyObject* name);
   ValuePtr load_object_attr(const ValuePtr& base, PyObject* name);
+  // Reads a class-level descriptor (property, staticmethod, classmethod) on
+  // `base`; null for kinds kiln does not model.
+  ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);

@@ -95,6 +95,12 @@ FEATURES = {
                  "immediately-called lambdas, positional-only parameters, closure factories",
     "nonleaf": "inputs that are non-leaf tensors (computed from a leaf that requires grad)",
     "grad_flip": "x passed with requires_grad=False in the last call",
+    "nested_compile": "helpers compiled with kiln.compile at module level, called from fn "
+                      "(the eager reference gets a kiln shim whose compile/disable return the function)",
+    "generators": "generator functions (yield) consumed by list()/sum()",
+    "grad_modes": "set_grad_enabled(flag), nested no_grad/enable_grad, @torch.no_grad() helpers, "
+                  "and the caller running the 'scalars' call under torch.no_grad()",
+    "long": "occasional long programs (20-40 top-level statements)",
 }
 
 
@@ -251,7 +257,8 @@ class Program:
                         + (" nn.Parameter" if d.get("param") else ""))
             lines.append(f"call {i} ({ROLES[i]}): x={t(v['x'])} y={t(v['y'])} n={v['n']} "
                          f"flag={v['flag']} xs=[{v['xs']['len']} x {t(v['xs'])}]"
-                         + (f" aliases: {', '.join(v['alias'])}" if v.get("alias") else ""))
+                         + (f" aliases: {', '.join(v['alias'])}" if v.get("alias") else "")
+                         + (" (called under torch.no_grad())" if v.get("no_grad") else ""))
         return "\n".join(lines)
 
 
@@ -400,6 +407,7 @@ class Generator:
                 alias.append("xs1=xs0")
         param = self.allow("param_input") and xi.grad and rng.random() < 0.3
         flip = self.allow("grad_flip") and xi.grad and "nonleaf" not in lay["x"] and rng.random() < 0.15
+        nograd_call = self.allow("grad_modes") and rng.random() < 0.1
         self.drift = self.allow("drift") and rng.random() < 0.5
         variants = []
         for v in range(NV):
@@ -418,6 +426,8 @@ class Generator:
                 var["x"]["param"] = True
             if v == 4 and flip:
                 var["x"]["grad"] = False
+            if v == 3 and nograd_call:
+                var["no_grad"] = True
             variants.append(var)
         return variants
 
@@ -1003,6 +1013,10 @@ class Generator:
                                 ("torch.tensor(2.5, dtype=torch.float64)", TI((), F64, False, True))])
         if k == 7:
             return f"{a}.new_zeros({a}.shape)", ai.like(grad=False, contig=True)
+        if ai.rank >= 2 and self.chance(0.4):
+            return self.choice([f"torch.zeros({a}.shape[:-1] + (2,), dtype={a}.dtype)",
+                                f"{a}.new_ones(torch.Size([2]) + {a}.shape[1:])"]), \
+                (TI(ai.shape[:-1] + (const_dim(2),), ai.dtype, False, True))
         if ai.rank >= 1:
             return f"torch.full(({a}.shape[0], 2), 0.25, dtype=torch.float64)", \
                 TI((ai.shape[0], const_dim(2)), F64, False, True)
@@ -1096,6 +1110,10 @@ class Generator:
         if k == 8 and r >= 2 and target.shape[-1] == target.shape[-2] and self.allow("matmul"):
             return f"({c} @ {c}.transpose(-1, -2)).tanh()", False
         if k == 9 and r >= 1 and min(target.shape[0]) >= 2 and self.allow("slice") and self.allow("catstack"):
+            if self.chance(0.3):
+                return self.choice([f"{c}[torch.arange({c}.shape[0]).flip(0)]",
+                                    f"{c}.index_select(0, torch.arange({c}.shape[0] - 1, -1, -1))",
+                                    f"torch.gather({c}, 0, torch.zeros_like({c}, dtype=torch.long))"]), False
             return f"torch.cat([{c}[1:], {c}[:1]], dim=0)", False
         return f"{c}.clamp(-3.0, 3.0)", False
 
@@ -1150,7 +1168,7 @@ class Generator:
         var = Var("t", name, info)
         env.add(var)
         for _ in range(self.rng.randint(1, 3)):
-            k = self.rng.randrange(12)
+            k = self.rng.randrange(13)
             r = var.info.rank
             if k == 0:
                 b, bi = self.must_pick(env, pred=lambda t: bcast(t.shape, var.info.shape) == var.info.shape)
@@ -1191,7 +1209,12 @@ class Generator:
                 self.emit(f"{name}.copy_({b})")
                 var.info.grad |= bi.grad
             elif k == 9:
-                self.emit(f"{name}.masked_fill_({name} > 0.5, 0.0)")
+                self.emit(self.choice([f"{name}.masked_fill_({name} > 0.5, 0.0)", f"{name}[{name} > 0.5] = 0.0",
+                                       f"{name}[{name} < 0] *= 2"]))
+            elif k == 12 and r >= 2:
+                self.emit(self.choice([f"{name}[..., 0] = {name}[..., -1]", f"{name}[:, [0]] = 1.0",
+                                       f"{name}.index_fill_(0, torch.tensor([0]), 1.0)",
+                                       f"{name}[0] += {name}[-1]"]))
             elif k == 10:
                 self.emit(f"torch.add({name}, 1.0, out={name})" if self.chance(0.3) and not var.info.grad
                           else f"{name}.sub_(0.25)")
@@ -1680,8 +1703,16 @@ class Generator:
             self.out, self.ind = saved_out, saved_ind
             self.helper_depth -= 1
         deco = []
-        if kind in ("plain", "varargs") and self.rng.random() < 0.2:
-            if self.allow("disable") and self.chance(0.5):
+        if kind in ("plain", "varargs") and self.rng.random() < 0.25:
+            r = self.rng.random()
+            if self.allow("grad_modes") and r < 0.2:
+                deco = ["@torch.no_grad()"]
+                self.used("grad_modes")
+                returns = [ri.like(grad=False) for ri in returns]
+            elif self.allow("nested_compile") and r < 0.4:
+                deco = [self.choice(["@kiln.compile", "@kiln.compile(fullgraph=False)"])]
+                self.used("nested_compile")
+            elif self.allow("disable") and r < 0.7:
                 deco = ["@kiln.disable"]
                 self.needs_kiln = True
                 self.used("disable")
@@ -1787,6 +1818,25 @@ class Generator:
     def st_containers(self, env):
         self.used("containers")
         k = self.rng.randrange(10 if self.allow("iterators") else 8)
+        if k == 8 and self.allow("generators") and self.chance(0.3):
+            lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
+            if not lists:
+                raise Unfit("no list")
+            lv = self.choice(lists)
+            gname = self.fresh("gen")
+            body = self.choice(["yield t * 2", "yield t.relu() + i", "yield t\n        yield t * 0.5"])
+            self.helper_src.append(f"def {gname}(ts):\n    for i, t in enumerate(ts):\n        {body}")
+            self.used("generators")
+            per = 2 if "\n" in body else 1
+            name = self.fresh("l")
+            if self.chance(0.5):
+                self.emit(f"{name} = list({gname}({lv.name}))")
+                env.add(Var("l", name, elem=lv.elem.like(contig=False), length=tuple(per * v for v in lv.length)))
+            else:
+                t = self.fresh("t")
+                self.emit(f"{t} = sum({gname}({lv.name}))")
+                env.add(Var("t", t, lv.elem.like(contig=False)))
+            return
         if k == 8:
             lists = [v for v in env.of("l") if v.length and min(v.length) >= 1]
             if not lists:
@@ -2130,11 +2180,32 @@ class Generator:
 
     def st_no_grad(self, env):
         self.used("no_grad")
-        ctxm = self.choice(["torch.no_grad()", "torch.no_grad()", "torch.enable_grad()"])
+        opts = ["torch.no_grad()", "torch.no_grad()", "torch.enable_grad()"]
+        if self.allow("grad_modes"):
+            opts += ["torch.set_grad_enabled(flag)", "torch.set_grad_enabled(False)", "torch.no_grad()"]
+        ctxm = self.choice(opts)
+        if "set_grad" in ctxm:
+            self.used("grad_modes")
         self.emit(f"with {ctxm}:")
         self.ind += 1
         code, info = self.texpr(env, 2)
         name = self.new_tensor(env, code, info.like(grad=info.grad and "enable" in ctxm))
+        if self.allow("grad_modes") and self.chance(0.3):
+            self.used("grad_modes")
+            inner = self.choice(["torch.enable_grad()", "torch.no_grad()", "torch.set_grad_enabled(not flag)"])
+            self.emit(f"with {inner}:")
+            self.ind += 1
+            code, info = self.texpr(env, 2)
+            self.new_tensor(env, code, info.like())
+            if self.chance(0.5):
+                self.emit(f"{self.fresh('g')} = torch.is_grad_enabled()")
+            self.ind -= 1
+        if self.chance(0.3):
+            vs = self.updatable(env)
+            if vs:
+                var = self.choice(vs[-4:])
+                code, info = self.like(env, var.info, 1)
+                self.emit(f"{var.name} = {code}")
         self.ind -= 1
 
     def st_try(self, env):
@@ -2430,7 +2501,11 @@ class Generator:
         if "x" not in _names(code):
             code = f"x * 2 + {code}" if not code.startswith("-") else f"x * 2 + ({code})"
         self.new_tensor(env, code, info)
-        for _ in range(self.rng.randint(3, 12)):
+        nstmts = self.rng.randint(3, 12)
+        if self.allow("long") and self.chance(0.05):
+            self.used("long")
+            nstmts = self.rng.randint(20, 40)
+        for _ in range(nstmts):
             self.st_top(env)
         self.emit(f"return {self.returns(env)}")
         header = ["import math", "import torch", "import torch.nn.functional as F", ""]
@@ -2452,8 +2527,8 @@ class Generator:
         else:
             header += ["CONFIG = {'k': 2}", ""]
         header = ["import functools", "import operator"] + header
-        if self.needs_kiln:
-            header = ["import kiln"] + header
+        if self.needs_kiln or "nested_compile" in self.features:
+            header = ["# `kiln` is injected by the fuzz runner (a shim for the eager reference)"] + header
         if self.needs_decorator:
             header += ["", "def passthrough(f):", "    @functools.wraps(f)", "    def wrapper(*args, **kwargs):",
                        "        return f(*args, **kwargs)", "    return wrapper", ""]

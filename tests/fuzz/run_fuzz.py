@@ -293,12 +293,27 @@ def grads_of(out, inputs):
         return None, type(e).__name__
 
 
-def load_program(prog, source=None):
-    """A fresh module namespace running the program's text; returns (fn, namespace)."""
+class KilnShim:
+    """What the eager reference sees as `kiln`: compile and disable return the function."""
+
+    @staticmethod
+    def compile(fn=None, **kwargs):
+        return fn if fn is not None else (lambda f: f)
+
+    @staticmethod
+    def disable(fn):
+        return fn
+
+
+def load_program(prog, source=None, real_kiln=True):
+    """A fresh module namespace running the program's text; returns (fn, namespace).
+    `kiln` is predefined there: the real package, or a shim for the eager reference."""
     src = prog.source if source is None else source
     filename = f"<fuzz:{prog.seed}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    ns = {"__name__": f"fuzz_{prog.seed}"}
+    if real_kiln:
+        import kiln
+    ns = {"__name__": f"fuzz_{prog.seed}", "kiln": kiln if real_kiln else KilnShim}
     exec(compile(src, filename, "exec"), ns)
     return ns["fn"], ns
 
@@ -348,8 +363,12 @@ def module_state(ns):
     return out
 
 
-def call(fn, args):
+def call(fn, args, no_grad=False):
+    torch = _torch()
     try:
+        if no_grad:
+            with torch.no_grad():
+                return fn(*args), None
         return fn(*args), None
     except Exception as e:  # noqa: BLE001
         return None, e
@@ -371,7 +390,7 @@ def check_program(prog, source=None, verbose=False):
     import torch
     import kiln
     res = {"seed": prog.seed, "status": "ok", "features": prog.features}
-    fn, ns_e = load_program(prog, source)
+    fn, ns_e = load_program(prog, source, real_kiln=False)
     fn_c, ns_c = load_program(prog, source)
     must_not_raise = {0, 1, 4}
 
@@ -383,7 +402,7 @@ def check_program(prog, source=None, verbose=False):
         orig = list(eargs[4])
         if prog.drift:
             apply_drift(ns_e, i)
-        out, exc = call(fn, eargs)
+        out, exc = call(fn, eargs, var.get("no_grad", False))
         state = module_state(ns_e)
         if exc is not None and (i in must_not_raise or not prog.expect_raise):
             res["status"] = "discard"
@@ -407,7 +426,7 @@ def check_program(prog, source=None, verbose=False):
             if prog.drift:
                 apply_drift(ns_c, i)
             before = kiln.stats()
-            cout, cexc = call(compiled, cargs)
+            cout, cexc = call(compiled, cargs, prog.variants[i].get("no_grad", False))
             after = kiln.stats()
             d = {k: after[k] - before.get(k, 0) for k in after}
             unsupported_per_call.append(d["unsupported"] + d.get("graph_breaks", 0))
