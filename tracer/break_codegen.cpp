@@ -78,18 +78,33 @@ enum class SlotKind { Value, Null, Iterator };
 // Emits bytecode that rebuilds symbolic values in the transformed code.
 class ValueEmitter {
  public:
+  // `slot_of` maps the original code's localsplus indices to the
+  // transformed code's; `is_cell` says which of those hold cells.
   ValueEmitter(BytecodeBuilder& b, const guards::SourceTable& sources, int out_slot,
-               const std::vector<int>& outputs)
-      : b_(b), sources_(sources), out_slot_(out_slot), outputs_(outputs) {}
+               const std::vector<int>& outputs, const std::vector<int>& slot_of,
+               const std::vector<bool>& is_cell, int first_free)
+      : b_(b), sources_(sources), out_slot_(out_slot), outputs_(outputs), slot_of_(slot_of),
+        is_cell_(is_cell), first_free_(first_free) {}
 
   // Remembers that `value` now lives in local `slot`: later uses load it,
   // which keeps mutable containers shared as they were.
   void memo(const ValuePtr& value, int slot) { memo_[value.get()] = slot; }
+  // Remembers that the cell `cell` is the transformed code's cell `slot`.
+  void cell_at(const ValuePtr& cell, int slot) { cells_[cell.get()] = slot; }
 
   void emit_source(int id) {
     const guards::Source& source = sources_.at(id);
     switch (source.kind) {
-      case guards::SourceKind::Local: b_.load_fast(source.index); return;
+      case guards::SourceKind::Local: {
+        // An argument captured by a closure lives in a cell after MAKE_CELL.
+        const int slot = slot_of_.at(source.index);
+        if (is_cell_.at(source.index)) {
+          b_.load_deref(slot);
+        } else {
+          b_.load_fast(slot);
+        }
+        return;
+      }
       case guards::SourceKind::Global: b_.load_global(source.name, false); return;
       case guards::SourceKind::GlobalIn: {
         PyObject* value = PyDict_GetItemWithError(source.dict, source.name);
@@ -102,7 +117,7 @@ class ValueEmitter {
         b_.emit("BINARY_SUBSCR");
         return;
       }
-      case guards::SourceKind::ClosureCell: fail("closure cells are not rebuilt at graph breaks yet");
+      case guards::SourceKind::ClosureCell: b_.load_deref(first_free_ + source.index); return;
       case guards::SourceKind::Attr:
         emit_source(source.base);
         b_.load_attr(source.name);
@@ -189,6 +204,30 @@ class ValueEmitter {
         b_.load_attr(name.get());
         return;
       }
+      case ValueKind::LocalFunction: {
+        // MAKE_FUNCTION again, over the frame's own cells.
+        int flags = 0;
+        if (value->defaults) {
+          emit(value->defaults);
+          flags |= 0x01;
+        }
+        if (value->kwdefaults) {
+          emit(value->kwdefaults);
+          flags |= 0x02;
+        }
+        if (!value->items.empty()) {
+          for (const ValuePtr& cell : value->items) {
+            auto slot = cells_.find(cell.get());
+            if (slot == cells_.end()) fail("a closure over cells of another frame");
+            b_.load_closure(slot->second);
+          }
+          b_.build_tuple(static_cast<int>(value->items.size()));
+          flags |= 0x08;
+        }
+        b_.load_const(value->obj.get());
+        b_.make_function(flags);
+        return;
+      }
       case ValueKind::Module:
       case ValueKind::Function:
       case ValueKind::TorchCallable:
@@ -211,8 +250,17 @@ class ValueEmitter {
   const guards::SourceTable& sources_;
   int out_slot_;
   const std::vector<int>& outputs_;
+  const std::vector<int>& slot_of_;
+  const std::vector<bool>& is_cell_;
+  int first_free_;
   std::unordered_map<const Value*, int> memo_;
+  std::unordered_map<const Value*, int> cells_;
 };
+
+bool has_cell(uint8_t kind) { return kind & interpreter::kFastCell; }
+bool is_free(uint8_t kind) { return kind & interpreter::kFastFree; }
+// A slot the frame's locals vector holds as a plain value (not a cell).
+bool plain_local(uint8_t kind) { return !has_cell(kind) && !is_free(kind); }
 
 std::string code_name(PyCodeObject* code) {
   const char* name = PyUnicode_AsUTF8(code->co_name);
@@ -226,6 +274,19 @@ struct Successor {
   std::vector<SlotKind> slots;  // bottom first, the full stack of the original code
   int passed = 0;               // values passed to the resume function (slots minus NULLs)
 };
+
+// The localsplus indices of `layout` whose cells a resume function takes as
+// its closure: cell variables first, then free variables, in slot order.
+std::vector<int> closure_order(const CodeLayout& layout) {
+  std::vector<int> order;
+  for (size_t j = 0; j < layout.kinds.size(); ++j) {
+    if (has_cell(layout.kinds[j])) order.push_back(static_cast<int>(j));
+  }
+  for (size_t j = 0; j < layout.kinds.size(); ++j) {
+    if (is_free(layout.kinds[j])) order.push_back(static_cast<int>(j));
+  }
+  return order;
+}
 
 // Builds R_s: see Note [Graph breaks].
 PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& instructions,
@@ -245,11 +306,21 @@ PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& 
   for (int j : bound_locals) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
   layout.argcount = static_cast<int>(layout.names.size());
   for (size_t j = 0; j < original.names.size(); ++j) {
-    if (local_map[j] < 0) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+    if (local_map[j] < 0 && plain_local(original.kinds[j])) {
+      local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+    }
+  }
+  // The frame's cells (its own, then its free variables) come in as this
+  // function's closure: see closure_order().
+  int free_vars = 0;
+  for (int j : closure_order(original)) {
+    local_map[j] = layout.add(original.names[j], interpreter::kFastFree);
+    ++free_vars;
   }
   BytecodeBuilder b(code);
   b.check_unbound_locals(true);
   b.set_line(instructions[successor.target].line);
+  if (free_vars > 0) b.copy_free_vars(free_vars);
   b.resume();
   int arg = 0;
   for (SlotKind slot : successor.slots) {
@@ -291,14 +362,14 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     if (io.pops > depth) fail("the break instruction reads below the traced stack");
     const int untouched = depth - io.pops;
 
-    // The body starts after RESUME; anything before it (cells) is not
-    // supported at breaks.
+    // The body starts after RESUME (and, before it, MAKE_CELL and
+    // COPY_FREE_VARS, which the generated codes emit themselves).
     int body_from = 0;
     while (body_from < static_cast<int>(instructions.size()) &&
            std::strcmp(instructions[body_from].raw_name, "RESUME") != 0) {
       ++body_from;
     }
-    if (body_from != 0) fail("code with a prologue before RESUME");
+    if (body_from >= static_cast<int>(instructions.size())) fail("code without RESUME");
     ++body_from;
 
     // The break instruction with the instructions that set it up.
@@ -329,37 +400,71 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       successors.push_back(make_successor(ins.target, io.jump_pushes));
     }
 
+    const CodeLayout original = interpreter::layout_of(code);
+    // Plain locals bound at the break go to the resume function as
+    // arguments; cells travel as its closure.
     std::vector<int> bound_locals;
     for (size_t j = 0; j < info.locals.size(); ++j) {
-      if (info.locals[j]) bound_locals.push_back(static_cast<int>(j));
+      if (info.locals[j] && plain_local(original.kinds[j])) bound_locals.push_back(static_cast<int>(j));
     }
 
     // The transformed code's layout: the frame's argument slots become plain
-    // positional parameters; temporaries follow the original locals.
-    CodeLayout layout = interpreter::layout_of(code);
-    if (layout.free_count() > 0) fail("free variables");
-    for (uint8_t kind : layout.kinds) {
-      if (kind & interpreter::kFastCell) fail("cell variables");
-    }
+    // positional parameters; temporaries go after the original locals and
+    // before the cells, as CPython's slot order requires.
+    CodeLayout layout;
     layout.argcount = code->co_argcount + code->co_kwonlyargcount +
                       ((code->co_flags & CO_VARARGS) ? 1 : 0) +
                       ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-    layout.posonlyargcount = 0;
-    layout.kwonlyargcount = 0;
-    layout.flags &= ~(CO_VARARGS | CO_VARKEYWORDS);
+    layout.flags = original.flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+    std::vector<int> slot_of(original.names.size(), -1);
+    std::vector<bool> is_cell(original.names.size(), false);
+    for (size_t j = 0; j < original.names.size(); ++j) {
+      is_cell[j] = has_cell(original.kinds[j]) || is_free(original.kinds[j]);
+      if (original.kinds[j] & interpreter::kFastLocal) {
+        slot_of[j] = layout.add(original.names[j], original.kinds[j]);
+      }
+    }
     const int out_slot = layout.add("__kiln_graph_out", interpreter::kFastLocal);
     const int stack_slot = layout.add("__kiln_stack", interpreter::kFastLocal);
+    std::vector<int> temp_of(original.names.size(), -1);
+    for (int j : bound_locals) {
+      temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
+    }
+    int first_free = -1;
+    for (size_t j = 0; j < original.names.size(); ++j) {
+      if (original.kinds[j] == interpreter::kFastCell) slot_of[j] = layout.add(original.names[j], original.kinds[j]);
+    }
+    int free_vars = 0;
+    for (size_t j = 0; j < original.names.size(); ++j) {
+      if (is_free(original.kinds[j])) {
+        slot_of[j] = layout.add(original.names[j], original.kinds[j]);
+        if (first_free < 0) first_free = slot_of[j];
+        ++free_vars;
+      }
+    }
 
     BytecodeBuilder b(code);
     b.set_line(ins.line);
+    for (size_t j = 0; j < original.names.size(); ++j) {
+      if (has_cell(original.kinds[j])) b.make_cell(slot_of[j]);
+    }
+    if (free_vars > 0) b.copy_free_vars(free_vars);
     b.resume();
-    // 1. The graph.
-    b.push_null();
-    b.load_const(graph_callable);
-    ValueEmitter emitter(b, sources, out_slot, info.outputs);
-    for (int input : graph.inputs()) emitter.emit_source(graph.node(input).input_source);
-    b.call(static_cast<int>(graph.inputs().size()));
-    b.store_fast(out_slot);
+    // 1. The graph (unless it computes nothing the rest needs).
+    ValueEmitter emitter(b, sources, out_slot, info.outputs, slot_of, is_cell, first_free);
+    const bool run_graph = graph.call_count() > 0 || !info.outputs.empty();
+    for (size_t j = 0; j < info.locals.size(); ++j) {
+      if (info.locals[j] && info.locals[j]->is(ValueKind::Cell) && slot_of[j] >= 0) {
+        emitter.cell_at(info.locals[j], slot_of[j]);
+      }
+    }
+    if (run_graph) {
+      b.push_null();
+      b.load_const(graph_callable);
+      for (int input : graph.inputs()) emitter.emit_source(graph.node(input).input_source);
+      b.call(static_cast<int>(graph.inputs().size()));
+      b.store_fast(out_slot);
+    }
     // 2. Bound locals into temporaries (unless unchanged arguments), then
     //    the stack.
     std::vector<int> local_slots(info.locals.size(), -1);
@@ -367,13 +472,21 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       const ValuePtr& value = info.locals[j];
       if (value->source >= 0 && sources.at(value->source).kind == guards::SourceKind::Local &&
           sources.at(value->source).index == j) {
-        local_slots[j] = j;
+        local_slots[j] = slot_of[j];
         continue;
       }
       emitter.emit(value);
-      local_slots[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
+      local_slots[j] = temp_of[j];
       b.store_fast(local_slots[j]);
       emitter.memo(value, local_slots[j]);
+    }
+    // The frame's own cells get what the trace stored in them (free
+    // variables are the caller's cells: the trace never writes them).
+    for (size_t j = 0; j < info.locals.size(); ++j) {
+      const ValuePtr& cell = info.locals[j];
+      if (!has_cell(original.kinds[j]) || !cell || !cell->is(ValueKind::Cell) || cell->items.empty()) continue;
+      emitter.emit(cell->items[0]);
+      b.store_deref(slot_of[j]);
     }
     for (int p = 0; p < depth; ++p) {
       const ValuePtr& value = info.stack[p];
@@ -383,8 +496,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     // 3. The instruction CPython runs.
     std::vector<int> successor_labels;
     for (size_t k = 0; k < successors.size(); ++k) successor_labels.push_back(b.new_label());
-    std::vector<int> identity(layout.names.size());
-    for (size_t j = 0; j < identity.size(); ++j) identity[j] = static_cast<int>(j);
+    const std::vector<int>& identity = slot_of;
     auto outside = [&](int target) {
       for (size_t k = 0; k < successors.size(); ++k) {
         if (successors[k].target == target) return successor_labels[k];
@@ -404,8 +516,11 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       b.build_tuple(successor.passed);
       b.store_fast(stack_slot);
       b.push_null();
+      const std::vector<int> closure = closure_order(original);
+      for (int j : closure) b.load_closure(slot_of[j]);
+      if (!closure.empty()) b.build_tuple(static_cast<int>(closure.size()));
       b.load_const(resume.get());
-      b.make_function(0);
+      b.make_function(closure.empty() ? 0 : 0x08);
       b.load_fast(stack_slot);
       for (int j : bound_locals) b.load_fast(local_slots[j]);
       b.build_tuple(static_cast<int>(bound_locals.size()));

@@ -139,6 +139,14 @@ ValuePtr FrameTracer::run() {
         snapshot_.locals = locals_;
         snapshot_.graph_size = static_cast<int>(state_.graph().nodes().size());
         snapshot_.mutations = state_.mutations();
+        // An inlined callee may consume an iterator of this frame (a 3.11
+        // comprehension does): a break puts the positions back.
+        snapshot_.iterators.clear();
+        for (const auto* values : {&stack_, &locals_}) {
+          for (const ValuePtr& value : *values) {
+            if (value && value->is(ValueKind::Iterator)) snapshot_.iterators.emplace_back(value, value->position);
+          }
+        }
       }
       const Instruction& ins = instructions_[pc_++];
       step(ins);
@@ -219,6 +227,14 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
     case ValueKind::TensorMethod:
     case ValueKind::ContainerMethod:
       return reconstructible(value->self, false);
+    case ValueKind::Cell:
+      // A local's cell: the transformed code stores its contents back.
+      return !on_stack && (value->items.empty() || reconstructible(value->items[0], false));
+    case ValueKind::LocalFunction:
+      // Made again by MAKE_FUNCTION; its cells must be the frame's own
+      // (checked when the code is generated).
+      return (!value->defaults || reconstructible(value->defaults, false)) &&
+             (!value->kwdefaults || reconstructible(value->kwdefaults, false));
     case ValueKind::Method:
       return value->source >= 0 || reconstructible(value->self, false);
     case ValueKind::Module:
@@ -251,7 +267,6 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     abort.detail = std::string("; no graph break is possible here (") + why + "), so the frame runs eagerly";
     return false;
   };
-  if (code_->co_ncellvars > 0 || code_->co_nfreevars > 0) return refuse("the frame has closure cells");
   if (state_.open_grad_contexts > 0) return refuse("it is inside a with block");
   if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
   if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
@@ -270,6 +285,7 @@ bool FrameTracer::record_break(TraceAbort& abort) {
   for (const ValuePtr& value : snapshot_.locals) {
     if (value && !reconstructible(value, false)) return refuse("a local cannot be rebuilt in bytecode");
   }
+  for (auto& [iterator, position] : snapshot_.iterators) iterator->position = position;
   auto info = std::make_unique<BreakInfo>();
   info->instruction = static_cast<int>(snapshot_.pc);
   info->stack = snapshot_.stack;

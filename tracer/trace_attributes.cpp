@@ -341,7 +341,6 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
 std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
   ValuePtr iterator = get_iter(value);
   std::vector<ValuePtr> items(iterator->items.begin() + iterator->position, iterator->items.end());
-  if (iterator.get() == value.get()) state_.note_mutation();
   iterator->position = iterator->items.size();
   if (count >= 0 && static_cast<int>(items.size()) != count) {
     abort_trace(BreakCode::PythonException, "ValueError: expected " + std::to_string(count) +

@@ -181,6 +181,7 @@ class FrameTracer {
     std::vector<ValuePtr> locals;
     int graph_size = 0;
     uint64_t mutations = 0;
+    std::vector<std::pair<ValuePtr, size_t>> iterators;  // on the stack, with positions
   } snapshot_;
   ValuePtr return_value_;
   bool returned_ = false;

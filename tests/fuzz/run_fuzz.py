@@ -394,26 +394,55 @@ def check_program(prog, source=None, verbose=False):
     fn_c, ns_c = load_program(prog, source)
     must_not_raise = {0, 1, 4}
 
-    # ---- eager
-    eager = []
-    for i, var in enumerate(prog.variants):
-        args = make_inputs(var, prog.seed, i)
-        eargs = clone_args(args)
-        orig = list(eargs[4])
-        if prog.drift:
-            apply_drift(ns_e, i)
-        out, exc = call(fn, eargs, var.get("no_grad", False))
-        state = module_state(ns_e)
-        if exc is not None and (i in must_not_raise or not prog.expect_raise):
+    # ---- eager, twice: a program whose eager behaviour does not repeat (a torch bug or
+    # uninitialized memory in some kernel) cannot be judged
+    def run_eager(fn, ns):
+        runs = []
+        for i, var in enumerate(prog.variants):
+            args = make_inputs(var, prog.seed, i)
+            eargs = clone_args(args)
+            orig = list(eargs[4])
+            if prog.drift:
+                apply_drift(ns, i)
+            out, exc = call(fn, eargs, var.get("no_grad", False))
+            state = module_state(ns)
+            if exc is not None and (i in must_not_raise or not prog.expect_raise):
+                res["status"] = "discard"
+                res["discard"] = (f"call {i}: {type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''}")[:200]
+                return None
+            grads = gerr = None
+            snap = None
+            if exc is None:
+                snap = (snapshot(out), snapshot(eargs))
+                grads, gerr = grads_of(out, [eargs[0], eargs[1]] + orig)
+            runs.append((args, eargs, orig, out, exc, grads, gerr, state, snap))
+        return runs
+
+    eager = run_eager(fn, ns_e)
+    if eager is None:
+        return res
+    fn2, ns_e2 = load_program(prog, source, real_kiln=False)
+    again = run_eager(fn2, ns_e2)
+    if again is None:
+        res["discard"] = "eager nondeterministic: " + res["discard"]
+        return res
+    for i, (a, b) in enumerate(zip(eager, again)):
+        try:
+            if type(a[4]) is not type(b[4]):
+                raise Mismatch(f"exception {type(a[4]).__name__} vs {type(b[4]).__name__}")
+            if a[8] is not None:
+                compare(b[8][0], a[8][0], "out")
+                compare(b[8][1], a[8][1], "args")
+            compare(b[7], a[7], "module globals")
+            if a[6] != b[6] or (a[5] is None) != (b[5] is None):
+                raise Mismatch("backward")
+            if a[5] is not None:
+                compare(b[5], a[5], "grads")
+        except Mismatch as m:
             res["status"] = "discard"
-            res["discard"] = f"call {i}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+            res["discard"] = f"call {i}: eager nondeterministic: {str(m).splitlines()[0]}"[:200]
             return res
-        grads = gerr = None
-        snap = None
-        if exc is None:
-            snap = (snapshot(out), snapshot(eargs))
-            grads, gerr = grads_of(out, [eargs[0], eargs[1]] + orig)
-        eager.append((args, eargs, orig, out, exc, grads, gerr, state, snap))
 
     # ---- compiled
     kiln.reset()

@@ -171,3 +171,42 @@ def test_break_graph_results_not_retraced():
     s = stats()
     assert s["traces"] == 3, s  # the frame and its two resume functions
     assert s["cache_hits"] == 12, s
+
+
+def make_scaled(scale):
+    def scaled(x):
+        y = x * scale
+        print("scaled")
+        return y + scale
+    return scaled
+
+
+def closure_defined_before_break(x, k):
+    def add_k(t):
+        return t + k
+    y = add_k(x)
+    print("between")
+    return add_k(y) * 2
+
+
+def captured_argument(x):
+    def shift(t):
+        return t - x.mean()
+    print("captured")
+    return shift(x * 2)
+
+
+@pytest.mark.parametrize("fn,args", [
+    (make_scaled(3.0), (torch.randn(2),)),
+    (closure_defined_before_break, (torch.randn(2), 5.0)),
+    (captured_argument, (torch.randn(3),)),
+], ids=["free_variable", "closure_before_break", "captured_argument"])
+def test_breaks_in_frames_with_cells(fn, args):
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        got, printed = run_captured(compiled, *args)
+        want, printed_eager = run_captured(fn, *args)
+        assert_same(got, want)
+        assert printed == printed_eager
+    s = stats()
+    assert s["graph_breaks"] >= 1 and s["eager_runs"] == 0, s
