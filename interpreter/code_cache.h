@@ -11,6 +11,7 @@
 #include "guards/guard_set.h"
 #include "interpreter/graph_callable.h"
 #include "runtime/py_ref.h"
+#include "tracer/tracer.h"
 
 namespace kiln::interpreter {
 
@@ -26,6 +27,9 @@ struct CacheEntry {
   // argument slots as positional parameters that runs the graph, then the
   // instruction CPython must run, then a resume function.
   runtime::PyRef transformed_code;
+  // Stores the traced code made, replayed after the graph (whole-frame
+  // entries; the graph then returns the result followed by their values).
+  std::vector<tracer::SideEffect> effects;
 };
 
 // Everything kiln keeps for one code object.

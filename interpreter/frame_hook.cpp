@@ -109,7 +109,24 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
   }
   // Torch's own Python code inside the graph must not be traced.
   ConfigScope untraced(nullptr);
-  return entry.compiled->executor->run(args.data());
+  PyObject* out = entry.compiled->executor->run(args.data());
+  if (!out || entry.effects.empty()) return out;
+  // Replay the frame's stores in order (Note [Side effects]).
+  for (size_t k = 0; k < entry.effects.size(); ++k) {
+    const tracer::SideEffect& effect = entry.effects[k];
+    PyObject* value = PyTuple_GET_ITEM(out, static_cast<Py_ssize_t>(k + 1));
+    const int failed = effect.kind == tracer::SideEffect::Kind::Attr
+                           ? PyObject_SetAttr(values.get(effect.target_source), effect.name.get(), value)
+                           : PyDict_SetItem(effect.globals.get(), effect.name.get(), value);
+    if (failed < 0) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  PyObject* result = PyTuple_GET_ITEM(out, 0);
+  Py_INCREF(result);
+  Py_DECREF(out);
+  return result;
 }
 
 // Runs a graph-break entry: its transformed code, as a function over the
@@ -182,6 +199,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   }
   if (result.ok) {
     entry->guards = std::move(result.guards);
+    entry->effects = std::move(result.effects);
     entry->compiled = std::make_shared<CompiledGraph>();
     entry->compiled->graph = std::move(result.graph);
     entry->compiled->executor = std::make_unique<runtime::EagerExecutor>(*entry->compiled->graph);

@@ -465,7 +465,19 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       b.call(static_cast<int>(graph.inputs().size()));
       b.store_fast(out_slot);
     }
-    // 2. Bound locals into temporaries (unless unchanged arguments), then
+    // 2. The stores traced before the break, in order (Note [Side effects]).
+    for (const auto& store : info.stores) {
+      emitter.emit(store.value);
+      if (store.effect.kind == SideEffect::Kind::Attr) {
+        emitter.emit_source(store.effect.target_source);
+        b.emit("STORE_ATTR", b.add_name(store.effect.name.get()));
+      } else {
+        b.load_const(store.effect.globals.get());
+        b.load_const(store.effect.name.get());
+        b.emit("STORE_SUBSCR");
+      }
+    }
+    // 3. Bound locals into temporaries (unless unchanged arguments), then
     //    the stack.
     std::vector<int> local_slots(info.locals.size(), -1);
     for (int j : bound_locals) {

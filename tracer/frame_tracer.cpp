@@ -139,6 +139,7 @@ ValuePtr FrameTracer::run() {
         snapshot_.locals = locals_;
         snapshot_.graph_size = static_cast<int>(state_.graph().nodes().size());
         snapshot_.mutations = state_.mutations();
+        snapshot_.stores = state_.stores.size();
         // An inlined callee may consume an iterator of this frame (a 3.11
         // comprehension does): a break puts the positions back.
         snapshot_.iterators.clear();
@@ -286,8 +287,15 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     if (value && !reconstructible(value, false)) return refuse("a local cannot be rebuilt in bytecode");
   }
   for (auto& [iterator, position] : snapshot_.iterators) iterator->position = position;
+  // Stores made inside the instruction happen again when CPython runs it.
+  state_.stores.resize(snapshot_.stores);
+  for (const auto& store : state_.stores) {
+    if (!reconstructible(store.value, false)) return refuse("a stored value cannot be rebuilt in bytecode");
+  }
   auto info = std::make_unique<BreakInfo>();
   info->instruction = static_cast<int>(snapshot_.pc);
+  info->stores = state_.stores;
+  for (const auto& store : info->stores) collect_tensors(store.value, info->outputs);
   info->stack = snapshot_.stack;
   info->locals = snapshot_.locals;
   state_.graph().truncate(snapshot_.graph_size);
@@ -528,9 +536,11 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       push(load_global(name_at(ins.arg).get()));
       return;
     }
-    case Op::StoreGlobal:
-      abort_trace(BreakCode::SideEffect,
-                  "assignment to global '" + std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
+    case Op::StoreGlobal: {
+      ValuePtr value = pop();
+      store_global(name_at(ins.arg).get(), value);
+      return;
+    }
     case Op::MakeCell: {
       // A cell is a shared box, so closures created by the trace see later
       // stores (Python's late binding).
@@ -591,16 +601,67 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       push(attr);
       return;
     }
-    case Op::StoreAttr:
+    case Op::StoreAttr: {
+      ValuePtr target = pop();
+      ValuePtr value = pop();
+      store_attr(target, name_at(ins.arg).get(), value);
+      return;
+    }
     case Op::DeleteAttr:
-      abort_trace(BreakCode::SideEffect, "assignment to attribute '" +
+      abort_trace(BreakCode::SideEffect, "deletion of attribute '" +
                                              std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
     default:
       abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
   }
 }
 
+void FrameTracer::store_global(PyObject* name, const ValuePtr& value) {
+  if (!value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant) && value->source < 0) {
+    abort_trace(BreakCode::SideEffect, "assignment of " + describe_value(*value) + " to global '" +
+                                           std::string(PyUnicode_AsUTF8(name)) + "'");
+  }
+  BreakInfo::PendingStore store;
+  store.effect.kind = SideEffect::Kind::Global;
+  store.effect.name = PyRef::borrow(name);
+  store.effect.globals = PyRef::borrow(globals_);
+  store.value = value;
+  state_.stores.push_back(std::move(store));
+}
+
+void FrameTracer::store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value) {
+  const std::string attr = PyUnicode_AsUTF8(name);
+  if (target->source < 0 || !(target->is(ValueKind::Module) || target->is(ValueKind::Object))) {
+    abort_trace(BreakCode::SideEffect, "assignment to attribute '" + attr + "' of " + describe_value(*target));
+  }
+  if (!value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant) && value->source < 0) {
+    abort_trace(BreakCode::SideEffect, "assignment of " + describe_value(*value) + " to attribute '" + attr + "'");
+  }
+  PyObject* obj = target->obj.get();
+  if (target->is(ValueKind::Object) && Py_TYPE(obj)->tp_setattro != PyObject_GenericSetAttr) {
+    abort_trace(BreakCode::SideEffect, std::string(Py_TYPE(obj)->tp_name) + " customizes attribute assignment");
+  }
+  if (target->is(ValueKind::Module)) {
+    // nn.Module.__setattr__ registers parameters and submodules and type-
+    // checks assignments to them: only plain attributes and buffers are
+    // replayed as stores.
+    for (const char* table : {"_parameters", "_modules"}) {
+      PyRef dict = PyRef::steal(PyObject_GetAttrString(obj, table));
+      if (!dict) PyErr_Clear();
+      const bool registered = dict && PyDict_Check(dict.get()) && PyDict_GetItemWithError(dict.get(), name);
+      PyErr_Clear();
+      if (registered) abort_trace(BreakCode::SideEffect, "assignment to the registered " + attr + " of a module");
+    }
+  }
+  BreakInfo::PendingStore store;
+  store.effect.kind = SideEffect::Kind::Attr;
+  store.effect.target_source = target->source;
+  store.effect.name = PyRef::borrow(name);
+  store.value = value;
+  state_.stores.push_back(std::move(store));
+}
+
 ValuePtr FrameTracer::load_global(PyObject* name) {
+  if (ValuePtr stored = state_.stored_global(globals_, name)) return stored;
   PyObject* builtins = state_.frame().builtins;
   PyObject* value = PyDict_GetItemWithError(globals_, name);
   if (!value && !PyErr_Occurred() && builtins) value = PyDict_GetItemWithError(builtins, name);

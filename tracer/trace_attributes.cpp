@@ -17,6 +17,9 @@ bool is_module_container(PyObject* module, const stdlib::TorchApi& api) {
 }  // namespace
 
 ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
+  if (base->source >= 0 && (base->is(ValueKind::Module) || base->is(ValueKind::Object))) {
+    if (ValuePtr stored = state_.stored_attr(base, name)) return stored;
+  }
   const stdlib::TorchApi* api = stdlib::torch_api();
   const std::string attr = PyUnicode_AsUTF8(name);
   switch (base->kind) {

@@ -144,6 +144,33 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
 
 ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
 
+// Note [Side effects]
+// Stores to attributes of objects the frame reached through sources, and to
+// globals, are not done while tracing: they are recorded in order, later
+// reads in the trace see the stored value, and the stores are replayed once
+// after the graph runs (or, at a graph break, by the transformed code
+// before the instruction CPython runs). The graph returns the stored values
+// after the frame's result.
+ValuePtr TraceState::stored_attr(const ValuePtr& target, PyObject* name) const {
+  for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
+    if (it->effect.kind == SideEffect::Kind::Attr && it->effect.target_source == target->source &&
+        PyUnicode_Compare(it->effect.name.get(), name) == 0) {
+      return it->value;
+    }
+  }
+  return nullptr;
+}
+
+ValuePtr TraceState::stored_global(PyObject* globals, PyObject* name) const {
+  for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
+    if (it->effect.kind == SideEffect::Kind::Global && it->effect.globals.get() == globals &&
+        PyUnicode_Compare(it->effect.name.get(), name) == 0) {
+      return it->value;
+    }
+  }
+  return nullptr;
+}
+
 void TraceState::set_grad_mode(bool enabled) {
   const stdlib::TorchApi* api = stdlib::torch_api();
   // call_torch runs the op on the fakes' side too: that switches the mode

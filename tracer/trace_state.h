@@ -63,6 +63,12 @@ class TraceState {
   // `with` blocks of grad-mode contexts open at the current instruction.
   int open_grad_contexts = 0;
 
+  // Stores to caller-visible state, in program order (Note [Side effects]).
+  std::vector<BreakInfo::PendingStore> stores;
+  // The value the trace last stored to target.name / globals[name], or null.
+  ValuePtr stored_attr(const ValuePtr& target, PyObject* name) const;
+  ValuePtr stored_global(PyObject* globals, PyObject* name) const;
+
   // The graph break the top frame recorded, if any, and why it broke.
   std::unique_ptr<BreakInfo>& break_info() { return break_info_; }
   BreakCode break_code = BreakCode::UnsupportedOpcode;
@@ -104,6 +110,8 @@ class FrameTracer {
   void step_build(const interpreter::Instruction& ins);
   void step_jump(const interpreter::Instruction& ins);
   void step_call(const interpreter::Instruction& ins);
+  void store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value);
+  void store_global(PyObject* name, const ValuePtr& value);
 
   // Attribute, operator and subscript semantics (trace_attributes.cpp,
   // trace_operators.cpp).
@@ -182,6 +190,7 @@ class FrameTracer {
     int graph_size = 0;
     uint64_t mutations = 0;
     std::vector<std::pair<ValuePtr, size_t>> iterators;  // on the stack, with positions
+    size_t stores = 0;
   } snapshot_;
   ValuePtr return_value_;
   bool returned_ = false;

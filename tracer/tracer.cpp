@@ -39,6 +39,16 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       result.code = state.break_code;
       result.reason = state.break_reason;
       result.hint = break_code_hint(state.break_code);
+    } else if (!state.stores.empty()) {
+      // (result, stored values...): see Note [Side effects].
+      graph::Arg outputs;
+      outputs.kind = graph::Arg::Kind::Tuple;
+      outputs.items.push_back(state.lower_output(returned));
+      for (const auto& store : state.stores) {
+        outputs.items.push_back(state.lower_output(store.value));
+        result.effects.push_back(store.effect);
+      }
+      state.graph().set_output(std::move(outputs));
     } else {
       state.graph().set_output(state.lower_output(returned));
     }

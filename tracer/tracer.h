@@ -14,6 +14,16 @@
 
 namespace kiln::tracer {
 
+// A store the traced code made to state the caller can see, replayed after
+// the graph runs: target.name = value (an attribute), or globals[name] =
+// value. See Note [Side effects] in trace_state.cpp.
+struct SideEffect {
+  enum class Kind : uint8_t { Attr, Global } kind = Kind::Attr;
+  int target_source = -1;  // Attr: the object's source in the guard set
+  runtime::PyRef name;
+  runtime::PyRef globals;  // Global: the dict written
+};
+
 // Where a trace stopped at an instruction that CPython must run (a graph
 // break), and the symbolic state just before it. The graph then covers the
 // code up to that instruction and returns the tensors of `outputs`.
@@ -22,6 +32,13 @@ struct BreakInfo {
   std::vector<ValuePtr> stack;    // value stack before it, bottom first
   std::vector<ValuePtr> locals;   // localsplus slots before it (null: unbound)
   std::vector<int> outputs;       // graph nodes returned, in tuple order
+  // Stores made before the break, applied by the transformed code before
+  // the instruction CPython runs (their values are rebuilt like locals).
+  struct PendingStore {
+    SideEffect effect;
+    ValuePtr value;
+  };
+  std::vector<PendingStore> stores;
 };
 
 // What a trace produced: a graph and its guards, or why it stopped.
@@ -30,6 +47,9 @@ struct TraceResult {
   // Set when the frame was traced up to a graph break (ok is true then;
   // code/reason/hint say why it broke).
   std::unique_ptr<BreakInfo> partial;
+  // For a whole-frame graph: stores to replay after it; the graph then
+  // returns (frame result, value of store 0, value of store 1, ...).
+  std::vector<SideEffect> effects;
   std::unique_ptr<guards::GuardSet> guards;
   std::unique_ptr<graph::Graph> graph;
   BreakCode code = BreakCode::UnsupportedOpcode;

@@ -51,13 +51,6 @@ def break_with_container_state(x):
     return sum(parts) * meta["scale"], len(meta["parts"])
 
 
-def break_at_global_store(x):
-    global LAST_SUM
-    y = x.sin()
-    LAST_SUM = 5
-    return y + LAST_SUM
-
-
 def two_breaks(x):
     a = x + 1
     print("first")
@@ -78,7 +71,6 @@ CASES = [
     (break_inside_call_arguments, lambda: (torch.randn(3),), {}),
     (break_on_tensor_branch, lambda: (torch.randn(3), 2), {}),
     (break_with_container_state, lambda: (torch.randn(2),), {}),
-    (break_at_global_store, lambda: (torch.randn(2),), {}),
     (two_breaks, lambda: (torch.randn(2),), {}),
     (break_then_python_values, lambda: (torch.randn(2),), {"k": 3, "bias": 0.5}),
 ]

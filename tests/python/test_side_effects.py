@@ -1,0 +1,94 @@
+"""Stores to caller-visible state inside compiled code (attributes of
+modules and objects, globals) happen once per call, in order, with later
+reads in the same call seeing them; also across graph breaks."""
+import contextlib
+import copy
+import io
+import types
+
+import torch
+from torch import nn
+
+import kiln
+from conftest import assert_same, stats
+
+STEP = 0
+STATE = types.SimpleNamespace(last=None, calls=0)
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.count = 0
+
+    def forward(self, x):
+        global STEP
+        y = self.fc(x)
+        self.count = self.count + 1
+        self.last_mean = y.mean()
+        STEP = STEP + 1
+        STATE.calls = STATE.calls + 1
+        STATE.last = y.sum()
+        return y * self.count  # reads the value stored above
+
+
+def test_module_and_global_stores_match_eager():
+    global STEP
+    eager_model = Counting()
+    compiled_model = copy.deepcopy(eager_model)
+    compiled = kiln.compile(compiled_model, fullgraph=True)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        STEP, STATE.calls = 0, 0
+        got = compiled(x)
+        compiled_state = (STEP, STATE.calls, STATE.last)
+        STEP, STATE.calls = 0, 0
+        want = eager_model(x)
+        eager_state = (STEP, STATE.calls, STATE.last)
+        assert_same(got, want)
+        assert compiled_state[:2] == eager_state[:2] == (1, 1)
+        assert_same(compiled_state[2], eager_state[2])
+        assert compiled_model.count == eager_model.count
+        assert_same(compiled_model.last_mean, eager_model.last_mean)
+    assert stats()["graph_breaks"] == 0 and stats()["unsupported"] == 0
+
+
+def store_then_break(x):
+    global STEP
+    STEP = STEP + 10
+    STATE.last = x * 2
+    print("between", STEP)
+    return STATE.last + STEP
+
+
+def test_stores_before_a_graph_break_happen_first():
+    global STEP
+    compiled = kiln.compile(store_then_break)
+    for _ in range(2):
+        STEP = 1
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            got = compiled(torch.ones(2))
+        assert out.getvalue() == "between 11\n"  # the print saw the store
+        assert STEP == 11
+        assert_same(STATE.last, torch.full((2,), 2.0))
+        assert_same(got, torch.full((2,), 13.0))
+    assert stats()["graph_breaks"] >= 1
+
+
+def test_store_of_registered_parameter_breaks_instead():
+    class Swaps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            self.w = nn.Parameter(x.detach().clone())
+            return self.w * 2
+
+    model = Swaps()
+    compiled = kiln.compile(model)
+    x = torch.randn(2)
+    assert_same(compiled(x), x * 2)
+    assert_same(model.w.data, x)
