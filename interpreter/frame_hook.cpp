@@ -226,6 +226,18 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
       if (collector->want_dump) {
         collector->dump += "--- graph ---\n" + graph_text;
         collector->dump += "--- guards ---\n" + entry->guards->format();
+        if (!entry->effects.empty()) {
+          collector->dump += "--- side effects ---\n";
+          for (size_t k = 0; k < entry->effects.size(); ++k) {
+            const tracer::SideEffect& effect = entry->effects[k];
+            const std::string target =
+                effect.kind == tracer::SideEffect::Kind::Attr
+                    ? entry->guards->sources().at(effect.target_source).text + "." +
+                          PyUnicode_AsUTF8(effect.name.get())
+                    : "G['" + std::string(PyUnicode_AsUTF8(effect.name.get())) + "']";
+            collector->dump += target + " = output " + std::to_string(k + 1) + "\n";
+          }
+        }
         collector->dump += "--- breaks ---\n";
         if (result.partial) {
           collector->dump += result.reason + "\n  resumes after instruction " +

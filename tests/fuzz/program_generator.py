@@ -101,6 +101,8 @@ FEATURES = {
     "grad_modes": "set_grad_enabled(flag), nested no_grad/enable_grad, @torch.no_grad() helpers, "
                   "and the caller running the 'scalars' call under torch.no_grad()",
     "long": "occasional long programs (20-40 top-level statements)",
+    "is_leaf": "Tensor.is_leaf queries (in returns and conditions)",
+    "storage_offset": "Tensor.storage_offset() queries in returns",
 }
 
 
@@ -1246,7 +1248,7 @@ class Generator:
                                   f"isinstance({a}, torch.Tensor)", f"{a}.dtype is torch.float64",
                                   f"{a}.shape[-1:] == ({a}.shape[-1],)" if ai.rank else f"{a}.dim() == 0",
                                   f"0 < {a}.dim() <= 2", f"{a}.device.type == 'cpu'",
-                                  f"type({a}) is torch.Tensor", f"{a}.is_leaf"]))
+                                  f"type({a}) is torch.Tensor"] + ([f"{a}.is_leaf"] if self.allow("is_leaf") else [])))
             u = self.pick(env, atoms=True)
             if u:
                 c.append(f"{a}.shape == {u[0]}.shape")
@@ -2429,11 +2431,17 @@ class Generator:
         a = tcode()
         var = next((v for v in env.of("t") if v.name == a), None)
         r = var.info.rank if var else 0
-        forms = [f"{a}.stride()", f"{a}.is_contiguous()", f"{a}.dtype", f"{a}.is_leaf", f"type({a}).__name__",
-                 "x.stride()", "x.is_contiguous()", "type(x) is torch.Tensor", "y.storage_offset()",
-                 f"({a} > 0)", f"{a}.requires_grad", f"{a}.storage_offset()", f"{a}.dim()"]
+        forms = [f"{a}.stride()", f"{a}.is_contiguous()", f"{a}.dtype", f"type({a}).__name__",
+                 "x.stride()", "x.is_contiguous()", "type(x) is torch.Tensor",
+                 f"({a} > 0)", f"{a}.requires_grad", f"{a}.dim()"]
         if r:
             forms += [f"{a}.argmax(dim=-1)", f"len({a})", f"{a}.size(-1)"]
+        if self.allow("is_leaf"):
+            forms += [f"{a}.is_leaf"]
+            self.used("is_leaf")
+        if self.allow("storage_offset"):
+            forms += ["y.storage_offset()", f"{a}.storage_offset()"]
+            self.used("storage_offset")
         self.used("return_meta")
         return self.choice(forms)
 
