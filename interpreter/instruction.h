@@ -96,7 +96,9 @@ namespace kiln::interpreter {
              "which an exhausted loop skips)")                                 \
   X(EndFor, "3.12: pops the exhausted iterator's two slots")                   \
   X(GetLen, "")                                                                \
-  X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result")
+  X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result") \
+  X(ReturnGenerator, "generator prologue; the frame resumes with None pushed")   \
+  X(YieldValue, "pops the yielded value; resumes with the sent value pushed")
 
 // One normalized operation.
 enum class Op : uint8_t {

@@ -471,6 +471,13 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::BeforeWith:
       before_with();
       return;
+    case Op::ReturnGenerator:
+    case Op::YieldValue:
+      // Only generator expressions are traced, eagerly: see inline_callee.
+      if (!yields_) abort_trace(BreakCode::UnsupportedFrame, "a generator frame");
+      if (ins.op == Op::YieldValue) yields_->push_back(pop());
+      push(state_.wrap_unguarded(Py_None));
+      return;
     case Op::BuildSlice: {
       std::vector<ValuePtr> parts = pop_n(ins.arg);
       for (const ValuePtr& part : parts) {

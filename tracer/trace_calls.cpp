@@ -71,6 +71,11 @@ PyRef value_to_python(const ValuePtr& value) {
 
 PyRef constant_to_python(const ValuePtr& value) {
   if (value->is(ValueKind::Constant)) return value->obj;
+  if (value->is(ValueKind::Iterator)) {
+    // What is left of it, as a tuple (builtins consume iterators whole).
+    std::vector<ValuePtr> rest(value->items.begin() + value->position, value->items.end());
+    return constant_to_python(make_sequence(ValueKind::Tuple, std::move(rest)));
+  }
   if (value->is(ValueKind::Tuple) || value->is(ValueKind::List)) {
     for (const ValuePtr& item : value->items) {
       if (!constant_to_python(item)) return PyRef();
@@ -328,7 +333,13 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
   }
   PyCodeObject* code = target.code;
   const std::string qualname = PyUnicode_AsUTF8(code->co_qualname);
-  if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
+  // A generator expression runs to completion here and becomes an iterator
+  // over what it yielded: the values are the same as lazy evaluation gives
+  // when the consumer takes them all, which sum(), list(), for, ... do. Any
+  // other generator, or a coroutine, is not traced.
+  const bool genexpr = (code->co_flags & CO_GENERATOR) &&
+                       PyUnicode_CompareWithASCIIString(code->co_name, "<genexpr>") == 0;
+  if ((code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) && !genexpr) {
     abort_trace(BreakCode::UnsupportedCall, "call of generator or coroutine function " + qualname);
   }
   const int argcount = code->co_argcount;
@@ -416,6 +427,12 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
   FrameTracer callee(state_, code, target.globals, target.func, target.func_source, depth_ + 1);
   callee.set_locals(std::move(locals));
   callee.set_closure(target.closure);
+  if (genexpr) {
+    std::vector<ValuePtr> yields;
+    callee.collect_yields(&yields);
+    callee.run();
+    return make_sequence(ValueKind::Iterator, std::move(yields));
+  }
   return callee.run();
 }
 
@@ -434,7 +451,8 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
       fn == reinterpret_cast<PyObject*>(&PyList_Type) || fn == reinterpret_cast<PyObject*>(&PyRange_Type) ||
       fn == reinterpret_cast<PyObject*>(&PyEnum_Type) || fn == reinterpret_cast<PyObject*>(&PyZip_Type) ||
       fn == reinterpret_cast<PyObject*>(&PyReversed_Type) || fn == reinterpret_cast<PyObject*>(&PySlice_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyType_Type));
+      fn == reinterpret_cast<PyObject*>(&PyType_Type) || fn == reinterpret_cast<PyObject*>(&PyMap_Type) ||
+      fn == reinterpret_cast<PyObject*>(&PyFilter_Type));
   if (!PyCFunction_Check(fn) && !is_builtin_type) {
     abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*builtin));
   }
@@ -521,6 +539,27 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
   if ((name == "tuple" || name == "list") && args.size() <= 1) {
     std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : unpack(args[0], -1);
     return make_sequence(name == "tuple" ? ValueKind::Tuple : ValueKind::List, std::move(items));
+  }
+  if ((name == "map" || name == "filter") && args.size() >= 2) {
+    // Evaluated eagerly, like a generator expression (see inline_callee).
+    std::vector<std::vector<ValuePtr>> seqs;
+    for (size_t k = 1; k < args.size(); ++k) seqs.push_back(unpack(args[k], -1));
+    size_t n = SIZE_MAX;
+    for (const auto& seq : seqs) n = std::min(n, seq.size());
+    std::vector<ValuePtr> items;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<ValuePtr> call_args;
+      for (const auto& seq : seqs) call_args.push_back(seq[i]);
+      if (name == "map") {
+        items.push_back(call_value(args[0], std::move(call_args), {}));
+      } else {
+        const bool keep = args[0]->is(ValueKind::Constant) && args[0]->obj.get() == Py_None
+                              ? truthiness(call_args[0])
+                              : truthiness(call_value(args[0], call_args, {}));
+        if (keep) items.push_back(call_args[0]);
+      }
+    }
+    return make_sequence(ValueKind::Iterator, std::move(items));
   }
   if (name == "enumerate" || name == "zip" || name == "reversed") {
     std::vector<std::vector<ValuePtr>> seqs;

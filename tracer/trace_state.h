@@ -98,6 +98,8 @@ class FrameTracer {
   void set_locals(std::vector<ValuePtr> locals) { locals_ = std::move(locals); }
   // Sets the cells a LocalFunction closes over (COPY_FREE_VARS uses them).
   void set_closure(std::vector<ValuePtr> cells) { closure_ = std::move(cells); }
+  // Runs a generator's code to completion, collecting what it yields.
+  void collect_yields(std::vector<ValuePtr>* yields) { yields_ = yields; }
   // Runs to the frame's return; returns the returned value.
   ValuePtr run();
 
@@ -179,6 +181,7 @@ class FrameTracer {
   std::vector<interpreter::Instruction> instructions_;
   std::vector<ValuePtr> locals_;
   std::vector<ValuePtr> closure_;
+  std::vector<ValuePtr>* yields_ = nullptr;
   std::vector<ValuePtr> stack_;
   PyRef kwnames_;
   size_t pc_ = 0;
