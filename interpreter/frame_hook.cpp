@@ -115,9 +115,24 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
   for (size_t k = 0; k < entry.effects.size(); ++k) {
     const tracer::SideEffect& effect = entry.effects[k];
     PyObject* value = PyTuple_GET_ITEM(out, static_cast<Py_ssize_t>(k + 1));
-    const int failed = effect.kind == tracer::SideEffect::Kind::Attr
-                           ? PyObject_SetAttr(values.get(effect.target_source), effect.name.get(), value)
-                           : PyDict_SetItem(effect.globals.get(), effect.name.get(), value);
+    int failed = 0;
+    switch (effect.kind) {
+      case tracer::SideEffect::Kind::Attr:
+        failed = PyObject_SetAttr(values.get(effect.target_source), effect.name.get(), value);
+        break;
+      case tracer::SideEffect::Kind::Global:
+        failed = PyDict_SetItem(effect.globals.get(), effect.name.get(), value);
+        break;
+      case tracer::SideEffect::Kind::ListContents:
+        failed = PyList_SetSlice(values.get(effect.target_source), 0, PY_SSIZE_T_MAX, value);
+        break;
+      case tracer::SideEffect::Kind::DictContents: {
+        PyObject* target = values.get(effect.target_source);
+        PyDict_Clear(target);
+        failed = PyDict_Update(target, value);
+        break;
+      }
+    }
     if (failed < 0) {
       Py_DECREF(out);
       return nullptr;
@@ -230,11 +245,20 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
           collector->dump += "--- side effects ---\n";
           for (size_t k = 0; k < entry->effects.size(); ++k) {
             const tracer::SideEffect& effect = entry->effects[k];
-            const std::string target =
-                effect.kind == tracer::SideEffect::Kind::Attr
-                    ? entry->guards->sources().at(effect.target_source).text + "." +
-                          PyUnicode_AsUTF8(effect.name.get())
-                    : "G['" + std::string(PyUnicode_AsUTF8(effect.name.get())) + "']";
+            std::string target;
+            switch (effect.kind) {
+              case tracer::SideEffect::Kind::Attr:
+                target = entry->guards->sources().at(effect.target_source).text + "." +
+                         PyUnicode_AsUTF8(effect.name.get());
+                break;
+              case tracer::SideEffect::Kind::Global:
+                target = "G['" + std::string(PyUnicode_AsUTF8(effect.name.get())) + "']";
+                break;
+              case tracer::SideEffect::Kind::ListContents:
+              case tracer::SideEffect::Kind::DictContents:
+                target = entry->guards->sources().at(effect.target_source).text + " contents";
+                break;
+            }
             collector->dump += target + " = output " + std::to_string(k + 1) + "\n";
           }
         }

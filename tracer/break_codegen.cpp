@@ -137,6 +137,20 @@ class ValueEmitter {
     }
   }
 
+  // Pushes a new list or dict holding `container`'s items (not the object
+  // its source names).
+  void emit_contents(const ValuePtr& container) {
+    for (size_t i = 0; i < container->items.size(); ++i) {
+      if (container->is(ValueKind::Dict)) b_.load_const(container->keys[i].get());
+      emit(container->items[i]);
+    }
+    if (container->is(ValueKind::Dict)) {
+      b_.build_map(static_cast<int>(container->items.size()));
+    } else {
+      b_.build_list(static_cast<int>(container->items.size()));
+    }
+  }
+
   // Pushes `value`. An iterator is pushed as the tuple of what it has left
   // (and made an iterator again unless `iterator_as_tuple`).
   void emit(const ValuePtr& value, bool iterator_as_tuple = false) {
@@ -426,6 +440,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     }
     const int out_slot = layout.add("__kiln_graph_out", interpreter::kFastLocal);
     const int stack_slot = layout.add("__kiln_stack", interpreter::kFastLocal);
+    const int contents_slot = layout.add("__kiln_contents", interpreter::kFastLocal);
     std::vector<int> temp_of(original.names.size(), -1);
     for (int j : bound_locals) {
       temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
@@ -467,14 +482,45 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     }
     // 2. The stores traced before the break, in order (Note [Side effects]).
     for (const auto& store : info.stores) {
-      emitter.emit(store.value);
-      if (store.effect.kind == SideEffect::Kind::Attr) {
-        emitter.emit_source(store.effect.target_source);
-        b.emit("STORE_ATTR", b.add_name(store.effect.name.get()));
-      } else {
-        b.load_const(store.effect.globals.get());
-        b.load_const(store.effect.name.get());
-        b.emit("STORE_SUBSCR");
+      switch (store.effect.kind) {
+        case SideEffect::Kind::Attr:
+          emitter.emit(store.value);
+          emitter.emit_source(store.effect.target_source);
+          b.emit("STORE_ATTR", b.add_name(store.effect.name.get()));
+          break;
+        case SideEffect::Kind::Global:
+          emitter.emit(store.value);
+          b.load_const(store.effect.globals.get());
+          b.load_const(store.effect.name.get());
+          b.emit("STORE_SUBSCR");
+          break;
+        case SideEffect::Kind::ListContents: {
+          // target[:] = [new items]
+          emitter.emit_contents(store.value);
+          emitter.emit_source(store.effect.target_source);
+          PyRef all = PyRef::steal(PySlice_New(nullptr, nullptr, nullptr));
+          b.load_const(all.get());
+          b.emit("STORE_SUBSCR");
+          break;
+        }
+        case SideEffect::Kind::DictContents: {
+          // new = {new items}; target.clear(); target.update(new): the new
+          // items may be read from the target, so they are built first.
+          PyRef clear = PyRef::steal(PyUnicode_InternFromString("clear"));
+          PyRef update = PyRef::steal(PyUnicode_InternFromString("update"));
+          emitter.emit_contents(store.value);
+          b.store_fast(contents_slot);
+          emitter.emit_source(store.effect.target_source);
+          b.load_method(clear.get());
+          b.call(0);
+          b.pop_top();
+          emitter.emit_source(store.effect.target_source);
+          b.load_method(update.get());
+          b.load_fast(contents_slot);
+          b.call(1);
+          b.pop_top();
+          break;
+        }
       }
     }
     // 3. Bound locals into temporaries (unless unchanged arguments), then

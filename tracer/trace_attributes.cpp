@@ -363,14 +363,17 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
     state_.call_torch("operator.setitem", setitem.get(), {container, key, value}, {}, false);
     return;
   }
-  if (container->source >= 0) {
-    abort_trace(BreakCode::SideEffect, "item assignment on " + describe_value(*container) +
-                                           " that the caller can see");
-  }
   if (!key->is(ValueKind::Constant)) {
     abort_trace(BreakCode::UnsupportedOperator, "item assignment with key " + describe_value(*key));
   }
-  state_.note_mutation();
+  if (container->source >= 0 && (container->is(ValueKind::List) || container->is(ValueKind::Dict))) {
+    state_.note_container_write(container);
+  } else if (container->source >= 0) {
+    abort_trace(BreakCode::SideEffect, "item assignment on " + describe_value(*container) +
+                                           " that the caller can see");
+  } else {
+    state_.note_mutation();
+  }
   if (container->is(ValueKind::List) && PyLong_Check(key->obj.get())) {
     Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
     const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());

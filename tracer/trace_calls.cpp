@@ -641,9 +641,10 @@ ValuePtr FrameTracer::call_container_method(const ValuePtr& method, std::vector<
   if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, what + "() with keyword arguments");
   auto mutate = [&] {
     if (self->source >= 0) {
-      abort_trace(BreakCode::SideEffect, what + "() mutates a container the caller can see");
+      state_.note_container_write(self);  // written back after the graph
+    } else {
+      state_.note_mutation();
     }
-    state_.note_mutation();
   };
   auto find_key = [&](const ValuePtr& key) -> int {
     if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedCall, what + "() with a non-constant key");

@@ -42,9 +42,7 @@ ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b)
   const bool b_seq = b->is(ValueKind::Tuple) || b->is(ValueKind::List);
   const int base_op = inplace ? nb_op - kBinaryCount : nb_op;
   if (a_seq && b_seq && base_op == 0 /* add */) {
-    if (inplace && a->is(ValueKind::List) && a->source >= 0) {
-      abort_trace(BreakCode::SideEffect, "in-place concatenation of an input list");
-    }
+    if (inplace && a->is(ValueKind::List) && a->source >= 0) state_.note_container_write(a);
     std::vector<ValuePtr> items = a->items;
     items.insert(items.end(), b->items.begin(), b->items.end());
     if (inplace && a->is(ValueKind::List)) {

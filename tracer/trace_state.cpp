@@ -86,6 +86,9 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
   } else if (is_constant_object(obj, *api)) {
     if (guarded) guards_->add_constant_match(source, obj);
     value = make_constant(PyRef::borrow(obj), source);
+  } else if ((PyList_CheckExact(obj) || PyDict_CheckExact(obj)) && guarded &&
+             wrapped_containers_.count(obj)) {
+    value = wrapped_containers_[obj];
   } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
              PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api->size_type))) {
     const bool is_list = PyList_CheckExact(obj);
@@ -139,6 +142,7 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
   }
   if (source >= 0) wrapped_[source] = value;
+  if (source >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj))) wrapped_containers_[obj] = value;
   return value;
 }
 
@@ -151,6 +155,20 @@ ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
 // after the graph runs (or, at a graph break, by the transformed code
 // before the instruction CPython runs). The graph returns the stored values
 // after the frame's result.
+void TraceState::note_container_write(const ValuePtr& container) {
+  note_mutation();
+  const SideEffect::Kind kind =
+      container->is(ValueKind::List) ? SideEffect::Kind::ListContents : SideEffect::Kind::DictContents;
+  for (const auto& store : stores) {
+    if (store.effect.kind == kind && store.value.get() == container.get()) return;  // already recorded
+  }
+  BreakInfo::PendingStore store;
+  store.effect.kind = kind;
+  store.effect.target_source = container->source;
+  store.value = container;
+  stores.push_back(std::move(store));
+}
+
 ValuePtr TraceState::stored_attr(const ValuePtr& target, PyObject* name) const {
   for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
     if (it->effect.kind == SideEffect::Kind::Attr && it->effect.target_source == target->source &&
@@ -236,6 +254,20 @@ Arg TraceState::lower(const ValuePtr& value) {
       abort_trace(BreakCode::UnsupportedValue,
                   "a value of kind " + describe_value(*value) + " cannot be passed to a graph op");
   }
+}
+
+graph::Arg TraceState::lower_contents(const ValuePtr& container) {
+  Arg arg;
+  arg.kind = container->is(ValueKind::List) ? Arg::Kind::List : Arg::Kind::Dict;
+  for (size_t i = 0; i < container->items.size(); ++i) {
+    if (arg.kind == Arg::Kind::Dict) {
+      PyObject* key = container->keys[i].get();
+      Py_INCREF(key);
+      arg.keys.push_back(key);
+    }
+    arg.items.push_back(lower_output(container->items[i]));
+  }
+  return arg;
 }
 
 graph::Arg TraceState::lower_output(const ValuePtr& value) {

@@ -51,6 +51,9 @@ class TraceState {
   // passed in come back as themselves (identity kept), and named tuples
   // (torch.return_types) as their own type.
   graph::Arg lower_output(const ValuePtr& value);
+  // Lowers the items of a list or dict as a new list or dict (the contents
+  // written back to a container the caller passed in).
+  graph::Arg lower_contents(const ValuePtr& container);
 
   // Counts in-place changes of containers and cells, so a graph break can
   // tell whether an instruction it backs out of already changed state.
@@ -65,6 +68,9 @@ class TraceState {
 
   // Stores to caller-visible state, in program order (Note [Side effects]).
   std::vector<BreakInfo::PendingStore> stores;
+  // Marks a list or dict the caller passed in as changed by the trace: its
+  // new contents are written back like a store (Note [Side effects]).
+  void note_container_write(const ValuePtr& container);
   // The value the trace last stored to target.name / globals[name], or null.
   ValuePtr stored_attr(const ValuePtr& target, PyObject* name) const;
   ValuePtr stored_global(PyObject* globals, PyObject* name) const;
@@ -84,6 +90,10 @@ class TraceState {
   std::unique_ptr<graph::Graph> graph_;
   std::unique_ptr<guards::GuardSet> guards_;
   std::unordered_map<int, ValuePtr> wrapped_;
+  // Lists and dicts by identity: one object reached through two sources
+  // must be one value, or a change through one path would not show in the
+  // other.
+  std::unordered_map<PyObject*, ValuePtr> wrapped_containers_;
   uint64_t mutations_ = 0;
   std::unique_ptr<BreakInfo> break_info_;
 };

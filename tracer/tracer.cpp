@@ -45,7 +45,9 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       outputs.kind = graph::Arg::Kind::Tuple;
       outputs.items.push_back(state.lower_output(returned));
       for (const auto& store : state.stores) {
-        outputs.items.push_back(state.lower_output(store.value));
+        const bool contents = store.effect.kind == SideEffect::Kind::ListContents ||
+                              store.effect.kind == SideEffect::Kind::DictContents;
+        outputs.items.push_back(contents ? state.lower_contents(store.value) : state.lower_output(store.value));
         result.effects.push_back(store.effect);
       }
       state.graph().set_output(std::move(outputs));

@@ -18,8 +18,11 @@ namespace kiln::tracer {
 // the graph runs: target.name = value (an attribute), or globals[name] =
 // value. See Note [Side effects] in trace_state.cpp.
 struct SideEffect {
-  enum class Kind : uint8_t { Attr, Global } kind = Kind::Attr;
-  int target_source = -1;  // Attr: the object's source in the guard set
+  // Attr: target.name = value; Global: globals[name] = value; ListContents
+  // / DictContents: the caller's list or dict gets value's items (same
+  // object, new contents).
+  enum class Kind : uint8_t { Attr, Global, ListContents, DictContents } kind = Kind::Attr;
+  int target_source = -1;  // Attr, *Contents: the object's source in the guard set
   runtime::PyRef name;
   runtime::PyRef globals;  // Global: the dict written
 };

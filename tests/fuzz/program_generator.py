@@ -1070,7 +1070,7 @@ class Generator:
         if k == 2:
             self.used("catstack")
             return f"torch.stack({lv.name}).sum(0)", ei.like(contig=True)
-        return f"{lv.name}[0] * len({lv.name})", ei.like()
+        return f"({lv.name}[0] * len({lv.name}))", ei.like()
 
     def like(self, env, target, depth, avoid=None):
         """An expression with exactly target's shape and dtype."""

@@ -92,3 +92,51 @@ def test_store_of_registered_parameter_breaks_instead():
     x = torch.randn(2)
     assert_same(compiled(x), x * 2)
     assert_same(model.w.data, x)
+
+
+def mutates_arguments(x, xs, d):
+    xs.append(x * 2)
+    xs[0] = xs[0] + 1
+    d["k"] = x.sum()
+    d.pop("drop", None)
+    alias = xs
+    alias.reverse()
+    return len(xs), x + 1
+
+
+def mutates_across_a_break(x, xs):
+    xs.append(x)
+    print("between", len(xs))
+    xs.append(x * 3)
+    return xs[-1]
+
+
+def make_args():
+    return torch.ones(2), [torch.zeros(2)], {"drop": 1, "a": 2}
+
+
+def test_argument_list_and_dict_mutations_are_written_back():
+    compiled = kiln.compile(mutates_arguments, fullgraph=True)
+    for _ in range(3):
+        got_args, want_args = make_args(), make_args()
+        got = compiled(*got_args)
+        want = mutates_arguments(*want_args)
+        assert_same(got, want)
+        assert_same(got_args[1], want_args[1])
+        assert_same(got_args[2], want_args[2])
+        assert list(got_args[2]) == list(want_args[2])  # key order too
+    assert stats()["traces"] == 1
+
+
+def test_argument_mutation_across_a_graph_break():
+    compiled = kiln.compile(mutates_across_a_break)
+    for _ in range(2):
+        xs_c, xs_e = [], []
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            got = compiled(torch.ones(2), xs_c)
+        assert out.getvalue() == "between 1\n"
+        want = mutates_across_a_break(torch.ones(2), xs_e)
+        assert_same(got, want)
+        assert_same(xs_c, xs_e)
+    assert stats()["graph_breaks"] >= 1
