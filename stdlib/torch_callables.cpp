@@ -117,7 +117,7 @@ CallableInfo classify_callable(PyObject* callable) {
 TensorMethodClass classify_tensor_method(const std::string& name) {
   static const std::unordered_set<std::string_view> shape_queries = {
       "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
-      "element_size", "is_floating_point", "is_complex", "get_device", "storage_offset"};
+      "element_size", "is_floating_point", "is_complex", "get_device"};
   static const std::unordered_set<std::string_view> data_dependent = {
       "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",
       "__len__", "__iter__", "nonzero", "unique", "data_ptr", "any_", "__format__",
@@ -125,7 +125,9 @@ TensorMethodClass classify_tensor_method(const std::string& name) {
   static const std::unordered_set<std::string_view> refused = {
       "backward", "register_hook", "retain_grad", "storage", "untyped_storage",
       "share_memory_", "pin_memory", "record_stream", "set_", "resize_", "resize_as_",
-      "requires_grad_", "detach_", "tolist"};
+      "requires_grad_", "detach_", "tolist",
+      // Facts about storage and history that fake tensors do not mirror.
+      "storage_offset", "is_set_to", "_is_view", "is_shared"};
   if (shape_queries.count(name)) return TensorMethodClass::ShapeQuery;
   if (data_dependent.count(name)) return TensorMethodClass::DataDependent;
   if (refused.count(name)) return TensorMethodClass::Refused;
@@ -135,13 +137,14 @@ TensorMethodClass classify_tensor_method(const std::string& name) {
 TensorAttrClass classify_tensor_attribute(const std::string& name) {
   static const std::unordered_set<std::string_view> metadata = {
       "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_meta",
-      "is_leaf", "is_sparse", "is_quantized", "layout"};
+      "is_sparse", "is_quantized", "layout"};
   static const std::unordered_set<std::string_view> views = {"T", "mT", "H", "mH", "real",
                                                              "imag"};
   if (metadata.count(name)) return TensorAttrClass::Metadata;
   if (views.count(name)) return TensorAttrClass::GraphOp;
+  // is_leaf and grad_fn describe autograd history, which fakes do not have.
   if (name == "grad" || name == "data" || name == "_version" || name == "grad_fn" ||
-      name == "_base" || starts_with(name, "_")) {
+      name == "is_leaf" || name == "_base" || starts_with(name, "_")) {
     return TensorAttrClass::Refused;
   }
   return TensorAttrClass::Method;

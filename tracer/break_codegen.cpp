@@ -440,7 +440,10 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     }
     const int out_slot = layout.add("__kiln_graph_out", interpreter::kFastLocal);
     const int stack_slot = layout.add("__kiln_stack", interpreter::kFastLocal);
-    const int contents_slot = layout.add("__kiln_contents", interpreter::kFastLocal);
+    std::vector<int> store_temps;
+    for (size_t k = 0; k < info.stores.size(); ++k) {
+      store_temps.push_back(layout.add("__kiln_store_" + std::to_string(k), interpreter::kFastLocal));
+    }
     std::vector<int> temp_of(original.names.size(), -1);
     for (int j : bound_locals) {
       temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
@@ -480,50 +483,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       b.call(static_cast<int>(graph.inputs().size()));
       b.store_fast(out_slot);
     }
-    // 2. The stores traced before the break, in order (Note [Side effects]).
-    for (const auto& store : info.stores) {
-      switch (store.effect.kind) {
-        case SideEffect::Kind::Attr:
-          emitter.emit(store.value);
-          emitter.emit_source(store.effect.target_source);
-          b.emit("STORE_ATTR", b.add_name(store.effect.name.get()));
-          break;
-        case SideEffect::Kind::Global:
-          emitter.emit(store.value);
-          b.load_const(store.effect.globals.get());
-          b.load_const(store.effect.name.get());
-          b.emit("STORE_SUBSCR");
-          break;
-        case SideEffect::Kind::ListContents: {
-          // target[:] = [new items]
-          emitter.emit_contents(store.value);
-          emitter.emit_source(store.effect.target_source);
-          PyRef all = PyRef::steal(PySlice_New(nullptr, nullptr, nullptr));
-          b.load_const(all.get());
-          b.emit("STORE_SUBSCR");
-          break;
-        }
-        case SideEffect::Kind::DictContents: {
-          // new = {new items}; target.clear(); target.update(new): the new
-          // items may be read from the target, so they are built first.
-          PyRef clear = PyRef::steal(PyUnicode_InternFromString("clear"));
-          PyRef update = PyRef::steal(PyUnicode_InternFromString("update"));
-          emitter.emit_contents(store.value);
-          b.store_fast(contents_slot);
-          emitter.emit_source(store.effect.target_source);
-          b.load_method(clear.get());
-          b.call(0);
-          b.pop_top();
-          emitter.emit_source(store.effect.target_source);
-          b.load_method(update.get());
-          b.load_fast(contents_slot);
-          b.call(1);
-          b.pop_top();
-          break;
-        }
-      }
-    }
-    // 3. Bound locals into temporaries (unless unchanged arguments), then
+    // 2. Bound locals into temporaries (unless unchanged arguments), then
     //    the stack.
     std::vector<int> local_slots(info.locals.size(), -1);
     for (int j : bound_locals) {
@@ -546,10 +506,68 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       emitter.emit(cell->items[0]);
       b.store_deref(slot_of[j]);
     }
+    // The values the stores write, into temporaries: everything the
+    // transformed code rebuilds reads the state as the frame entered it,
+    // so no store may happen before all of it is read.
+    std::vector<int> store_slots;
+    for (size_t k = 0; k < info.stores.size(); ++k) {
+      const auto& store = info.stores[k];
+      const bool contents = store.effect.kind == SideEffect::Kind::ListContents ||
+                            store.effect.kind == SideEffect::Kind::DictContents;
+      if (contents) {
+        emitter.emit_contents(store.value);
+      } else {
+        emitter.emit(store.value);
+      }
+      store_slots.push_back(store_temps[k]);
+      b.store_fast(store_slots.back());
+    }
     for (int p = 0; p < depth; ++p) {
       const ValuePtr& value = info.stack[p];
       if (p < untouched && value->is(ValueKind::Null)) continue;  // restored by the resume code
       emitter.emit(value, /*iterator_as_tuple=*/p < untouched);
+    }
+    // The stores traced before the break, in program order (Note [Side
+    // effects]), from the temporaries.
+    for (size_t k = 0; k < info.stores.size(); ++k) {
+      const auto& store = info.stores[k];
+      switch (store.effect.kind) {
+        case SideEffect::Kind::Attr:
+          b.load_fast(store_slots[k]);
+          emitter.emit_source(store.effect.target_source);
+          b.emit("STORE_ATTR", b.add_name(store.effect.name.get()));
+          break;
+        case SideEffect::Kind::Global:
+          b.load_fast(store_slots[k]);
+          b.load_const(store.effect.globals.get());
+          b.load_const(store.effect.name.get());
+          b.emit("STORE_SUBSCR");
+          break;
+        case SideEffect::Kind::ListContents: {
+          // target[:] = new items
+          b.load_fast(store_slots[k]);
+          emitter.emit_source(store.effect.target_source);
+          PyRef all = PyRef::steal(PySlice_New(nullptr, nullptr, nullptr));
+          b.load_const(all.get());
+          b.emit("STORE_SUBSCR");
+          break;
+        }
+        case SideEffect::Kind::DictContents: {
+          // target.clear(); target.update(new items)
+          PyRef clear = PyRef::steal(PyUnicode_InternFromString("clear"));
+          PyRef update = PyRef::steal(PyUnicode_InternFromString("update"));
+          emitter.emit_source(store.effect.target_source);
+          b.load_method(clear.get());
+          b.call(0);
+          b.pop_top();
+          emitter.emit_source(store.effect.target_source);
+          b.load_method(update.get());
+          b.load_fast(store_slots[k]);
+          b.call(1);
+          b.pop_top();
+          break;
+        }
+      }
     }
     // 3. The instruction CPython runs.
     std::vector<int> successor_labels;

@@ -1672,6 +1672,21 @@ class Generator:
                 header = f"def {name}({', '.join(plist)}, scale={self.scalar(env, small=True)}, *, shift=0.5):"
                 henv.add(Var("f", "scale", nz=False))
                 henv.add(Var("f", "shift", nz=False))
+                if self.allow("global_state") and self.allow("globals") and self.chance(0.15):
+                    self.used("global_state")
+                    self.stateful = True
+                    k = self.rng.randrange(4)
+                    if k == 0:
+                        self.emit("CFG.count += 1")
+                        self.emit("p0 = p0 * CFG.count")
+                    elif k == 1:
+                        self.emit("STATE['calls'] = STATE['calls'] + 1")
+                    elif k == 2:
+                        self.emit("global STEP")
+                        self.emit("STEP += 2")
+                        self.emit("p0 = p0 + STEP")
+                    else:
+                        self.emit("SCALER.shift = SCALER.shift - 0.5")
                 if self.allow("helper_break") and self.chance(0.5) and self.take_datadep():
                     self.datadep_left += 1
                     mark = len(self.out)
@@ -2332,6 +2347,8 @@ class Generator:
             self.global_decls.add("STEP")
             self.emit(self.choice(["STEP += 1", "STEP = STEP + n"]))
             self.emit(f"{t} = {a} * STEP")
+            if self.chance(0.3):
+                self.emit(self.choice(["STEP -= 1", "STEP = STEP * 2"]))
         elif k == 3:
             self.emit(self.choice(["BUF.add_(1.0)", "BUF.mul_(0.5)", "BUF[0] = n"]))
             self.emit(f"{t} = {a} + BUF")
@@ -2365,7 +2382,14 @@ class Generator:
             self.emit(f"{sc} = Scaler({self.scalar(env)}, shift=0.5)")
             self.emit(f"{t} = {sc}({a}) + {sc}.apply({a})")
         elif k == 4:
-            self.emit(f"{t} = Scaler(2.0).apply({a}, 3)")
+            if self.chance(0.5):
+                sc = self.fresh("sc")
+                self.emit(f"{sc} = Scaler(2.0)")
+                self.emit(f"{sc}.s = {sc}.s * {self.scalar(env, small=True)}")
+                self.emit(f"{sc}.extra = {a}")
+                self.emit(f"{t} = {sc}({a}) + {sc}.extra")
+            else:
+                self.emit(f"{t} = Scaler(2.0).apply({a}, 3)")
         elif k == 5 and self.allow("global_state"):
             self.emit(f"SCALER.shift = SCALER.shift + {self.scalar(env, small=True)}")
             self.emit(f"{t} = SCALER({a})")
