@@ -46,6 +46,17 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
                                    {base, state_.wrap_unguarded(attr_name.get())}, {}, false);
         }
         case stdlib::TensorAttrClass::Method: {
+          // Not a method after all (is_nested, itemsize, ...): a fact about
+          // the tensor's metadata, which its fake answers.
+          PyRef probe = PyRef::steal(PyObject_GetAttr(base->fake.get(), name));
+          if (!probe) abort_trace(BreakCode::UnsupportedAttribute, "Tensor." + attr + ": " + take_python_error());
+          if (!PyCallable_Check(probe.get())) {
+            ValuePtr value = state_.wrap_unguarded(probe.get());
+            if (!value->is(ValueKind::Constant)) {
+              abort_trace(BreakCode::UnsupportedAttribute, "Tensor." + attr + " is not a constant");
+            }
+            return value;
+          }
           auto method = std::make_shared<Value>();
           method->kind = ValueKind::TensorMethod;
           method->self = base;
