@@ -2,17 +2,13 @@
 
 #include <sstream>
 
+#include "runtime/py_text.h"
+
 namespace kiln::graph {
 namespace {
 
 std::string repr(PyObject* obj) {
-  PyObject* text = PyObject_Repr(obj);
-  if (!text) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  std::string out = PyUnicode_AsUTF8(text);
-  Py_DECREF(text);
+  std::string out = runtime::py_repr(obj);
   // Objects without a useful repr print their address; keep text stable.
   for (size_t at = out.find(" at 0x"); at != std::string::npos; at = out.find(" at 0x", at)) {
     size_t end = out.find('>', at);

@@ -4,20 +4,10 @@
 #include <sstream>
 
 #include "runtime/aten_bridge.h"
+#include "runtime/py_text.h"
 
 namespace kiln::guards {
 namespace {
-
-std::string repr(PyObject* obj) {
-  PyObject* text = PyObject_Repr(obj);
-  if (!text) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  std::string out = PyUnicode_AsUTF8(text);
-  Py_DECREF(text);
-  return out;
-}
 
 std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
 
@@ -234,7 +224,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
                                         : " was traced with an object that has since been freed");
       break;
     case GuardKind::ConstantMatch:
-      out << where << " == " << repr(value) << ", expected " << repr(guard.expected);
+      out << where << " == " << runtime::py_repr(value) << ", expected " << runtime::py_repr(guard.expected);
       break;
     case GuardKind::LengthMatch:
       out << where << " has type " << type_name(value) << " and length "
@@ -283,7 +273,7 @@ std::string GuardSet::describe(const Guard& guard) const {
       out << " <" << (target ? type_name(target) : std::string("dead object")) << ">";
       break;
     }
-    case GuardKind::ConstantMatch: out << " " << repr(guard.expected); break;
+    case GuardKind::ConstantMatch: out << " " << runtime::py_repr(guard.expected); break;
     case GuardKind::LengthMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="
           << guard.length;

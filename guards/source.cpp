@@ -1,18 +1,9 @@
 #include "guards/source.h"
 
+#include "runtime/py_text.h"
+
 namespace kiln::guards {
 namespace {
-
-std::string py_str(PyObject* obj) {
-  PyObject* text = PyObject_Repr(obj);
-  if (!text) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  std::string out = PyUnicode_AsUTF8(text);
-  Py_DECREF(text);
-  return out;
-}
 
 std::string py_name(PyObject* name) {
   const char* utf8 = PyUnicode_AsUTF8(name);
@@ -87,7 +78,7 @@ int SourceTable::dict_item(int base, PyObject* key) {
   return intern({.kind = SourceKind::DictItem,
                  .base = base,
                  .name = key,
-                 .text = at(base).text + "[" + py_str(key) + "]"});
+                 .text = at(base).text + "[" + runtime::py_repr(key) + "]"});
 }
 
 int SourceTable::index(int base, int position) {

@@ -31,17 +31,6 @@ std::string code_file(PyCodeObject* code) {
 
 void abort_trace(BreakCode code, const std::string& message) { throw TraceAbort(code, message); }
 
-std::string py_repr(PyObject* obj) {
-  PyObject* text = PyObject_Repr(obj);
-  if (!text) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  std::string out = PyUnicode_AsUTF8(text);
-  Py_DECREF(text);
-  return out;
-}
-
 std::string take_python_error() {
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);

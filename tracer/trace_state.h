@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/py_text.h"
 #include "guards/guard_set.h"
 #include "interpreter/instruction.h"
 #include "tracer/break_reason.h"
@@ -212,8 +213,7 @@ class FrameTracer {
 // Throws a TraceAbort with a formatted message.
 [[noreturn]] void abort_trace(BreakCode code, const std::string& message);
 
-// Returns repr(obj) as UTF-8 (never throws; "<unprintable>" on failure).
-std::string py_repr(PyObject* obj);
+using runtime::py_repr;
 
 // Turns a value into the real Python object it stands for (constants,
 // objects and containers of them); null if it holds graph values.
