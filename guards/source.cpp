@@ -89,15 +89,19 @@ int SourceTable::index(int base, int position) {
 }
 
 void SourceValues::clear() {
-  for (PyObject*& value : values_) {
-    Py_XDECREF(value);
-    value = nullptr;
-  }
+  for (int i = 0; i < size_; ++i) Py_CLEAR(data_[i]);
+  size_ = 0;
 }
 
 void SourceValues::reset(int count) {
   clear();
-  values_.assign(count, nullptr);
+  if (count <= kInline) {
+    data_ = inline_;
+  } else {
+    heap_.assign(count, nullptr);
+    data_ = heap_.data();
+  }
+  size_ = count;
 }
 
 PyObject* fetch_source(const SourceTable& table, int id, const FrameView& frame,

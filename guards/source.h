@@ -73,21 +73,26 @@ class SourceTable {
 };
 
 // Per-call fetched values, one owned reference (or null) per source id.
+// Small tables live inline: a compiled call then allocates nothing here.
 class SourceValues {
  public:
-  explicit SourceValues(int count = 0) : values_(count, nullptr) {}
+  explicit SourceValues(int count = 0) { reset(count); }
   SourceValues(const SourceValues&) = delete;
   SourceValues& operator=(const SourceValues&) = delete;
   ~SourceValues() { clear(); }
 
   // Drops all held references and resizes to `count` empty slots.
   void reset(int count);
-  PyObject* get(int id) const { return values_[id]; }
-  void set(int id, PyObject* owned) { values_[id] = owned; }
+  PyObject* get(int id) const { return data_[id]; }
+  void set(int id, PyObject* owned) { data_[id] = owned; }
 
  private:
+  static constexpr int kInline = 24;
   void clear();
-  std::vector<PyObject*> values_;
+  PyObject* inline_[kInline] = {};
+  std::vector<PyObject*> heap_;
+  PyObject** data_ = inline_;
+  int size_ = 0;
 };
 
 // Fetches source `id` (its base must already be in `values`). Returns a new

@@ -103,13 +103,20 @@ guards::FrameView frame_view(KilnFrame* frame) {
 PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values) {
   const graph::Graph& graph = *entry.compiled->graph;
   const auto& inputs = graph.inputs();
-  std::vector<PyObject*> args(inputs.size());
+  constexpr size_t kInlineInputs = 32;
+  PyObject* inline_args[kInlineInputs];
+  std::vector<PyObject*> heap_args;
+  PyObject** args = inline_args;
+  if (inputs.size() > kInlineInputs) {
+    heap_args.resize(inputs.size());
+    args = heap_args.data();
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     args[i] = values.get(graph.node(inputs[i]).input_source);
   }
   // Torch's own Python code inside the graph must not be traced.
   ConfigScope untraced(nullptr);
-  PyObject* out = entry.compiled->executor->run(args.data());
+  PyObject* out = entry.compiled->executor->run(args);
   if (!out || entry.effects.empty()) return out;
   // Replay the frame's stores in order (Note [Side effects]).
   for (size_t k = 0; k < entry.effects.size(); ++k) {

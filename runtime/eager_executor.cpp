@@ -1,5 +1,7 @@
 #include "runtime/eager_executor.h"
 
+#include <algorithm>
+
 #include "runtime/aten_bridge.h"
 
 namespace kiln::runtime {
@@ -17,7 +19,7 @@ void note_uses(const Arg& arg, int user, std::vector<int>& last_use) {
 }
 
 // Builds the Python value of `arg`; returns a new reference or null on error.
-PyObject* materialize(const Arg& arg, const std::vector<PyObject*>& values) {
+PyObject* materialize(const Arg& arg, PyObject* const* values) {
   switch (arg.kind) {
     case Arg::Kind::Node: {
       PyObject* value = values[arg.node];
@@ -97,15 +99,27 @@ EagerExecutor::~EagerExecutor() {
 
 PyObject* EagerExecutor::run(PyObject* const* inputs) const {
   const auto& nodes = graph_.nodes();
-  std::vector<PyObject*> values(nodes.size(), nullptr);
+  // Small graphs keep their values on the stack: no allocation per call.
+  constexpr size_t kInlineValues = 64;
+  PyObject* inline_values[kInlineValues];
+  std::vector<PyObject*> heap_values;
+  PyObject** values = inline_values;
+  if (nodes.size() > kInlineValues) {
+    heap_values.resize(nodes.size());
+    values = heap_values.data();
+  }
+  std::fill(values, values + nodes.size(), nullptr);
+  const size_t node_count = nodes.size();
   // A graph may switch grad mode (a traced `with torch.no_grad():`); if an
   // op raises in between, the mode must not leak out of the call.
   const bool grad_mode = grad_mode_enabled();
-  auto release_all = [&values] {
-    for (PyObject*& value : values) Py_CLEAR(value);
+  auto release_all = [values, node_count] {
+    for (size_t i = 0; i < node_count; ++i) Py_CLEAR(values[i]);
   };
   int next_input = 0;
-  std::vector<PyObject*> call_args;
+  constexpr size_t kInlineArgs = 16;
+  PyObject* inline_args[kInlineArgs];
+  std::vector<PyObject*> heap_args;
   for (const Node& node : nodes) {
     if (node.kind == NodeKind::Input) {
       PyObject* value = inputs[next_input++];
@@ -114,7 +128,13 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
     } else {
       // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
       // keyword arguments passed with it (alpha= was ignored).
-      call_args.assign(node.args.size() + node.kwargs.size(), nullptr);
+      const size_t arg_count = node.args.size() + node.kwargs.size();
+      PyObject** call_args = inline_args;
+      if (arg_count > kInlineArgs) {
+        heap_args.assign(arg_count, nullptr);
+        call_args = heap_args.data();
+      }
+      std::fill(call_args, call_args + arg_count, nullptr);
       size_t slot = 0;
       bool failed = false;
       for (const Arg& arg : node.args) {
@@ -125,10 +145,9 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       }
       PyObject* result = nullptr;
       if (!failed) {
-        result = PyObject_Vectorcall(node.target, call_args.data(), node.args.size(),
-                                     steps_[node.id].kwnames);
+        result = PyObject_Vectorcall(node.target, call_args, node.args.size(), steps_[node.id].kwnames);
       }
-      for (PyObject* arg : call_args) Py_XDECREF(arg);
+      for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
       if (!result) {
         release_all();
         set_grad_mode(grad_mode);
