@@ -448,6 +448,15 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     for (int j : bound_locals) {
       temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
     }
+    // The frame's own cells whose contents the trace knows (free variables
+    // are the caller's cells: the trace never writes them).
+    std::vector<int> cell_temp(original.names.size(), -1);
+    for (size_t j = 0; j < info.locals.size(); ++j) {
+      const ValuePtr& cell = info.locals[j];
+      if (has_cell(original.kinds[j]) && cell && cell->is(ValueKind::Cell) && !cell->items.empty()) {
+        cell_temp[j] = layout.add("__kiln_cell_" + std::to_string(j), interpreter::kFastLocal);
+      }
+    }
     int first_free = -1;
     for (size_t j = 0; j < original.names.size(); ++j) {
       if (original.kinds[j] == interpreter::kFastCell) slot_of[j] = layout.add(original.names[j], original.kinds[j]);
@@ -498,13 +507,13 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       b.store_fast(local_slots[j]);
       emitter.memo(value, local_slots[j]);
     }
-    // The frame's own cells get what the trace stored in them (free
-    // variables are the caller's cells: the trace never writes them).
+    // Cell contents into temporaries: like every value rebuilt here, they
+    // are read before anything is written (a cell argument's source reads
+    // the cell, which the store-back below changes).
     for (size_t j = 0; j < info.locals.size(); ++j) {
-      const ValuePtr& cell = info.locals[j];
-      if (!has_cell(original.kinds[j]) || !cell || !cell->is(ValueKind::Cell) || cell->items.empty()) continue;
-      emitter.emit(cell->items[0]);
-      b.store_deref(slot_of[j]);
+      if (cell_temp[j] < 0) continue;
+      emitter.emit(info.locals[j]->items[0]);
+      b.store_fast(cell_temp[j]);
     }
     // The values the stores write, into temporaries: everything the
     // transformed code rebuilds reads the state as the frame entered it,
@@ -527,8 +536,14 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       if (p < untouched && value->is(ValueKind::Null)) continue;  // restored by the resume code
       emitter.emit(value, /*iterator_as_tuple=*/p < untouched);
     }
-    // The stores traced before the break, in program order (Note [Side
+    // Writes, now that everything is read: the cells' contents, then the
+    // stores traced before the break, in program order (Note [Side
     // effects]), from the temporaries.
+    for (size_t j = 0; j < info.locals.size(); ++j) {
+      if (cell_temp[j] < 0) continue;
+      b.load_fast(cell_temp[j]);
+      b.store_deref(slot_of[j]);
+    }
     for (size_t k = 0; k < info.stores.size(); ++k) {
       const auto& store = info.stores[k];
       switch (store.effect.kind) {

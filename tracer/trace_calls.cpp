@@ -222,6 +222,12 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
     case stdlib::TensorMethodClass::Refused:
       abort_trace(BreakCode::SideEffect, "Tensor." + name + "() cannot be traced");
     case stdlib::TensorMethodClass::ShapeQuery: {
+      // Meta kernels do not always lay results out as CPU/CUDA kernels do,
+      // so only inputs (whose strides are guarded) answer layout questions.
+      if ((name == "stride" || name == "is_contiguous") && method->self->source < 0) {
+        abort_trace(BreakCode::ShapeInference,
+                    "Tensor." + name + "() of an intermediate result: its layout is not known while tracing");
+      }
       if (!all_constant(args) || !kwargs.empty()) {
         abort_trace(BreakCode::UnsupportedCall, "Tensor." + name + " with non-constant arguments");
       }
@@ -562,6 +568,15 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     return make_sequence(ValueKind::Iterator, std::move(items));
   }
   if (name == "enumerate" || name == "zip" || name == "reversed") {
+    // enumerate(xs, start): the start is a number, not a sequence.
+    long start = 0;
+    if (name == "enumerate" && args.size() == 2) {
+      if (!args[1]->is(ValueKind::Constant) || !PyLong_Check(args[1]->obj.get())) {
+        abort_trace(BreakCode::UnsupportedCall, "enumerate() with a non-constant start");
+      }
+      start = PyLong_AsLong(args[1]->obj.get());
+      args.pop_back();
+    }
     std::vector<std::vector<ValuePtr>> seqs;
     for (const ValuePtr& arg : args) seqs.push_back(unpack(arg, -1));
     std::vector<ValuePtr> items;
@@ -569,7 +584,7 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
       items.assign(seqs[0].rbegin(), seqs[0].rend());
     } else if (name == "enumerate" && !seqs.empty()) {
       for (size_t i = 0; i < seqs[0].size(); ++i) {
-        PyRef index = PyRef::steal(PyLong_FromSize_t(i));
+        PyRef index = PyRef::steal(PyLong_FromLong(start + static_cast<long>(i)));
         items.push_back(make_sequence(ValueKind::Tuple, {state_.wrap_unguarded(index.get()), seqs[0][i]}));
       }
     } else if (name == "zip") {

@@ -202,3 +202,44 @@ def test_breaks_in_frames_with_cells(fn, args):
         assert printed == printed_eager
     s = stats()
     assert s["graph_breaks"] >= 1 and s["eager_runs"] == 0, s
+
+
+def rebinds_captured_argument(x):
+    t1 = x
+    x = x * 0.5
+
+    def inner():
+        return t1 + x
+
+    s = x.sum().item()  # graph break after the cell of x changed
+    return t1, inner(), s
+
+
+def test_cell_rebound_before_break_keeps_old_references():
+    # Found by the fuzzer: rebuilding values that read a cell must happen
+    # before the cell's new contents are written back.
+    compiled = kiln.compile(rebinds_captured_argument)
+    for _ in range(2):
+        x = torch.randn(3)
+        assert_same(compiled(x), rebinds_captured_argument(x))
+    assert stats()["graph_breaks"] >= 1
+
+
+def enumerate_from_one(x, xs):
+    return [(i, e + x) for i, e in enumerate(xs, 1)]
+
+
+def layout_of_intermediate(x):
+    y = torch.abs(x)
+    return y.is_contiguous(), y.stride()
+
+
+def test_enumerate_start_and_layout_queries():
+    compiled = kiln.compile(enumerate_from_one, fullgraph=True)
+    xs = [torch.randn(2) for _ in range(3)]
+    x = torch.randn(2)
+    assert_same(compiled(x, xs), enumerate_from_one(x, xs))
+    # Meta kernels may lay results out differently from CPU kernels: the
+    # layout of an intermediate result is asked of CPython, at a break.
+    x = torch.randn(1, 4, 4).permute(2, 1, 0)
+    assert kiln.compile(layout_of_intermediate)(x) == layout_of_intermediate(x)
