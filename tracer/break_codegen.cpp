@@ -514,6 +514,8 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       if (cell_temp[j] < 0) continue;
       emitter.emit(info.locals[j]->items[0]);
       b.store_fast(cell_temp[j]);
+      // Later uses (a method of it on the stack, a closure) get this object.
+      emitter.memo(info.locals[j]->items[0], cell_temp[j]);
     }
     // The values the stores write, into temporaries: everything the
     // transformed code rebuilds reads the state as the frame entered it,
@@ -530,6 +532,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       }
       store_slots.push_back(store_temps[k]);
       b.store_fast(store_slots.back());
+      if (!contents) emitter.memo(store.value, store_slots.back());
     }
     for (int p = 0; p < depth; ++p) {
       const ValuePtr& value = info.stack[p];

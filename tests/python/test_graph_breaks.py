@@ -243,3 +243,23 @@ def test_enumerate_start_and_layout_queries():
     # layout of an intermediate result is asked of CPython, at a break.
     x = torch.randn(1, 4, 4).permute(2, 1, 0)
     assert kiln.compile(layout_of_intermediate)(x) == layout_of_intermediate(x)
+
+
+def list_in_cell_mutated_across_break(x):
+    lst = [x > 0]
+    lst.append(pow(x, 2))  # pow of a tensor breaks while lst.append waits on the stack
+
+    def inner():
+        return lst[1]
+
+    return lst[1], inner(), len(lst)
+
+
+def test_object_identity_kept_between_cells_and_stack():
+    # Found by the fuzzer: the list in a cell and the list whose append is
+    # pending on the stack must be one object after the break.
+    compiled = kiln.compile(list_in_cell_mutated_across_break)
+    for _ in range(2):
+        x = torch.randn(3)
+        assert_same(compiled(x), list_in_cell_mutated_across_break(x))
+    assert stats()["graph_breaks"] >= 1
