@@ -286,24 +286,14 @@ graph::Arg TraceState::lower_output(const ValuePtr& value) {
         // torch.return_types.* and namedtuples are rebuilt by their type.
         std::vector<Arg> args;
         args.push_back(std::move(arg));
-        int node = graph_->add_call(Py_TYPE(value->tuple_type.get())->tp_name, value->tuple_type.get(),
-                                    std::move(args), {});
-        graph_->node(node).target_name = reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name;
+        int node = graph_->add_call(reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name,
+                                    value->tuple_type.get(), std::move(args), {});
         return Arg::of_node(node);
       }
       return arg;
     }
-    case ValueKind::Dict: {
-      Arg arg;
-      arg.kind = Arg::Kind::Dict;
-      for (size_t i = 0; i < value->items.size(); ++i) {
-        PyObject* key = value->keys[i].get();
-        Py_INCREF(key);
-        arg.keys.push_back(key);
-        arg.items.push_back(lower_output(value->items[i]));
-      }
-      return arg;
-    }
+    case ValueKind::Dict:
+      return lower_contents(value);  // a dict the trace built: a new dict
     default:
       return lower(value);
   }
