@@ -546,6 +546,16 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : unpack(args[0], -1);
     return make_sequence(name == "tuple" ? ValueKind::Tuple : ValueKind::List, std::move(items));
   }
+  if (name == "iter" && args.size() == 1) return get_iter(args[0]);
+  if (name == "next" && (args.size() == 1 || args.size() == 2) && args[0]->is(ValueKind::Iterator)) {
+    ValuePtr iterator = args[0];
+    if (iterator->position < iterator->items.size()) {
+      state_.note_mutation();
+      return iterator->items[iterator->position++];
+    }
+    if (args.size() == 2) return args[1];
+    abort_trace(BreakCode::PythonException, "StopIteration: next() of an exhausted iterator");
+  }
   if ((name == "map" || name == "filter") && args.size() >= 2) {
     // Evaluated eagerly, like a generator expression (see inline_callee).
     std::vector<std::vector<ValuePtr>> seqs;

@@ -38,3 +38,21 @@ def test_map_and_filter_trace_fully():
     for _ in range(2):
         assert_same(compiled(xs, x), maps_and_filters(xs, x))
     assert stats()["traces"] == 1
+
+
+def iter_and_next(xs, x):
+    it = iter(xs)
+    first = next(it)
+    second = next(it, x)
+    rest = list(it)
+    done = next(it, None)
+    return first + second, len(rest), done
+
+
+def test_iter_and_next():
+    compiled = kiln.compile(iter_and_next, fullgraph=True)
+    for n in (2, 4):
+        xs = [torch.randn(3) for _ in range(n)]
+        x = torch.randn(3)
+        assert_same(compiled(xs, x), iter_and_next(xs, x))
+    assert stats()["unsupported"] == 0 and stats()["graph_breaks"] == 0
