@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "benchmarks/bench_support.h"
+#include "interpreter/embedded_python.h"
 
 #ifndef KILN_PYTHON_EXECUTABLE
 #error "KILN_PYTHON_EXECUTABLE must name the python the build was configured with"
@@ -50,21 +51,9 @@ inputs_8 = tuple(torch.randn(1) for _ in range(8))
 )PY";
 
 int start_python(const char* program) {
-  PyConfig config;
-  PyConfig_InitPythonConfig(&config);
-  // Google Benchmark owns the command line.
-  config.parse_argv = 0;
-  config.install_signal_handlers = 0;
-  PyStatus status = PyConfig_SetBytesString(&config, &config.executable, KILN_PYTHON_EXECUTABLE);
-  if (!PyStatus_Exception(status)) {
-    char* argv[] = {const_cast<char*>(program)};
-    status = PyConfig_SetBytesArgv(&config, 1, argv);
-  }
-  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
-  PyConfig_Clear(&config);
-  if (PyStatus_Exception(status)) {
-    std::fprintf(stderr, "kiln_bench: cannot start Python (%s): %s\n", KILN_PYTHON_EXECUTABLE,
-                 status.err_msg != nullptr ? status.err_msg : "unknown error");
+  std::string error;
+  if (!kiln::interpreter::start_embedded_python(KILN_PYTHON_EXECUTABLE, program, &error)) {
+    std::fprintf(stderr, "%s: %s\n", "kiln_bench", error.c_str());
     return -1;
   }
   // kiln's package directory first, as the kiln binary does.

@@ -10,6 +10,7 @@
 #include "interpreter/compile_config.h"
 #include "interpreter/cpython_frame.h"
 #include "runtime/log.h"
+#include "runtime/small_buffer.h"
 #include "tracer/break_codegen.h"
 #include "tracer/tracer.h"
 
@@ -103,14 +104,8 @@ guards::FrameView frame_view(KilnFrame* frame) {
 PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values) {
   const graph::Graph& graph = *entry.compiled->graph;
   const auto& inputs = graph.inputs();
-  constexpr size_t kInlineInputs = 32;
-  PyObject* inline_args[kInlineInputs];
-  std::vector<PyObject*> heap_args;
-  PyObject** args = inline_args;
-  if (inputs.size() > kInlineInputs) {
-    heap_args.resize(inputs.size());
-    args = heap_args.data();
-  }
+  runtime::SmallBuffer<32> buffer(inputs.size());
+  PyObject** args = buffer.data();
   for (size_t i = 0; i < inputs.size(); ++i) {
     args[i] = values.get(graph.node(inputs[i]).input_source);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/aten_bridge.h"
+#include "runtime/small_buffer.h"
 
 namespace kiln::runtime {
 namespace {
@@ -100,15 +101,8 @@ EagerExecutor::~EagerExecutor() {
 PyObject* EagerExecutor::run(PyObject* const* inputs) const {
   const auto& nodes = graph_.nodes();
   // Small graphs keep their values on the stack: no allocation per call.
-  constexpr size_t kInlineValues = 64;
-  PyObject* inline_values[kInlineValues];
-  std::vector<PyObject*> heap_values;
-  PyObject** values = inline_values;
-  if (nodes.size() > kInlineValues) {
-    heap_values.resize(nodes.size());
-    values = heap_values.data();
-  }
-  std::fill(values, values + nodes.size(), nullptr);
+  SmallBuffer<64> value_buffer(nodes.size());
+  PyObject** values = value_buffer.data();
   const size_t node_count = nodes.size();
   // A graph may switch grad mode (a traced `with torch.no_grad():`); if an
   // op raises in between, the mode must not leak out of the call.
@@ -117,9 +111,7 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
     for (size_t i = 0; i < node_count; ++i) Py_CLEAR(values[i]);
   };
   int next_input = 0;
-  constexpr size_t kInlineArgs = 16;
-  PyObject* inline_args[kInlineArgs];
-  std::vector<PyObject*> heap_args;
+
   for (const Node& node : nodes) {
     if (node.kind == NodeKind::Input) {
       PyObject* value = inputs[next_input++];
@@ -129,12 +121,8 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
       // keyword arguments passed with it (alpha= was ignored).
       const size_t arg_count = node.args.size() + node.kwargs.size();
-      PyObject** call_args = inline_args;
-      if (arg_count > kInlineArgs) {
-        heap_args.assign(arg_count, nullptr);
-        call_args = heap_args.data();
-      }
-      std::fill(call_args, call_args + arg_count, nullptr);
+      SmallBuffer<16> arg_buffer(arg_count);
+      PyObject** call_args = arg_buffer.data();
       size_t slot = 0;
       bool failed = false;
       for (const Arg& arg : node.args) {

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
+
+#include "interpreter/embedded_python.h"
 
 #ifndef KILN_PYTHON_EXECUTABLE
 #error "KILN_PYTHON_EXECUTABLE must name the python the build was configured with"
@@ -17,23 +20,9 @@ namespace {
 // Starts the interpreter with the configured python's paths (sys.prefix,
 // Debian's dist-packages, a venv's site-packages). Returns 0 on success.
 int start_python(const char* program) {
-  PyConfig config;
-  PyConfig_InitPythonConfig(&config);
-  // gtest owns the command line; Python must not parse --gtest_* options.
-  config.parse_argv = 0;
-  // Ctrl-C should kill the test binary, not raise KeyboardInterrupt in
-  // whatever Python code a test happens to run.
-  config.install_signal_handlers = 0;
-  PyStatus status = PyConfig_SetBytesString(&config, &config.executable, KILN_PYTHON_EXECUTABLE);
-  if (!PyStatus_Exception(status)) {
-    char* argv[] = {const_cast<char*>(program)};
-    status = PyConfig_SetBytesArgv(&config, 1, argv);
-  }
-  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
-  PyConfig_Clear(&config);
-  if (PyStatus_Exception(status)) {
-    std::fprintf(stderr, "kiln_cpp_tests: cannot start Python (%s): %s\n", KILN_PYTHON_EXECUTABLE,
-                 status.err_msg != nullptr ? status.err_msg : "unknown error");
+  std::string error;
+  if (!kiln::interpreter::start_embedded_python(KILN_PYTHON_EXECUTABLE, program, &error)) {
+    std::fprintf(stderr, "%s: %s\n", "kiln_cpp_tests", error.c_str());
     return -1;
   }
   PyObject* torch = PyImport_ImportModule("torch");  // new reference
