@@ -63,7 +63,8 @@ Node::Node(Node&& other) noexcept
     : id(other.id), kind(other.kind), target_name(std::move(other.target_name)),
       target(other.target), args(std::move(other.args)), kwargs(std::move(other.kwargs)),
       input_name(std::move(other.input_name)), input_source(other.input_source),
-      metas(std::move(other.metas)), returns_tuple(other.returns_tuple) {
+      metas(std::move(other.metas)), symbolic_sizes(std::move(other.symbolic_sizes)),
+      returns_tuple(other.returns_tuple) {
   other.target = nullptr;
 }
 

@@ -54,6 +54,10 @@ struct Node {
   // What the node produces: one tensor, or a tuple of tensors (none for
   // object inputs and for calls kept only to build an output).
   std::vector<TensorMeta> metas;
+  // Per meta, per dim: the symbolic size ("s0", "2*s0") of a dim that
+  // changes with a dynamic input size, "" for static dims; empty when the
+  // node has no dynamic dims (Note [Dynamic shapes] in tracer/).
+  std::vector<std::vector<std::string>> symbolic_sizes;
   bool returns_tuple = false;
 
   Node() = default;

@@ -55,7 +55,7 @@ void print_metas(std::ostringstream& out, const Node& node) {
   if (node.returns_tuple) out << "(";
   for (size_t i = 0; i < node.metas.size(); ++i) {
     if (i) out << ", ";
-    out << format_tensor_meta(node.metas[i]);
+    out << format_tensor_meta(node.metas[i], i < node.symbolic_sizes.size() ? &node.symbolic_sizes[i] : nullptr);
   }
   if (node.returns_tuple) out << ")";
 }

@@ -69,10 +69,21 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
-std::string format_tensor_meta(const TensorMeta& meta) {
+std::string format_tensor_meta(const TensorMeta& meta, const std::vector<std::string>* symbolic_sizes) {
   std::ostringstream out;
   out << dtype_short_name(meta.dtype) << "[";
-  append_list(out, meta.sizes);
+  if (symbolic_sizes && symbolic_sizes->size() == meta.sizes.size()) {
+    for (size_t i = 0; i < meta.sizes.size(); ++i) {
+      if (i) out << ", ";
+      if ((*symbolic_sizes)[i].empty()) {
+        out << meta.sizes[i];
+      } else {
+        out << (*symbolic_sizes)[i];
+      }
+    }
+  } else {
+    append_list(out, meta.sizes);
+  }
   out << "]";
   if (meta.strides != contiguous_strides(meta.sizes)) {
     out << " stride=(";

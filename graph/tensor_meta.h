@@ -58,7 +58,10 @@ std::string device_name(DeviceType type, int index);
 
 // Formats meta as in graph text: "f32[2, 3]" plus stride and grad notes
 // when they are not the defaults ("f32[3, 2] stride=(1, 3) grad").
-std::string format_tensor_meta(const TensorMeta& meta);
+// With `symbolic_sizes` (per dim, "" for static dims), dynamic dims print
+// by name ("f32[s0, 3]") and strides are shown only when not contiguous.
+std::string format_tensor_meta(const TensorMeta& meta,
+                               const std::vector<std::string>* symbolic_sizes = nullptr);
 
 // Returns the row-major contiguous strides for `sizes`.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);

@@ -1,5 +1,6 @@
 #include "guards/guard_set.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -57,9 +58,12 @@ bool GuardSet::has(GuardKind kind, int source) const {
   return false;
 }
 
-void GuardSet::add_tensor_match(int source, const graph::TensorMeta& meta) {
+void GuardSet::add_tensor_match(int source, const graph::TensorMeta& meta,
+                                std::vector<int8_t> dim_symbols) {
   if (has(GuardKind::TensorMatch, source)) return;
-  guards_.push_back({.kind = GuardKind::TensorMatch, .source = source, .meta = meta});
+  for (int8_t symbol : dim_symbols) symbol_count_ = std::max(symbol_count_, symbol + 1);
+  guards_.push_back({.kind = GuardKind::TensorMatch, .source = source, .meta = meta,
+                     .dim_symbols = std::move(dim_symbols)});
   indexed_ = false;
 }
 
@@ -135,10 +139,14 @@ void GuardSet::build_index() const {
   indexed_ = true;
 }
 
-bool GuardSet::holds(const Guard& guard, PyObject* value) const {
+bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) const {
   switch (guard.kind) {
     case GuardKind::TensorMatch:
-      return value && runtime::is_tensor(value) && runtime::tensor_matches(value, guard.meta);
+      if (!value || !runtime::is_tensor(value)) return false;
+      if (!guard.dim_symbols.empty()) {
+        return runtime::tensor_matches_dynamic(value, guard.meta, guard.dim_symbols.data(), symbols);
+      }
+      return runtime::tensor_matches(value, guard.meta);
     case GuardKind::TypeMatch:
       return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected;
     case GuardKind::IdMatch:
@@ -179,14 +187,16 @@ bool GuardSet::holds(const Guard& guard, PyObject* value) const {
 bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   if (!indexed_) build_index();
   values.reset(sources_.size());
+  int64_t symbols[kMaxGuardSymbols];
+  std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr)) return false;
+    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr, symbols)) return false;
   }
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
     values.set(id, value);
     for (int g : by_source_[id]) {
-      if (!holds(guards_[g], value)) return false;
+      if (!holds(guards_[g], value, symbols)) return false;
     }
     // A source that no longer resolves fails even without a guard on it,
     // since a graph input or a derived guard depends on it.
@@ -195,7 +205,7 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   return true;
 }
 
-std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
+std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t* symbols) const {
   const std::string where = guard.source >= 0 ? sources_.at(guard.source).text : "";
   std::ostringstream out;
   if (guard.kind == GuardKind::GradMode) {
@@ -211,6 +221,8 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
     case GuardKind::TensorMatch:
       if (!runtime::is_tensor(value)) {
         out << where << " is a " << type_name(value) << ", expected a tensor";
+      } else if (!guard.dim_symbols.empty()) {
+        out << where << ": " << explain_dynamic_mismatch(value, guard, symbols);
       } else {
         out << where << ": " << runtime::describe_tensor_mismatch(value, guard.meta);
       }
@@ -244,19 +256,91 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value) const {
 
 std::string GuardSet::check_verbose(const FrameView& frame) const {
   if (!indexed_) build_index();
+  int64_t symbols[kMaxGuardSymbols];
+  std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr)) return explain(guard, nullptr);
+    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr, symbols)) {
+      return explain(guard, nullptr, symbols);
+    }
   }
   SourceValues values(sources_.size());
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
     values.set(id, value);
     for (int g : by_source_[id]) {
-      if (!holds(guards_[g], value)) return explain(guards_[g], value);
+      // explain() must see the bindings from before this guard ran.
+      int64_t before[kMaxGuardSymbols];
+      std::copy_n(symbols, symbol_count_, before);
+      if (!holds(guards_[g], value, symbols)) return explain(guards_[g], value, before);
     }
     if (!value) return sources_.at(id).text + " no longer exists";
   }
   return "";
+}
+
+std::vector<std::pair<std::string, int>> GuardSet::size_changes(const FrameView& frame) const {
+  if (!indexed_) build_index();
+  std::vector<std::pair<std::string, int>> changes;
+  SourceValues values(sources_.size());
+  for (int id = 0; id < sources_.size(); ++id) {
+    PyObject* value = fetch_source(sources_, id, frame, values);
+    values.set(id, value);
+    if (!value) break;  // later sources may derive from this one
+    if (!runtime::is_tensor(value)) continue;
+    for (int g : by_source_[id]) {
+      const Guard& guard = guards_[g];
+      if (guard.kind != GuardKind::TensorMatch) continue;
+      graph::TensorMeta actual;
+      runtime::read_tensor_meta(value, &actual);
+      const graph::TensorMeta& expected = guard.meta;
+      if (actual.dtype != expected.dtype || actual.device_type != expected.device_type ||
+          actual.device_index != expected.device_index ||
+          actual.requires_grad != expected.requires_grad ||
+          actual.sizes.size() != expected.sizes.size()) {
+        continue;
+      }
+      for (size_t d = 0; d < actual.sizes.size(); ++d) {
+        const bool dynamic = d < guard.dim_symbols.size() && guard.dim_symbols[d] >= 0;
+        if (!dynamic && actual.sizes[d] != expected.sizes[d]) {
+          changes.emplace_back(sources_.at(id).text, static_cast<int>(d));
+        }
+      }
+    }
+  }
+  return changes;
+}
+
+std::string GuardSet::explain_dynamic_mismatch(PyObject* value, const Guard& guard,
+                                               const int64_t* symbols) const {
+  graph::TensorMeta actual;
+  runtime::read_tensor_meta(value, &actual);
+  const graph::TensorMeta& expected = guard.meta;
+  std::ostringstream out;
+  if (actual.sizes.size() == expected.sizes.size()) {
+    for (size_t d = 0; d < actual.sizes.size(); ++d) {
+      const int symbol = guard.dim_symbols[d];
+      const int64_t size = actual.sizes[d];
+      if (symbol < 0 && size != expected.sizes[d]) {
+        out << "size of dim " << d << " is " << size << ", expected " << expected.sizes[d];
+        return out.str();
+      }
+      if (symbol >= 0 && size < 2) {
+        out << "size of dim " << d << " is " << size << ", but dynamic dim s" << symbol
+            << " was traced for sizes >= 2";
+        return out.str();
+      }
+      if (symbol >= 0 && symbols[symbol] >= 0 && size != symbols[symbol]) {
+        out << "size of dim " << d << " is " << size << ", but s" << symbol << " is "
+            << symbols[symbol] << " in an earlier input (traced as equal sizes)";
+        return out.str();
+      }
+    }
+    if (actual.strides != graph::contiguous_strides(actual.sizes) && actual.dtype == expected.dtype &&
+        actual.device_type == expected.device_type && actual.requires_grad == expected.requires_grad) {
+      return "not contiguous; a tensor with dynamic sizes was traced contiguous";
+    }
+  }
+  return runtime::describe_tensor_mismatch(value, expected);
 }
 
 std::string GuardSet::describe(const Guard& guard) const {
@@ -264,7 +348,16 @@ std::string GuardSet::describe(const Guard& guard) const {
   out << kind_name(guard.kind);
   if (guard.source >= 0) out << " " << sources_.at(guard.source).text;
   switch (guard.kind) {
-    case GuardKind::TensorMatch: out << " " << graph::format_tensor_meta(guard.meta); break;
+    case GuardKind::TensorMatch: {
+      if (guard.dim_symbols.empty()) {
+        out << " " << graph::format_tensor_meta(guard.meta);
+        break;
+      }
+      std::vector<std::string> names;
+      for (int8_t symbol : guard.dim_symbols) names.push_back(symbol < 0 ? "" : "s" + std::to_string(symbol));
+      out << " " << graph::format_tensor_meta(guard.meta, &names) << " (dynamic dims >= 2, contiguous)";
+      break;
+    }
     case GuardKind::TypeMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name;
       break;

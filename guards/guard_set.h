@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/tensor_meta.h"
@@ -28,6 +29,9 @@ enum class GuardKind : uint8_t {
 #undef KILN_GUARD_ENUM
 };
 
+// Most size symbols one guard set binds (tracer::SymbolTable::kMaxSymbols).
+constexpr int kMaxGuardSymbols = 16;
+
 // One guard over one source.
 struct Guard {
   GuardKind kind;
@@ -38,6 +42,10 @@ struct Guard {
   PyObject* expected = nullptr;
   bool weak = false;  // IdMatch: `expected` is a weakref
   graph::TensorMeta meta;      // TensorMatch only
+  // TensorMatch with dynamic dims: per dim, the symbol its size binds (-1:
+  // static). Dynamic dims accept any size >= 2, equal for equal symbols,
+  // and the tensor must be contiguous. Empty: every dim static.
+  std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
   bool flag = false;           // GradMode only
 };
@@ -54,7 +62,9 @@ class GuardSet {
   const SourceTable& sources() const { return sources_; }
 
   // Adding a guard that already exists (same kind and source) does nothing.
-  void add_tensor_match(int source, const graph::TensorMeta& meta);
+  // `dim_symbols` as in Guard (empty: static sizes and strides).
+  void add_tensor_match(int source, const graph::TensorMeta& meta,
+                        std::vector<int8_t> dim_symbols = {});
   void add_type_match(int source, PyObject* type);
   void add_id_match(int source, PyObject* object);
   void add_constant_match(int source, PyObject* constant);
@@ -70,6 +80,11 @@ class GuardSet {
   // Explains the first failing guard in words ("" when all hold).
   std::string check_verbose(const FrameView& frame) const;
 
+  // The input dims whose size alone makes a TensorMatch guard fail (same
+  // dtype, device, rank and grad), as (source text, dim): what automatic
+  // dynamic shapes marks dynamic before tracing again.
+  std::vector<std::pair<std::string, int>> size_changes(const FrameView& frame) const;
+
   // Readable listing, one guard per line, in a stable order.
   std::string format() const;
 
@@ -77,12 +92,16 @@ class GuardSet {
 
  private:
   bool has(GuardKind kind, int source) const;
-  bool holds(const Guard& guard, PyObject* value) const;
-  std::string explain(const Guard& guard, PyObject* value) const;
+  // `symbols` holds the sizes dynamic dims bound so far (-1: unbound).
+  bool holds(const Guard& guard, PyObject* value, int64_t* symbols) const;
+  std::string explain(const Guard& guard, PyObject* value, const int64_t* symbols) const;
+  std::string explain_dynamic_mismatch(PyObject* value, const Guard& guard,
+                                       const int64_t* symbols) const;
   std::string describe(const Guard& guard) const;
 
   SourceTable sources_;
   std::vector<Guard> guards_;
+  int symbol_count_ = 0;  // symbols the TensorMatch guards bind
   // Guards grouped by source id so check() can test each value right after
   // fetching it.
   mutable std::vector<std::vector<int>> by_source_;

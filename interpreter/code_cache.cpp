@@ -72,6 +72,17 @@ void prune_dead_entries(CodeCache* cache) {
     (is_dead_config(entry->config_id) ? doomed : kept).push_back(std::move(entry));
   }
   cache->entries.swap(kept);
+  std::erase_if(cache->dynamic, [](const CodeCache::DynamicState& state) {
+    return is_dead_config(state.config_id);
+  });
+}
+
+CodeCache::DynamicState& CodeCache::dynamic_state(uint64_t config_id) {
+  for (DynamicState& state : dynamic) {
+    if (state.config_id == config_id) return state;
+  }
+  dynamic.push_back(DynamicState{.config_id = config_id});
+  return dynamic.back();
 }
 
 }  // namespace kiln::interpreter

@@ -37,6 +37,16 @@ struct CacheEntry {
 // even if user code it triggers calls kiln.reset() (Note [Re-entrant reset]).
 struct CodeCache {
   std::vector<std::shared_ptr<CacheEntry>> entries;
+  // What automatic dynamic shapes learned, per compile config: input dims
+  // seen changing size, or that this code must stay static.
+  struct DynamicState {
+    uint64_t config_id = 0;
+    tracer::DynamicDims dims;
+    bool static_only = false;  // a trace had to specialize
+  };
+  std::vector<DynamicState> dynamic;
+  // The state for a config, created on first use.
+  DynamicState& dynamic_state(uint64_t config_id);
   uint64_t pruned_epoch = 0;  // dead_config_epoch() when last pruned
   bool skip = false;        // never traced (torch's or kiln's own code)
   bool limit_logged = false;

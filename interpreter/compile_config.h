@@ -30,6 +30,9 @@ struct CompileConfig {
   uint64_t id = 0;
   std::string backend = "inductor";
   bool fullgraph = false;
+  // kiln.compile(dynamic=...): None learns dynamic dims from recompiles,
+  // True makes every argument dim dynamic, False keeps sizes static.
+  enum class Dynamic : uint8_t { Automatic, Always, Never } dynamic = Dynamic::Automatic;
   std::shared_ptr<TraceCollector> collector;  // set for explain/dump runs
 };
 

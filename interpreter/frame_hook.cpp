@@ -169,6 +169,25 @@ PyObject* run_transformed(const CacheEntry& entry, KilnFrame* frame) {
 
 // Generates the transformed code of a graph-break entry. On failure the
 // reason is turned into the entry's failure reason and false is returned.
+// Resume functions of a dynamic trace start with its dynamic locals marked,
+// rather than learning them again from a recompile (Note [Dynamic shapes]).
+void seed_resume_dynamic_dims(PyCodeObject* transformed, const tracer::BreakInfo& info,
+                              uint64_t config_id) {
+  if (info.dynamic_locals.empty()) return;
+  PyObject* consts = transformed->co_consts;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(consts, i);
+    if (!PyCode_Check(item)) continue;
+    CodeCache* cache = code_cache(reinterpret_cast<PyCodeObject*>(item), true);
+    if (!cache) {
+      PyErr_Clear();
+      continue;
+    }
+    CodeCache::DynamicState& state = cache->dynamic_state(config_id);
+    for (const auto& [name, dim] : info.dynamic_locals) state.dims.add("L['" + name + "']", dim);
+  }
+}
+
 bool build_transformed_code(CacheEntry& entry, PyCodeObject* code, const tracer::BreakInfo& info,
                             std::string& reason) {
   runtime::PyRef callable = runtime::PyRef::steal(make_graph_callable(entry.compiled));
@@ -186,11 +205,28 @@ bool build_transformed_code(CacheEntry& entry, PyCodeObject* code, const tracer:
     return false;
   }
   entry.transformed_code = runtime::PyRef::steal(transformed);
+  seed_resume_dynamic_dims(reinterpret_cast<PyCodeObject*>(transformed), info, entry.config_id);
   // The transformed code is kiln's own: CPython runs it as it is.
   if (CodeCache* cache = code_cache(reinterpret_cast<PyCodeObject*>(transformed), true)) {
     cache->skip = true;
   }
   return true;
+}
+
+// Automatic dynamic shapes (Note [Dynamic shapes] in tracer/): the input
+// dims whose size alone failed the last entry's guards become dynamic for
+// the next trace.
+void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& last,
+                       const guards::FrameView& view, const CompileConfig& config) {
+  if (!last.guards) return;
+  CodeCache::DynamicState& dynamic = cache->dynamic_state(config.id);
+  if (dynamic.static_only) return;
+  for (const auto& [source, dim] : last.guards->size_changes(view)) {
+    if (dynamic.dims.add(source, dim)) {
+      KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
+                                        << " changed size; tracing it as dynamic");
+    }
+  }
 }
 
 // Raises kiln.Unsupported for a recorded failure.
@@ -203,9 +239,26 @@ void raise_unsupported(const CacheEntry& entry) {
 std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* frame,
                              const CompileConfig& config) {
   tracer::TraceResult result;
+  CodeCache::DynamicState& dynamic = cache->dynamic_state(config.id);
+  tracer::DynamicDims dims;
+  if (!dynamic.static_only && config.dynamic != CompileConfig::Dynamic::Never) {
+    dims = dynamic.dims;
+    dims.all_arguments = config.dynamic == CompileConfig::Dynamic::Always;
+  }
   {
     ConfigScope untraced(nullptr);
-    result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame));
+    result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
+  }
+  if (!result.specialized.empty()) {
+    // Later traces of this code keep what worked rather than fail the same way.
+    CodeCache::DynamicState& state = cache->dynamic_state(config.id);
+    if (result.leading_only) {
+      state.dims.leading_only = true;
+      KILN_LOG(dynamic, code_name(code) << ": only dim 0s traced as dynamic: " << result.specialized);
+    } else {
+      state.static_only = true;
+      KILN_LOG(dynamic, code_name(code) << ": traced with static sizes: " << result.specialized);
+    }
   }
   auto entry = std::make_shared<CacheEntry>();
   entry->config_id = config.id;
@@ -348,6 +401,7 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
       stats().recompiles++;
       KILN_LOG(recompiles, "recompiling " << code_name(code) << ": "
                                           << last->guards->check_verbose(view));
+      if (config->dynamic == CompileConfig::Dynamic::Automatic) mark_dynamic_dims(cache, code, *last, view, *config);
     }
     hit = trace_into_cache(cache, code, frame, *config);
     if (!hit->failed && !hit->guards->check(view, values)) {

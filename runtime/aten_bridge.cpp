@@ -92,6 +92,39 @@ bool tensor_matches(PyObject* tensor, const TensorMeta& meta) {
          same_values(t.sizes(), meta.sizes) && same_values(t.strides(), meta.strides);
 }
 
+bool tensor_matches_dynamic(PyObject* tensor, const TensorMeta& meta, const int8_t* dim_symbols,
+                            int64_t* symbols) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  if (t.requires_grad() != meta.requires_grad || to_kiln_dtype(t.scalar_type()) != meta.dtype ||
+      to_kiln_device(t.device().type()) != meta.device_type ||
+      t.device().index() != meta.device_index) {
+    return false;
+  }
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  if (sizes.size() != meta.sizes.size()) return false;
+  // Contiguous, with the exact strides (torch's is_contiguous() ignores
+  // strides of size-1 dims, which the static guard compares).
+  int64_t expected_stride = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    const int8_t symbol = dim_symbols[i];
+    const int64_t size = sizes[i];
+    if (symbol < 0) {
+      if (size != meta.sizes[i]) return false;
+    } else {
+      if (size < 2) return false;
+      if (symbols[symbol] < 0) {
+        symbols[symbol] = size;
+      } else if (symbols[symbol] != size) {
+        return false;
+      }
+    }
+    if (strides[i] != expected_stride) return false;
+    expected_stride *= size > 1 ? size : 1;
+  }
+  return true;
+}
+
 std::string describe_tensor_mismatch(PyObject* tensor, const TensorMeta& meta) {
   TensorMeta actual;
   read_tensor_meta(tensor, &actual);

@@ -14,6 +14,7 @@ namespace kiln::runtime {
   X(graph)                   \
   X(guards)                  \
   X(recompiles)              \
+  X(dynamic)                 \
   X(breaks)                  \
   X(backend)                 \
   X(perf)

@@ -200,6 +200,9 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
     case ValueKind::Constant:
     case ValueKind::Tensor:
       return true;
+    case ValueKind::SymInt:
+      // The resume function would take it as a plain int argument.
+      throw Specialize("a dynamic size is live at a graph break");
     case ValueKind::Tuple:
     case ValueKind::List:
     case ValueKind::Dict:
@@ -291,6 +294,11 @@ bool FrameTracer::record_break(TraceAbort& abort) {
   for (const ValuePtr& value : info->stack) collect_tensors(value, info->outputs);
   for (const ValuePtr& value : info->locals) {
     if (value) collect_tensors(value, info->outputs);
+  }
+  for (size_t j = 0; j < info->locals.size(); ++j) {
+    const ValuePtr& value = info->locals[j];
+    if (!value || !value->is(ValueKind::Tensor)) continue;
+    for (int dim : state_.dynamic_dims_of(value)) info->dynamic_locals.emplace_back(local_name(static_cast<int>(j)), dim);
   }
   state_.break_info() = std::move(info);
   state_.break_code = abort.code;

@@ -36,9 +36,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
             if (!device) abort_trace(BreakCode::PythonException, take_python_error());
             return state_.wrap_unguarded(device.get());
           }
-          PyRef value = PyRef::steal(PyObject_GetAttr(base->fake.get(), name));
-          if (!value) abort_trace(BreakCode::PythonException, take_python_error());
-          return state_.wrap_unguarded(value.get());
+          return state_.query_fake(base, attr, {}, true);
         }
         case stdlib::TensorAttrClass::GraphOp: {
           PyRef attr_name = PyRef::borrow(name);

@@ -64,6 +64,8 @@ PyRef value_to_python(const ValuePtr& value) {
       }
       return out;
     }
+    case ValueKind::SymInt:
+      throw Specialize("a dynamic size is used as a plain Python value");
     default:
       return PyRef();
   }
@@ -71,6 +73,7 @@ PyRef value_to_python(const ValuePtr& value) {
 
 PyRef constant_to_python(const ValuePtr& value) {
   if (value->is(ValueKind::Constant)) return value->obj;
+  if (value->is(ValueKind::SymInt)) throw Specialize("a dynamic size is used as a plain Python value");
   if (value->is(ValueKind::Iterator)) {
     // What is left of it, as a tuple (builtins consume iterators whole).
     std::vector<ValuePtr> rest(value->items.begin() + value->position, value->items.end());
@@ -231,14 +234,7 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
       if (!all_constant(args) || !kwargs.empty()) {
         abort_trace(BreakCode::UnsupportedCall, "Tensor." + name + " with non-constant arguments");
       }
-      PyRef bound = PyRef::steal(PyObject_GetAttrString(method->self->fake.get(), name.c_str()));
-      PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-      for (size_t i = 0; i < args.size(); ++i) {
-        PyTuple_SET_ITEM(call_args.get(), i, PyRef(args[i]->obj).release());
-      }
-      PyRef result = bound ? PyRef::steal(PyObject_Call(bound.get(), call_args.get(), nullptr)) : PyRef();
-      if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
-      return state_.wrap_unguarded(result.get());
+      return state_.query_fake(method->self, name, args, false);
     }
     case stdlib::TensorMethodClass::GraphOp:
       break;
@@ -477,8 +473,7 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
     }
     if (x->is(ValueKind::Tensor)) {
       if (x->meta.sizes.empty()) abort_trace(BreakCode::PythonException, "TypeError: len() of a 0-d tensor");
-      PyRef n = PyRef::steal(PyLong_FromLongLong(x->meta.sizes[0]));
-      return state_.wrap_unguarded(n.get());
+      return state_.tensor_size(x, 0);
     }
     if (x->is(ValueKind::Module)) {
       std::vector<ValuePtr> children = unpack(get_iter(x), -1);

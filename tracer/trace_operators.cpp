@@ -38,6 +38,9 @@ ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b)
     }
     return state_.call_torch(std::string("operator.") + name, fn.get(), {a, b}, {}, false);
   }
+  if (a->is(ValueKind::SymInt) || b->is(ValueKind::SymInt)) {
+    return state_.sym_arithmetic(std::string("operator.") + name, fn.get(), {a, b});
+  }
   const bool a_seq = a->is(ValueKind::Tuple) || a->is(ValueKind::List);
   const bool b_seq = b->is(ValueKind::Tuple) || b->is(ValueKind::List);
   const int base_op = inplace ? nb_op - kBinaryCount : nb_op;
@@ -75,6 +78,9 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
     PyRef fn = operator_function(kCompareNames[cmp]);
     return state_.call_torch(std::string("operator.") + kCompareNames[cmp], fn.get(), {a, b}, {}, false);
   }
+  if (a->is(ValueKind::SymInt) || b->is(ValueKind::SymInt)) {
+    throw Specialize("a comparison of a dynamic size decides control flow");
+  }
   PyRef left = constant_to_python(a);
   PyRef right = constant_to_python(b);
   if (!left || !right) {
@@ -96,6 +102,7 @@ ValuePtr FrameTracer::unary_op(interpreter::Op op, const ValuePtr& a) {
   if (a->is(ValueKind::Tensor)) {
     return state_.call_torch(std::string("operator.") + name, fn.get(), {a}, {}, false);
   }
+  if (a->is(ValueKind::SymInt)) return state_.sym_arithmetic(std::string("operator.") + name, fn.get(), {a});
   if (!a->is(ValueKind::Constant)) {
     abort_trace(BreakCode::UnsupportedOperator, std::string("operator.") + name + " on " + describe_value(*a));
   }
@@ -117,6 +124,8 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
       return !value->items.empty();
     case ValueKind::Tensor:
       abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
+    case ValueKind::SymInt:
+      throw Specialize("a branch on a dynamic size");
     case ValueKind::Module: {
       PyTypeObject* type = Py_TYPE(value->obj.get());
       const bool sized = type->tp_as_sequence && type->tp_as_sequence->sq_length;

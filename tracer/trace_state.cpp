@@ -1,5 +1,7 @@
 #include "tracer/trace_state.h"
 
+#include <algorithm>
+
 #include "runtime/aten_bridge.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
@@ -58,10 +60,55 @@ void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bo
   for (const ValuePtr& item : value->items) first_tensor_device(item, type, index, found);
 }
 
+// A tensor on the meta device with these sizes, strides, dtype and grad.
+PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                       PyObject* dtype, bool requires_grad) {
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  PyRef size_tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
+  PyRef stride_tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(strides.size())));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    PyTuple_SET_ITEM(size_tuple.get(), i, PyLong_FromLongLong(sizes[i]));
+    PyTuple_SET_ITEM(stride_tuple.get(), i, PyLong_FromLongLong(strides[i]));
+  }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype);
+  PyRef meta_name = PyRef::steal(PyUnicode_FromString("meta"));
+  PyDict_SetItemString(kwargs.get(), "device", meta_name.get());
+  PyDict_SetItemString(kwargs.get(), "requires_grad", requires_grad ? Py_True : Py_False);
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
+  PyRef fake = PyRef::steal(PyObject_Call(api->empty_strided, args.get(), kwargs.get()));
+  if (!fake) abort_trace(BreakCode::ShapeInference, "cannot make a meta tensor: " + take_python_error());
+  return fake;
+}
+
+// True when the value holds something that differs between sample points.
+bool involves_symbols(const ValuePtr& value) {
+  if (value->is(ValueKind::SymInt)) return true;
+  if (value->is(ValueKind::Tensor)) return !value->alt_fakes.empty();
+  for (const ValuePtr& item : value->items) {
+    if (item && involves_symbols(item)) return true;
+  }
+  return false;
+}
+
+bool is_int(PyObject* obj) { return PyLong_Check(obj) && !PyBool_Check(obj); }
+
+// True when every result equals the first.
+bool all_equal(const std::vector<PyRef>& results) {
+  for (size_t p = 1; p < results.size(); ++p) {
+    int eq = PyObject_RichCompareBool(results[0].get(), results[p].get(), Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    if (eq != 1) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-TraceState::TraceState(const guards::FrameView& frame)
+TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynamic)
     : frame_(frame),
+      dynamic_(dynamic),
+      points_(dynamic.empty() ? 1 : SymbolTable::kPoints),
       graph_(std::make_unique<graph::Graph>()),
       guards_(std::make_unique<guards::GuardSet>()) {
   // Every graph's autograd behaviour depends on the grad mode it ran under.
@@ -198,37 +245,175 @@ void TraceState::set_grad_mode(bool enabled) {
 }
 
 ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
   auto value = std::make_shared<Value>();
   value->kind = ValueKind::Tensor;
   value->source = source;
   // The exact type answers isinstance() (a Parameter is not a plain Tensor).
   value->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(tensor)));
   runtime::read_tensor_meta(tensor, &value->meta);
-  guards_->add_tensor_match(source, value->meta);
-  value->node = graph_->add_input(source, sources().at(source).text, value->meta);
-  // The fake twin: same sizes, strides, dtype and grad, on the meta device.
-  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(value->meta.sizes.size())));
-  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(value->meta.strides.size())));
-  for (size_t i = 0; i < value->meta.sizes.size(); ++i) {
-    PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(value->meta.sizes[i]));
-    PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(value->meta.strides[i]));
+  const TensorMeta& meta = value->meta;
+  // Which dims are dynamic (Note [Dynamic shapes]): only contiguous
+  // tensors, only dims of size >= 2.
+  std::vector<int8_t> dim_symbols;
+  if (points_ > 1 && meta.strides == graph::contiguous_strides(meta.sizes)) {
+    const guards::Source& where = sources().at(source);
+    const bool argument = dynamic_.all_arguments && where.kind == guards::SourceKind::Local;
+    for (size_t d = 0; d < meta.sizes.size(); ++d) {
+      int symbol = -1;
+      if (dynamic_.leading_only && d != 0) continue;
+      if (meta.sizes[d] >= 2 && (argument || dynamic_.contains(where.text, static_cast<int>(d)))) {
+        symbol = symbols_.new_symbol(meta.sizes[d]);
+      }
+      if (symbol >= 0) dim_symbols.resize(meta.sizes.size(), -1);
+      if (symbol >= 0) dim_symbols[d] = static_cast<int8_t>(symbol);
+    }
   }
+  std::vector<std::string> names;
+  for (int8_t symbol : dim_symbols) names.push_back(symbol < 0 ? "" : "s" + std::to_string(symbol));
+  guards_->add_tensor_match(source, meta, dim_symbols);
+  value->node = graph_->add_input(source, sources().at(source).text, meta);
+  if (!names.empty()) graph_->node(value->node).symbolic_sizes.push_back(names);
+  // The fake twin: same sizes, strides, dtype and grad, on the meta device;
+  // with dynamic dims, one more per sample point at the scaled sizes.
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
-  PyRef meta_name = PyRef::steal(PyUnicode_FromString("meta"));
-  PyDict_SetItemString(kwargs.get(), "device", meta_name.get());
-  PyDict_SetItemString(kwargs.get(), "requires_grad", value->meta.requires_grad ? Py_True : Py_False);
-  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
-  value->fake = PyRef::steal(PyObject_Call(api->empty_strided, args.get(), kwargs.get()));
-  if (!value->fake) abort_trace(BreakCode::ShapeInference, "cannot make a meta tensor: " + take_python_error());
+  value->fake = make_meta_tensor(meta.sizes, meta.strides, dtype.get(), meta.requires_grad);
+  if (!dim_symbols.empty()) {
+    for (int p = 1; p < points_; ++p) {
+      std::vector<int64_t> sizes = meta.sizes;
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        if (dim_symbols[d] >= 0) sizes[d] = SymbolTable::at_point(sizes[d], p);
+      }
+      value->alt_fakes.push_back(
+          make_meta_tensor(sizes, graph::contiguous_strides(sizes), dtype.get(), meta.requires_grad));
+    }
+  }
   return value;
+}
+
+ValuePtr TraceState::make_symint(std::vector<int64_t> per_point, const std::string& name,
+                                 PyObject* target, std::vector<ValuePtr> operands, PyObject* index) {
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::SymInt;
+  value->sym_points = std::move(per_point);
+  value->name = name;
+  value->obj = PyRef::borrow(target);
+  value->items = std::move(operands);
+  if (index) value->sym_index = PyRef::borrow(index);
+  return value;
+}
+
+ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
+                                const std::vector<ValuePtr>& args, bool attribute) {
+  const int npoints = tensor->alt_fakes.empty() ? 1 : points_;
+  std::vector<PyRef> results;
+  for (int p = 0; p < npoints; ++p) {
+    PyObject* fake = p == 0 ? tensor->fake.get() : tensor->alt_fakes[p - 1].get();
+    PyRef result = PyRef::steal(PyObject_GetAttrString(fake, name.c_str()));
+    if (result && !attribute) {
+      PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+      for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(call_args.get(), i, PyRef(args[i]->obj).release());
+      result = PyRef::steal(PyObject_Call(result.get(), call_args.get(), nullptr));
+    }
+    if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
+    results.push_back(std::move(result));
+  }
+  if (all_equal(results)) return wrap_unguarded(results[0].get());
+  const stdlib::TorchApi* api = stdlib::torch_api();
+  // Sizes and strides differ between points: compute them at run time.
+  const bool sizes = name == "size" || name == "shape";
+  const char* method = sizes ? "size" : name == "stride" ? "stride" : nullptr;
+  if (is_int(results[0].get()) && !attribute) {
+    std::vector<int64_t> per_point;
+    for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(r.get()));
+    PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, name.c_str()));
+    std::vector<ValuePtr> operands{tensor};
+    operands.insert(operands.end(), args.begin(), args.end());
+    return make_symint(std::move(per_point), "Tensor." + name, target.get(), std::move(operands), nullptr);
+  }
+  if (method && PyTuple_Check(results[0].get()) && args.empty()) {
+    PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, method));
+    std::vector<ValuePtr> items;
+    const Py_ssize_t n = PyTuple_GET_SIZE(results[0].get());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      std::vector<int64_t> per_point;
+      for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(r.get(), i)));
+      if (std::all_of(per_point.begin(), per_point.end(), [&](int64_t v) { return v == per_point[0]; })) {
+        items.push_back(wrap_unguarded(PyTuple_GET_ITEM(results[0].get(), i)));
+        continue;
+      }
+      PyRef dim = PyRef::steal(PyLong_FromSsize_t(i));
+      items.push_back(make_symint(std::move(per_point), std::string("Tensor.") + method, target.get(),
+                                  {tensor, wrap_unguarded(dim.get())}, nullptr));
+    }
+    ValuePtr sizes_value = make_sequence(ValueKind::Tuple, std::move(items));
+    if (!PyTuple_CheckExact(results[0].get())) {
+      sizes_value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(results[0].get())));  // torch.Size
+    }
+    return sizes_value;
+  }
+  throw Specialize("Tensor." + name + " depends on a dynamic size");
+}
+
+std::vector<int> TraceState::dynamic_dims_of(const ValuePtr& tensor) const {
+  std::vector<int> dims;
+  if (tensor->alt_fakes.empty()) return dims;
+  graph::TensorMeta other;
+  runtime::read_tensor_meta(tensor->alt_fakes[0].get(), &other);
+  for (size_t d = 0; d < tensor->meta.sizes.size() && d < other.sizes.size(); ++d) {
+    if (tensor->meta.sizes[d] != other.sizes[d]) dims.push_back(static_cast<int>(d));
+  }
+  return dims;
+}
+
+ValuePtr TraceState::tensor_size(const ValuePtr& tensor, int dim) {
+  PyRef index = PyRef::steal(PyLong_FromLong(dim));
+  return query_fake(tensor, "size", {wrap_unguarded(index.get())}, false);
+}
+
+ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
+                                    const std::vector<ValuePtr>& operands) {
+  std::vector<int64_t> per_point;
+  for (int p = 0; p < points_; ++p) {
+    PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(operands.size())));
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const ValuePtr& operand = operands[i];
+      PyObject* item = nullptr;
+      if (operand->is(ValueKind::SymInt)) {
+        item = PyLong_FromLongLong(operand->sym_points[p]);
+      } else if (operand->is(ValueKind::Constant) && is_int(operand->obj.get())) {
+        item = PyRef(operand->obj).release();
+      } else {
+        throw Specialize(op_name + " of a dynamic size and " + describe_value(*operand));
+      }
+      PyTuple_SET_ITEM(args.get(), i, item);
+    }
+    PyRef result = PyRef::steal(PyObject_Call(fn, args.get(), nullptr));
+    if (!result) abort_trace(BreakCode::PythonException, op_name + ": " + take_python_error());
+    if (!is_int(result.get())) throw Specialize(op_name + " of a dynamic size gives a non-int");
+    per_point.push_back(PyLong_AsLongLong(result.get()));
+  }
+  // Always symbolic, even where the points agree: s // 100 is 0 at every
+  // point of a small s, yet not for every s.
+  return make_symint(std::move(per_point), op_name, fn, operands, nullptr);
 }
 
 Arg TraceState::lower(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Tensor: return Arg::of_node(value->node);
+    case ValueKind::SymInt: {
+      // Computed by graph nodes from the tensors it was read from.
+      if (value->node < 0) {
+        std::vector<Arg> args;
+        for (const ValuePtr& operand : value->items) args.push_back(lower(operand));
+        int node = graph_->add_call(value->name, value->obj.get(), std::move(args), {});
+        if (value->sym_index) {
+          node = graph_->add_call("operator.getitem", stdlib::torch_api()->getitem,
+                                  {Arg::of_node(node), Arg::of_constant(value->sym_index.get())}, {});
+        }
+        value->node = node;
+      }
+      return Arg::of_node(value->node);
+    }
     case ValueKind::Constant: return Arg::of_constant(value->obj.get());
     case ValueKind::Tuple:
     case ValueKind::List: {
@@ -299,9 +484,11 @@ graph::Arg TraceState::lower_output(const ValuePtr& value) {
   }
 }
 
-PyRef TraceState::lower_fake(const ValuePtr& value) {
+PyRef TraceState::lower_fake(const ValuePtr& value, int point) {
   switch (value->kind) {
-    case ValueKind::Tensor: return value->fake;
+    case ValueKind::Tensor:
+      return point == 0 || value->alt_fakes.empty() ? value->fake : value->alt_fakes[point - 1];
+    case ValueKind::SymInt: return PyRef::steal(PyLong_FromLongLong(value->sym_points[point]));
     case ValueKind::Constant: return value->obj;
     case ValueKind::Tuple:
     case ValueKind::List: {
@@ -310,7 +497,7 @@ PyRef TraceState::lower_fake(const ValuePtr& value) {
       const bool tuple = value->is(ValueKind::Tuple);
       PyRef out = PyRef::steal(tuple ? PyTuple_New(n) : PyList_New(n));
       for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = lower_fake(value->items[i]).release();
+        PyObject* item = lower_fake(value->items[i], point).release();
         if (tuple) {
           PyTuple_SET_ITEM(out.get(), i, item);
         } else {
@@ -322,7 +509,7 @@ PyRef TraceState::lower_fake(const ValuePtr& value) {
     case ValueKind::Dict: {
       PyRef out = PyRef::steal(PyDict_New());
       for (size_t i = 0; i < value->items.size(); ++i) {
-        PyDict_SetItem(out.get(), value->keys[i].get(), lower_fake(value->items[i]).get());
+        PyDict_SetItem(out.get(), value->keys[i].get(), lower_fake(value->items[i], point).get());
       }
       return out;
     }
@@ -356,13 +543,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   for (const ValuePtr& arg : args) first_tensor_device(arg, &device_type, &device_index, &device_found);
   for (const auto& kw : kwargs) first_tensor_device(kw.second, &device_type, &device_index, &device_found);
 
-  PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   std::vector<Arg> graph_args;
-  for (size_t i = 0; i < args.size(); ++i) {
-    PyTuple_SET_ITEM(fake_args.get(), i, lower_fake(args[i]).release());
-    graph_args.push_back(lower(args[i]));
+  bool dynamic = false;
+  for (const ValuePtr& arg : args) {
+    graph_args.push_back(lower(arg));
+    dynamic = dynamic || (points_ > 1 && involves_symbols(arg));
   }
-  PyRef fake_kwargs = PyRef::steal(PyDict_New());
   std::vector<std::pair<std::string, Arg>> graph_kwargs;
   bool has_device = false;
   for (const auto& [key, arg] : kwargs) {
@@ -370,33 +556,49 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       abort_trace(BreakCode::SideEffect, name + "(out=...) writes into an existing tensor");
     }
     graph_kwargs.emplace_back(key, lower(arg));
+    dynamic = dynamic || (points_ > 1 && involves_symbols(arg));
     if (key == "device" && arg->is(ValueKind::Constant) && arg->obj.get() != Py_None) {
       parse_device(arg->obj.get(), *api, &device_type, &device_index);
       has_device = true;
+    }
+  }
+  // A dynamic op runs at every sample point (Note [Dynamic shapes]).
+  std::vector<PyRef> results;
+  const int npoints = dynamic ? points_ : 1;
+  for (int p = 0; p < npoints; ++p) {
+    PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(fake_args.get(), i, lower_fake(args[i], p).release());
+    PyRef fake_kwargs = PyRef::steal(PyDict_New());
+    for (const auto& [key, arg] : kwargs) {
+      if (key == "device" && arg->is(ValueKind::Constant) && arg->obj.get() != Py_None) {
+        PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+        PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
+      } else {
+        PyDict_SetItemString(fake_kwargs.get(), key.c_str(), lower_fake(arg, p).get());
+      }
+    }
+    if (factory && !has_device && !device_found) {
+      // Without this, inference would allocate (and draw random numbers) for real.
       PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
       PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
-    } else {
-      PyDict_SetItemString(fake_kwargs.get(), key.c_str(), lower_fake(arg).get());
     }
-  }
-  if (factory && !has_device && !device_found) {
-    // Without this, inference would allocate (and draw random numbers) for real.
-    PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
-    PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
-  }
-  PyRef result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
-  if (!result) {
-    std::string error = take_python_error();
-    if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {
-      abort_trace(BreakCode::ShapeInference, name + " cannot run on meta tensors: " + error);
+    PyRef result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+    if (!result) {
+      std::string error = take_python_error();
+      if (p > 0) throw Specialize(name + " fails when the dynamic sizes change: " + error);
+      if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {
+        abort_trace(BreakCode::ShapeInference, name + " cannot run on meta tensors: " + error);
+      }
+      abort_trace(BreakCode::PythonException, name + " raised " + error);
     }
-    abort_trace(BreakCode::PythonException, name + " raised " + error);
+    results.push_back(std::move(result));
   }
-  PyObject* out = result.get();
+  PyObject* out = results[0].get();
   if (runtime::is_tensor(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     ValuePtr value = wrap_result(node, out, device_type, device_index);
     graph_->node(node).metas.push_back(value->meta);
+    if (dynamic) attach_points(value, results, node);
     return value;
   }
   if (is_tensor_sequence(out)) {
@@ -404,6 +606,11 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     graph_->node(node).returns_tuple = true;
     std::vector<ValuePtr> items;
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
+    for (const PyRef& r : results) {
+      if (!is_tensor_sequence(r.get()) || PySequence_Fast_GET_SIZE(r.get()) != n) {
+        throw Specialize(name + " returns a different number of tensors when the dynamic sizes change");
+      }
+    }
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyRef index = PyRef::steal(PyLong_FromSsize_t(i));
       int item_node = graph_->add_call("operator.getitem", api->getitem,
@@ -411,6 +618,11 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       ValuePtr item = wrap_result(item_node, PySequence_Fast_GET_ITEM(out, i), device_type, device_index);
       graph_->node(item_node).metas.push_back(item->meta);
       graph_->node(node).metas.push_back(item->meta);
+      if (dynamic) {
+        std::vector<PyRef> per_point;
+        for (const PyRef& r : results) per_point.push_back(PyRef::borrow(PySequence_Fast_GET_ITEM(r.get(), i)));
+        attach_points(item, per_point, item_node);
+      }
       items.push_back(item);
     }
     ValuePtr result = make_sequence(PyList_Check(out) ? ValueKind::List : ValueKind::Tuple, std::move(items));
@@ -425,11 +637,50 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     return make_constant(PyRef::borrow(Py_None));
   }
   if (is_constant_object(out, *api) || PyTuple_Check(out)) {
-    // Metadata only (sizes, dtypes): fixed by the tensor guards.
-    return wrap_unguarded(out);
+    // Metadata only (sizes, dtypes): fixed by the tensor guards, unless it
+    // changes with a dynamic size.
+    if (!dynamic || all_equal(results)) return wrap_unguarded(out);
+    if (is_int(out) && kwargs.empty()) {
+      std::vector<int64_t> per_point;
+      for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(r.get()));
+      return make_symint(std::move(per_point), name, target, args, nullptr);
+    }
+    throw Specialize(name + " returns " + py_repr(out) + ", which depends on a dynamic size");
   }
   abort_trace(BreakCode::UnsupportedValue,
               name + " returned a " + Py_TYPE(out)->tp_name + ", which a graph cannot hold");
+}
+
+void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node) {
+  std::vector<TensorMeta> metas(per_point.size());
+  for (size_t p = 0; p < per_point.size(); ++p) {
+    if (!runtime::is_tensor(per_point[p].get())) {
+      throw Specialize("an op returns a non-tensor when the dynamic sizes change");
+    }
+    runtime::read_tensor_meta(per_point[p].get(), &metas[p]);
+    if (metas[p].sizes.size() != metas[0].sizes.size()) {
+      throw Specialize("an op's result rank changes with the dynamic sizes");
+    }
+  }
+  for (size_t p = 1; p < per_point.size(); ++p) value->alt_fakes.push_back(per_point[p]);
+  std::vector<std::string> names(metas[0].sizes.size());
+  bool any = false;
+  for (size_t d = 0; d < names.size(); ++d) {
+    int64_t sizes[SymbolTable::kPoints];
+    bool differs = false;
+    for (int p = 0; p < SymbolTable::kPoints; ++p) {
+      sizes[p] = metas[p].sizes[d];
+      differs = differs || sizes[p] != sizes[0];
+    }
+    if (differs) {
+      names[d] = symbols_.name_dim(sizes);
+      any = true;
+    }
+  }
+  if (!any) return;
+  graph::Node& n = graph_->node(node);
+  n.symbolic_sizes.resize(n.metas.size());
+  n.symbolic_sizes.back() = std::move(names);
 }
 
 }  // namespace kiln::tracer

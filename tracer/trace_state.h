@@ -14,6 +14,7 @@
 #include "guards/guard_set.h"
 #include "interpreter/instruction.h"
 #include "tracer/break_reason.h"
+#include "tracer/dynamic_shapes.h"
 #include "tracer/tracer.h"
 #include "tracer/value.h"
 
@@ -24,7 +25,9 @@ using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 // One trace: owns the graph and guards until they are handed to the cache.
 class TraceState {
  public:
-  TraceState(const guards::FrameView& frame);
+  // `dynamic` names the input dims to trace symbolically (Note [Dynamic
+  // shapes]); empty for a static trace.
+  TraceState(const guards::FrameView& frame, const DynamicDims& dynamic);
 
   graph::Graph& graph() { return *graph_; }
   guards::GuardSet& guards() { return *guards_; }
@@ -45,6 +48,23 @@ class TraceState {
   // tensor inputs (their fake run gets device="meta").
   ValuePtr call_torch(const std::string& name, PyObject* target, const std::vector<ValuePtr>& args,
                       const KwArgs& kwargs, bool factory);
+
+  // Answers a metadata query (`tensor.name(*args)`, or the attribute `name`
+  // when `attribute`) from the fakes: a constant when every sample point
+  // agrees, else SymInts computed at run time (Note [Dynamic shapes]).
+  ValuePtr query_fake(const ValuePtr& tensor, const std::string& name,
+                      const std::vector<ValuePtr>& args, bool attribute);
+  // tensor.size(dim), as query_fake answers it.
+  ValuePtr tensor_size(const ValuePtr& tensor, int dim);
+  // Applies `fn` (an operator-module function named op_name) to SymInts and
+  // int constants: a new SymInt, or a constant when every point agrees.
+  // Throws Specialize for results that are not ints.
+  ValuePtr sym_arithmetic(const std::string& op_name, PyObject* fn,
+                          const std::vector<ValuePtr>& operands);
+  // The dims of a tensor value whose size differs between sample points.
+  std::vector<int> dynamic_dims_of(const ValuePtr& tensor) const;
+  // Number of sample points fakes run at (1 for a static trace).
+  int points() const { return points_; }
 
   // Lowers a value to a graph argument; throws for values graphs can't hold.
   graph::Arg lower(const ValuePtr& value);
@@ -83,11 +103,21 @@ class TraceState {
 
  private:
   ValuePtr wrap_tensor(PyObject* tensor, int source);
-  PyRef lower_fake(const ValuePtr& value);
+  // The value's stand-in at sample point `point`: fakes, SymInt values,
+  // constants, containers of them.
+  PyRef lower_fake(const ValuePtr& value, int point);
   ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
                        int device_index);
+  // Gives a result tensor its fakes at the other points and names its
+  // symbolic dims on the node.
+  void attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node);
+  ValuePtr make_symint(std::vector<int64_t> per_point, const std::string& name, PyObject* target,
+                       std::vector<ValuePtr> operands, PyObject* index);
 
   guards::FrameView frame_;
+  DynamicDims dynamic_;
+  SymbolTable symbols_;
+  int points_ = 1;
   std::unique_ptr<graph::Graph> graph_;
   std::unique_ptr<guards::GuardSet> guards_;
   std::unordered_map<int, ValuePtr> wrapped_;

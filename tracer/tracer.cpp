@@ -1,11 +1,17 @@
 #include "tracer/tracer.h"
 
+#include <algorithm>
+
 #include "runtime/aten_bridge.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 
-TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame) {
+namespace {
+
+// One trace with the given dynamic dims; throws Specialize.
+TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                       const DynamicDims& dynamic) {
   TraceResult result;
   // Traced `with torch.no_grad():` blocks switch the real mode while
   // tracing; the frame itself has not run yet, so put it back after.
@@ -15,7 +21,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
   PyObject *saved_type, *saved_value, *saved_traceback;
   PyErr_Fetch(&saved_type, &saved_value, &saved_traceback);
   try {
-    TraceState state(frame);
+    TraceState state(frame, dynamic);
     FrameTracer top(state, code, frame.globals, func, -1, 0);
     // Arguments are the only locals bound when a frame starts.
     const int nargs = code->co_argcount + code->co_kwonlyargcount +
@@ -62,11 +68,66 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
     result.code = abort.code;
     result.reason = abort.location + ": " + abort.what() + abort.detail;
     result.hint = break_code_hint(abort.code);
+  } catch (const Specialize&) {
+    PyErr_Clear();
+    runtime::set_grad_mode(grad_mode);
+    PyErr_Restore(saved_type, saved_value, saved_traceback);
+    throw;
   }
   PyErr_Clear();
   runtime::set_grad_mode(grad_mode);
   PyErr_Restore(saved_type, saved_value, saved_traceback);
   return result;
+}
+
+// How far a trace got: a whole graph beats a graph break, a later break an
+// earlier one, and any graph a failure.
+int progress(const TraceResult& result) {
+  if (!result.ok) return -1;
+  if (!result.partial) return 1 << 30;
+  return result.partial->instruction;
+}
+
+}  // namespace
+
+TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                        const DynamicDims& dynamic) {
+  if (dynamic.empty()) return trace_once(code, func, frame, dynamic);
+  // Dynamic sizes as asked; if that specializes and more than dim 0s were
+  // asked, dim 0s only (the batch); then static sizes.
+  std::vector<DynamicDims> attempts{dynamic};
+  const bool beyond_leading = dynamic.all_arguments ||
+      std::any_of(dynamic.dims.begin(), dynamic.dims.end(), [](const auto& d) { return d.second != 0; });
+  if (beyond_leading) {
+    attempts.push_back(dynamic);
+    attempts.back().leading_only = true;
+  }
+  std::string why;
+  for (const DynamicDims& attempt : attempts) {
+    try {
+      TraceResult result = trace_once(code, func, frame, attempt);
+      if (result.ok && !result.partial) {
+        result.specialized = attempt.leading_only ? why : "";
+        result.leading_only = attempt.leading_only;
+        return result;
+      }
+      // Symbolic sizes must never cost a graph: if the static trace gets
+      // further, it wins.
+      TraceResult fixed = trace_once(code, func, frame, {});
+      if (progress(fixed) <= progress(result)) {
+        result.specialized = attempt.leading_only ? why : "";
+        result.leading_only = attempt.leading_only;
+        return result;
+      }
+      fixed.specialized = "with dynamic sizes the trace stops earlier: " + result.reason;
+      return fixed;
+    } catch (const Specialize& specialize) {
+      why = specialize.what();
+    }
+  }
+  TraceResult fixed = trace_once(code, func, frame, {});
+  fixed.specialized = why;
+  return fixed;
 }
 
 }  // namespace kiln::tracer

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "guards/guard_set.h"
 #include "tracer/break_reason.h"
+#include "tracer/dynamic_shapes.h"
 #include "tracer/value.h"
 
 namespace kiln::tracer {
@@ -42,6 +43,9 @@ struct BreakInfo {
     ValuePtr value;
   };
   std::vector<PendingStore> stores;
+  // Tensor locals with dynamic dims, as (name, dim): the resume functions
+  // trace them as dynamic from their first call (Note [Dynamic shapes]).
+  std::vector<std::pair<std::string, int>> dynamic_locals;
 };
 
 // What a trace produced: a graph and its guards, or why it stopped.
@@ -58,11 +62,18 @@ struct TraceResult {
   BreakCode code = BreakCode::UnsupportedOpcode;
   std::string reason;  // "file.py:12: message" (without the hint)
   std::string hint;
+  // Set when dynamic sizes were asked for but the trace had to use static
+  // ones; says why (Note [Dynamic shapes]).
+  std::string specialized;
+  // With `specialized`: the trace kept dim 0s dynamic (and only those).
+  bool leading_only = false;
 };
 
 // Traces a frame about to run `code` as function `func` (borrowed, may be
-// null) with arguments visible through `frame`. Never leaves a Python error
-// set: failures come back as !ok with a reason.
-TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame);
+// null) with arguments visible through `frame`, leaving the `dynamic` input
+// dims symbolic where it can. Never leaves a Python error set: failures
+// come back as !ok with a reason.
+TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                        const DynamicDims& dynamic = {});
 
 }  // namespace kiln::tracer

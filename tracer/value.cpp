@@ -42,6 +42,9 @@ std::string describe_value(const Value& value) {
   std::string out = value_kind_name(value.kind);
   if (value.kind == ValueKind::Tensor) return out + " " + graph::format_tensor_meta(value.meta);
   if (value.kind == ValueKind::TensorMethod) return "Tensor." + value.name;
+  if (value.kind == ValueKind::SymInt) {
+    return out + " (" + std::to_string(value.sym_points.empty() ? 0 : value.sym_points[0]) + " here)";
+  }
   if (value.obj) {
     PyObject* text = PyObject_Repr(value.obj.get());
     if (text) {

@@ -36,7 +36,8 @@ using runtime::PyRef;
   X(Cell, "a closure cell; items[0] is its contents, absent when unbound")    \
   X(LocalFunction, "a function created by the trace (lambda, nested def)")    \
   X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
-  X(GradModeExit, "__exit__ of an entered grad-mode context")
+  X(GradModeExit, "__exit__ of an entered grad-mode context")                 \
+  X(SymInt, "an int that depends on a dynamic size (Note [Dynamic shapes])")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,
@@ -59,6 +60,15 @@ struct Value {
   int node = -1;
   PyRef fake;  // meta tensor with the same metadata
   graph::TensorMeta meta;
+  // Tensor in a trace with dynamic sizes: the fakes at the other sample
+  // points (Note [Dynamic shapes]); empty when the trace has none.
+  std::vector<PyRef> alt_fakes;
+  // SymInt: its value at each sample point ([0] is the real one). It is
+  // computed at run time by calling `obj` on `items` (tensors, SymInts,
+  // constants), then indexing the result with `sym_index` when set; `node`
+  // is the graph node doing so, made when first needed.
+  std::vector<int64_t> sym_points;
+  PyRef sym_index;
   // Tuple/List items, Dict values, Iterator's sequence
   std::vector<ValuePtr> items;
   std::vector<PyRef> keys;  // Dict keys

@@ -98,16 +98,25 @@ PyObject* make_context_call(PyObject* fn, std::shared_ptr<CompileConfig> config)
   return reinterpret_cast<PyObject*>(self);
 }
 
-// _C.compiled(fn, backend, fullgraph) -> callable running fn under a new config.
+// _C.compiled(fn, backend, fullgraph, dynamic=None) -> callable running fn
+// under a new config.
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
   const char* backend;
   int fullgraph;
-  if (!PyArg_ParseTuple(args, "Osp", &fn, &backend, &fullgraph)) return nullptr;
+  PyObject* dynamic = Py_None;
+  if (!PyArg_ParseTuple(args, "Osp|O", &fn, &backend, &fullgraph, &dynamic)) return nullptr;
+  if (dynamic != Py_None && dynamic != Py_True && dynamic != Py_False) {
+    PyErr_SetString(PyExc_TypeError, "dynamic must be None, True or False");
+    return nullptr;
+  }
   auto config = std::make_shared<CompileConfig>();
   config->id = kiln::interpreter::next_config_id();
   config->backend = backend;
   config->fullgraph = fullgraph;
+  config->dynamic = dynamic == Py_None   ? CompileConfig::Dynamic::Automatic
+                    : dynamic == Py_True ? CompileConfig::Dynamic::Always
+                                         : CompileConfig::Dynamic::Never;
   return make_context_call(fn, std::move(config));
 }
 
@@ -121,12 +130,16 @@ PyObject* run_collecting(PyObject* args, bool want_dump, std::shared_ptr<TraceCo
   PyObject* call_args;
   PyObject* call_kwargs;
   int fullgraph = 0;
-  if (!PyArg_ParseTuple(args, "OO!O|p", &fn, &PyTuple_Type, &call_args, &call_kwargs, &fullgraph)) {
+  int dynamic = 0;
+  if (!PyArg_ParseTuple(args, "OO!O|pp", &fn, &PyTuple_Type, &call_args, &call_kwargs, &fullgraph,
+                        &dynamic)) {
     return nullptr;
   }
   auto config = std::make_shared<CompileConfig>();
   config->id = kiln::interpreter::next_config_id();
   config->fullgraph = fullgraph;
+  // One call traces once: only dynamic=True can make it symbolic.
+  if (dynamic) config->dynamic = CompileConfig::Dynamic::Always;
   config->collector = std::make_shared<TraceCollector>();
   config->collector->want_dump = want_dump;
   PyObject* result;

@@ -22,9 +22,6 @@ def _check_options(backend, mode, dynamic):
                          + ", ".join(repr(m) for m in MODES))
     if dynamic not in (None, True, False):
         raise ValueError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
-    if dynamic is True:
-        warnings.warn("kiln.compile: dynamic=True is not supported yet; every new input shape "
-                      "is traced as a new static graph", RuntimeWarning, stacklevel=3)
     if mode not in (None, "default"):
         warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
                       "generation)", RuntimeWarning, stacklevel=3)
@@ -46,11 +43,12 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
                                       backend=backend, mode=mode)
     if isinstance(fn_or_module, torch.nn.Module):
         from .compiled_module import CompiledModule
-        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph)))
+        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
+                                                              dynamic))
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile expects a function or an nn.Module, got "
                         f"{type(fn_or_module).__name__}")
-    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph))
+    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic)
     _copy_metadata(wrapper, fn_or_module)
     return wrapper
 

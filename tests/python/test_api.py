@@ -134,7 +134,7 @@ def test_config_cache_size_limit_settable():
     try:
         kiln.config.cache_size_limit = 3
         assert kiln.config.cache_size_limit == 3
-        compiled = kiln.compile(poly)
+        compiled = kiln.compile(poly, dynamic=False)
         for n in range(1, 6):
             x = torch.randn(n)
             assert_same(compiled(x), poly(x))
@@ -226,7 +226,7 @@ def test_plain_code_in_other_threads_is_not_traced():
             x = x + 1
         return x
 
-    compiled = kiln.compile(slow)
+    compiled = kiln.compile(slow, dynamic=False)
     thread = threading.Thread(target=other)
     thread.start()
     try:

@@ -249,7 +249,7 @@ def test_cache_limit_eager_path_no_leak():
     saved = kiln.config.cache_size_limit
     try:
         kiln.config.cache_size_limit = 2
-        compiled = kiln.compile(f_hot)
+        compiled = kiln.compile(f_hot, dynamic=False)
         args = [(torch.randn(n, 4), torch.randn(n, 4)) for n in (2, 3, 5)]
         rcs = [sys.getrefcount(t) for pair in args for t in pair]
         for pair in args:
@@ -361,3 +361,27 @@ def test_recompiling_same_function_repeatedly_no_growth():
         assert_same(kiln.compile(f_long)(x), expected)
 
     assert_no_growth(step, 1_500, warmup=50, check_rss=True)
+
+
+def f_dynamic(x):
+    b = x.shape[0]
+    return x.view(b, -1).relu() * b
+
+
+def test_dynamic_shapes_path_no_leak():
+    compiled = kiln.compile(f_dynamic)
+    inputs = [torch.randn(n, 2, 3) for n in (2, 3, 5, 8, 13)]
+    for x in inputs:
+        assert_same(compiled(x), f_dynamic(x))
+    rcs = [sys.getrefcount(x) for x in inputs]
+    i = [0]
+
+    def step():
+        compiled(inputs[i[0] % len(inputs)])
+        i[0] += 1
+
+    assert_no_growth(step, 5_000)
+    gc.collect()
+    assert [sys.getrefcount(x) for x in inputs] == rcs
+    s = stats()
+    assert s["traces"] == 2, s

@@ -48,6 +48,10 @@ def dump_of(path, source):
     args = namespace.get("ARGS", ())
     kwargs = namespace.get("KWARGS", {})
     kiln.reset()
+    if namespace.get("DYNAMIC"):
+        # Traced as kiln.compile(dynamic=True) would: argument sizes symbolic.
+        _, text = kiln._C.trace_dump(fn, tuple(args), kwargs, False, True)
+        return text
     return kiln.trace_dump(fn, *args, **kwargs)
 
 

@@ -482,3 +482,80 @@ TEST(GuardSet, CheckLeavesReferenceCountsUnchanged) {
 
 }  // namespace
 }  // namespace kiln::guards
+
+namespace kiln::guards {
+namespace {
+
+// A guard set over locals x (and y) whose dim 0 is dynamic.
+struct DynamicGuard {
+  explicit DynamicGuard(const PyRef& traced, int locals = 1) {
+    for (int i = 0; i < locals; ++i) {
+      guards.add_tensor_match(guards.sources().local(i, i == 0 ? "x" : "y"), meta_of(traced),
+                              {static_cast<int8_t>(i), -1});
+    }
+  }
+  GuardSet guards;
+};
+
+TEST(DynamicTensorMatch, AcceptsAnySizeOfAtLeastTwoInTheDynamicDim) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  DynamicGuard g(traced);
+  for (const char* expr : {"torch.ones(2, 3)", "torch.ones(4, 3)", "torch.ones(1000, 3)"}) {
+    PyRef x = eval(expr);
+    EXPECT_TRUE(check_locals(g.guards, {x.get()})) << expr;
+  }
+  PyRef one = eval("torch.ones(1, 3)");
+  EXPECT_FALSE(check_locals(g.guards, {one.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {one.get()}), HasSubstr("traced for sizes >= 2"));
+}
+
+TEST(DynamicTensorMatch, StaticDimsDtypeAndLayoutStillChecked) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  DynamicGuard g(traced);
+  PyRef wide = eval("torch.ones(4, 5)");
+  EXPECT_FALSE(check_locals(g.guards, {wide.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {wide.get()}), HasSubstr("size of dim 1 is 5, expected 3"));
+  PyRef f64 = eval("torch.ones(6, 3, dtype=torch.float64)");
+  EXPECT_FALSE(check_locals(g.guards, {f64.get()}));
+  PyRef strided = eval("torch.ones(3, 6).t()");
+  EXPECT_FALSE(check_locals(g.guards, {strided.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {strided.get()}), HasSubstr("not contiguous"));
+  PyRef sliced = eval("torch.ones(12, 3)[::2]");
+  EXPECT_FALSE(check_locals(g.guards, {sliced.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {sliced.get()}), HasSubstr("not contiguous"));
+}
+
+TEST(DynamicTensorMatch, SeparateSymbolsMayDiffer) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  DynamicGuard g(traced, 2);
+  PyRef a = eval("torch.ones(5, 3)");
+  PyRef b = eval("torch.ones(9, 3)");
+  EXPECT_TRUE(check_locals(g.guards, {a.get(), b.get()}));
+}
+
+TEST(DynamicTensorMatch, FormatNamesTheSymbols) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  DynamicGuard g(traced);
+  EXPECT_THAT(g.guards.format(), HasSubstr("TensorMatch L['x'] f32[s0, 3] (dynamic dims >= 2, contiguous)"));
+}
+
+TEST(SizeChanges, ListsDimsWhoseSizeAloneChanged) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  TensorGuard g(traced);
+  std::vector<PyObject*> locals;
+  PyRef resized = eval("torch.ones(8, 3)");
+  locals = {resized.get()};
+  FrameView frame{.localsplus = locals.data()};
+  auto changes = g.guards.size_changes(frame);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].first, "L['x']");
+  EXPECT_EQ(changes[0].second, 0);
+  PyRef other_dtype = eval("torch.ones(8, 3, dtype=torch.int64)");
+  locals = {other_dtype.get()};
+  FrameView frame2{.localsplus = locals.data()};
+  EXPECT_TRUE(g.guards.size_changes(frame2).empty());
+  EXPECT_FALSE(PyErr_Occurred());
+}
+
+}  // namespace
+}  // namespace kiln::guards

@@ -1,0 +1,229 @@
+"""Automatic dynamic shapes (kiln.compile(dynamic=None)): after a recompile
+caused by a size change, the dim is traced symbolically, so a third size
+reuses the graph. dynamic=True starts symbolic; dynamic=False never is.
+See Note [Dynamic shapes] in tracer/dynamic_shapes.cpp."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from conftest import assert_same, stats
+
+
+def run_sizes(fn, make_args, sizes, **compile_kwargs):
+    """Calls the compiled fn once per size, comparing with eager each time."""
+    compiled = kiln.compile(fn, backend="eager", **compile_kwargs)
+    for n in sizes:
+        args = make_args(n)
+        assert_same(compiled(*args), fn(*args))
+    return stats()
+
+
+def test_third_batch_size_does_not_recompile():
+    def fn(x, w):
+        return torch.relu(x @ w) * 2
+
+    w = torch.randn(6, 5)
+    s = run_sizes(fn, lambda n: (torch.randn(n, 6), w), [4, 8, 16, 5, 33])
+    assert s["traces"] == 2 and s["recompiles"] == 1, s
+    assert s["cache_hits"] == 3, s
+
+
+def test_sizes_read_in_python_are_computed_at_run_time():
+    def fn(x):
+        b = x.shape[0]
+        y = x.view(b, -1, 2).sum(-1)
+        n = x.size(0) * x.size(1)
+        return y.reshape(n // 2), x.numel(), len(x), x.shape
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 6),), [3, 5, 9, 12])
+    assert s["traces"] == 2 and s["cache_hits"] == 2, s
+
+
+def test_returned_shape_keeps_torch_size_type():
+    compiled = kiln.compile(lambda x: x.shape, backend="eager")
+    for n in (2, 3, 4):
+        out = compiled(torch.randn(n, 3))
+        assert type(out) is torch.Size and out == torch.Size([n, 3])
+    assert stats()["traces"] == 2
+
+
+def test_module_batch_dimension():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4),
+                                torch.nn.Softmax(dim=-1))
+    compiled = kiln.compile(model, backend="eager")
+    for n in (2, 7, 19, 64, 3):
+        x = torch.randn(n, 8)
+        assert_same(compiled(x), model(x))
+    s = stats()
+    assert s["traces"] == 2 and s["cache_hits"] == 3, s
+
+
+def test_two_dynamic_dims_batch_and_sequence():
+    def fn(x):
+        b, t, c = x.shape
+        flat = x.reshape(b * t, c)
+        y = F.layer_norm(flat, (c,))
+        return y.view(b, t, c).mean(1)
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, n + 1, 4),), [2, 3, 5, 8])
+    assert s["traces"] == 2 and s["cache_hits"] == 2, s
+
+
+def test_factories_and_concatenation_with_dynamic_sizes():
+    def fn(x):
+        pad = torch.zeros(x.shape[0], 2)
+        ones = x.new_ones(x.shape)
+        return torch.cat([x, pad], dim=1) + 1, ones * x
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 4, 6, 10])
+    assert s["traces"] == 2 and s["cache_hits"] == 2, s
+
+
+def test_equal_sizes_are_separate_symbols():
+    def fn(x, y):
+        return x.sum(0) + y.sum(0)
+
+    compiled = kiln.compile(fn, backend="eager")
+    for n, m in ((2, 2), (3, 3), (4, 4), (5, 7)):
+        x, y = torch.randn(n, 3), torch.randn(m, 3)
+        assert_same(compiled(x, y), fn(x, y))
+    assert stats()["traces"] == 2
+
+
+def test_mismatched_dynamic_sizes_raise_like_eager():
+    def fn(x, y):
+        return x + y
+
+    compiled = kiln.compile(fn, backend="eager")
+    for n in (2, 3, 4):
+        x, y = torch.randn(n, 3), torch.randn(n, 3)
+        assert_same(compiled(x, y), fn(x, y))
+    x, y = torch.randn(5, 3), torch.randn(6, 3)
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        fn(x, y)
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        compiled(x, y)
+
+
+def test_size_one_stays_specialized():
+    def fn(x):
+        return x * 2
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 1, 4])
+    # 1 broadcasts differently from every other size: its own graph.
+    assert s["traces"] == 3 and s["cache_hits"] == 1, s
+
+
+def test_branch_on_size_specializes_and_stays_correct():
+    def fn(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 6, 7, 2])
+    # The second trace meets the branch and stays static from then on.
+    assert s["traces"] == 4 and s["cache_hits"] == 1, s
+    assert s["unsupported"] == 0
+
+
+def test_range_over_a_dynamic_size_specializes():
+    def fn(x):
+        total = x[0]
+        for i in range(1, x.shape[0]):
+            total = total + x[i]
+        return total
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4])
+    assert s["traces"] == 3, s
+
+
+def test_dynamic_false_recompiles_every_size():
+    def fn(x):
+        return x.sum(0)
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4, 5], dynamic=False)
+    assert s["traces"] == 4 and s["recompiles"] == 3, s
+
+
+def test_dynamic_true_is_symbolic_from_the_first_trace():
+    def fn(x):
+        return x.view(x.shape[0], -1).softmax(-1)
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, n + 1, 3),), [2, 3, 4, 5], dynamic=True)
+    assert s["traces"] == 1 and s["cache_hits"] == 3, s
+
+
+def test_dynamic_true_leaves_module_parameters_static():
+    lin = torch.nn.Linear(4, 3)
+    compiled = kiln.compile(lin, backend="eager", dynamic=True)
+    for n in (2, 5, 9):
+        x = torch.randn(n, 4)
+        assert_same(compiled(x), lin(x))
+    assert stats()["traces"] == 1
+    text = kiln.explain(lin.forward)(torch.randn(3, 4)).graphs[0]
+    assert "f32[3, 4]" in text  # explain traces one call: static
+
+
+def test_non_contiguous_inputs_stay_static():
+    def fn(x):
+        return x * 3
+
+    s = run_sizes(fn, lambda n: (torch.randn(3, n).t(),), [2, 3, 4])
+    assert s["traces"] == 3, s
+
+
+def test_graph_break_with_dynamic_sizes():
+    def fn(x):
+        y = x * 2
+        print("break", end="")
+        return y.sum(0) + x.shape[1]
+
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 4, 8, 16])
+    assert s["unsupported"] == 0, s
+    # Each part (the frame up to print, the resume function) traces twice
+    # at most: static, then dynamic.
+    assert s["traces"] == 4 and s["cache_hits"] == 4, s
+
+
+def test_dynamic_size_live_at_a_break_specializes_but_stays_correct():
+    def fn(x):
+        b = x.shape[0]
+        print("break", end="")
+        return x.reshape(b, -1) * b
+
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        s = run_sizes(fn, lambda n: (torch.randn(n, 2, 2),), [2, 4, 8])
+    assert s["unsupported"] == 0, s
+
+
+def test_guard_failure_explains_dynamic_dims(capfd):
+    import os
+    def fn(x):
+        return x + 1
+
+    compiled = kiln.compile(fn, backend="eager")
+    compiled(torch.randn(2, 3))
+    compiled(torch.randn(4, 3))
+    kiln._C.set_log_channels("recompiles,dynamic") if hasattr(kiln._C, "set_log_channels") else None
+    compiled(torch.randn(1, 3))
+    assert stats()["traces"] == 3
+
+
+def test_dynamic_graph_names_symbols():
+    def fn(x, w):
+        return torch.cat([x, x]) * x.shape[0], x @ w
+
+    from kiln import _C
+    _, text = _C.trace_dump(fn, (torch.randn(4), torch.randn(4, 1)), {}, False, True)
+    assert "input L['x'] : f32[s0]" in text, text
+    assert "input L['w'] : f32[s1, 1]" in text, text
+    assert "f32[2*s0]" in text, text
+    assert "Tensor.size(%0, 0)" in text, text
+    assert "TensorMatch L['x'] f32[s0] (dynamic dims >= 2, contiguous)" in text, text

@@ -1,0 +1,79 @@
+#include "tracer/dynamic_shapes.h"
+
+#include <algorithm>
+
+namespace kiln::tracer {
+
+// Note [Dynamic shapes]
+// kiln.compile(dynamic=None) works like torch.compile's automatic dynamic
+// shapes: the first trace is static; when a guard fails only because an
+// input dim changed size, the code cache marks that (source, dim) dynamic
+// and the next trace leaves it symbolic, so a third size reuses the graph.
+// dynamic=True marks every dim of the frame's tensor arguments from the
+// start; dynamic=False never does.
+//
+// A dynamic trace runs every fake op at SymbolTable::kPoints sample points:
+// the real sizes, and each symbol scaled by 2 and by 3. Output dims that
+// agree at all points are static; the others are symbolic, named for the
+// dump by fitting an affine function of one symbol. Sizes read in Python
+// (x.shape[0], x.size(), numel()) become SymInt values that carry their
+// value at each point and are computed at run time by graph nodes
+// (Tensor.size(x, 0), operator.mul(...)), never baked in as constants.
+// Where a SymInt would have to become a Python value (a branch, a
+// comparison, a range bound, a graph break holding it), or an op fails at
+// another point (a view baked to the traced size), kiln throws Specialize
+// and traces again with static sizes; the cache then keeps that code static.
+//
+// Guards of a dynamic dim accept any size >= 2 (0 and 1 stay specialized,
+// as broadcasting treats them differently); only contiguous inputs get
+// dynamic dims, and their guards require contiguity at the new size. Two
+// dynamic dims of equal size are still two symbols: where the graph needs
+// them equal (x + y), torch raises at run time exactly as eager would.
+
+bool DynamicDims::contains(const std::string& source, int dim) const {
+  return std::find(dims.begin(), dims.end(), std::make_pair(source, dim)) != dims.end();
+}
+
+bool DynamicDims::add(const std::string& source, int dim) {
+  if (contains(source, dim)) return false;
+  dims.emplace_back(source, dim);
+  return true;
+}
+
+int SymbolTable::new_symbol(int64_t size) {
+  if (count() >= kMaxSymbols) return -1;
+  sizes_.push_back(size);
+  return count() - 1;
+}
+
+std::string SymbolTable::name_dim(const int64_t* per_point) const {
+  const int64_t d1 = per_point[1] - per_point[0];
+  const int64_t d2 = per_point[2] - per_point[1];
+  if (d1 != d2) return "?";
+  int best = -1;
+  int64_t best_k = 0;
+  for (int i = 0; i < count(); ++i) {
+    const int64_t a = sizes_[i];
+    if (d1 % a != 0) continue;
+    const int64_t k = d1 / a;
+    const int64_t c = per_point[0] - k * a;
+    if (k == 1 && c == 0) {
+      best = i;
+      best_k = k;
+      break;
+    }
+    if (best < 0) {
+      best = i;
+      best_k = k;
+    }
+  }
+  if (best < 0 || best_k == 0) return "?";
+  const int64_t c = per_point[0] - best_k * sizes_[best];
+  std::string text = best_k == 1 ? "" : std::to_string(best_k) + "*";
+  text += "s" + std::to_string(best);
+  if (c > 0) text += "+" + std::to_string(c);
+  if (c < 0) text += std::to_string(c);
+  return text;
+}
+
+}  // namespace kiln::tracer

@@ -1,0 +1,64 @@
+// Dynamic sizes: which input dims a trace leaves symbolic, the symbols that
+// name them, and the sample points at which a dynamic trace runs its fakes.
+// See Note [Dynamic shapes] in dynamic_shapes.cpp.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::tracer {
+
+// The input dims a trace should treat as dynamic, named by source text and
+// dim ("L['x']", 0), as the code cache learned them from size changes.
+struct DynamicDims {
+  std::vector<std::pair<std::string, int>> dims;
+  // dynamic=True: every dim of every tensor argument of the frame.
+  bool all_arguments = false;
+  // Only dim 0 of what the fields above name: the fallback when a trace
+  // with every listed dim dynamic had to specialize.
+  bool leading_only = false;
+
+  bool empty() const { return dims.empty() && !all_arguments; }
+  // True when dim `dim` of the tensor at `source` is listed.
+  bool contains(const std::string& source, int dim) const;
+  // Adds a dim unless listed already; true when it was new.
+  bool add(const std::string& source, int dim);
+};
+
+// Thrown when a dynamic size would have to become a plain Python value (a
+// branch on it, an op that only works at the traced size): the trace is
+// abandoned and redone with static sizes.
+class Specialize : public std::runtime_error {
+ public:
+  explicit Specialize(const std::string& why) : std::runtime_error(why) {}
+};
+
+// The symbols of one trace, one per dynamic input dim. Dims never share a
+// symbol: a graph holds no Python decision taken on sizes (those
+// specialize), so it stays valid when two equal sizes part.
+class SymbolTable {
+ public:
+  // Most symbols one trace may have; further dims stay static.
+  static constexpr int kMaxSymbols = 16;
+  // Sample points of a dynamic trace: the real sizes, then every symbol
+  // scaled by 2 and by 3 (scaling keeps divisibility by the real size).
+  static constexpr int kPoints = 3;
+
+  // Returns a new symbol for a dynamic dim of traced size `size`, or -1
+  // when the table is full.
+  int new_symbol(int64_t size);
+  int count() const { return static_cast<int>(sizes_.size()); }
+  // Value of a symbol of traced size `size` at sample point `point`.
+  static int64_t at_point(int64_t size, int point) { return size * (point + 1); }
+  // Names a dim from its sizes at the sample points: "s0", "2*s0+1", or
+  // "?" when no symbol explains it affinely.
+  std::string name_dim(const int64_t* per_point) const;
+
+ private:
+  std::vector<int64_t> sizes_;  // traced size per symbol
+};
+
+}  // namespace kiln::tracer
