@@ -4,6 +4,7 @@
 # the golden traces, and leave the results under $OUT for review here.
 #
 #   device run: bash .ci/device_run.sh        (carry: .carry)
+#   tests only: KILN_DEVICE_BENCH=0 bash .ci/device_run.sh
 #
 # .carry/pylib holds pytest and its pure-Python dependencies, copied from
 # Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
@@ -42,12 +43,13 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
 KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
 tar -cf "$OUT/traces.tar" tests/traces
-{
+# KILN_DEVICE_BENCH=0 skips the benchmarks (a tests-only run).
+if [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
   if [ -x build-device/kiln_bench ]; then
     build-device/kiln_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true || status=1
   fi
   echo "== benchmarks/models/trace_time.py"
   "$PY" benchmarks/models/trace_time.py || status=1
-} >"$OUT/bench.txt" 2>&1
+} >"$OUT/bench.txt" 2>&1; fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
 exit $status
