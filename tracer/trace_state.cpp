@@ -50,7 +50,8 @@ bool is_tensor_sequence(PyObject* obj) {
 }
 
 void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bool* found) {
-  if (*found) return;
+  // A SymInt's operands are where its value comes from, not op arguments.
+  if (*found || value->is(ValueKind::SymInt)) return;
   if (value->is(ValueKind::Tensor)) {
     *type = value->meta.device_type;
     *index = value->meta.device_index;

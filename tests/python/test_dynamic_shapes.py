@@ -227,3 +227,17 @@ def test_dynamic_graph_names_symbols():
     assert "f32[2*s0]" in text, text
     assert "Tensor.size(%0, 0)" in text, text
     assert "TensorMatch L['x'] f32[s0] (dynamic dims >= 2, contiguous)" in text, text
+
+
+def test_random_factory_with_dynamic_size_draws_only_at_run_time():
+    def fn(x):
+        return x + torch.randn(x.shape[0], 3)
+
+    compiled = kiln.compile(fn, backend="eager")
+    for n in (2, 4, 6, 10):
+        x = torch.randn(n, 3)
+        torch.manual_seed(n)
+        got = compiled(x)
+        torch.manual_seed(n)
+        assert_same(got, fn(x))
+    assert stats()["traces"] == 2
