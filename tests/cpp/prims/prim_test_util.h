@@ -130,6 +130,13 @@ inline TensorMeta meta_of(const std::string& expression) {
   return meta;
 }
 
+// The number of elements of a zoo tensor.
+inline int64_t numel_of(const std::string& expression) {
+  int64_t n = 1;
+  for (int64_t s : meta_of(expression).sizes) n *= s;
+  return n;
+}
+
 // Metadata as a test message shows it, strides always included.
 inline std::string describe(const TensorMeta& m) {
   return std::string(graph::dtype_short_name(m.dtype)) + format_shape(m.sizes) + " strides " +
