@@ -1,0 +1,83 @@
+// Tests of prims/prim_graph.h: building, verifying and printing prim graphs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "prims/prim_graph.h"
+#include "tests/cpp/runtime/python_test_util.h"
+
+namespace kiln::prims {
+namespace {
+
+graph::TensorMeta f32(std::vector<int64_t> sizes) {
+  graph::TensorMeta meta;
+  meta.sizes = sizes;
+  meta.strides = graph::contiguous_strides(sizes);
+  return meta;
+}
+
+TEST(PrimGraph, BuildsAndPrintsNodesWithScalarsAndAttributes) {
+  PrimGraph g;
+  const int x = g.add_input(f32({4, 8}));
+  const int y = g.add_node1(Prim::Add, {PrimArg::of_value(x), PrimArg::of_scalar(Scalar::of_float(1))}, {}, f32({4, 8}));
+  PrimAttrs sum;
+  sum.dims = {1};
+  const int s = g.add_node1(Prim::Sum, {PrimArg::of_value(y)}, sum, f32({4}));
+  PrimAttrs vm;
+  vm.dims = {0};
+  vm.keepdim = true;
+  vm.correction = 0;
+  std::vector<int> var_mean = g.add_node(Prim::VarMean, {PrimArg::of_value(x)}, vm, {f32({1, 8}), f32({1, 8})});
+  g.set_outputs({s, var_mean[1]});
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_EQ(format_prim_graph(g),
+            "%0 = input : f32[4, 8]\n"
+            "%1 = add(%0, 1.0) : f32[4, 8]\n"
+            "%2 = sum(%1, dims=[1], keepdim=False) : f32[4]\n"
+            "%3, %4 = var_mean(%0, dims=[0], keepdim=True, correction=0) : f32[1, 8], f32[1, 8]\n"
+            "return (%2, %4)\n");
+  EXPECT_EQ(g.value(var_mean[1]).node, 2);
+  EXPECT_EQ(g.value(var_mean[1]).index, 1);
+}
+
+TEST(PrimGraph, VerifyFindsUseBeforeDefinition) {
+  PrimGraph g;
+  const int x = g.add_input(f32({2}));
+  g.add_node1(Prim::Neg, {PrimArg::of_value(x + 5)}, {}, f32({2}));
+  EXPECT_THAT(g.verify(), ::testing::HasSubstr("uses %5, which is not made before it"));
+}
+
+TEST(PrimGraph, ExternNodesKeepTheirCallableAndArguments) {
+  test::PyRef conv = test::eval("torch.nn.functional.conv2d");
+  PrimGraph g;
+  const int x = g.add_input(f32({1, 3, 8, 8}));
+  const int w = g.add_input(f32({4, 3, 3, 3}));
+  PrimAttrs attrs;
+  attrs.target = conv.get();
+  Py_INCREF(attrs.target);
+  attrs.target_name = "F.conv2d";
+  attrs.extern_args = {graph::Arg::of_node(x), graph::Arg::of_node(w)};
+  test::PyRef one = test::eval("1");
+  attrs.extern_kwargs.emplace_back("padding", graph::Arg::of_constant(one.get()));
+  const Py_ssize_t before = Py_REFCNT(conv.get());
+  {
+    PrimAttrs copy = attrs;
+    EXPECT_EQ(Py_REFCNT(conv.get()), before + 1);
+  }
+  EXPECT_EQ(Py_REFCNT(conv.get()), before);
+  const int y = g.add_node1(Prim::Extern, {}, std::move(attrs), f32({1, 4, 8, 8}));
+  g.set_outputs({y});
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_THAT(format_prim_graph(g),
+              ::testing::HasSubstr("%2 = extern F.conv2d(%0, %1, padding=1) : f32[1, 4, 8, 8]\n"));
+}
+
+TEST(Scalar, FormatsAsPython) {
+  EXPECT_EQ(format_scalar(Scalar::of_float(0.1)), "0.1");
+  EXPECT_EQ(format_scalar(Scalar::of_float(-2)), "-2.0");
+  EXPECT_EQ(format_scalar(Scalar::of_int(-3)), "-3");
+  EXPECT_EQ(format_scalar(Scalar::of_bool(true)), "True");
+  EXPECT_EQ(format_scalar(Scalar::of_float(1e300 * 1e300)), "inf");
+}
+
+}  // namespace
+}  // namespace kiln::prims
