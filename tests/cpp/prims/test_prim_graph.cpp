@@ -81,3 +81,50 @@ TEST(Scalar, FormatsAsPython) {
 
 }  // namespace
 }  // namespace kiln::prims
+
+#include "prims/prim_builder.h"
+#include "prims/prim_error.h"
+
+namespace kiln::prims {
+namespace {
+
+TEST(PrimBuilder, InfersMetasAndCanonicalAttributes) {
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int x = g.add_input(f32({2, 3, 4}));
+  const int m = b.reduce(Prim::Amax, x, {-1}, true);
+  const int d = b.binary(Prim::Sub, PrimArg::of_value(x), PrimArg::of_value(m));
+  const int e = b.unary(Prim::Exp, d);
+  const int v = b.view(e, {-1, 4});
+  const int p = b.permute(v, {-1, 0});
+  auto [var, mean] = b.var_mean(x, {0, -1}, 1, false);
+  const int i = b.convert(b.unary(Prim::IsNan, var), DType::Int64);
+  g.set_outputs({p, mean, i});
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_EQ(format_prim_graph(g),
+            "%0 = input : f32[2, 3, 4]\n"
+            "%1 = amax(%0, dims=[2], keepdim=True) : f32[2, 3, 1]\n"
+            "%2 = sub(%0, %1) : f32[2, 3, 4]\n"
+            "%3 = exp(%2) : f32[2, 3, 4]\n"
+            "%4 = view(%3, sizes=[6, 4]) : f32[6, 4]\n"
+            "%5 = permute(%4, dims=[1, 0]) : f32[4, 6] stride=(1, 4)\n"
+            "%6, %7 = var_mean(%0, dims=[0, 2], keepdim=False, correction=1) : f32[3], f32[3]\n"
+            "%8 = isnan(%6) : b8[3]\n"
+            "%9 = convert_element_type(%8, dtype=int64) : i64[3]\n"
+            "return (%5, %7, %9)\n");
+}
+
+TEST(PrimBuilder, RejectsBadInputBeforeAppending) {
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int x = g.add_input(f32({2, 3}));
+  const int y = g.add_input(f32({4}));
+  EXPECT_THROW(b.binary(Prim::Add, PrimArg::of_value(x), PrimArg::of_value(y)), PrimError);
+  EXPECT_THROW(b.reduce(Prim::Sum, x, {2}, false), PrimError);
+  EXPECT_THROW(b.view(x, {5}), PrimError);
+  EXPECT_THROW(b.pointwise(Prim::Sum, {PrimArg::of_value(x)}), PrimError);
+  EXPECT_TRUE(g.nodes().empty());
+}
+
+}  // namespace
+}  // namespace kiln::prims
