@@ -1,0 +1,20 @@
+// The per-family halves of vjp() (derivatives.h), one per derivatives_*.cpp.
+#pragma once
+
+#include <vector>
+
+#include "autograd/derivatives.h"
+
+namespace kiln::autograd {
+
+// Elementwise prims, where, convert_element_type.
+std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
+                               const std::vector<int>& grads, const std::vector<bool>& needs);
+// sum, amax, amin, var_mean.
+std::vector<int> vjp_reduction(prims::PrimBuilder& b, const NodeView& view,
+                               const std::vector<int>& grads, const std::vector<bool>& needs);
+// Views, clone, cat.
+std::vector<int> vjp_view(prims::PrimBuilder& b, const NodeView& view,
+                          const std::vector<int>& grads, const std::vector<bool>& needs);
+
+}  // namespace kiln::autograd

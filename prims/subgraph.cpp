@@ -1,0 +1,101 @@
+#include "prims/subgraph.h"
+
+#include <string>
+
+namespace kiln::prims {
+namespace {
+
+// Value ids a node reads (prim arguments and extern arguments).
+void node_reads(const PrimNode& node, std::vector<int>* out) {
+  for (const PrimArg& arg : node.args) {
+    if (arg.is_value()) out->push_back(arg.value);
+  }
+  struct Walk {
+    static void arg(const graph::Arg& a, std::vector<int>* out) {
+      if (a.kind == graph::Arg::Kind::Node) out->push_back(a.node);
+      for (const graph::Arg& item : a.items) arg(item, out);
+    }
+  };
+  for (const graph::Arg& a : node.attrs.extern_args) Walk::arg(a, out);
+  for (const auto& kw : node.attrs.extern_kwargs) Walk::arg(kw.second, out);
+}
+
+// Rewrites value ids in an extern argument.
+void remap_arg(graph::Arg& a, const std::vector<int>& map) {
+  if (a.kind == graph::Arg::Kind::Node) a.node = map[a.node];
+  for (graph::Arg& item : a.items) remap_arg(item, map);
+}
+
+}  // namespace
+
+std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs) {
+  std::vector<bool> live(graph.values().size(), false);
+  for (int id : outputs) live[id] = true;
+  std::vector<int> reads;
+  for (size_t n = graph.nodes().size(); n-- > 0;) {
+    const PrimNode& node = graph.node(static_cast<int>(n));
+    bool needed = false;
+    for (int id : node.outputs) needed = needed || live[id];
+    if (!needed) continue;
+    reads.clear();
+    node_reads(node, &reads);
+    for (int id : reads) live[id] = true;
+  }
+  return live;
+}
+
+PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& inputs,
+                           const std::vector<int>& outputs, std::string* error) {
+  error->clear();
+  const size_t count = graph.values().size();
+  // Which values the outputs need, stopping at the given inputs.
+  std::vector<bool> is_input(count, false);
+  for (int id : inputs) is_input[id] = true;
+  std::vector<bool> needed(count, false);
+  for (int id : outputs) needed[id] = true;
+  std::vector<bool> node_needed(graph.nodes().size(), false);
+  std::vector<int> reads;
+  for (size_t n = graph.nodes().size(); n-- > 0;) {
+    const PrimNode& node = graph.node(static_cast<int>(n));
+    bool want = false;
+    for (int id : node.outputs) want = want || (needed[id] && !is_input[id]);
+    if (!want) continue;
+    node_needed[n] = true;
+    reads.clear();
+    node_reads(node, &reads);
+    for (int id : reads) needed[id] = true;
+  }
+  PrimGraph out;
+  std::vector<int> map(count, -1);
+  for (int id : inputs) map[id] = out.add_input(graph.value(id).meta);
+  for (int id : graph.inputs()) {
+    if (needed[id] && !is_input[id]) {
+      *error = "the outputs need graph input %" + std::to_string(id) + ", which is not among the inputs";
+      return out;
+    }
+  }
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    if (!node_needed[n]) continue;
+    const PrimNode& node = graph.node(static_cast<int>(n));
+    std::vector<PrimArg> args = node.args;
+    for (PrimArg& arg : args) {
+      if (arg.is_value()) arg.value = map[arg.value];
+    }
+    PrimAttrs attrs = node.attrs;
+    for (graph::Arg& a : attrs.extern_args) remap_arg(a, map);
+    for (auto& kw : attrs.extern_kwargs) remap_arg(kw.second, map);
+    std::vector<graph::TensorMeta> metas;
+    for (int id : node.outputs) metas.push_back(graph.value(id).meta);
+    std::vector<int> made = out.add_node(node.prim, std::move(args), std::move(attrs), metas);
+    for (size_t i = 0; i < made.size(); ++i) {
+      // An output also listed as an input keeps the input.
+      if (map[node.outputs[i]] < 0) map[node.outputs[i]] = made[i];
+    }
+  }
+  std::vector<int> mapped;
+  for (int id : outputs) mapped.push_back(map[id]);
+  out.set_outputs(std::move(mapped));
+  return out;
+}
+
+}  // namespace kiln::prims

@@ -1,0 +1,23 @@
+// Carving prim graphs: the part of a graph that computes some values from
+// others. Dead-code elimination and the autograd partitioner are both this.
+#pragma once
+
+#include <vector>
+
+#include "prims/prim_graph.h"
+
+namespace kiln::prims {
+
+// A new graph whose inputs are `inputs` and whose outputs are `outputs`
+// (value ids of `graph`), holding exactly the nodes of `graph` needed to
+// compute the outputs from the inputs, in their original order. Returns an
+// empty optional-like result through `error` when an output depends on a
+// graph input not listed in `inputs` ("" on success).
+PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& inputs,
+                           const std::vector<int>& outputs, std::string* error);
+
+// The values of `graph` the given outputs depend on (all of them when a
+// value is needed), as a per-value flag.
+std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs);
+
+}  // namespace kiln::prims
