@@ -88,6 +88,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
             }
           }
         }
+        if (ValuePtr value = namedtuple_attr(base, name)) return value;
       }
       if (base->obj) break;  // torch.Size and other tuple subclasses
       auto method = std::make_shared<Value>();
@@ -147,7 +148,12 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       return state_.wrap(value.get(), state_.sources().attr(base->source, name));
     }
+    case ValueKind::Super:
+      return super_attr(base, name);
+    case ValueKind::Record:
+      return record_attr(base, name);
     case ValueKind::Object:
+      if (ValuePtr member = enum_attr(base, name)) return member;
       if (base->source >= 0) return load_object_attr(base, name);
       [[fallthrough]];
     case ValueKind::Constant:
@@ -226,13 +232,18 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
                                                      " customizes attribute access (__getattr__ or __getattribute__)");
   }
+  if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
+    return state_.wrap(reinterpret_cast<PyObject*>(type), state_.sources().attr(base->source, name));
+  }
   PyObject* class_attr = _PyType_Lookup(type, name);
   if (class_attr && PyFunction_Check(class_attr)) {
     auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
     method->self = base;
     return method;
   }
-  if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr)) {
+  // A __slots__ member reads a field stored in the object: no user code.
+  const bool slot_member = class_attr && Py_TYPE(class_attr) == &PyMemberDescr_Type;
+  if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr) && !slot_member) {
     if (ValuePtr value = class_descriptor(base, class_attr)) return value;
     abort_trace(BreakCode::UnsupportedAttribute, where + " is a descriptor kiln does not trace yet");
   }

@@ -143,6 +143,9 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
+      if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
+        return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
+      }
       return call_container_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
@@ -157,6 +160,12 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::Object: {
       const stdlib::TorchApi* api = stdlib::torch_api();
       PyObject* obj = callable->obj.get();
+      if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
+      if (is_plain_dataclass_type(obj)) return make_dataclass(callable, std::move(args), std::move(kwargs));
+      if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
+        if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "super() with keywords");
+        return make_super(args);
+      }
       if (obj == api->no_grad || obj == api->enable_grad || obj == api->set_grad_enabled) {
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with keywords");
         return make_grad_mode_context(obj, args);
@@ -499,7 +508,10 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
                        : args[0]->is(ValueKind::List) ? reinterpret_cast<PyObject*>(&PyList_Type)
                                                        : reinterpret_cast<PyObject*>(&PyDict_Type);
       if (args[0]->obj) type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get()));
+      if (args[0]->tuple_type) type = args[0]->tuple_type.get();
       result = PyObject_IsSubclass(type, types.get());
+    } else if (args[0]->is(ValueKind::Record)) {
+      result = PyObject_IsSubclass(args[0]->tuple_type.get(), types.get());
     } else if (args[0]->obj) {
       result = PyObject_IsInstance(args[0]->obj.get(), types.get());
     } else {
@@ -532,6 +544,8 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
              : x->is(ValueKind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
              : x->is(ValueKind::List)  ? reinterpret_cast<PyObject*>(&PyList_Type)
                                        : reinterpret_cast<PyObject*>(&PyDict_Type);
+    } else if (x->is(ValueKind::Record)) {
+      type = x->tuple_type.get();
     } else if (x->obj) {
       type = reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()));
     }

@@ -75,6 +75,7 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
     PyRef fn = operator_function(kCompareNames[cmp]);
     return state_.call_torch(std::string("operator.") + kCompareNames[cmp], fn.get(), {a, b}, {}, false);
   }
+  if (ValuePtr result = compare_enum(cmp, a, b)) return result;
   PyRef left = constant_to_python(a);
   PyRef right = constant_to_python(b);
   if (!left || !right) {

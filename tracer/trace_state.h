@@ -84,6 +84,8 @@ class TraceState {
  private:
   ValuePtr wrap_tensor(PyObject* tensor, int source);
   PyRef lower_fake(const ValuePtr& value);
+  // A graph node rebuilding a Record the frame returns (trace_records.cpp).
+  graph::Arg lower_record(const ValuePtr& record);
   ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
                        int device_index);
 
@@ -169,6 +171,24 @@ class FrameTracer {
   ValuePtr load_global(PyObject* name);
   ValuePtr load_free_var(int index);
 
+  // namedtuples and dataclasses (trace_records.cpp, Note [Records]).
+  ValuePtr make_namedtuple(PyObject* type, std::vector<ValuePtr> args, const KwArgs& kwargs);
+  // A namedtuple's method or property (null for tuple methods).
+  ValuePtr namedtuple_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr call_namedtuple_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr make_dataclass(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr record_attr(const ValuePtr& record, PyObject* name);
+  void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value);
+
+  // Enum members (trace_enums.cpp): Cls.MEMBER, member.name/.value (null
+  // when `base` is no enum class or member), and ==/!= between members.
+  ValuePtr enum_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr compare_enum(int cmp, const ValuePtr& a, const ValuePtr& b);
+
+  // super() and its lookups (trace_super.cpp).
+  ValuePtr make_super(const std::vector<ValuePtr>& args);
+  ValuePtr super_attr(const ValuePtr& super, PyObject* name);
+
   PyRef name_at(int index) const;  // co_names[index]
   PyRef const_at(int index) const;  // co_consts[index]
   std::string local_name(int index) const;
@@ -222,6 +242,19 @@ PyRef value_to_python(const ValuePtr& value);
 // Like value_to_python, but only for constants and tuples/lists of them:
 // values on which Python operators and builtins run no user code.
 PyRef constant_to_python(const ValuePtr& value);
+
+// True for a collections.namedtuple class (and subclasses that keep its
+// __new__ and add no __init__).
+bool is_namedtuple_type(PyObject* type);
+// True for a dataclass whose instances the tracer can model as a Record.
+bool is_plain_dataclass_type(PyObject* type);
+// The callable that rebuilds a returned tuple of `type` from a sequence:
+// Type._make for namedtuples, the type itself for torch.return_types.
+PyRef namedtuple_rebuilder(PyObject* type);
+
+// True when `code` calls zero-argument super(), which reads the frame's
+// first argument and __class__ cell: resume functions cannot provide them.
+bool uses_zero_arg_super(PyCodeObject* code);
 
 // Fetches and clears the pending Python error as "Type: message".
 std::string take_python_error();
