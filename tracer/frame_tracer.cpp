@@ -100,23 +100,11 @@ std::vector<ValuePtr> FrameTracer::pop_n(int n) {
 ValuePtr FrameTracer::run() {
   size_t steps = 0;
   try {
-    // Exception handlers only run when something raises, and a trace aborts
-    // wherever the code would raise; so an exception table alone (3.12 puts
-    // one on every inlined comprehension) does not matter. User try/except/
-    // finally handlers do: graph ops run later, outside their protection.
-    // Handlers of with-blocks (PUSH_EXC_INFO then WITH_EXCEPT_START) only
-    // run on an exception too; the traced with-blocks restore state in the
-    // graph itself.
-    for (size_t k = 0; k < instructions_.size(); ++k) {
-      const Instruction& ins = instructions_[k];
-      const bool with_handler = k + 1 < instructions_.size() &&
-                                std::strcmp(instructions_[k + 1].raw_name, "WITH_EXCEPT_START") == 0;
-      if (std::strcmp(ins.raw_name, "PUSH_EXC_INFO") == 0 && !with_handler) {
-        abort_trace(BreakCode::UnsupportedFrame,
-                    "try/except/finally in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
-                        " is not traced yet");
-      }
-    }
+    // Handlers only run when something raises, and a trace stops wherever
+    // the code would raise: the path traced is the one on which nothing
+    // does (Note [Tracing try blocks]). The top frame needs to know where
+    // user handlers protect it, to make no graph break there.
+    if (is_top_) in_user_try_ = user_try_coverage(code_, instructions_);
     while (!returned_) {
       if (pc_ >= instructions_.size()) {
         abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
@@ -259,6 +247,11 @@ bool FrameTracer::record_break(TraceAbort& abort) {
   };
   if (state_.open_grad_contexts > 0) return refuse("it is inside a with block");
   if (uses_zero_arg_super(code_)) return refuse("zero-argument super() needs the method's own frame");
+  if (snapshot_.pc < in_user_try_.size() && in_user_try_[snapshot_.pc]) {
+    // Note [Tracing try blocks]: CPython would run the instruction outside
+    // the try, where the handler could not catch what it raises.
+    return refuse("it is inside a try block");
+  }
   if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
   if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
     return refuse("CPython cannot run this instruction on its own");
@@ -451,6 +444,12 @@ void FrameTracer::step(const Instruction& ins) {
       push(subscript(base, index));
       return;
     }
+    case Op::DeleteSubscr: {
+      ValuePtr key = pop();
+      ValuePtr container = pop();
+      delete_subscript(container, key);
+      return;
+    }
     case Op::StoreSubscr: {
       ValuePtr key = pop();
       ValuePtr container = pop();
@@ -474,6 +473,13 @@ void FrameTracer::step(const Instruction& ins) {
       return;
     case Op::BeforeWith:
       before_with();
+      return;
+    case Op::GetLen:
+    case Op::MatchSequence:
+    case Op::MatchMapping:
+    case Op::MatchKeys:
+    case Op::MatchClass:
+      step_match(ins);
       return;
     case Op::LoadSuperAttr: {
       ValuePtr receiver = pop();

@@ -160,6 +160,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
     case ValueKind::Function:
     case ValueKind::TorchCallable:
     case ValueKind::Builtin: {
+      if (base->is(ValueKind::Constant) && attr == "__class__") {
+        return state_.wrap_unguarded(reinterpret_cast<PyObject*>(Py_TYPE(base->obj.get())));  // fixed with the value
+      }
       PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
       if (!value) abort_trace(BreakCode::PythonException, take_python_error());
       if (base->is(ValueKind::Object) && base->source >= 0) {
@@ -417,6 +420,34 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
     return;
   }
   abort_trace(BreakCode::UnsupportedOperator, "item assignment on " + describe_value(*container));
+}
+
+void FrameTracer::delete_subscript(const ValuePtr& container, const ValuePtr& key) {
+  if (!key->is(ValueKind::Constant) || !(container->is(ValueKind::Dict) || container->is(ValueKind::List))) {
+    abort_trace(BreakCode::UnsupportedOperator, "del of " + describe_value(*container) + "[" + describe_value(*key) + "]");
+  }
+  int found = -1;
+  if (container->is(ValueKind::Dict)) {
+    for (size_t i = 0; i < container->keys.size() && found < 0; ++i) {
+      if (PyObject_RichCompareBool(container->keys[i].get(), key->obj.get(), Py_EQ) == 1) found = static_cast<int>(i);
+    }
+    PyErr_Clear();
+    if (found < 0) abort_trace(BreakCode::PythonException, "KeyError: " + py_repr(key->obj.get()));
+  } else {
+    if (!PyLong_Check(key->obj.get())) abort_trace(BreakCode::UnsupportedOperator, "del of a list slice");
+    Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
+    const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: list assignment index out of range");
+    found = static_cast<int>(i);
+  }
+  if (container->source >= 0) {
+    state_.note_container_write(container);  // the caller's container: written back
+  } else {
+    state_.note_mutation();
+  }
+  container->items.erase(container->items.begin() + found);
+  if (container->is(ValueKind::Dict)) container->keys.erase(container->keys.begin() + found);
 }
 
 }  // namespace kiln::tracer

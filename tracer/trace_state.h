@@ -125,6 +125,9 @@ class FrameTracer {
   void step_build(const interpreter::Instruction& ins);
   void step_jump(const interpreter::Instruction& ins);
   void step_call(const interpreter::Instruction& ins);
+  // `match` statements (trace_match.cpp).
+  void step_match(const interpreter::Instruction& ins);
+  ValuePtr match_class(const ValuePtr& subject, const ValuePtr& cls, const ValuePtr& names, int positional);
   void store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value);
   void store_global(PyObject* name, const ValuePtr& value);
 
@@ -137,6 +140,9 @@ class FrameTracer {
   ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
+  // ==/!= with a plain Python object on one side: its Python __eq__ is
+  // inlined, object's identity rule applied; null when not modelled.
+  ValuePtr compare_objects(int cmp, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
   ValuePtr subscript(const ValuePtr& base, const ValuePtr& index);
   bool truthiness(const ValuePtr& value);
@@ -150,6 +156,7 @@ class FrameTracer {
   ValuePtr make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args);
   void before_with();
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
+  void delete_subscript(const ValuePtr& container, const ValuePtr& key);
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);
   ValuePtr inline_local_function(const ValuePtr& func, std::vector<ValuePtr> args, KwArgs kwargs);
@@ -228,6 +235,8 @@ class FrameTracer {
   } snapshot_;
   ValuePtr return_value_;
   bool returned_ = false;
+  // Top frame: instructions a user's try/except/finally protects.
+  std::vector<bool> in_user_try_;
 };
 
 // Throws a TraceAbort with a formatted message.
@@ -251,6 +260,10 @@ bool is_plain_dataclass_type(PyObject* type);
 // The callable that rebuilds a returned tuple of `type` from a sequence:
 // Type._make for namedtuples, the type itself for torch.return_types.
 PyRef namedtuple_rebuilder(PyObject* type);
+
+// Marks, per decoded instruction, whether a user's try/except/finally
+// handler protects it (Note [Tracing try blocks] in trace_exceptions.cpp).
+std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interpreter::Instruction>& instructions);
 
 // True when `code` calls zero-argument super(), which reads the frame's
 // first argument and __class__ cell: resume functions cannot provide them.
