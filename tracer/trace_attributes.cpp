@@ -160,6 +160,13 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
     case ValueKind::Function:
     case ValueKind::TorchCallable:
     case ValueKind::Builtin: {
+      if (is_constant_method(base, attr)) {
+        auto method = std::make_shared<Value>();
+        method->kind = ValueKind::ContainerMethod;
+        method->self = base;
+        method->name = attr;
+        return method;
+      }
       if (base->is(ValueKind::Constant) && attr == "__class__") {
         return state_.wrap_unguarded(reinterpret_cast<PyObject*>(Py_TYPE(base->obj.get())));  // fixed with the value
       }

@@ -143,6 +143,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
+      if (callable->self->is(ValueKind::Constant)) return call_constant_method(callable, args, kwargs);
       if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
         return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
       }

@@ -192,6 +192,9 @@ class FrameTracer {
   ValuePtr enum_attr(const ValuePtr& base, PyObject* name);
   ValuePtr compare_enum(int cmp, const ValuePtr& a, const ValuePtr& b);
 
+  // A str method evaluated on constants (trace_formatting.cpp).
+  ValuePtr call_constant_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+
   // super() and its lookups (trace_super.cpp).
   ValuePtr make_super(const std::vector<ValuePtr>& args);
   ValuePtr super_attr(const ValuePtr& super, PyObject* name);
@@ -264,6 +267,9 @@ PyRef namedtuple_rebuilder(PyObject* type);
 // Marks, per decoded instruction, whether a user's try/except/finally
 // handler protects it (Note [Tracing try blocks] in trace_exceptions.cpp).
 std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interpreter::Instruction>& instructions);
+
+// True when `name` is a str method that call_constant_method evaluates.
+bool is_constant_method(const ValuePtr& base, const std::string& name);
 
 // True when `code` calls zero-argument super(), which reads the frame's
 // first argument and __class__ cell: resume functions cannot provide them.
