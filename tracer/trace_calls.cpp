@@ -161,7 +161,19 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::Object: {
       const stdlib::TorchApi* api = stdlib::torch_api();
       PyObject* obj = callable->obj.get();
+      if (PyCFunction_Check(obj) && args.empty()) {
+        // These read the calling frame: run at a graph break, they would see
+        // the transformed code's or a resume function's frame instead.
+        const std::string name = name_of(obj);
+        if (name == "locals" || name == "vars" || name == "dir" || name == "_getframe") {
+          abort_trace(BreakCode::UnsupportedFrame, name + "() inspects the calling frame");
+        }
+      }
+      if (PyCFunction_Check(obj) && (name_of(obj) == "eval" || name_of(obj) == "exec")) {
+        abort_trace(BreakCode::UnsupportedFrame, name_of(obj) + "() runs code in the calling frame");
+      }
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
+      if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
       if (is_plain_dataclass_type(obj)) return make_dataclass(callable, std::move(args), std::move(kwargs));
       if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "super() with keywords");
@@ -173,6 +185,8 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       }
       return call_builtin(callable, std::move(args), std::move(kwargs));
     }
+    case ValueKind::AutocastExit:
+      return exit_autocast(callable);
     case ValueKind::GradModeExit: {
       // __exit__(None, None, None) at the end of the with block.
       state_.set_grad_mode(callable->grad_enabled);
@@ -206,6 +220,7 @@ ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vecto
 
 void FrameTracer::before_with() {
   ValuePtr context = pop();
+  if (context->is(ValueKind::AutocastContext)) return enter_autocast(context);
   if (!context->is(ValueKind::GradModeContext)) {
     abort_trace(BreakCode::UnsupportedOpcode, "with-block over " + describe_value(*context));
   }

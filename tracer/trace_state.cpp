@@ -400,7 +400,11 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
     PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
   }
-  PyRef result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+  // Meta tensors escape autocast: inside a traced autocast block, results
+  // are inferred as the real device would compute them (Note [Autocast blocks]).
+  PyRef result = open_autocasts.empty()
+                     ? PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()))
+                     : infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index);
   if (!result) {
     std::string error = take_python_error();
     if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {

@@ -25,6 +25,8 @@ using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 class TraceState {
  public:
   TraceState(const guards::FrameView& frame);
+  // Leaves autocast blocks a stopped trace left open (trace_autocast.cpp).
+  ~TraceState();
 
   graph::Graph& graph() { return *graph_; }
   guards::GuardSet& guards() { return *guards_; }
@@ -64,8 +66,13 @@ class TraceState {
   // Emits torch._C._set_grad_enabled(enabled) into the graph and sets the
   // mode for the rest of the trace (fake tensors follow it too).
   void set_grad_mode(bool enabled);
-  // `with` blocks of grad-mode contexts open at the current instruction.
+  // `with` blocks of grad-mode and autocast contexts open at the current
+  // instruction.
   int open_grad_contexts = 0;
+  // Tracing twins of the autocast blocks open now, innermost last (Note
+  // [Autocast blocks]); while any is open, ops infer their results through
+  // infer_under_autocast.
+  std::vector<PyRef> open_autocasts;
 
   // Stores to caller-visible state, in program order (Note [Side effects]).
   std::vector<BreakInfo::PendingStore> stores;
@@ -195,6 +202,11 @@ class FrameTracer {
   // A str method evaluated on constants (trace_formatting.cpp).
   ValuePtr call_constant_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
 
+  // Autocast blocks (trace_autocast.cpp, Note [Autocast blocks]).
+  ValuePtr make_autocast_context(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  void enter_autocast(const ValuePtr& context);
+  ValuePtr exit_autocast(const ValuePtr& exit);
+
   // super() and its lookups (trace_super.cpp).
   ValuePtr make_super(const std::vector<ValuePtr>& args);
   ValuePtr super_attr(const ValuePtr& super, PyObject* name);
@@ -270,6 +282,13 @@ std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interp
 
 // True when `name` is a str method that call_constant_method evaluates.
 bool is_constant_method(const ValuePtr& base, const std::string& name);
+
+// True for torch.autocast and its subclasses (torch.cpu.amp.autocast, ...).
+bool is_autocast_class(PyObject* obj);
+// Runs target(*args, **kwargs) on meta fakes as autocast would on
+// `device`; returns the result or null with a Python error set.
+PyRef infer_under_autocast(PyObject* target, PyObject* args, PyObject* kwargs, graph::DeviceType device_type,
+                           int device_index);
 
 // True when `code` calls zero-argument super(), which reads the frame's
 // first argument and __class__ cell: resume functions cannot provide them.

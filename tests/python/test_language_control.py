@@ -202,3 +202,79 @@ def test_with_of_unmodelled_context_manager_stays_clean():
         assert_same(compiled(x), unmodelled_with(x))
     with pytest.raises(kiln.Unsupported):
         kiln.compile(unmodelled_with, fullgraph=True)(torch.randn(3))
+
+
+# ---------------------------------------------------------------------------
+# with torch.autocast(...)
+
+def autocast_block(x, w):
+    with torch.autocast("cpu"):
+        y = x @ w
+        z = torch.relu(y) + 1
+    return y.dtype, z, z.float().sum(0)
+
+
+def cpu_amp_block(x, w):
+    with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+        y = torch.mm(x, w)
+        with torch.autocast("cpu", enabled=False):
+            inner = torch.mm(x, w)
+    return y, inner, y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("fn", [autocast_block, cpu_amp_block])
+def test_autocast_blocks_traced_with_autocast_dtypes(fn):
+    check_compiled(fn, lambda: (torch.randn(4, 3), torch.randn(3, 5)))
+    assert not torch.is_autocast_cpu_enabled()
+
+
+def test_autocast_graph_enters_and_leaves():
+    graphs = kiln.explain(autocast_block)(torch.randn(4, 3), torch.randn(3, 5)).graphs
+    text = "\n".join(str(g) for g in graphs)
+    assert "kiln.enter_autocast('cpu', torch.bfloat16, True, True)" in text, text
+    assert "kiln.exit_autocast" in text and "bf16[4, 5]" in text, text
+
+
+def autocast_raises_at_runtime(x, idx):
+    with torch.autocast("cpu"):
+        y = x.index_select(0, idx)  # out-of-range indices fail only on real data
+    return y
+
+
+def test_error_inside_autocast_block_restores_state():
+    compiled = kiln.compile(autocast_raises_at_runtime)
+    x = torch.randn(3, 2)
+    assert_same(compiled(x, torch.tensor([0, 2])), autocast_raises_at_runtime(x, torch.tensor([0, 2])))
+    with pytest.raises((IndexError, RuntimeError)):
+        compiled(x, torch.tensor([0, 7]))
+    assert not torch.is_autocast_cpu_enabled()
+
+
+def autocast_with_break(x, w):
+    with torch.autocast("cpu"):
+        y = x @ w
+        print("inside autocast")
+    return y
+
+
+def test_trace_stopping_inside_autocast_leaves_it(capsys):
+    compiled = kiln.compile(autocast_with_break)
+    x, w = torch.randn(2, 3), torch.randn(3, 3)
+    assert_same(compiled(x, w), autocast_with_break(x, w))
+    assert not torch.is_autocast_cpu_enabled()
+
+
+def formats_with_locals(x):
+    name = "n"
+    y = x + 1
+    text = "{name}".format(**locals())
+    return y * len(text)
+
+
+def test_locals_is_never_run_at_a_graph_break():
+    # Run by a transformed code or resume function, locals() would return
+    # kiln's own slots: the frame runs eagerly instead.
+    compiled = kiln.compile(formats_with_locals)
+    x = torch.randn(3)
+    assert_same(compiled(x), formats_with_locals(x))
+    assert stats()["graph_breaks"] == 0
