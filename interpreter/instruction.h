@@ -95,7 +95,14 @@ namespace kiln::interpreter {
   X(ForIter, "target: where dis says the loop exits (3.12: its END_FOR, "     \
              "which an exhausted loop skips)")                                 \
   X(EndFor, "3.12: pops the exhausted iterator's two slots")                   \
-  X(GetLen, "")                                                                \
+  X(GetLen, "pushes len(TOS), keeping TOS")                                    \
+  X(MatchSequence, "pushes whether TOS is a sequence for `match`")             \
+  X(MatchMapping, "pushes whether TOS is a mapping for `match`")               \
+  X(MatchKeys, "stack [subject, keys]: pushes a tuple of the values or None")   \
+  X(MatchClass, "arg: count of positional sub-patterns; pops [subject, cls, "  \
+                "names], pushes a tuple of attributes or None")               \
+  X(LoadSuperAttr, "arg: co_names index; flags&kMethod as LoadAttr; pops "     \
+                   "[super, class, self] and loads super(class, self).name")  \
   X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result") \
   X(ReturnGenerator, "generator prologue; the frame resumes with None pushed")   \
   X(YieldValue, "pops the yielded value; resumes with the sent value pushed")

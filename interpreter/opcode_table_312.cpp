@@ -29,9 +29,9 @@ constexpr OpcodeEntry kRows[] = {
     {26, "BINARY_SLICE", Op::BinarySlice},
     {27, "STORE_SLICE", Op::StoreSlice},
     {30, "GET_LEN", Op::GetLen},
-    {31, "MATCH_MAPPING", Op::Unsupported},
-    {32, "MATCH_SEQUENCE", Op::Unsupported},
-    {33, "MATCH_KEYS", Op::Unsupported},
+    {31, "MATCH_MAPPING", Op::MatchMapping},
+    {32, "MATCH_SEQUENCE", Op::MatchSequence},
+    {33, "MATCH_KEYS", Op::MatchKeys},
     {35, "PUSH_EXC_INFO", Op::Unsupported},
     {36, "CHECK_EXC_MATCH", Op::Unsupported},
     {37, "CHECK_EG_MATCH", Op::Unsupported},
@@ -101,7 +101,7 @@ constexpr OpcodeEntry kRows[] = {
     {138, "STORE_DEREF", Op::StoreDeref, 0, Operand::Free},
     {139, "DELETE_DEREF", Op::Unsupported, 0, Operand::Free},
     {140, "JUMP_BACKWARD", Op::Jump, 0, Operand::JumpBackward},
-    {141, "LOAD_SUPER_ATTR", Op::Unsupported, 1, Operand::Name, ArgKind::SuperAttrIndex},  // super() lookups are not modelled
+    {141, "LOAD_SUPER_ATTR", Op::LoadSuperAttr, 1, Operand::Name, ArgKind::SuperAttrIndex},  // low bit: method load
     {142, "CALL_FUNCTION_EX", Op::CallFunctionEx},
     {143, "LOAD_FAST_AND_CLEAR", Op::LoadFastAndClear, 0, Operand::Local},
     {144, "EXTENDED_ARG", Op::Nop},  // folded into the next instruction's raw_arg
@@ -111,7 +111,7 @@ constexpr OpcodeEntry kRows[] = {
     {149, "COPY_FREE_VARS", Op::CopyFreeVars},
     {150, "YIELD_VALUE", Op::YieldValue},
     {151, "RESUME", Op::Nop},
-    {152, "MATCH_CLASS", Op::Unsupported},
+    {152, "MATCH_CLASS", Op::MatchClass},
     {155, "FORMAT_VALUE", Op::FormatValue, 0, Operand::FormatValue},
     {156, "BUILD_CONST_KEY_MAP", Op::BuildConstKeyMap},
     {157, "BUILD_STRING", Op::BuildString},

@@ -67,6 +67,22 @@ PyObject* materialize(const Arg& arg, PyObject* const* values) {
   return nullptr;
 }
 
+// Leaves the autocast blocks a failed run entered but did not leave: an
+// enter node's value (the entered object) stays alive until its exit node
+// has run (Note [Autocast blocks] in tracer/trace_autocast.cpp). Keeps the
+// pending error.
+void leave_open_scopes(const std::vector<Node>& nodes, PyObject* const* values, int failed_node) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  for (int id = failed_node - 1; id >= 0; --id) {
+    if (!values[id] || nodes[id].target_name != "kiln.enter_autocast") continue;
+    PyObject* done = PyObject_CallMethod(values[id], "__exit__", "OOO", Py_None, Py_None, Py_None);
+    if (!done) PyErr_Clear();
+    Py_XDECREF(done);
+  }
+  PyErr_Restore(type, value, traceback);
+}
+
 }  // namespace
 
 EagerExecutor::EagerExecutor(const graph::Graph& graph) : graph_(graph) {
@@ -137,6 +153,7 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       }
       for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
       if (!result) {
+        leave_open_scopes(nodes, values, node.id);
         release_all();
         set_grad_mode(grad_mode);
         return nullptr;

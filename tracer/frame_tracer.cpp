@@ -100,23 +100,11 @@ std::vector<ValuePtr> FrameTracer::pop_n(int n) {
 ValuePtr FrameTracer::run() {
   size_t steps = 0;
   try {
-    // Exception handlers only run when something raises, and a trace aborts
-    // wherever the code would raise; so an exception table alone (3.12 puts
-    // one on every inlined comprehension) does not matter. User try/except/
-    // finally handlers do: graph ops run later, outside their protection.
-    // Handlers of with-blocks (PUSH_EXC_INFO then WITH_EXCEPT_START) only
-    // run on an exception too; the traced with-blocks restore state in the
-    // graph itself.
-    for (size_t k = 0; k < instructions_.size(); ++k) {
-      const Instruction& ins = instructions_[k];
-      const bool with_handler = k + 1 < instructions_.size() &&
-                                std::strcmp(instructions_[k + 1].raw_name, "WITH_EXCEPT_START") == 0;
-      if (std::strcmp(ins.raw_name, "PUSH_EXC_INFO") == 0 && !with_handler) {
-        abort_trace(BreakCode::UnsupportedFrame,
-                    "try/except/finally in " + std::string(PyUnicode_AsUTF8(code_->co_qualname)) +
-                        " is not traced yet");
-      }
-    }
+    // Handlers only run when something raises, and a trace stops wherever
+    // the code would raise: the path traced is the one on which nothing
+    // does (Note [Tracing try blocks]). The top frame needs to know where
+    // user handlers protect it, to make no graph break there.
+    if (is_top_) in_user_try_ = user_try_coverage(code_, instructions_);
     while (!returned_) {
       if (pc_ >= instructions_.size()) {
         abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
@@ -261,6 +249,12 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     return false;
   };
   if (state_.open_grad_contexts > 0) return refuse("it is inside a with block");
+  if (uses_zero_arg_super(code_)) return refuse("zero-argument super() needs the method's own frame");
+  if (snapshot_.pc < in_user_try_.size() && in_user_try_[snapshot_.pc]) {
+    // Note [Tracing try blocks]: CPython would run the instruction outside
+    // the try, where the handler could not catch what it raises.
+    return refuse("it is inside a try block");
+  }
   if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
   if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
     return refuse("CPython cannot run this instruction on its own");
@@ -393,7 +387,21 @@ void FrameTracer::step(const Instruction& ins) {
       ValuePtr b = pop();
       ValuePtr a = pop();
       bool same;
-      if (a->is(ValueKind::Constant) && b->is(ValueKind::Constant)) {
+      // Tensors, containers and records are never the same object as an
+      // Object-kind value (which wraps everything else); a Tensor's obj is
+      // its type, not itself, so it must not reach the obj comparison.
+      auto holds_values = [](const ValuePtr& v) {
+        return v->is(ValueKind::Tensor) || v->is(ValueKind::Tuple) || v->is(ValueKind::List) ||
+               v->is(ValueKind::Dict) || v->is(ValueKind::Record);
+      };
+      if (a.get() != b.get() && holds_values(a) != holds_values(b) &&
+          (a->is(ValueKind::Object) || b->is(ValueKind::Object))) {
+        same = false;
+      } else if (a->is(ValueKind::Tensor) && b->is(ValueKind::Tensor) && a.get() != b.get()) {
+        // Two inputs may be one tensor passed twice, and in-place ops
+        // return their argument: identity is not known from the values.
+        abort_trace(BreakCode::UnsupportedOperator, "'is' between two tensor values");
+      } else if (a->is(ValueKind::Constant) && b->is(ValueKind::Constant)) {
         same = a->obj.get() == b->obj.get();
       } else if (a->obj && b->obj) {
         same = a->obj.get() == b->obj.get();
@@ -444,6 +452,12 @@ void FrameTracer::step(const Instruction& ins) {
       push(subscript(base, index));
       return;
     }
+    case Op::DeleteSubscr: {
+      ValuePtr key = pop();
+      ValuePtr container = pop();
+      delete_subscript(container, key);
+      return;
+    }
     case Op::StoreSubscr: {
       ValuePtr key = pop();
       ValuePtr container = pop();
@@ -468,6 +482,25 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::BeforeWith:
       before_with();
       return;
+    case Op::GetLen:
+    case Op::MatchSequence:
+    case Op::MatchMapping:
+    case Op::MatchKeys:
+    case Op::MatchClass:
+      step_match(ins);
+      return;
+    case Op::LoadSuperAttr: {
+      ValuePtr receiver = pop();
+      ValuePtr cls = pop();
+      ValuePtr super_global = pop();
+      if (super_global->obj.get() != reinterpret_cast<PyObject*>(&PySuper_Type)) {
+        abort_trace(BreakCode::UnsupportedCall, "'super' is rebound to " + describe_value(*super_global));
+      }
+      ValuePtr attr = super_attr(make_super({cls, receiver}), name_at(ins.arg).get());
+      if (ins.flags & interpreter::kMethod) push(make_null());
+      push(attr);
+      return;
+    }
     case Op::ReturnGenerator:
     case Op::YieldValue:
       // Only generator expressions are traced, eagerly: see inline_callee.
@@ -633,6 +666,7 @@ void FrameTracer::store_global(PyObject* name, const ValuePtr& value) {
 }
 
 void FrameTracer::store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value) {
+  if (target->is(ValueKind::Record)) return store_record_attr(target, name, value);
   const std::string attr = PyUnicode_AsUTF8(name);
   if (target->source < 0 || !(target->is(ValueKind::Module) || target->is(ValueKind::Object))) {
     abort_trace(BreakCode::SideEffect, "assignment to attribute '" + attr + "' of " + describe_value(*target));
@@ -695,6 +729,12 @@ ValuePtr FrameTracer::load_free_var(int index) {
   PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(closure, index));
   if (!contents) return nullptr;
   const std::string var = local_name(code_->co_nlocalsplus - code_->co_nfreevars + index);
+  if (var == "__class__" && PyType_Check(contents)) {
+    // The compiler's cell for zero-argument super(): class creation fills
+    // it once with the class that defines this very function, so it is as
+    // fixed as the function's code.
+    return state_.wrap_unguarded(contents);
+  }
   int source = -1;
   if (is_top_) {
     source = state_.sources().closure_cell(index, var);

@@ -86,6 +86,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
             }
           }
         }
+        if (ValuePtr value = namedtuple_attr(base, name)) return value;
       }
       if (base->obj) break;  // torch.Size and other tuple subclasses
       auto method = std::make_shared<Value>();
@@ -145,13 +146,28 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       return state_.wrap(value.get(), state_.sources().attr(base->source, name));
     }
+    case ValueKind::Super:
+      return super_attr(base, name);
+    case ValueKind::Record:
+      return record_attr(base, name);
     case ValueKind::Object:
+      if (ValuePtr member = enum_attr(base, name)) return member;
       if (base->source >= 0) return load_object_attr(base, name);
       [[fallthrough]];
     case ValueKind::Constant:
     case ValueKind::Function:
     case ValueKind::TorchCallable:
     case ValueKind::Builtin: {
+      if (is_constant_method(base, attr)) {
+        auto method = std::make_shared<Value>();
+        method->kind = ValueKind::ContainerMethod;
+        method->self = base;
+        method->name = attr;
+        return method;
+      }
+      if (base->is(ValueKind::Constant) && attr == "__class__") {
+        return state_.wrap_unguarded(reinterpret_cast<PyObject*>(Py_TYPE(base->obj.get())));  // fixed with the value
+      }
       PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
       if (!value) abort_trace(BreakCode::PythonException, take_python_error());
       if (base->is(ValueKind::Object) && base->source >= 0) {
@@ -224,13 +240,18 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
                                                      " customizes attribute access (__getattr__ or __getattribute__)");
   }
+  if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
+    return state_.wrap(reinterpret_cast<PyObject*>(type), state_.sources().attr(base->source, name));
+  }
   PyObject* class_attr = _PyType_Lookup(type, name);
   if (class_attr && PyFunction_Check(class_attr)) {
     auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
     method->self = base;
     return method;
   }
-  if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr)) {
+  // A __slots__ member reads a field stored in the object: no user code.
+  const bool slot_member = class_attr && Py_TYPE(class_attr) == &PyMemberDescr_Type;
+  if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr) && !slot_member) {
     if (ValuePtr value = class_descriptor(base, class_attr)) return value;
     abort_trace(BreakCode::UnsupportedAttribute, where + " is a descriptor kiln does not trace yet");
   }
@@ -404,6 +425,34 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
     return;
   }
   abort_trace(BreakCode::UnsupportedOperator, "item assignment on " + describe_value(*container));
+}
+
+void FrameTracer::delete_subscript(const ValuePtr& container, const ValuePtr& key) {
+  if (!key->is(ValueKind::Constant) || !(container->is(ValueKind::Dict) || container->is(ValueKind::List))) {
+    abort_trace(BreakCode::UnsupportedOperator, "del of " + describe_value(*container) + "[" + describe_value(*key) + "]");
+  }
+  int found = -1;
+  if (container->is(ValueKind::Dict)) {
+    for (size_t i = 0; i < container->keys.size() && found < 0; ++i) {
+      if (PyObject_RichCompareBool(container->keys[i].get(), key->obj.get(), Py_EQ) == 1) found = static_cast<int>(i);
+    }
+    PyErr_Clear();
+    if (found < 0) abort_trace(BreakCode::PythonException, "KeyError: " + py_repr(key->obj.get()));
+  } else {
+    if (!PyLong_Check(key->obj.get())) abort_trace(BreakCode::UnsupportedOperator, "del of a list slice");
+    Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
+    const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: list assignment index out of range");
+    found = static_cast<int>(i);
+  }
+  if (container->source >= 0) {
+    state_.note_container_write(container);  // the caller's container: written back
+  } else {
+    state_.note_mutation();
+  }
+  container->items.erase(container->items.begin() + found);
+  if (container->is(ValueKind::Dict)) container->keys.erase(container->keys.begin() + found);
 }
 
 }  // namespace kiln::tracer

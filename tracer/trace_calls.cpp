@@ -146,6 +146,10 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
+      if (callable->self->is(ValueKind::Constant)) return call_constant_method(callable, args, kwargs);
+      if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
+        return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
+      }
       return call_container_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
@@ -160,12 +164,32 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::Object: {
       const stdlib::TorchApi* api = stdlib::torch_api();
       PyObject* obj = callable->obj.get();
+      if (PyCFunction_Check(obj) && args.empty()) {
+        // These read the calling frame: run at a graph break, they would see
+        // the transformed code's or a resume function's frame instead.
+        const std::string name = name_of(obj);
+        if (name == "locals" || name == "vars" || name == "dir" || name == "_getframe") {
+          abort_trace(BreakCode::UnsupportedFrame, name + "() inspects the calling frame");
+        }
+      }
+      if (PyCFunction_Check(obj) && (name_of(obj) == "eval" || name_of(obj) == "exec")) {
+        abort_trace(BreakCode::UnsupportedFrame, name_of(obj) + "() runs code in the calling frame");
+      }
+      if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
+      if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
+      if (is_plain_dataclass_type(obj)) return make_dataclass(callable, std::move(args), std::move(kwargs));
+      if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
+        if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "super() with keywords");
+        return make_super(args);
+      }
       if (obj == api->no_grad || obj == api->enable_grad || obj == api->set_grad_enabled) {
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with keywords");
         return make_grad_mode_context(obj, args);
       }
       return call_builtin(callable, std::move(args), std::move(kwargs));
     }
+    case ValueKind::AutocastExit:
+      return exit_autocast(callable);
     case ValueKind::GradModeExit: {
       // __exit__(None, None, None) at the end of the with block.
       state_.set_grad_mode(callable->grad_enabled);
@@ -199,6 +223,7 @@ ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vecto
 
 void FrameTracer::before_with() {
   ValuePtr context = pop();
+  if (context->is(ValueKind::AutocastContext)) return enter_autocast(context);
   if (!context->is(ValueKind::GradModeContext)) {
     abort_trace(BreakCode::UnsupportedOpcode, "with-block over " + describe_value(*context));
   }
@@ -494,7 +519,10 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
                        : args[0]->is(ValueKind::List) ? reinterpret_cast<PyObject*>(&PyList_Type)
                                                        : reinterpret_cast<PyObject*>(&PyDict_Type);
       if (args[0]->obj) type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get()));
+      if (args[0]->tuple_type) type = args[0]->tuple_type.get();
       result = PyObject_IsSubclass(type, types.get());
+    } else if (args[0]->is(ValueKind::Record)) {
+      result = PyObject_IsSubclass(args[0]->tuple_type.get(), types.get());
     } else if (args[0]->obj) {
       result = PyObject_IsInstance(args[0]->obj.get(), types.get());
     } else {
@@ -527,6 +555,8 @@ ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr
              : x->is(ValueKind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
              : x->is(ValueKind::List)  ? reinterpret_cast<PyObject*>(&PyList_Type)
                                        : reinterpret_cast<PyObject*>(&PyDict_Type);
+    } else if (x->is(ValueKind::Record)) {
+      type = x->tuple_type.get();
     } else if (x->obj) {
       type = reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()));
     }

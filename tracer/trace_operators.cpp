@@ -81,6 +81,17 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
   if (a->is(ValueKind::SymInt) || b->is(ValueKind::SymInt)) {
     throw Specialize("a comparison of a dynamic size decides control flow");
   }
+  if (ValuePtr result = compare_enum(cmp, a, b)) return result;
+  if (ValuePtr result = compare_objects(cmp, a, b)) return result;
+  // A tuple, list or dict never equals a scalar constant (neither side's
+  // __eq__ knows the other): `match` tries literal patterns on any subject.
+  auto container = [](const ValuePtr& v) {
+    return v->is(ValueKind::Tuple) || v->is(ValueKind::List) || v->is(ValueKind::Dict);
+  };
+  if ((cmp == Py_EQ || cmp == Py_NE) && ((container(a) && b->is(ValueKind::Constant)) ||
+                                         (container(b) && a->is(ValueKind::Constant)))) {
+    return state_.wrap_unguarded(cmp == Py_NE ? Py_True : Py_False);
+  }
   PyRef left = constant_to_python(a);
   PyRef right = constant_to_python(b);
   if (!left || !right) {
@@ -89,6 +100,40 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
   PyRef result = PyRef::steal(PyObject_RichCompare(left.get(), right.get(), cmp));
   if (!result) abort_trace(BreakCode::PythonException, take_python_error());
   return state_.wrap_unguarded(result.get());
+}
+
+ValuePtr FrameTracer::compare_objects(int cmp, const ValuePtr& a, const ValuePtr& b) {
+  if (cmp != Py_EQ && cmp != Py_NE) return nullptr;
+  const bool a_object = a->is(ValueKind::Object);
+  if (!a_object && !b->is(ValueKind::Object)) return nullptr;
+  const ValuePtr& self = a_object ? a : b;
+  const ValuePtr& other = a_object ? b : a;
+  // The other side must not have an __eq__ of its own that could answer
+  // first (or be asked back): a Python constant or another Object.
+  if (!other->is(ValueKind::Constant) && !other->is(ValueKind::Object)) return nullptr;
+  if (other->is(ValueKind::Object) && Py_TYPE(other->obj.get()) != Py_TYPE(self->obj.get())) return nullptr;
+  PyTypeObject* type = Py_TYPE(self->obj.get());
+  PyRef eq_name = PyRef::steal(PyUnicode_InternFromString("__eq__"));
+  PyRef ne_name = PyRef::steal(PyUnicode_InternFromString("__ne__"));
+  PyObject* eq = _PyType_Lookup(type, eq_name.get());
+  PyObject* ne = _PyType_Lookup(type, ne_name.get());
+  if (ne && PyFunction_Check(ne)) return nullptr;  // a custom != is not modelled
+  bool equal;
+  if (eq && PyFunction_Check(eq)) {
+    // The class's own __eq__ (a dataclass's, say) is Python code: inline it.
+    ValuePtr result = inline_function(eq, -1, {self, other}, {});
+    if (!result->is(ValueKind::Constant)) return nullptr;
+    if (result->obj.get() == Py_NotImplemented) {
+      equal = self->obj.get() == other->obj.get();  // CPython's last resort: identity
+    } else {
+      equal = truthiness(result);
+    }
+  } else if (eq == _PyType_Lookup(&PyBaseObject_Type, eq_name.get())) {
+    equal = self->obj.get() == other->obj.get();  // object.__eq__ is identity
+  } else {
+    return nullptr;
+  }
+  return state_.wrap_unguarded(equal == (cmp == Py_EQ) ? Py_True : Py_False);
 }
 
 ValuePtr FrameTracer::unary_op(interpreter::Op op, const ValuePtr& a) {

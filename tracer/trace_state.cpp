@@ -149,6 +149,18 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     }
     value = make_sequence(is_list ? ValueKind::List : ValueKind::Tuple, std::move(items), source);
     if (!is_list && !PyTuple_CheckExact(obj)) value->obj = PyRef::borrow(obj);  // torch.Size
+  } else if (PyTuple_Check(obj) && is_namedtuple_type(reinterpret_cast<PyObject*>(Py_TYPE(obj)))) {
+    // Note [Records]: a namedtuple is a Tuple that remembers its type.
+    if (guarded) {
+      guards_->add_type_match(source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+      guards_->add_length_match(source, obj);
+    }
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      items.push_back(wrap(PyTuple_GET_ITEM(obj, i), guarded ? sources().index(source, static_cast<int>(i)) : -1));
+    }
+    value = make_sequence(ValueKind::Tuple, std::move(items), source);
+    value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (PyDict_CheckExact(obj)) {
     if (guarded) guards_->add_length_match(source, obj);
     value = make_sequence(ValueKind::Dict, {}, source);
@@ -472,14 +484,18 @@ graph::Arg TraceState::lower_output(const ValuePtr& value) {
         // torch.return_types.* and namedtuples are rebuilt by their type.
         std::vector<Arg> args;
         args.push_back(std::move(arg));
-        int node = graph_->add_call(reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name,
-                                    value->tuple_type.get(), std::move(args), {});
+        PyRef rebuild = namedtuple_rebuilder(value->tuple_type.get());
+        std::string name = reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name;
+        if (rebuild.get() != value->tuple_type.get()) name += "._make";
+        int node = graph_->add_call(name, rebuild.get(), std::move(args), {});
         return Arg::of_node(node);
       }
       return arg;
     }
     case ValueKind::Dict:
       return lower_contents(value);  // a dict the trace built: a new dict
+    case ValueKind::Record:
+      return lower_record(value);
     default:
       return lower(value);
   }
@@ -583,7 +599,11 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
       PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
     }
-    PyRef result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+    // Meta tensors escape autocast: inside a traced autocast block, results
+    // are inferred as the real device would compute them (Note [Autocast blocks]).
+    PyRef result = open_autocasts.empty()
+                       ? PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()))
+                       : infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index);
     if (!result) {
       std::string error = take_python_error();
       if (p > 0) throw Specialize(name + " fails when the dynamic sizes change: " + error);

@@ -28,6 +28,8 @@ class TraceState {
   // `dynamic` names the input dims to trace symbolically (Note [Dynamic
   // shapes]); empty for a static trace.
   TraceState(const guards::FrameView& frame, const DynamicDims& dynamic);
+  // Leaves autocast blocks a stopped trace left open (trace_autocast.cpp).
+  ~TraceState();
 
   graph::Graph& graph() { return *graph_; }
   guards::GuardSet& guards() { return *guards_; }
@@ -84,8 +86,13 @@ class TraceState {
   // Emits torch._C._set_grad_enabled(enabled) into the graph and sets the
   // mode for the rest of the trace (fake tensors follow it too).
   void set_grad_mode(bool enabled);
-  // `with` blocks of grad-mode contexts open at the current instruction.
+  // `with` blocks of grad-mode and autocast contexts open at the current
+  // instruction.
   int open_grad_contexts = 0;
+  // Tracing twins of the autocast blocks open now, innermost last (Note
+  // [Autocast blocks]); while any is open, ops infer their results through
+  // infer_under_autocast.
+  std::vector<PyRef> open_autocasts;
 
   // Stores to caller-visible state, in program order (Note [Side effects]).
   std::vector<BreakInfo::PendingStore> stores;
@@ -106,6 +113,8 @@ class TraceState {
   // The value's stand-in at sample point `point`: fakes, SymInt values,
   // constants, containers of them.
   PyRef lower_fake(const ValuePtr& value, int point);
+  // A graph node rebuilding a Record the frame returns (trace_records.cpp).
+  graph::Arg lower_record(const ValuePtr& record);
   ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
                        int device_index);
   // Gives a result tensor its fakes at the other points and names its
@@ -153,6 +162,9 @@ class FrameTracer {
   void step_build(const interpreter::Instruction& ins);
   void step_jump(const interpreter::Instruction& ins);
   void step_call(const interpreter::Instruction& ins);
+  // `match` statements (trace_match.cpp).
+  void step_match(const interpreter::Instruction& ins);
+  ValuePtr match_class(const ValuePtr& subject, const ValuePtr& cls, const ValuePtr& names, int positional);
   void store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value);
   void store_global(PyObject* name, const ValuePtr& value);
 
@@ -165,6 +177,9 @@ class FrameTracer {
   ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
+  // ==/!= with a plain Python object on one side: its Python __eq__ is
+  // inlined, object's identity rule applied; null when not modelled.
+  ValuePtr compare_objects(int cmp, const ValuePtr& a, const ValuePtr& b);
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
   ValuePtr subscript(const ValuePtr& base, const ValuePtr& index);
   bool truthiness(const ValuePtr& value);
@@ -178,6 +193,7 @@ class FrameTracer {
   ValuePtr make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args);
   void before_with();
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
+  void delete_subscript(const ValuePtr& container, const ValuePtr& key);
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);
   ValuePtr inline_local_function(const ValuePtr& func, std::vector<ValuePtr> args, KwArgs kwargs);
@@ -198,6 +214,32 @@ class FrameTracer {
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr load_global(PyObject* name);
   ValuePtr load_free_var(int index);
+
+  // namedtuples and dataclasses (trace_records.cpp, Note [Records]).
+  ValuePtr make_namedtuple(PyObject* type, std::vector<ValuePtr> args, const KwArgs& kwargs);
+  // A namedtuple's method or property (null for tuple methods).
+  ValuePtr namedtuple_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr call_namedtuple_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr make_dataclass(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  ValuePtr record_attr(const ValuePtr& record, PyObject* name);
+  void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value);
+
+  // Enum members (trace_enums.cpp): Cls.MEMBER, member.name/.value (null
+  // when `base` is no enum class or member), and ==/!= between members.
+  ValuePtr enum_attr(const ValuePtr& base, PyObject* name);
+  ValuePtr compare_enum(int cmp, const ValuePtr& a, const ValuePtr& b);
+
+  // A str method evaluated on constants (trace_formatting.cpp).
+  ValuePtr call_constant_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+
+  // Autocast blocks (trace_autocast.cpp, Note [Autocast blocks]).
+  ValuePtr make_autocast_context(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  void enter_autocast(const ValuePtr& context);
+  ValuePtr exit_autocast(const ValuePtr& exit);
+
+  // super() and its lookups (trace_super.cpp).
+  ValuePtr make_super(const std::vector<ValuePtr>& args);
+  ValuePtr super_attr(const ValuePtr& super, PyObject* name);
 
   PyRef name_at(int index) const;  // co_names[index]
   PyRef const_at(int index) const;  // co_consts[index]
@@ -238,6 +280,8 @@ class FrameTracer {
   } snapshot_;
   ValuePtr return_value_;
   bool returned_ = false;
+  // Top frame: instructions a user's try/except/finally protects.
+  std::vector<bool> in_user_try_;
 };
 
 // Throws a TraceAbort with a formatted message.
@@ -252,6 +296,33 @@ PyRef value_to_python(const ValuePtr& value);
 // Like value_to_python, but only for constants and tuples/lists of them:
 // values on which Python operators and builtins run no user code.
 PyRef constant_to_python(const ValuePtr& value);
+
+// True for a collections.namedtuple class (and subclasses that keep its
+// __new__ and add no __init__).
+bool is_namedtuple_type(PyObject* type);
+// True for a dataclass whose instances the tracer can model as a Record.
+bool is_plain_dataclass_type(PyObject* type);
+// The callable that rebuilds a returned tuple of `type` from a sequence:
+// Type._make for namedtuples, the type itself for torch.return_types.
+PyRef namedtuple_rebuilder(PyObject* type);
+
+// Marks, per decoded instruction, whether a user's try/except/finally
+// handler protects it (Note [Tracing try blocks] in trace_exceptions.cpp).
+std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interpreter::Instruction>& instructions);
+
+// True when `name` is a str method that call_constant_method evaluates.
+bool is_constant_method(const ValuePtr& base, const std::string& name);
+
+// True for torch.autocast and its subclasses (torch.cpu.amp.autocast, ...).
+bool is_autocast_class(PyObject* obj);
+// Runs target(*args, **kwargs) on meta fakes as autocast would on
+// `device`; returns the result or null with a Python error set.
+PyRef infer_under_autocast(PyObject* target, PyObject* args, PyObject* kwargs, graph::DeviceType device_type,
+                           int device_index);
+
+// True when `code` calls zero-argument super(), which reads the frame's
+// first argument and __class__ cell: resume functions cannot provide them.
+bool uses_zero_arg_super(PyCodeObject* code);
 
 // Fetches and clears the pending Python error as "Type: message".
 std::string take_python_error();

@@ -36,7 +36,14 @@ using runtime::PyRef;
   X(Cell, "a closure cell; items[0] is its contents, absent when unbound")    \
   X(LocalFunction, "a function created by the trace (lambda, nested def)")    \
   X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
-  X(GradModeExit, "__exit__ of an entered grad-mode context")                 \
+  X(GradModeExit, "__exit__ of an entered grad-mode context")                  \
+  X(Super, "super(cls, self): obj is cls, self the receiver")                 \
+  X(Record, "a dataclass instance made by the trace: obj is its class, "      \
+            "keys the attribute names, items their values")                  \
+  X(AutocastContext, "torch.autocast(...) not yet entered: obj is the real "  \
+                     "autocast object")                                        \
+  X(AutocastExit, "__exit__ of an entered autocast block: node is the graph " \
+                  "value of the entered context, obj the tracing twin")       \
   X(SymInt, "an int that depends on a dynamic size (Note [Dynamic shapes])")
 
 enum class ValueKind : uint8_t {
@@ -73,8 +80,9 @@ struct Value {
   std::vector<ValuePtr> items;
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
-  ValuePtr self;            // Method/TensorMethod receiver
-  PyRef tuple_type;         // Tuple: a namedtuple / structseq type (torch.return_types.max)
+  ValuePtr self;            // Method/TensorMethod/Super receiver; Record: its class value
+  PyRef tuple_type;         // Tuple: a namedtuple / structseq type (torch.return_types.max);
+                            // Record: its dataclass
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null
   ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
   bool outer_cell = false;  // Cell: belongs to a scope the caller can see

@@ -90,6 +90,8 @@ def clone_args(args):
     def c(a):
         if isinstance(a, torch.Tensor):
             return a.detach().clone().requires_grad_(a.requires_grad)
+        if isinstance(a, tuple) and hasattr(type(a), "_make"):  # namedtuple
+            return type(a)._make(c(x) for x in a)
         if isinstance(a, tuple):
             return tuple(c(x) for x in a)
         if isinstance(a, list):

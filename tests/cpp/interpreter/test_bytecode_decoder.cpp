@@ -411,7 +411,8 @@ TEST(OpcodeTableTest, VersionSpecificMappings) {
   EXPECT_EQ(by_name(t11, "LOAD_NAME").op, Op::Unsupported);
   EXPECT_EQ(by_name(t11, "PUSH_EXC_INFO").op, Op::Unsupported);
   EXPECT_EQ(by_name(t12, "LOAD_FAST_CHECK").op, Op::LoadFast);
-  EXPECT_EQ(by_name(t12, "LOAD_SUPER_ATTR").op, Op::Unsupported);
+  EXPECT_EQ(by_name(t12, "LOAD_SUPER_ATTR").op, Op::LoadSuperAttr);
+  EXPECT_EQ(by_name(t11, "MATCH_CLASS").op, Op::MatchClass);
   EXPECT_EQ(by_name(t12, "INSTRUMENTED_CALL").op, Op::Unsupported);
   EXPECT_EQ(by_name(t12, "END_FOR").op, Op::EndFor);
   EXPECT_EQ(t12.intrinsic1[6].op, Op::ListToTuple);
