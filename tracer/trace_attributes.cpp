@@ -94,6 +94,11 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       method->kind = ValueKind::ContainerMethod;
       method->self = base;
       method->name = attr;
+      // The descriptor (list.append...) is what the stdlib models are keyed by.
+      PyTypeObject* type = base->is(ValueKind::List) ? &PyList_Type
+                           : base->is(ValueKind::Dict) ? &PyDict_Type
+                                                       : &PyTuple_Type;
+      method->obj = PyRef::borrow(_PyType_Lookup(type, name));
       return method;
     }
     case ValueKind::Module: {

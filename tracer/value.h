@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/tensor_meta.h"
@@ -36,7 +37,9 @@ using runtime::PyRef;
   X(Cell, "a closure cell; items[0] is its contents, absent when unbound")    \
   X(LocalFunction, "a function created by the trace (lambda, nested def)")    \
   X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
-  X(GradModeExit, "__exit__ of an entered grad-mode context")
+  X(GradModeExit, "__exit__ of an entered grad-mode context")                 \
+  X(StdObject, "an object of a modelled std type made by the trace "           \
+               "(functools.partial, operator.itemgetter, itertools.count)")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,
@@ -49,17 +52,20 @@ const char* value_kind_name(ValueKind kind);
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
 struct Value {
   ValueKind kind = ValueKind::Null;
   int source = -1;  // id in the trace's SourceTable, -1 if made by the trace
   PyRef obj;        // the real object (Constant, Module, Function, callables,
-                    // PyModule, Object); Method: the function
+                    // PyModule, Object); Method: the function; StdObject:
+                    // its type; ContainerMethod: the method's descriptor
   // Tensor
   int node = -1;
   PyRef fake;  // meta tensor with the same metadata
   graph::TensorMeta meta;
-  // Tuple/List items, Dict values, Iterator's sequence
+  // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
+  // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
