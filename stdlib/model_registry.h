@@ -50,7 +50,8 @@ class ModelRegistry {
 #define KILN_STDLIB_MODELS(X) \
   X(builtins)                 \
   X(containers)               \
-  X(math)
+  X(math)                     \
+  X(operator)
 
 #define KILN_DECLARE_MODEL(family) void register_##family##_model(ModelRegistry& registry);
 KILN_STDLIB_MODELS(KILN_DECLARE_MODEL)
