@@ -51,7 +51,8 @@ class ModelRegistry {
   X(builtins)                 \
   X(containers)               \
   X(math)                     \
-  X(operator)
+  X(operator)                 \
+  X(functools)
 
 #define KILN_DECLARE_MODEL(family) void register_##family##_model(ModelRegistry& registry);
 KILN_STDLIB_MODELS(KILN_DECLARE_MODEL)
