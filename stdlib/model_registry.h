@@ -52,7 +52,8 @@ class ModelRegistry {
   X(containers)               \
   X(math)                     \
   X(operator)                 \
-  X(functools)
+  X(functools)                \
+  X(itertools)
 
 #define KILN_DECLARE_MODEL(family) void register_##family##_model(ModelRegistry& registry);
 KILN_STDLIB_MODELS(KILN_DECLARE_MODEL)
