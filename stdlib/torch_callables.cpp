@@ -89,11 +89,6 @@ CallableInfo classify_callable(PyObject* callable) {
     return info;
   }
   const std::string module = module_of(callable);
-  if (module == "_operator" || module == "operator") {
-    info.kind = CallableClass::GraphOp;
-    info.name = "operator." + name;
-    return info;
-  }
   if (module != "torch" && !starts_with(module, "torch.")) return info;
   if (refused_torch_functions().count(name)) {
     info.kind = CallableClass::Refused;

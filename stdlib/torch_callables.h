@@ -17,7 +17,7 @@ enum class CallableClass {
 
 struct CallableInfo {
   CallableClass kind = CallableClass::NotTorch;
-  std::string name;    // display name, e.g. "torch.relu", "F.gelu", "operator.add"
+  std::string name;    // display name, e.g. "torch.relu", "F.gelu", "Tensor.add"
   std::string reason;  // Refused: why
 };
 

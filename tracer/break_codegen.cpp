@@ -218,6 +218,13 @@ class ValueEmitter {
         b_.load_attr(name.get());
         return;
       }
+      case ValueKind::StdObject:
+        b_.push_null();
+        b_.load_const(value->obj.get());
+        emit(value->items[0]);
+        emit(value->items[1]);
+        b_.call_function_ex(true);
+        return;
       case ValueKind::LocalFunction: {
         // MAKE_FUNCTION again, over the frame's own cells.
         int flags = 0;

@@ -218,6 +218,9 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
              (!value->kwdefaults || reconstructible(value->kwdefaults, false));
     case ValueKind::Method:
       return value->source >= 0 || reconstructible(value->self, false);
+    case ValueKind::StdObject:
+      // Made again by calling its type with the stored arguments.
+      return reconstructible(value->items[0], false) && reconstructible(value->items[1], false);
     case ValueKind::Module:
     case ValueKind::Function:
     case ValueKind::TorchCallable:

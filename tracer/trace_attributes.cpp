@@ -93,6 +93,11 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       method->kind = ValueKind::ContainerMethod;
       method->self = base;
       method->name = attr;
+      // The descriptor (list.append...) is what the stdlib models are keyed by.
+      PyTypeObject* type = base->is(ValueKind::List) ? &PyList_Type
+                           : base->is(ValueKind::Dict) ? &PyDict_Type
+                                                       : &PyTuple_Type;
+      method->obj = PyRef::borrow(_PyType_Lookup(type, name));
       return method;
     }
     case ValueKind::Module: {
@@ -232,6 +237,14 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     }
     if (found) {
       if (ValuePtr value = class_descriptor(base, found)) return value;
+    }
+    if (found && Py_IS_TYPE(found, &PyClassMethodDescr_Type) &&
+        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj), Py_TPFLAGS_IMMUTABLETYPE)) {
+      // A C class method of an immutable (id-guarded) type, e.g.
+      // itertools.chain.from_iterable: fixed, though each read binds anew.
+      PyRef bound = PyRef::steal(PyObject_GetAttr(obj, name));
+      if (!bound) abort_trace(BreakCode::PythonException, take_python_error());
+      return state_.wrap_unguarded(bound.get());
     }
     abort_trace(BreakCode::UnsupportedAttribute, std::string("class attribute ") +
                                                      reinterpret_cast<PyTypeObject*>(obj)->tp_name + "." + attr);

@@ -1,8 +1,6 @@
 // Calls: torch ops become graph nodes, Tensor methods become nodes or fold
 // to constants, Python functions and nn.Module calls are inlined, and
-// modelled builtins evaluate on Python values.
-#include <algorithm>
-#include <cstring>
+// builtins and std-module callables go to their models (trace_stdlib.cpp).
 
 #include "runtime/aten_bridge.h"
 #include "stdlib/torch_api.h"
@@ -18,15 +16,14 @@ namespace {
 
 constexpr int kMaxInlineDepth = 48;
 
+// A callable's __name__, or "?".
 std::string name_of(PyObject* obj) {
-  PyObject* name = PyObject_GetAttrString(obj, "__name__");
-  if (!name) {
+  PyRef name = PyRef::steal(PyObject_GetAttrString(obj, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) {
     PyErr_Clear();
     return "?";
   }
-  std::string out = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : "?";
-  Py_DECREF(name);
-  return out;
+  return PyUnicode_AsUTF8(name.get());
 }
 
 bool all_constant(const std::vector<ValuePtr>& values) {
@@ -150,7 +147,9 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
         return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
       }
-      return call_container_method(callable, std::move(args), std::move(kwargs));
+      return call_modelled(callable, std::move(args), std::move(kwargs));
+    case ValueKind::StdObject:
+      return call_modelled(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
     case ValueKind::Method:
@@ -186,7 +185,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with keywords");
         return make_grad_mode_context(obj, args);
       }
-      return call_builtin(callable, std::move(args), std::move(kwargs));
+      return call_modelled(callable, std::move(args), std::move(kwargs));
     }
     case ValueKind::AutocastExit:
       return exit_autocast(callable);
@@ -461,345 +460,6 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
     return make_sequence(ValueKind::Iterator, std::move(yields));
   }
   return callee.run();
-}
-
-ValuePtr FrameTracer::call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args,
-                                   KwArgs kwargs) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
-  PyObject* fn = builtin->obj.get();
-  const std::string name = name_of(fn);
-  PyObject* module_name = PyCFunction_Check(fn) ? PyObject_GetAttrString(fn, "__module__") : nullptr;
-  std::string module = module_name && PyUnicode_Check(module_name) ? PyUnicode_AsUTF8(module_name) : "builtins";
-  Py_XDECREF(module_name);
-  PyErr_Clear();
-  const bool is_builtin_type = PyType_Check(fn) && (fn == reinterpret_cast<PyObject*>(&PyLong_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyFloat_Type) || fn == reinterpret_cast<PyObject*>(&PyBool_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyUnicode_Type) || fn == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyList_Type) || fn == reinterpret_cast<PyObject*>(&PyRange_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyEnum_Type) || fn == reinterpret_cast<PyObject*>(&PyZip_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyReversed_Type) || fn == reinterpret_cast<PyObject*>(&PySlice_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyType_Type) || fn == reinterpret_cast<PyObject*>(&PyMap_Type) ||
-      fn == reinterpret_cast<PyObject*>(&PyFilter_Type));
-  if (!PyCFunction_Check(fn) && !is_builtin_type) {
-    abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*builtin));
-  }
-  if (module != "builtins" && module != "math") {
-    abort_trace(BreakCode::UnsupportedCall, "call of " + module + "." + name);
-  }
-  if (name == "print") abort_trace(BreakCode::SideEffect, "print() writes to stdout");
-  if (!kwargs.empty() && name != "sorted" && name != "max" && name != "min") {
-    abort_trace(BreakCode::UnsupportedCall, name + "() with keyword arguments");
-  }
-  if (name == "len" && args.size() == 1) {
-    const ValuePtr& x = args[0];
-    if (x->is(ValueKind::Tuple) || x->is(ValueKind::List) || x->is(ValueKind::Dict)) {
-      PyRef n = PyRef::steal(PyLong_FromSize_t(x->items.size()));
-      return state_.wrap_unguarded(n.get());
-    }
-    if (x->is(ValueKind::Tensor)) {
-      if (x->meta.sizes.empty()) abort_trace(BreakCode::PythonException, "TypeError: len() of a 0-d tensor");
-      return state_.tensor_size(x, 0);
-    }
-    if (x->is(ValueKind::Module)) {
-      std::vector<ValuePtr> children = unpack(get_iter(x), -1);
-      PyRef n = PyRef::steal(PyLong_FromSize_t(children.size()));
-      return state_.wrap_unguarded(n.get());
-    }
-  }
-  if (name == "isinstance" && args.size() == 2) {
-    PyRef types = value_to_python(args[1]);
-    if (!types) abort_trace(BreakCode::UnsupportedCall, "isinstance() with non-constant types");
-    int result;
-    if (args[0]->is(ValueKind::Tensor)) {
-      PyObject* type = args[0]->obj ? args[0]->obj.get() : api->tensor_type;
-      if (args[0]->obj && args[0]->source >= 0) state_.guards().add_type_match(args[0]->source, type);
-      result = PyObject_IsSubclass(type, types.get());
-    } else if (args[0]->is(ValueKind::Tuple) || args[0]->is(ValueKind::List) || args[0]->is(ValueKind::Dict)) {
-      PyObject* type = args[0]->is(ValueKind::Tuple)  ? reinterpret_cast<PyObject*>(&PyTuple_Type)
-                       : args[0]->is(ValueKind::List) ? reinterpret_cast<PyObject*>(&PyList_Type)
-                                                       : reinterpret_cast<PyObject*>(&PyDict_Type);
-      if (args[0]->obj) type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.get()));
-      if (args[0]->tuple_type) type = args[0]->tuple_type.get();
-      result = PyObject_IsSubclass(type, types.get());
-    } else if (args[0]->is(ValueKind::Record)) {
-      result = PyObject_IsSubclass(args[0]->tuple_type.get(), types.get());
-    } else if (args[0]->obj) {
-      result = PyObject_IsInstance(args[0]->obj.get(), types.get());
-    } else {
-      abort_trace(BreakCode::UnsupportedCall, "isinstance() of " + describe_value(*args[0]));
-    }
-    if (result < 0) abort_trace(BreakCode::PythonException, take_python_error());
-    return state_.wrap_unguarded(result ? Py_True : Py_False);
-  }
-  if ((name == "getattr" || name == "hasattr") && args.size() >= 2 && args[1]->is(ValueKind::Constant) &&
-      PyUnicode_Check(args[1]->obj.get())) {
-    if (name == "getattr" && args.size() == 2) return load_attr(args[0], args[1]->obj.get());
-    if (args[0]->obj && !args[0]->is(ValueKind::Tensor)) {
-      int has = PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
-      if (name == "hasattr") return state_.wrap_unguarded(has ? Py_True : Py_False);
-      return has ? load_attr(args[0], args[1]->obj.get()) : args[2];
-    }
-    abort_trace(BreakCode::UnsupportedCall, name + "() on " + describe_value(*args[0]));
-  }
-  if (name == "type" && args.size() == 1) {
-    const ValuePtr& x = args[0];
-    PyObject* type = nullptr;
-    if (x->is(ValueKind::Tensor)) {
-      // Inputs keep their exact type (a Parameter is not a Tensor); tensors
-      // made by the graph are plain torch.Tensor.
-      type = x->obj ? x->obj.get() : api->tensor_type;
-      if (x->obj && x->source >= 0) state_.guards().add_type_match(x->source, type);
-    } else if (x->is(ValueKind::Tuple) || x->is(ValueKind::List) || x->is(ValueKind::Dict)) {
-      type = x->tuple_type ? x->tuple_type.get()
-             : x->obj      ? reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()))
-             : x->is(ValueKind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
-             : x->is(ValueKind::List)  ? reinterpret_cast<PyObject*>(&PyList_Type)
-                                       : reinterpret_cast<PyObject*>(&PyDict_Type);
-    } else if (x->is(ValueKind::Record)) {
-      type = x->tuple_type.get();
-    } else if (x->obj) {
-      type = reinterpret_cast<PyObject*>(Py_TYPE(x->obj.get()));
-    }
-    if (!type) abort_trace(BreakCode::UnsupportedCall, "type() of " + describe_value(*x));
-    return state_.wrap_unguarded(type);
-  }
-  if (name == "abs" && args.size() == 1 && args[0]->is(ValueKind::Tensor)) {
-    PyRef abs = PyRef::steal(PyObject_GetAttrString(api->torch, "abs"));
-    return state_.call_torch("torch.abs", abs.get(), args, {}, false);
-  }
-  if ((name == "tuple" || name == "list") && args.size() <= 1) {
-    std::vector<ValuePtr> items = args.empty() ? std::vector<ValuePtr>{} : unpack(args[0], -1);
-    return make_sequence(name == "tuple" ? ValueKind::Tuple : ValueKind::List, std::move(items));
-  }
-  if (name == "iter" && args.size() == 1) return get_iter(args[0]);
-  if (name == "next" && (args.size() == 1 || args.size() == 2) && args[0]->is(ValueKind::Iterator)) {
-    ValuePtr iterator = args[0];
-    if (iterator->position < iterator->items.size()) {
-      state_.note_mutation();
-      return iterator->items[iterator->position++];
-    }
-    if (args.size() == 2) return args[1];
-    abort_trace(BreakCode::PythonException, "StopIteration: next() of an exhausted iterator");
-  }
-  if ((name == "map" || name == "filter") && args.size() >= 2) {
-    // Evaluated eagerly, like a generator expression (see inline_callee).
-    std::vector<std::vector<ValuePtr>> seqs;
-    for (size_t k = 1; k < args.size(); ++k) seqs.push_back(unpack(args[k], -1));
-    size_t n = SIZE_MAX;
-    for (const auto& seq : seqs) n = std::min(n, seq.size());
-    std::vector<ValuePtr> items;
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<ValuePtr> call_args;
-      for (const auto& seq : seqs) call_args.push_back(seq[i]);
-      if (name == "map") {
-        items.push_back(call_value(args[0], std::move(call_args), {}));
-      } else {
-        const bool keep = args[0]->is(ValueKind::Constant) && args[0]->obj.get() == Py_None
-                              ? truthiness(call_args[0])
-                              : truthiness(call_value(args[0], call_args, {}));
-        if (keep) items.push_back(call_args[0]);
-      }
-    }
-    return make_sequence(ValueKind::Iterator, std::move(items));
-  }
-  if (name == "enumerate" || name == "zip" || name == "reversed") {
-    // enumerate(xs, start): the start is a number, not a sequence.
-    long start = 0;
-    if (name == "enumerate" && args.size() == 2) {
-      if (!args[1]->is(ValueKind::Constant) || !PyLong_Check(args[1]->obj.get())) {
-        abort_trace(BreakCode::UnsupportedCall, "enumerate() with a non-constant start");
-      }
-      start = PyLong_AsLong(args[1]->obj.get());
-      args.pop_back();
-    }
-    std::vector<std::vector<ValuePtr>> seqs;
-    for (const ValuePtr& arg : args) seqs.push_back(unpack(arg, -1));
-    std::vector<ValuePtr> items;
-    if (name == "reversed" && seqs.size() == 1) {
-      items.assign(seqs[0].rbegin(), seqs[0].rend());
-    } else if (name == "enumerate" && !seqs.empty()) {
-      for (size_t i = 0; i < seqs[0].size(); ++i) {
-        PyRef index = PyRef::steal(PyLong_FromLong(start + static_cast<long>(i)));
-        items.push_back(make_sequence(ValueKind::Tuple, {state_.wrap_unguarded(index.get()), seqs[0][i]}));
-      }
-    } else if (name == "zip") {
-      size_t n = seqs.empty() ? 0 : SIZE_MAX;
-      for (const auto& seq : seqs) n = std::min(n, seq.size());
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<ValuePtr> tuple;
-        for (const auto& seq : seqs) tuple.push_back(seq[i]);
-        items.push_back(make_sequence(ValueKind::Tuple, std::move(tuple)));
-      }
-    } else {
-      abort_trace(BreakCode::UnsupportedCall, name + "() with these arguments");
-    }
-    ValuePtr iterator = make_sequence(ValueKind::Iterator, std::move(items));
-    return iterator;
-  }
-  if (name == "sum" && !args.empty() && args.size() <= 2) {
-    std::vector<ValuePtr> items = unpack(args[0], -1);
-    bool any_tensor = false;
-    for (const ValuePtr& item : items) any_tensor = any_tensor || item->is(ValueKind::Tensor);
-    if (any_tensor) {
-      // sum() is start + items[0] + items[1] + ..., left to right.
-      PyRef zero = PyRef::steal(PyLong_FromLong(0));
-      ValuePtr total = args.size() == 2 ? args[1] : state_.wrap_unguarded(zero.get());
-      for (const ValuePtr& item : items) total = binary_op(0 /* NB_ADD */, total, item);
-      return total;
-    }
-  }
-  // Everything else evaluates on Python values, if that is all it gets.
-  static const char* kPure[] = {"min", "max", "abs", "int", "float", "bool", "str", "round", "pow",
-                                "divmod", "sum", "range", "sorted", "any", "all", "callable",
-                                "slice", "type", "len", "tuple", "list"};
-  bool pure = module == "math";
-  for (const char* allowed : kPure) pure = pure || name == allowed;
-  if (!pure) abort_trace(BreakCode::UnsupportedCall, "call of builtin " + name + "()");
-  PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  for (size_t i = 0; i < args.size(); ++i) {
-    // User objects would run their own __len__, __eq__, ... here, once,
-    // and bake the answer into the graph.
-    PyRef arg = constant_to_python(args[i]);
-    if (!arg) {
-      abort_trace(BreakCode::UnsupportedCall, name + "() of " + describe_value(*args[i]));
-    }
-    PyTuple_SET_ITEM(call_args.get(), i, arg.release());
-  }
-  PyRef call_kwargs;
-  if (!kwargs.empty()) {
-    call_kwargs = PyRef::steal(PyDict_New());
-    for (const auto& [key, value] : kwargs) {
-      PyRef arg = constant_to_python(value);
-      if (!arg) abort_trace(BreakCode::UnsupportedCall, name + "() keyword of " + describe_value(*value));
-      PyDict_SetItemString(call_kwargs.get(), key.c_str(), arg.get());
-    }
-  }
-  PyRef result = PyRef::steal(PyObject_Call(fn, call_args.get(), call_kwargs.get()));
-  if (!result) abort_trace(BreakCode::PythonException, name + "() raised " + take_python_error());
-  return state_.wrap_unguarded(result.get());
-}
-
-}  // namespace kiln::tracer
-
-namespace kiln::tracer {
-
-ValuePtr FrameTracer::call_container_method(const ValuePtr& method, std::vector<ValuePtr> args,
-                                            KwArgs kwargs) {
-  const ValuePtr& self = method->self;
-  const std::string& name = method->name;
-  const std::string what = std::string(value_kind_name(self->kind)) + "." + name;
-  if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, what + "() with keyword arguments");
-  auto mutate = [&] {
-    if (self->source >= 0) {
-      state_.note_container_write(self);  // written back after the graph
-    } else {
-      state_.note_mutation();
-    }
-  };
-  auto find_key = [&](const ValuePtr& key) -> int {
-    if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedCall, what + "() with a non-constant key");
-    for (size_t i = 0; i < self->keys.size(); ++i) {
-      if (PyObject_RichCompareBool(self->keys[i].get(), key->obj.get(), Py_EQ) == 1) return static_cast<int>(i);
-    }
-    PyErr_Clear();
-    return -1;
-  };
-  if (self->is(ValueKind::List)) {
-    if (name == "append" && args.size() == 1) {
-      mutate();
-      self->items.push_back(args[0]);
-      return state_.wrap_unguarded(Py_None);
-    }
-    if (name == "extend" && args.size() == 1) {
-      mutate();
-      std::vector<ValuePtr> items = unpack(args[0], -1);
-      self->items.insert(self->items.end(), items.begin(), items.end());
-      return state_.wrap_unguarded(Py_None);
-    }
-    if (name == "insert" && args.size() == 2 && args[0]->is(ValueKind::Constant)) {
-      mutate();
-      Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
-      Py_ssize_t i = PyLong_AsSsize_t(args[0]->obj.get());
-      if (i < 0) i = std::max<Py_ssize_t>(0, i + n);
-      self->items.insert(self->items.begin() + std::min(i, n), args[1]);
-      return state_.wrap_unguarded(Py_None);
-    }
-    if (name == "pop" && args.size() <= 1) {
-      mutate();
-      if (self->items.empty()) abort_trace(BreakCode::PythonException, "IndexError: pop from empty list");
-      Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
-      Py_ssize_t i = args.empty() ? n - 1 : PyLong_AsSsize_t(args[0]->obj.get());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: pop index out of range");
-      ValuePtr item = self->items[i];
-      self->items.erase(self->items.begin() + i);
-      return item;
-    }
-    if (name == "reverse" && args.empty()) {
-      mutate();
-      std::reverse(self->items.begin(), self->items.end());
-      return state_.wrap_unguarded(Py_None);
-    }
-    if (name == "copy" && args.empty()) return make_sequence(ValueKind::List, self->items);
-  }
-  if (self->is(ValueKind::Dict)) {
-    if (name == "get" && (args.size() == 1 || args.size() == 2)) {
-      int i = find_key(args[0]);
-      if (i >= 0) return self->items[i];
-      return args.size() == 2 ? args[1] : state_.wrap_unguarded(Py_None);
-    }
-    if ((name == "keys" || name == "values" || name == "items") && args.empty()) {
-      std::vector<ValuePtr> out;
-      for (size_t i = 0; i < self->items.size(); ++i) {
-        ValuePtr key = state_.wrap_unguarded(self->keys[i].get());
-        if (name == "keys") out.push_back(key);
-        if (name == "values") out.push_back(self->items[i]);
-        if (name == "items") out.push_back(make_sequence(ValueKind::Tuple, {key, self->items[i]}));
-      }
-      return make_sequence(ValueKind::List, std::move(out));
-    }
-    if (name == "copy" && args.empty()) {
-      ValuePtr copy = make_sequence(ValueKind::Dict, self->items);
-      copy->keys = self->keys;
-      return copy;
-    }
-    if (name == "update" && args.size() == 1 && args[0]->is(ValueKind::Dict)) {
-      mutate();
-      for (size_t i = 0; i < args[0]->items.size(); ++i) {
-        store_subscript(self, state_.wrap_unguarded(args[0]->keys[i].get()), args[0]->items[i]);
-      }
-      return state_.wrap_unguarded(Py_None);
-    }
-    if (name == "pop" && (args.size() == 1 || args.size() == 2)) {
-      mutate();
-      int i = find_key(args[0]);
-      if (i < 0) {
-        if (args.size() == 2) return args[1];
-        abort_trace(BreakCode::PythonException, "KeyError in dict.pop");
-      }
-      ValuePtr item = self->items[i];
-      self->items.erase(self->items.begin() + i);
-      self->keys.erase(self->keys.begin() + i);
-      return item;
-    }
-  }
-  if ((name == "index" || name == "count") && args.size() == 1 && args[0]->is(ValueKind::Constant)) {
-    long count = 0;
-    long first = -1;
-    for (size_t i = 0; i < self->items.size(); ++i) {
-      const ValuePtr& item = self->items[i];
-      if (!item->is(ValueKind::Constant)) continue;
-      if (PyObject_RichCompareBool(item->obj.get(), args[0]->obj.get(), Py_EQ) == 1) {
-        if (first < 0) first = static_cast<long>(i);
-        ++count;
-      }
-    }
-    PyErr_Clear();
-    if (name == "index" && first < 0) abort_trace(BreakCode::PythonException, "ValueError: not in sequence");
-    PyRef result = PyRef::steal(PyLong_FromLong(name == "index" ? first : count));
-    return state_.wrap_unguarded(result.get());
-  }
-  abort_trace(BreakCode::UnsupportedCall, what + "() is not traced yet");
 }
 
 }  // namespace kiln::tracer

@@ -20,8 +20,6 @@
 
 namespace kiln::tracer {
 
-using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
-
 // One trace: owns the graph and guards until they are handed to the cache.
 class TraceState {
  public:
@@ -188,8 +186,9 @@ class FrameTracer {
 
   // Call kinds (trace_calls.cpp).
   ValuePtr call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
-  ValuePtr call_builtin(const ValuePtr& builtin, std::vector<ValuePtr> args, KwArgs kwargs);
-  ValuePtr call_container_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  // Builtins, std-module callables and container methods (trace_stdlib.cpp).
+  ValuePtr call_modelled(const ValuePtr& callee, std::vector<ValuePtr> args, KwArgs kwargs);
+  friend class ModelContext;
   ValuePtr make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args);
   void before_with();
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/tensor_meta.h"
@@ -44,7 +45,9 @@ using runtime::PyRef;
                      "autocast object")                                        \
   X(AutocastExit, "__exit__ of an entered autocast block: node is the graph " \
                   "value of the entered context, obj the tracing twin")       \
-  X(SymInt, "an int that depends on a dynamic size (Note [Dynamic shapes])")
+  X(SymInt, "an int that depends on a dynamic size (Note [Dynamic shapes])")  \
+  X(StdObject, "an object of a modelled std type made by the trace "           \
+               "(functools.partial, operator.itemgetter, itertools.count)")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,
@@ -57,12 +60,14 @@ const char* value_kind_name(ValueKind kind);
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
 struct Value {
   ValueKind kind = ValueKind::Null;
   int source = -1;  // id in the trace's SourceTable, -1 if made by the trace
   PyRef obj;        // the real object (Constant, Module, Function, callables,
-                    // PyModule, Object); Method: the function
+                    // PyModule, Object); Method: the function; StdObject:
+                    // its type; ContainerMethod: the method's descriptor
   // Tensor
   int node = -1;
   PyRef fake;  // meta tensor with the same metadata
@@ -76,7 +81,8 @@ struct Value {
   // is the graph node doing so, made when first needed.
   std::vector<int64_t> sym_points;
   PyRef sym_index;
-  // Tuple/List items, Dict values, Iterator's sequence
+  // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
+  // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item

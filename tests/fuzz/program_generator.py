@@ -54,6 +54,7 @@ FEATURES = {
     "listcomp": "list comprehensions",
     "dictcomp": "dict comprehensions",
     "genexpr": "generator expressions fed to sum()/tuple()",
+    "stdmods": "functools.reduce/partial, itertools.accumulate/pairwise/chain over tensor lists",
     "pyarith": "Python int/float/bool arithmetic on n, shapes, len(xs)",
     "xs_mutation": "mutation of the input list xs (append, insert, pop, setitem, +=, del)",
     "input_mutation": "in-place mutation of input tensors (x, y, xs[0])",
@@ -2077,6 +2078,27 @@ class Generator:
             self.emit(f"{t} = sum((q.mean() for q in {lv.name}), torch.zeros(()))")
             env.add(Var("t", t, TI((), lv.elem.dtype, lv.elem.grad)))
 
+    def st_stdmods(self, env):
+        self.used("stdmods")
+        lists = [v for v in env.of("l") if v.length and min(v.length) >= 2]
+        if not lists:
+            raise Unfit("no list")
+        lv = self.choice(lists)
+        t = self.fresh("t")
+        k = self.rng.randrange(5)
+        if k == 1:
+            self.emit(f"{t} = torch.stack(list(itertools.accumulate({lv.name})))")
+            env.add(Var("t", t, TI((lv.length,) + lv.elem.shape, lv.elem.dtype, lv.elem.grad, True)))
+            return
+        self.emit(f"{t} = " + [
+            f"functools.reduce(torch.add, {lv.name})",
+            None,
+            f"sum(a * b for a, b in itertools.pairwise({lv.name}))",
+            f"functools.partial(torch.mul, other=2)({lv.name}[0])",
+            f"torch.stack(list(itertools.chain({lv.name}, [{lv.name}[0]]))).sum(0)",
+        ][k])
+        env.add(Var("t", t, lv.elem.like(contig=False)))
+
     def st_pyarith(self, env):
         self.used("pyarith")
         k = self.rng.randrange(5)
@@ -2298,7 +2320,7 @@ class Generator:
         weights = [
             ("new", 12), ("update", 6), ("inplace", 3), ("if", 4), ("ifexp", 1), ("for_range", 3),
             ("for_list", 2.5), ("while", 1.5), ("helper", 3), ("closure", 1.5), ("lambda", 1.5),
-            ("containers", 3), ("listcomp", 1.2), ("dictcomp", 0.5), ("genexpr", 0.7), ("pyarith", 2),
+            ("containers", 3), ("listcomp", 1.2), ("dictcomp", 0.5), ("genexpr", 0.7), ("stdmods", 0.5), ("pyarith", 2),
             ("datadep", 2.5 if self.datadep_left else 0), ("xs_mutation", 1.2), ("no_grad", 0.4),
             ("try", 0.4), ("raise", 1.5 if self.raise_left else 0),
             ("global_state", 1.0), ("match", 0.7), ("pyassert", 0.5),
@@ -2310,7 +2332,7 @@ class Generator:
             "ifexp": self.st_ifexp, "for_range": self.st_for_range, "for_list": self.st_for_list,
             "while": self.st_while, "helper": self.st_helper, "closure": self.st_closure,
             "lambda": self.st_lambda, "containers": self.st_containers, "listcomp": self.st_listcomp,
-            "dictcomp": self.st_dictcomp, "genexpr": self.st_genexpr, "pyarith": self.st_pyarith,
+            "dictcomp": self.st_dictcomp, "genexpr": self.st_genexpr, "stdmods": self.st_stdmods, "pyarith": self.st_pyarith,
             "datadep": self.st_datadep, "xs_mutation": self.st_xs_mutation, "no_grad": self.st_no_grad,
             "try": self.st_try, "raise": self.st_raise,
             "global_state": self.st_global_state, "match": self.st_match, "pyassert": self.st_pyassert,
@@ -2540,9 +2562,11 @@ class Generator:
         for _ in range(nstmts):
             self.st_top(env)
         self.emit(f"return {self.returns(env)}")
-        header = ["import math", "import torch", "import torch.nn.functional as F", ""]
+        header = ["import functools", "import itertools", "import math", "import torch",
+                  "import torch.nn.functional as F", ""]
         if self.allow("globals"):
-            header = ["import math", "import types", "import torch", "import torch.nn.functional as F", ""]
+            header = ["import functools", "import itertools", "import math", "import types", "import torch",
+                      "import torch.nn.functional as F", ""]
             header += ["SCALE = 0.5", "OFFSETS = (1.0, -2.0, 0.25)", "CONFIG = {'eps': 0.001, 'k': 2}",
                        "BIAS = torch.tensor([0.5])", ""]
             header += ["# mutable module state (compared between eager and compiled after every call)",

@@ -247,7 +247,7 @@ def test_enumerate_start_and_layout_queries():
 
 def list_in_cell_mutated_across_break(x):
     lst = [x > 0]
-    lst.append(pow(x, 2))  # pow of a tensor breaks while lst.append waits on the stack
+    lst.append(x.sum().item())  # .item() breaks while lst.append waits on the stack
 
     def inner():
         return lst[1]

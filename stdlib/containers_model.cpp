@@ -1,0 +1,230 @@
+// Methods of the containers the trace models item by item (list, dict,
+// tuple), applied to the symbolic items. Changes to a container the caller
+// can see are written back after the graph (Note [Side effects]).
+#include <algorithm>
+
+#include "stdlib/model_registry.h"
+#include "stdlib/model_support.h"
+
+namespace kiln::stdlib {
+namespace {
+
+ValuePtr none(BuiltinContext& context) { return context.constant(Py_None); }
+
+// The container a bound method acts on; aborts for other callers of the
+// same C method (a bound method of a real object).
+const ValuePtr& self_of(BuiltinContext& context, const BuiltinCall& call, ValueKind kind) {
+  const ValuePtr& callee = call.callee;
+  if (!callee->is(ValueKind::ContainerMethod) || !callee->self ||
+      (!callee->self->is(kind) && kind != ValueKind::Null)) {
+    context.abort(BreakCode::UnsupportedCall, "call of " + tracer::describe_value(*callee));
+  }
+  return callee->self;
+}
+
+// Position of a constant key in a dict value, or -1.
+int find_key(BuiltinContext& context, const BuiltinCall& call, const Value& dict, const ValuePtr& key) {
+  if (!key->is(ValueKind::Constant)) {
+    context.abort(BreakCode::UnsupportedCall, call.name + "() with a non-constant key");
+  }
+  for (size_t i = 0; i < dict.keys.size(); ++i) {
+    const int equal = PyObject_RichCompareBool(dict.keys[i].get(), key->obj.get(), Py_EQ);
+    if (equal == 1) return static_cast<int>(i);
+    if (equal < 0) PyErr_Clear();
+  }
+  return -1;
+}
+
+Py_ssize_t normalized_index(BuiltinContext& context, const ValuePtr& index, size_t size, const char* what) {
+  Py_ssize_t i = int_argument(context, *index, what);
+  if (i < 0) i += static_cast<Py_ssize_t>(size);
+  return i;
+}
+
+ValuePtr list_append(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 1, 1);
+  context.note_write(self);
+  self->items.push_back(call.args[0]);
+  return none(context);
+}
+
+ValuePtr list_extend(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 1, 1);
+  std::vector<ValuePtr> items = context.unpack(call.args[0]);
+  context.note_write(self);
+  self->items.insert(self->items.end(), items.begin(), items.end());
+  return none(context);
+}
+
+ValuePtr list_insert(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 2, 2);
+  const Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
+  const Py_ssize_t i = std::clamp<Py_ssize_t>(normalized_index(context, call.args[0], self->items.size(), "list.insert()'s index"), 0, n);
+  context.note_write(self);
+  self->items.insert(self->items.begin() + i, call.args[1]);
+  return none(context);
+}
+
+ValuePtr list_pop(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 0, 1);
+  if (self->items.empty()) context.abort(BreakCode::PythonException, "IndexError: pop from empty list");
+  const Py_ssize_t n = static_cast<Py_ssize_t>(self->items.size());
+  const Py_ssize_t i = call.args.empty() ? n - 1 : normalized_index(context, call.args[0], self->items.size(), "list.pop()'s index");
+  if (i < 0 || i >= n) context.abort(BreakCode::PythonException, "IndexError: pop index out of range");
+  context.note_write(self);
+  ValuePtr item = self->items[i];
+  self->items.erase(self->items.begin() + i);
+  return item;
+}
+
+ValuePtr list_reverse(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 0, 0);
+  context.note_write(self);
+  std::reverse(self->items.begin(), self->items.end());
+  return none(context);
+}
+
+ValuePtr list_clear(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 0, 0);
+  context.note_write(self);
+  self->items.clear();
+  return none(context);
+}
+
+ValuePtr list_copy(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::List);
+  expect_args(context, call, 0, 0);
+  return tracer::make_sequence(ValueKind::List, self->items);
+}
+
+// list/tuple .index(x) and .count(x), for constant x among constant items.
+ValuePtr sequence_search(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Null);
+  expect_args(context, call, 1, 1);
+  const ValuePtr& needle = call.args[0];
+  if (!needle->is(ValueKind::Constant)) {
+    context.abort(BreakCode::UnsupportedCall, call.name + "() of " + tracer::describe_value(*needle));
+  }
+  Py_ssize_t count = 0;
+  Py_ssize_t first = -1;
+  for (size_t i = 0; i < self->items.size(); ++i) {
+    const ValuePtr& item = self->items[i];
+    if (!item->is(ValueKind::Constant)) {
+      // A tensor's == is elementwise: what eager Python does here depends on data.
+      context.abort(BreakCode::UnsupportedCall, call.name + "() over " + tracer::describe_value(*item));
+    }
+    const int equal = PyObject_RichCompareBool(item->obj.get(), needle->obj.get(), Py_EQ);
+    if (equal < 0) context.abort_python_error(call.name + "()");
+    if (equal == 1) {
+      if (first < 0) first = static_cast<Py_ssize_t>(i);
+      ++count;
+    }
+  }
+  const bool is_index = call.name.size() > 6 && call.name.compare(call.name.size() - 6, 6, ".index") == 0;
+  if (is_index && first < 0) context.abort(BreakCode::PythonException, "ValueError: " + call.name + "(x): x not in sequence");
+  return int_value(context, is_index ? first : count);
+}
+
+ValuePtr dict_get(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 1, 2);
+  const int i = find_key(context, call, *self, call.args[0]);
+  if (i >= 0) return self->items[i];
+  return call.args.size() == 2 ? call.args[1] : none(context);
+}
+
+// dict.keys(), .values() and .items(), as lists (no live views).
+ValuePtr dict_view(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 0, 0);
+  const char kind = call.name[5];  // dict.[k]eys, dict.[v]alues, dict.[i]tems
+  std::vector<ValuePtr> out;
+  for (size_t i = 0; i < self->items.size(); ++i) {
+    ValuePtr key = context.constant(self->keys[i].get());
+    if (kind == 'k') out.push_back(key);
+    if (kind == 'v') out.push_back(self->items[i]);
+    if (kind == 'i') out.push_back(tracer::make_sequence(ValueKind::Tuple, {key, self->items[i]}));
+  }
+  return tracer::make_sequence(ValueKind::List, std::move(out));
+}
+
+ValuePtr dict_copy(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 0, 0);
+  ValuePtr copy = tracer::make_sequence(ValueKind::Dict, self->items);
+  copy->keys = self->keys;
+  return copy;
+}
+
+ValuePtr dict_update(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 1, 1);
+  const ValuePtr& other = call.args[0];
+  if (!other->is(ValueKind::Dict)) {
+    context.abort(BreakCode::UnsupportedCall, "dict.update() with " + tracer::describe_value(*other));
+  }
+  for (size_t i = 0; i < other->items.size(); ++i) {
+    context.store_subscript(self, context.constant(other->keys[i].get()), other->items[i]);
+  }
+  return none(context);
+}
+
+ValuePtr dict_pop(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 1, 2);
+  const int i = find_key(context, call, *self, call.args[0]);
+  if (i < 0) {
+    if (call.args.size() == 2) return call.args[1];
+    context.abort(BreakCode::PythonException, "KeyError in dict.pop");
+  }
+  context.note_write(self);
+  ValuePtr item = self->items[i];
+  self->items.erase(self->items.begin() + i);
+  self->keys.erase(self->keys.begin() + i);
+  return item;
+}
+
+ValuePtr dict_setdefault(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 1, 2);
+  const int i = find_key(context, call, *self, call.args[0]);
+  if (i >= 0) return self->items[i];
+  ValuePtr value = call.args.size() == 2 ? call.args[1] : none(context);
+  context.store_subscript(self, call.args[0], value);
+  return value;
+}
+
+}  // namespace
+
+void register_containers_model(ModelRegistry& registry) {
+  struct Entry {
+    PyTypeObject* type;
+    const char* name;
+    ModelFn fn;
+  };
+  static const Entry kEntries[] = {
+      {&PyList_Type, "append", list_append},   {&PyList_Type, "extend", list_extend},
+      {&PyList_Type, "insert", list_insert},   {&PyList_Type, "pop", list_pop},
+      {&PyList_Type, "reverse", list_reverse}, {&PyList_Type, "clear", list_clear},
+      {&PyList_Type, "copy", list_copy},       {&PyList_Type, "index", sequence_search},
+      {&PyList_Type, "count", sequence_search}, {&PyTuple_Type, "index", sequence_search},
+      {&PyTuple_Type, "count", sequence_search}, {&PyDict_Type, "get", dict_get},
+      {&PyDict_Type, "keys", dict_view},       {&PyDict_Type, "values", dict_view},
+      {&PyDict_Type, "items", dict_view},      {&PyDict_Type, "copy", dict_copy},
+      {&PyDict_Type, "update", dict_update},   {&PyDict_Type, "pop", dict_pop},
+      {&PyDict_Type, "setdefault", dict_setdefault},
+  };
+  for (const Entry& entry : kEntries) {
+    PyObject* descriptor = PyDict_GetItemString(entry.type->tp_dict, entry.name);
+    if (!descriptor) continue;
+    registry.add_object(descriptor, std::string(entry.type->tp_name) + "." + entry.name, entry.fn);
+  }
+}
+
+}  // namespace kiln::stdlib

@@ -1,0 +1,94 @@
+// functools: partial objects, made before the call or inside the traced
+// function, are called by calling their function (inlined or a graph node)
+// with the stored arguments first; reduce folds its function over the
+// items, each step traced like any call.
+#include <algorithm>
+
+#include "stdlib/model_registry.h"
+#include "stdlib/model_support.h"
+
+namespace kiln::stdlib {
+namespace {
+
+ValuePtr make_partial(BuiltinContext& context, BuiltinCall& call) {
+  if (call.args.empty()) {
+    context.abort(BreakCode::PythonException, "TypeError: type 'partial' takes at least one argument");
+  }
+  return make_std_object(call.callee->obj.get(), std::move(call.args), call.kwargs);
+}
+
+// The function, positional and keyword arguments a partial holds.
+struct PartialParts {
+  ValuePtr func;
+  std::vector<ValuePtr> args;
+  KwArgs kwargs;
+};
+
+PartialParts parts_of(BuiltinContext& context, const ValuePtr& partial) {
+  PartialParts parts;
+  ValuePtr args;
+  ValuePtr keywords;
+  if (partial->is(ValueKind::StdObject)) {
+    args = partial->items[0];
+    keywords = partial->items[1];
+    parts.func = args->items.at(0);
+    parts.args.assign(args->items.begin() + 1, args->items.end());
+  } else {
+    // A partial made outside: func, args and keywords are guarded through
+    // its source, since __setstate__ or the keywords dict could change them.
+    parts.func = context.read_attr(partial, "func");
+    args = context.read_attr(partial, "args");
+    keywords = context.read_attr(partial, "keywords");
+    if (!args->is(ValueKind::Tuple) || !keywords->is(ValueKind::Dict)) {
+      context.abort(BreakCode::UnsupportedValue, "a partial with unusual args or keywords");
+    }
+    parts.args = args->items;
+  }
+  for (size_t i = 0; i < keywords->keys.size(); ++i) {
+    parts.kwargs.emplace_back(PyUnicode_AsUTF8(keywords->keys[i].get()), keywords->items[i]);
+  }
+  return parts;
+}
+
+ValuePtr call_partial(BuiltinContext& context, BuiltinCall& call) {
+  PartialParts parts = parts_of(context, call.callee);
+  parts.args.insert(parts.args.end(), call.args.begin(), call.args.end());
+  // Keywords given at the call override the stored ones.
+  for (auto& [key, value] : call.kwargs) {
+    auto same = [&key](const auto& entry) { return entry.first == key; };
+    auto found = std::find_if(parts.kwargs.begin(), parts.kwargs.end(), same);
+    if (found != parts.kwargs.end()) {
+      found->second = value;
+    } else {
+      parts.kwargs.emplace_back(key, value);
+    }
+  }
+  return context.call(parts.func, std::move(parts.args), std::move(parts.kwargs));
+}
+
+ValuePtr reduce_model(BuiltinContext& context, BuiltinCall& call) {
+  expect_args(context, call, 2, 3);
+  const ValuePtr fn = call.args[0];
+  std::vector<ValuePtr> items = context.unpack(call.args[1]);
+  size_t first = 0;
+  ValuePtr total;
+  if (call.args.size() == 3) {
+    total = call.args[2];
+  } else if (!items.empty()) {
+    total = items[first++];
+  } else {
+    context.abort(BreakCode::PythonException, "TypeError: reduce() of empty iterable with no initial value");
+  }
+  for (size_t i = first; i < items.size(); ++i) total = context.call(fn, {total, items[i]}, {});
+  return total;
+}
+
+}  // namespace
+
+void register_functools_model(ModelRegistry& registry) {
+  registry.add("functools", "partial", make_partial);
+  registry.add_instances("functools", "partial", call_partial);
+  registry.add("functools", "reduce", reduce_model);
+}
+
+}  // namespace kiln::stdlib
