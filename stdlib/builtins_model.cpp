@@ -36,6 +36,8 @@ PyObject* type_of(BuiltinContext& context, const ValuePtr& x) {
       return x->obj.get();
     case ValueKind::Record:
       return x->tuple_type.get();  // the dataclass
+    case ValueKind::Set:
+      return as_object(&PySet_Type);
     case ValueKind::Constant:
     case ValueKind::Module:
     case ValueKind::Function:
@@ -346,7 +348,8 @@ void register_builtins_model(ModelRegistry& registry) {
       {"int", fold},              {"float", fold},                  {"str", fold},
       {"divmod", fold},           {"range", fold},                  {"slice", fold},
       {"min", fold_consuming},    {"max", fold_consuming},          {"sorted", fold_consuming},
-      {"any", fold_consuming},    {"all", fold_consuming},
+      {"any", fold_consuming},    {"all", fold_consuming},          {"set", fold_consuming},
+      {"frozenset", fold_consuming},
   };
   for (const Entry& entry : kEntries) registry.add("builtins", entry.name, entry.fn);
 }

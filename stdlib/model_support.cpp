@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "stdlib/model_registry.h"
+#include "tracer/dynamic_shapes.h"
 
 namespace kiln::stdlib {
 
@@ -18,6 +19,8 @@ void expect_args(BuiltinContext& context, const BuiltinCall& call, size_t min, s
 
 PyRef python_constant(const Value& value) {
   if (value.is(ValueKind::Constant)) return value.obj;
+  if (value.is(ValueKind::Set)) return PyRef::steal(PySet_New(value.obj.get()));  // a copy
+  if (value.is(ValueKind::SymInt)) throw tracer::Specialize("a dynamic size is used as a plain Python value");
   const bool tuple = value.is(ValueKind::Tuple);
   if (!tuple && !value.is(ValueKind::List)) return PyRef();
   for (const ValuePtr& item : value.items) {

@@ -438,7 +438,7 @@ void FrameTracer::step(const Instruction& ins) {
             abort_trace(BreakCode::UnsupportedOperator, "'in' over non-constant items");
           }
         }
-      } else if (container->is(ValueKind::Constant)) {
+      } else if (container->is(ValueKind::Constant) || container->is(ValueKind::Set)) {
         int r = PySequence_Contains(container->obj.get(), item->obj.get());
         if (r < 0) abort_trace(BreakCode::PythonException, take_python_error());
         found = r == 1;
@@ -525,6 +525,9 @@ void FrameTracer::step(const Instruction& ins) {
     }
     case Op::BuildTuple:
     case Op::BuildList:
+    case Op::BuildSet:
+    case Op::SetAdd:
+    case Op::SetUpdate:
     case Op::BuildMap:
     case Op::BuildConstKeyMap:
     case Op::BuildString:
@@ -760,6 +763,19 @@ void FrameTracer::step_build(const Instruction& ins) {
     case Op::BuildList:
       push(make_sequence(ValueKind::List, pop_n(ins.arg)));
       return;
+    case Op::BuildSet:
+      push(make_set(pop_n(ins.arg)));
+      return;
+    case Op::SetAdd: {
+      ValuePtr item = pop();
+      set_insert(top(ins.arg), {item});
+      return;
+    }
+    case Op::SetUpdate: {
+      ValuePtr items = pop();
+      set_insert(top(ins.arg), unpack(items, -1));
+      return;
+    }
     case Op::BuildMap: {
       std::vector<ValuePtr> parts = pop_n(2 * ins.arg);
       ValuePtr dict = make_sequence(ValueKind::Dict, {});

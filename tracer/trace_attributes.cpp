@@ -155,6 +155,13 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       return super_attr(base, name);
     case ValueKind::Record:
       return record_attr(base, name);
+    case ValueKind::Set: {
+      auto method = std::make_shared<Value>();
+      method->kind = ValueKind::ContainerMethod;
+      method->self = base;
+      method->name = attr;
+      return method;
+    }
     case ValueKind::Object:
       if (ValuePtr member = enum_attr(base, name)) return member;
       if (base->source >= 0) return load_object_attr(base, name);
@@ -333,6 +340,16 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Iterator:
       return value;
+    case ValueKind::Set: {
+      // In the set's own order, as CPython iterates it.
+      std::vector<ValuePtr> items;
+      PyRef iter = PyRef::steal(PyObject_GetIter(value->obj.get()));
+      while (PyObject* item = PyIter_Next(iter.get())) {
+        items.push_back(state_.wrap_unguarded(item));
+        Py_DECREF(item);
+      }
+      return make_sequence(ValueKind::Iterator, std::move(items));
+    }
     case ValueKind::Tuple:
     case ValueKind::List:
       return make_sequence(ValueKind::Iterator, value->items);

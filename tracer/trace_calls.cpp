@@ -63,6 +63,8 @@ PyRef value_to_python(const ValuePtr& value) {
     }
     case ValueKind::SymInt:
       throw Specialize("a dynamic size is used as a plain Python value");
+    case ValueKind::Set:
+      return PyRef::steal(PySet_New(value->obj.get()));  // a copy: the value's set never changes
     default:
       return PyRef();
   }
@@ -71,6 +73,7 @@ PyRef value_to_python(const ValuePtr& value) {
 PyRef constant_to_python(const ValuePtr& value) {
   if (value->is(ValueKind::Constant)) return value->obj;
   if (value->is(ValueKind::SymInt)) throw Specialize("a dynamic size is used as a plain Python value");
+  if (value->is(ValueKind::Set)) return PyRef::steal(PySet_New(value->obj.get()));
   if (value->is(ValueKind::Iterator)) {
     // What is left of it, as a tuple (builtins consume iterators whole).
     std::vector<ValuePtr> rest(value->items.begin() + value->position, value->items.end());
@@ -144,6 +147,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
       if (callable->self->is(ValueKind::Constant)) return call_constant_method(callable, args, kwargs);
+      if (callable->self->is(ValueKind::Set)) return call_set_method(callable, args, kwargs);
       if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
         return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
       }

@@ -167,6 +167,8 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
     case ValueKind::List:
     case ValueKind::Dict:
       return !value->items.empty();
+    case ValueKind::Set:
+      return PySet_GET_SIZE(value->obj.get()) > 0;
     case ValueKind::Tensor:
       abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
     case ValueKind::SymInt:

@@ -61,6 +61,35 @@ void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bo
   for (const ValuePtr& item : value->items) first_tensor_device(item, type, index, found);
 }
 
+// True when every item of a set or frozenset is a Python constant.
+bool all_constant_items(PyObject* set, const stdlib::TorchApi& api) {
+  PyRef iter = PyRef::steal(PyObject_GetIter(set));
+  if (!iter) {
+    PyErr_Clear();
+    return false;
+  }
+  while (PyObject* item = PyIter_Next(iter.get())) {
+    const bool constant = is_constant_object(item, api);
+    Py_DECREF(item);
+    if (!constant) return false;
+  }
+  PyErr_Clear();
+  return true;
+}
+
+// A dict or an OrderedDict: both iterate in insertion order and index alike.
+bool is_plain_dict(PyObject* obj) {
+  if (PyDict_CheckExact(obj)) return true;
+  static PyObject* ordered = [] {
+    PyObject* collections = PyImport_ImportModule("collections");
+    PyObject* type = collections ? PyObject_GetAttrString(collections, "OrderedDict") : nullptr;
+    Py_XDECREF(collections);
+    PyErr_Clear();
+    return type;  // kept for the life of the process
+  }();
+  return ordered && reinterpret_cast<PyObject*>(Py_TYPE(obj)) == ordered;
+}
+
 // A tensor on the meta device with these sizes, strides, dtype and grad.
 PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                        PyObject* dtype, bool requires_grad) {
@@ -134,7 +163,7 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
   } else if (is_constant_object(obj, *api)) {
     if (guarded) guards_->add_constant_match(source, obj);
     value = make_constant(PyRef::borrow(obj), source);
-  } else if ((PyList_CheckExact(obj) || PyDict_CheckExact(obj)) && guarded &&
+  } else if ((PyList_CheckExact(obj) || is_plain_dict(obj)) && guarded &&
              wrapped_containers_.count(obj)) {
     value = wrapped_containers_[obj];
   } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) ||
@@ -161,9 +190,19 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     }
     value = make_sequence(ValueKind::Tuple, std::move(items), source);
     value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-  } else if (PyDict_CheckExact(obj)) {
+  } else if (PyFrozenSet_CheckExact(obj) && all_constant_items(obj, *api)) {
+    if (guarded) guards_->add_constant_match(source, obj);
+    value = make_constant(PyRef::borrow(obj), source);
+  } else if (PySet_CheckExact(obj) && all_constant_items(obj, *api)) {
+    // A private copy: the caller may change its set after the call.
+    PyRef copy = PyRef::steal(PySet_New(obj));
+    if (guarded) guards_->add_constant_match(source, copy.get());
+    value = make_object(ValueKind::Set, std::move(copy), source);
+  } else if (is_plain_dict(obj)) {
     if (guarded) guards_->add_length_match(source, obj);
     value = make_sequence(ValueKind::Dict, {}, source);
+    // An OrderedDict (nn.Module._modules) reads like a dict; it keeps its type.
+    if (!PyDict_CheckExact(obj)) value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     PyObject* key;
     PyObject* item;
     Py_ssize_t pos = 0;
@@ -202,7 +241,7 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
   }
   if (source >= 0) wrapped_[source] = value;
-  if (source >= 0 && (PyList_CheckExact(obj) || PyDict_CheckExact(obj))) wrapped_containers_[obj] = value;
+  if (source >= 0 && (PyList_CheckExact(obj) || is_plain_dict(obj))) wrapped_containers_[obj] = value;
   return value;
 }
 
@@ -413,6 +452,13 @@ ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
 Arg TraceState::lower(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Tensor: return Arg::of_node(value->node);
+    case ValueKind::Set: {
+      // A new set on every run: set(frozenset(...)).
+      PyRef frozen = PyRef::steal(PyFrozenSet_New(value->obj.get()));
+      std::vector<Arg> args;
+      args.push_back(Arg::of_constant(frozen.get()));
+      return Arg::of_node(graph_->add_call("set", reinterpret_cast<PyObject*>(&PySet_Type), std::move(args), {}));
+    }
     case ValueKind::SymInt: {
       // Computed by graph nodes from the tensors it was read from.
       if (value->node < 0) {
@@ -492,8 +538,15 @@ graph::Arg TraceState::lower_output(const ValuePtr& value) {
       }
       return arg;
     }
-    case ValueKind::Dict:
-      return lower_contents(value);  // a dict the trace built: a new dict
+    case ValueKind::Dict: {
+      Arg contents = lower_contents(value);  // a dict the trace built: a new dict
+      if (!value->tuple_type) return contents;
+      std::vector<Arg> args;
+      args.push_back(std::move(contents));
+      int node = graph_->add_call(reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name,
+                                  value->tuple_type.get(), std::move(args), {});
+      return Arg::of_node(node);
+    }
     case ValueKind::Record:
       return lower_record(value);
     default:
@@ -506,6 +559,7 @@ PyRef TraceState::lower_fake(const ValuePtr& value, int point) {
     case ValueKind::Tensor:
       return point == 0 || value->alt_fakes.empty() ? value->fake : value->alt_fakes[point - 1];
     case ValueKind::SymInt: return PyRef::steal(PyLong_FromLongLong(value->sym_points[point]));
+    case ValueKind::Set: return PyRef::steal(PySet_New(value->obj.get()));
     case ValueKind::Constant: return value->obj;
     case ValueKind::Tuple:
     case ValueKind::List: {

@@ -219,6 +219,10 @@ class FrameTracer {
   // A namedtuple's method or property (null for tuple methods).
   ValuePtr namedtuple_attr(const ValuePtr& base, PyObject* name);
   ValuePtr call_namedtuple_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
+  // Sets of constants (trace_sets.cpp).
+  ValuePtr make_set(const std::vector<ValuePtr>& items);
+  void set_insert(const ValuePtr& set, const std::vector<ValuePtr>& items);
+  ValuePtr call_set_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   ValuePtr make_dataclass(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr record_attr(const ValuePtr& record, PyObject* name);
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value);

@@ -47,7 +47,9 @@ using runtime::PyRef;
                   "value of the entered context, obj the tracing twin")       \
   X(SymInt, "an int that depends on a dynamic size (Note [Dynamic shapes])")  \
   X(StdObject, "an object of a modelled std type made by the trace "           \
-               "(functools.partial, operator.itemgetter, itertools.count)")
+               "(functools.partial, operator.itemgetter, itertools.count)")     \
+  X(Set, "a set of Python constants: obj is a private set object, replaced "  \
+         "(never changed) when the set changes")
 
 enum class ValueKind : uint8_t {
 #define KILN_VALUE_ENUM(name, doc) name,

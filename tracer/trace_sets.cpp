@@ -1,0 +1,91 @@
+// Sets of Python constants ({"a", "b"}, set comprehensions, set methods).
+// A Set value holds a private Python set; a change makes a new one, so every
+// name bound to the value sees it, and nothing outside the trace does.
+// Sets reached through a source are read-only here: changing one would be a
+// side effect on the caller's object.
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+namespace {
+
+// The Python object of a constant item, or a trace abort.
+PyObject* constant_item(const ValuePtr& item, const char* what) {
+  if (!item->is(ValueKind::Constant)) {
+    abort_trace(BreakCode::UnsupportedValue,
+                std::string(what) + " holds " + describe_value(*item) + "; sets may hold Python constants only");
+  }
+  return item->obj.get();
+}
+
+// Methods that return a new value and leave the set alone.
+bool is_reading_method(const std::string& name) {
+  static const char* kReading[] = {"union", "intersection", "difference", "symmetric_difference",
+                                   "issubset", "issuperset", "isdisjoint", "copy"};
+  for (const char* reading : kReading) {
+    if (name == reading) return true;
+  }
+  return false;
+}
+
+bool is_changing_method(const std::string& name) {
+  static const char* kChanging[] = {"add", "discard", "remove", "update", "clear", "pop",
+                                    "difference_update", "intersection_update",
+                                    "symmetric_difference_update"};
+  for (const char* changing : kChanging) {
+    if (name == changing) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ValuePtr FrameTracer::make_set(const std::vector<ValuePtr>& items) {
+  PyRef set = PyRef::steal(PySet_New(nullptr));
+  for (const ValuePtr& item : items) {
+    if (PySet_Add(set.get(), constant_item(item, "a set")) < 0) {
+      abort_trace(BreakCode::PythonException, take_python_error());
+    }
+  }
+  return make_object(ValueKind::Set, std::move(set));
+}
+
+void FrameTracer::set_insert(const ValuePtr& set, const std::vector<ValuePtr>& items) {
+  if (set->source >= 0) abort_trace(BreakCode::SideEffect, "changing a set the caller passed in");
+  PyRef copy = PyRef::steal(PySet_New(set->obj.get()));
+  for (const ValuePtr& item : items) {
+    if (PySet_Add(copy.get(), constant_item(item, "a set")) < 0) {
+      abort_trace(BreakCode::PythonException, take_python_error());
+    }
+  }
+  state_.note_mutation();
+  set->obj = std::move(copy);
+}
+
+ValuePtr FrameTracer::call_set_method(const ValuePtr& method, const std::vector<ValuePtr>& args,
+                                      const KwArgs& kwargs) {
+  const ValuePtr& self = method->self;
+  const std::string& name = method->name;
+  const bool changing = is_changing_method(name);
+  if (!kwargs.empty() || (!changing && !is_reading_method(name))) {
+    abort_trace(BreakCode::UnsupportedCall, "set." + name + "() is not traced");
+  }
+  if (changing && self->source >= 0) abort_trace(BreakCode::SideEffect, "set." + name + "() on a set the caller passed in");
+  PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyRef arg = constant_to_python(args[i]);
+    if (!arg) abort_trace(BreakCode::UnsupportedCall, "set." + name + "() of " + describe_value(*args[i]));
+    PyTuple_SET_ITEM(call_args.get(), i, arg.release());
+  }
+  // Work on a copy: the value's set object is never changed in place.
+  PyRef target = PyRef::steal(PySet_New(self->obj.get()));
+  PyRef bound = PyRef::steal(PyObject_GetAttrString(target.get(), name.c_str()));
+  PyRef result = bound ? PyRef::steal(PyObject_Call(bound.get(), call_args.get(), nullptr)) : PyRef();
+  if (!result) abort_trace(BreakCode::PythonException, "set." + name + "() raised " + take_python_error());
+  if (changing) {
+    state_.note_mutation();
+    self->obj = std::move(target);
+  }
+  return state_.wrap_unguarded(result.get());
+}
+
+}  // namespace kiln::tracer
