@@ -2,6 +2,7 @@
 // tuple), applied to the symbolic items. Changes to a container the caller
 // can see are written back after the graph (Note [Side effects]).
 #include <algorithm>
+#include "runtime/class_dict.h"
 
 #include "stdlib/model_registry.h"
 #include "stdlib/model_support.h"
@@ -221,9 +222,9 @@ void register_containers_model(ModelRegistry& registry) {
       {&PyDict_Type, "setdefault", dict_setdefault},
   };
   for (const Entry& entry : kEntries) {
-    PyObject* descriptor = PyDict_GetItemString(entry.type->tp_dict, entry.name);
+    runtime::PyRef descriptor = runtime::own_class_attr(entry.type, entry.name);
     if (!descriptor) continue;
-    registry.add_object(descriptor, std::string(entry.type->tp_name) + "." + entry.name, entry.fn);
+    registry.add_object(descriptor.get(), std::string(entry.type->tp_name) + "." + entry.name, entry.fn);
   }
 }
 

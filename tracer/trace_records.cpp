@@ -3,6 +3,7 @@
 // symbolically, read field by field, and rebuilt with their real type when
 // a frame returns them. See Note [Records].
 #include "tracer/trace_state.h"
+#include "runtime/class_dict.h"
 
 namespace kiln::tracer {
 
@@ -77,12 +78,11 @@ bool is_namedtuple_type(PyObject* type) {
   PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     PyTypeObject* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (!PyDict_GetItemWithError(klass->tp_dict, new_name.get())) continue;
-    PyErr_Clear();
+    if (!runtime::own_class_attr(klass, new_name.get())) continue;
     PyObject* bases = klass->tp_bases;
     const bool generated = PyTuple_GET_SIZE(bases) == 1 &&
                            PyTuple_GET_ITEM(bases, 0) == reinterpret_cast<PyObject*>(&PyTuple_Type) &&
-                           PyDict_GetItemString(klass->tp_dict, "_fields");
+                           runtime::own_class_attr(klass, "_fields");
     if (!generated) return false;
     break;
   }

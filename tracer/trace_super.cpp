@@ -3,6 +3,7 @@
 // MRO after the given class, as CPython's super_getattro does, and binds
 // what it finds to the symbolic receiver, so parent methods are inlined.
 #include <cstring>
+#include "runtime/class_dict.h"
 
 #include "tracer/trace_state.h"
 
@@ -95,8 +96,9 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
   while (i < n && PyTuple_GET_ITEM(mro, i) != start) ++i;
   for (++i; i < n; ++i) {
     PyObject* klass = PyTuple_GET_ITEM(mro, i);
-    PyObject* found = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(klass)->tp_dict, name);
-    if (!found) continue;
+    runtime::PyRef found_ref = runtime::own_class_attr(reinterpret_cast<PyTypeObject*>(klass), name);
+    if (!found_ref) continue;
+    PyObject* found = found_ref.get();  // the class's dict keeps it alive
     if (PyFunction_Check(found)) {
       // On a class, super().f is the plain function; on an instance, a
       // method bound to the same receiver.
