@@ -56,7 +56,7 @@ enum PrimFlag : uint16_t {
   X(Abs, "abs", Unary, 1, ComplexToFloat, kNoBool)                                         \
   X(Neg, "neg", Unary, 1, Default, kNoBool)                                                \
   X(Exp, "exp", Unary, 1, IntToFloat, kNoFlags)                                            \
-  X(Exp2, "exp2", Unary, 1, IntToFloat, kNoComplex)                                        \
+  X(Exp2, "exp2", Unary, 1, IntToFloat, kNoFlags)                                          \
   X(Log, "log", Unary, 1, IntToFloat, kNoFlags)                                            \
   X(Log2, "log2", Unary, 1, IntToFloat, kNoFlags)                                          \
   X(Log1p, "log1p", Unary, 1, IntToFloat, kNoFlags)                                        \
