@@ -245,9 +245,11 @@ void print_attrs(std::ostringstream& out, const PrimNode& node, bool* first) {
       break;
     case Family::Index:
       if (p == Prim::IndexPut) {
+        print_list(item("dims"), a.dims);
         item("accumulate") << (a.accumulate ? "True" : "False");
       } else {
         item("dim") << a.dim;
+        if (p == Prim::Scatter && a.accumulate) item("add") << "True";
       }
       break;
     case Family::Factory:
