@@ -9,6 +9,7 @@
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "interpreter/cpython_frame.h"
+#include "runtime/eager_executor.h"
 #include "runtime/log.h"
 #include "runtime/small_buffer.h"
 #include "tracer/break_codegen.h"
