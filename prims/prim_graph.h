@@ -109,6 +109,10 @@ class PrimGraph {
 
   void set_outputs(std::vector<int> outputs) { outputs_ = std::move(outputs); }
 
+  // Drops nodes from `node_count` on and the values they made (a
+  // decomposition backing out of a call). Inputs are kept.
+  void truncate(size_t node_count);
+
   const std::vector<PrimValue>& values() const { return values_; }
   const PrimValue& value(int id) const { return values_[id]; }
   const std::vector<PrimNode>& nodes() const { return nodes_; }
