@@ -40,6 +40,13 @@ std::vector<int> decompose_ZerosLike(DecomposeCall& c) {
   return filled(c, Scalar::of_int(0));
 }
 
+std::vector<int> decompose_FullLike(DecomposeCall& c) {
+  require_contiguous_input(c);
+  PrimArg value = c.operand("fill_value");
+  if (value.is_value()) c.unsupported("a tensor fill value");
+  return filled(c, value.scalar);
+}
+
 std::vector<int> decompose_OnesLike(DecomposeCall& c) {
   require_contiguous_input(c);
   return filled(c, Scalar::of_int(1));

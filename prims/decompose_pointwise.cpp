@@ -103,6 +103,16 @@ std::vector<int> decompose_Where(DecomposeCall& c) {
   return {c.b.where(cond, c.operand("input"), c.operand("other"))};
 }
 
+// masked_fill(x, mask, value) = where(mask, value, x) in x's dtype.
+std::vector<int> decompose_MaskedFill(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const int mask = c.tensor("mask");
+  if (c.b.meta(mask).dtype != DType::Bool) c.unsupported("mask is not bool");
+  PrimArg value = c.operand("value");
+  if (value.is_value()) value = PrimArg::of_value(to_dtype(c.b, value.value, c.b.meta(x).dtype));
+  return {c.b.where(mask, value, v(x))};
+}
+
 // clamp(x, min, max) = minimum(maximum(x, min), max): NaN propagates and
 // max wins when min > max, as in torch.
 std::vector<int> decompose_Clamp(DecomposeCall& c) {

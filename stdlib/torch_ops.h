@@ -69,6 +69,7 @@ namespace kiln::stdlib {
   X(BitwiseXor, "torch.bitwise_xor(input, other)", "operator.xor(input, other)",                   \
     "Tensor.__xor__(input, other)")                                                                \
   X(Where, "torch.where(condition, input, other)", "Tensor.where(input, condition, other)")        \
+  X(MaskedFill, "Tensor.masked_fill(input, mask, value)", "torch.masked_fill(input, mask, value)")  \
   X(Clamp, "torch.clamp(input, min=None, max=None)", "Tensor.clamp(input, min=None, max=None)",    \
     "torch.clip(input, min=None, max=None)", "Tensor.clip(input, min=None, max=None)")             \
   /* elementwise unary */                                                                          \
@@ -150,6 +151,7 @@ namespace kiln::stdlib {
   X(Ones, "torch.ones(*size, dtype=None, device=None, requires_grad=False)")                                                                     \
   X(Full, "torch.full(size, fill_value, *, dtype=None, device=None, requires_grad=False)")                                                          \
   X(ZerosLike, "torch.zeros_like(input, *, dtype=None, device=None, requires_grad=False)")                                                          \
+  X(FullLike, "torch.full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False)") \
   X(OnesLike, "torch.ones_like(input, *, dtype=None, device=None, requires_grad=False)")                                                            \
   X(Arange, "torch.arange(*args, dtype=None, device=None, requires_grad=False)")                                                                 \
   X(Rand, "torch.rand(*size, dtype=None, device=None, requires_grad=False)")                                                                     \
