@@ -73,7 +73,9 @@ class ConfigScope {
   X(graph_breaks)      \
   X(unsupported)       \
   X(eager_runs)        \
-  X(cache_limit_hits)
+  X(cache_limit_hits)  \
+  X(prim_graphs)       \
+  X(prim_fallbacks)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

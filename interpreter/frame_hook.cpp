@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "graph/graph_printer.h"
+#include "interpreter/backends.h"
 #include "interpreter/bytecode_decoder.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
@@ -272,7 +273,10 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     entry->effects = std::move(result.effects);
     entry->compiled = std::make_shared<CompiledGraph>();
     entry->compiled->graph = std::move(result.graph);
-    entry->compiled->executor = std::make_unique<runtime::EagerExecutor>(*entry->compiled->graph);
+    {
+      ConfigScope untraced(nullptr);  // decomposing may call into Python
+      entry->compiled->executor = make_executor(*entry->compiled->graph, config.backend, code_name(code));
+    }
     if (result.partial && config.fullgraph) {
       result.ok = false;  // fullgraph=True: a graph break is an error
     } else if (result.partial &&

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "graph/graph.h"
-#include "runtime/eager_executor.h"
+#include "runtime/graph_executor.h"
 
 namespace kiln::interpreter {
 
@@ -15,7 +15,7 @@ namespace kiln::interpreter {
 // Python callables made for it.
 struct CompiledGraph {
   std::unique_ptr<graph::Graph> graph;
-  std::unique_ptr<runtime::EagerExecutor> executor;
+  std::unique_ptr<runtime::GraphExecutor> executor;  // eager or aot_eager
 };
 
 // Returns a new reference to a callable running `compiled`, or null with a

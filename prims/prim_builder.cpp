@@ -1,6 +1,9 @@
 #include "prims/prim_builder.h"
 
+#include "prims/cat_meta.h"
 #include "prims/common_meta.h"
+#include "prims/index_meta.h"
+#include "prims/matmul_meta.h"
 #include "prims/pointwise_meta.h"
 #include "prims/prim_error.h"
 #include "prims/reduction_meta.h"
@@ -118,6 +121,150 @@ int PrimBuilder::as_strided(int a, std::vector<int64_t> sizes, std::vector<int64
   attrs.strides = std::move(strides);
   attrs.offset = offset;
   return graph_.add_node1(Prim::AsStrided, {PrimArg::of_value(a)}, std::move(attrs), out);
+}
+
+int PrimBuilder::cat(const std::vector<int>& tensors, int64_t dim) {
+  std::vector<graph::TensorMeta> metas;
+  std::vector<PrimArg> args;
+  for (int t : tensors) {
+    metas.push_back(meta(t));
+    args.push_back(PrimArg::of_value(t));
+  }
+  graph::TensorMeta out = cat_meta(metas, dim);
+  PrimAttrs attrs;
+  attrs.dim = wrap_dim("cat", dim, static_cast<int64_t>(out.sizes.size()), false);
+  return graph_.add_node1(Prim::Cat, std::move(args), std::move(attrs), out);
+}
+
+int PrimBuilder::matmul(int a, int b) {
+  graph::TensorMeta out = matmul_meta(meta(a), meta(b));
+  return graph_.add_node1(Prim::Matmul, {PrimArg::of_value(a), PrimArg::of_value(b)}, {}, out);
+}
+
+int PrimBuilder::gather(int a, int64_t dim, int index) {
+  graph::TensorMeta out = gather_meta(meta(a), dim, meta(index));
+  PrimAttrs attrs;
+  attrs.dim = wrap_dim("gather", dim, static_cast<int64_t>(meta(a).sizes.size()));
+  return graph_.add_node1(Prim::Gather, {PrimArg::of_value(a), PrimArg::of_value(index)},
+                          std::move(attrs), out);
+}
+
+int PrimBuilder::scatter(int a, int64_t dim, int index, PrimArg src, bool add) {
+  if (add && !src.is_value()) fail("scatter", "scatter_add takes a tensor src, not a scalar");
+  graph::TensorMeta out =
+      scatter_meta(meta(a), dim, meta(index), src.is_value() ? &meta(src.value) : nullptr);
+  PrimAttrs attrs;
+  attrs.dim = wrap_dim("scatter", dim, static_cast<int64_t>(meta(a).sizes.size()));
+  attrs.accumulate = add;
+  return graph_.add_node1(Prim::Scatter, {PrimArg::of_value(a), PrimArg::of_value(index), src},
+                          std::move(attrs), out);
+}
+
+int PrimBuilder::index_select(int a, int64_t dim, int index) {
+  graph::TensorMeta out = index_select_meta(meta(a), dim, meta(index));
+  PrimAttrs attrs;
+  attrs.dim = wrap_dim("index_select", dim, static_cast<int64_t>(meta(a).sizes.size()));
+  return graph_.add_node1(Prim::IndexSelect, {PrimArg::of_value(a), PrimArg::of_value(index)},
+                          std::move(attrs), out);
+}
+
+int PrimBuilder::index_put(int a, const std::vector<std::optional<int>>& indices, int values,
+                           bool accumulate) {
+  std::vector<std::optional<graph::TensorMeta>> index_metas;
+  std::vector<PrimArg> args = {PrimArg::of_value(a), PrimArg::of_value(values)};
+  PrimAttrs attrs;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i]) {
+      index_metas.emplace_back(meta(*indices[i]));
+      args.push_back(PrimArg::of_value(*indices[i]));
+      attrs.dims.push_back(static_cast<int64_t>(i));
+    } else {
+      index_metas.emplace_back(std::nullopt);
+    }
+  }
+  if (attrs.dims.empty()) fail("index_put", "needs at least one index tensor");
+  graph::TensorMeta out = index_put_meta(meta(a), index_metas, meta(values));
+  attrs.accumulate = accumulate;
+  return graph_.add_node1(Prim::IndexPut, std::move(args), std::move(attrs), out);
+}
+
+namespace {
+
+PrimAttrs placed(std::vector<int64_t> sizes, std::optional<DType> dtype, const Placement& where) {
+  PrimAttrs attrs;
+  attrs.sizes = std::move(sizes);
+  attrs.dtype = dtype;
+  attrs.device_type = where.device_type;
+  attrs.device_index = where.device_index;
+  return attrs;
+}
+
+}  // namespace
+
+int PrimBuilder::full(std::vector<int64_t> sizes, Scalar value, std::optional<DType> dtype,
+                      Placement where) {
+  graph::TensorMeta out = full_meta(sizes, value.kind, dtype, where, default_float_);
+  PrimAttrs attrs = placed(std::move(sizes), out.dtype, where);
+  attrs.value = value;
+  return graph_.add_node1(Prim::Full, {}, std::move(attrs), out);
+}
+
+int PrimBuilder::iota(int64_t length, int64_t start, int64_t step, DType dtype, Placement where) {
+  graph::TensorMeta out = iota_meta(length, dtype, where);
+  PrimAttrs attrs = placed({length}, dtype, where);
+  attrs.start = start;
+  attrs.step = step;
+  return graph_.add_node1(Prim::Iota, {}, std::move(attrs), out);
+}
+
+int PrimBuilder::uniform(std::vector<int64_t> sizes, double low, double high, DType dtype,
+                         Placement where) {
+  graph::TensorMeta out = random_meta(Prim::Uniform, sizes, dtype, where);
+  PrimAttrs attrs = placed(std::move(sizes), dtype, where);
+  attrs.value = Scalar::of_float(low);
+  attrs.value2 = Scalar::of_float(high);
+  return graph_.add_node1(Prim::Uniform, {}, std::move(attrs), out);
+}
+
+int PrimBuilder::normal(std::vector<int64_t> sizes, double mean, double std, DType dtype,
+                        Placement where) {
+  graph::TensorMeta out = random_meta(Prim::Normal, sizes, dtype, where);
+  PrimAttrs attrs = placed(std::move(sizes), dtype, where);
+  attrs.value = Scalar::of_float(mean);
+  attrs.value2 = Scalar::of_float(std);
+  return graph_.add_node1(Prim::Normal, {}, std::move(attrs), out);
+}
+
+int PrimBuilder::bernoulli(int p) {
+  return graph_.add_node1(Prim::Bernoulli, {PrimArg::of_value(p)}, {}, bernoulli_meta(meta(p)));
+}
+
+namespace {
+
+// Checks that every node ref in an extern argument names an existing value.
+void check_extern_arg(const graph::Arg& arg, int value_count) {
+  if (arg.kind == graph::Arg::Kind::Node && (arg.node < 0 || arg.node >= value_count)) {
+    fail("extern", "argument %" + std::to_string(arg.node) + " is not a value of the graph");
+  }
+  for (const graph::Arg& item : arg.items) check_extern_arg(item, value_count);
+}
+
+}  // namespace
+
+std::vector<int> PrimBuilder::extern_call(PyObject* target, std::string target_name,
+                                          std::vector<graph::Arg> args,
+                                          std::vector<std::pair<std::string, graph::Arg>> kwargs,
+                                          const std::vector<graph::TensorMeta>& metas) {
+  const int value_count = static_cast<int>(graph_.values().size());
+  for (const graph::Arg& arg : args) check_extern_arg(arg, value_count);
+  for (const auto& kw : kwargs) check_extern_arg(kw.second, value_count);
+  PrimAttrs attrs;
+  Py_INCREF(target);
+  attrs.target = target;
+  attrs.target_name = std::move(target_name);
+  attrs.extern_args = std::move(args);
+  attrs.extern_kwargs = std::move(kwargs);
+  return graph_.add_node(Prim::Extern, {}, std::move(attrs), extern_meta(metas));
 }
 
 }  // namespace kiln::prims

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "prims/factory_meta.h"
 #include "prims/layout.h"
 #include "prims/prim_graph.h"
 
@@ -55,6 +56,49 @@ class PrimBuilder {
   int unsqueeze(int a, int64_t dim);
   int as_strided(int a, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                  int64_t offset = 0);
+
+  // cat(tensors, dim): joined along `dim`, promoted to their result type.
+  int cat(const std::vector<int>& tensors, int64_t dim);
+  // matmul(a, b): batched matrix product of operands of rank >= 2.
+  int matmul(int a, int b);
+
+  // gather(a, dim, index) with an int64 index.
+  int gather(int a, int64_t dim, int index);
+  // scatter(a, dim, index, src): a copy of a with src (a tensor of a's dtype
+  // or a scalar) written where index points; `add` sums into a instead
+  // (scatter_add; src must be a tensor).
+  int scatter(int a, int64_t dim, int index, PrimArg src, bool add = false);
+  // index_select(a, dim, index) with a 1-dim (or 0-dim) int32/int64 index.
+  int index_select(int a, int64_t dim, int index);
+  // index_put(a, indices, values, accumulate): indices[i] indexes dim i of a;
+  // nullopt entries take the whole dim. Stored as args (a, values, present
+  // indices...) with attrs.dims naming the dim of each present index.
+  int index_put(int a, const std::vector<std::optional<int>>& indices, int values,
+                bool accumulate);
+
+  // full(sizes, value): `dtype`, or the value's default dtype.
+  int full(std::vector<int64_t> sizes, Scalar value, std::optional<DType> dtype = std::nullopt,
+           Placement where = {});
+  // iota(length, start, step): start, start + step, ... as a 1-dim tensor.
+  int iota(int64_t length, int64_t start, int64_t step, DType dtype, Placement where = {});
+  // uniform(sizes, low, high) and normal(sizes, mean, std): fresh draws from
+  // torch's default generator.
+  int uniform(std::vector<int64_t> sizes, double low, double high, DType dtype,
+              Placement where = {});
+  int normal(std::vector<int64_t> sizes, double mean, double std, DType dtype,
+             Placement where = {});
+  // bernoulli(p): 0/1 draws with probabilities p, p's dtype.
+  int bernoulli(int p);
+
+  // extern: `target(*args, **kwargs)` kept as a torch call (takes a new
+  // reference to target). Node refs in args are value ids of this graph;
+  // `metas` are the outputs' metadata, given by the caller (one output: the
+  // call's result; several: the items of the tuple it returns; none: the
+  // call is kept for its effect). Returns the output value ids.
+  std::vector<int> extern_call(PyObject* target, std::string target_name,
+                               std::vector<graph::Arg> args,
+                               std::vector<std::pair<std::string, graph::Arg>> kwargs,
+                               const std::vector<graph::TensorMeta>& metas);
 
  private:
   PrimGraph& graph_;

@@ -1,5 +1,6 @@
 #include "prims/prim_graph.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/py_text.h"
@@ -101,6 +102,16 @@ std::vector<int> PrimGraph::add_node(Prim prim, std::vector<PrimArg> args, PrimA
 int PrimGraph::add_node1(Prim prim, std::vector<PrimArg> args, PrimAttrs attrs,
                          const graph::TensorMeta& meta) {
   return add_node(prim, std::move(args), std::move(attrs), {meta})[0];
+}
+
+void PrimGraph::truncate(size_t node_count) {
+  if (node_count >= nodes_.size()) return;
+  size_t first_value = values_.size();
+  for (size_t n = node_count; n < nodes_.size(); ++n) {
+    for (int id : nodes_[n].outputs) first_value = std::min(first_value, static_cast<size_t>(id));
+  }
+  nodes_.resize(node_count);
+  values_.resize(first_value);
 }
 
 namespace {
@@ -245,9 +256,11 @@ void print_attrs(std::ostringstream& out, const PrimNode& node, bool* first) {
       break;
     case Family::Index:
       if (p == Prim::IndexPut) {
+        print_list(item("dims"), a.dims);
         item("accumulate") << (a.accumulate ? "True" : "False");
       } else {
         item("dim") << a.dim;
+        if (p == Prim::Scatter && a.accumulate) item("add") << "True";
       }
       break;
     case Family::Factory:

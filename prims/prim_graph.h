@@ -48,7 +48,7 @@ struct PrimArg {
 // The non-tensor parameters of a node. Each prim reads the fields its
 // builder in prim_builder.h names; the others keep their defaults.
 struct PrimAttrs {
-  std::vector<int64_t> dims;     // reductions, permute, squeeze
+  std::vector<int64_t> dims;     // reductions, permute, squeeze; index_put (indexed dims)
   std::vector<int64_t> sizes;    // view, reshape, expand, as_strided, factories
   std::vector<int64_t> strides;  // as_strided
   int64_t dim = 0;               // slice, unsqueeze, cat, gather, scatter, index_select
@@ -61,7 +61,7 @@ struct PrimAttrs {
   std::optional<DType> dtype;    // convert_element_type, factories, sum/prod
   Scalar value;                  // full (fill), uniform (low), normal (mean)
   Scalar value2;                 // uniform (high), normal (std)
-  bool accumulate = false;       // index_put
+  bool accumulate = false;       // index_put; scatter (scatter_add)
   graph::DeviceType device_type = graph::DeviceType::CPU;  // factories
   int8_t device_index = -1;                                // factories
   // Extern: the torch callable (owned), its display name, and its
@@ -108,6 +108,10 @@ class PrimGraph {
                 const graph::TensorMeta& meta);
 
   void set_outputs(std::vector<int> outputs) { outputs_ = std::move(outputs); }
+
+  // Drops nodes from `node_count` on and the values they made (a
+  // decomposition backing out of a call). Inputs are kept.
+  void truncate(size_t node_count);
 
   const std::vector<PrimValue>& values() const { return values_; }
   const PrimValue& value(int id) const { return values_[id]; }

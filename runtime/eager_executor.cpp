@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/aten_bridge.h"
+#include "runtime/graph_arg_values.h"
 #include "runtime/small_buffer.h"
 
 namespace kiln::runtime {
@@ -17,54 +18,6 @@ void note_uses(const Arg& arg, int user, std::vector<int>& last_use) {
     last_use[arg.node] = user;
   }
   for (const Arg& item : arg.items) note_uses(item, user, last_use);
-}
-
-// Builds the Python value of `arg`; returns a new reference or null on error.
-PyObject* materialize(const Arg& arg, PyObject* const* values) {
-  switch (arg.kind) {
-    case Arg::Kind::Node: {
-      PyObject* value = values[arg.node];
-      Py_INCREF(value);
-      return value;
-    }
-    case Arg::Kind::Constant:
-      Py_INCREF(arg.constant);
-      return arg.constant;
-    case Arg::Kind::Tuple:
-    case Arg::Kind::List: {
-      const Py_ssize_t n = static_cast<Py_ssize_t>(arg.items.size());
-      PyObject* out = arg.kind == Arg::Kind::Tuple ? PyTuple_New(n) : PyList_New(n);
-      if (!out) return nullptr;
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = materialize(arg.items[i], values);
-        if (!item) {
-          Py_DECREF(out);
-          return nullptr;
-        }
-        if (arg.kind == Arg::Kind::Tuple) {
-          PyTuple_SET_ITEM(out, i, item);
-        } else {
-          PyList_SET_ITEM(out, i, item);
-        }
-      }
-      return out;
-    }
-    case Arg::Kind::Dict: {
-      PyObject* out = PyDict_New();
-      if (!out) return nullptr;
-      for (size_t i = 0; i < arg.items.size(); ++i) {
-        PyObject* item = materialize(arg.items[i], values);
-        if (!item || PyDict_SetItem(out, arg.keys[i], item) < 0) {
-          Py_XDECREF(item);
-          Py_DECREF(out);
-          return nullptr;
-        }
-        Py_DECREF(item);
-      }
-      return out;
-    }
-  }
-  return nullptr;
 }
 
 // Leaves the autocast blocks a failed run entered but did not leave: an
@@ -142,10 +95,10 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
       size_t slot = 0;
       bool failed = false;
       for (const Arg& arg : node.args) {
-        if (!(call_args[slot++] = materialize(arg, values))) failed = true;
+        if (!(call_args[slot++] = materialize_arg(arg, values))) failed = true;
       }
       for (const auto& kw : node.kwargs) {
-        if (!(call_args[slot++] = materialize(kw.second, values))) failed = true;
+        if (!(call_args[slot++] = materialize_arg(kw.second, values))) failed = true;
       }
       PyObject* result = nullptr;
       if (!failed) {
@@ -162,7 +115,7 @@ PyObject* EagerExecutor::run(PyObject* const* inputs) const {
     }
     for (int dead : steps_[node.id].release_after) Py_CLEAR(values[dead]);
   }
-  PyObject* output = materialize(graph_.output(), values);
+  PyObject* output = materialize_arg(graph_.output(), values);
   release_all();
   return output;
 }

@@ -17,6 +17,7 @@ namespace kiln::runtime {
   X(dynamic)                 \
   X(breaks)                  \
   X(backend)                 \
+  X(prims)                   \
   X(perf)
 
 enum class LogChannel : int {

@@ -6,7 +6,7 @@ import torch
 
 from . import _C
 
-BACKENDS = ("eager", "inductor")
+BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 _warned_inductor = False

@@ -1,0 +1,217 @@
+#include "prims/decompose.h"
+
+#include <algorithm>
+
+#include "prims/decompositions.h"
+#include "prims/prim_error.h"
+#include "runtime/log.h"
+
+namespace kiln::prims {
+namespace {
+
+using graph::Arg;
+using graph::Node;
+using graph::NodeKind;
+
+DecomposeFn decomposition_table(stdlib::TorchOp op) {
+  static const DecomposeFn table[] = {
+#define KILN_DECOMPOSITION_ENTRY(name, ...) &decompose_##name,
+      KILN_TORCH_OPS(KILN_DECOMPOSITION_ENTRY)
+#undef KILN_DECOMPOSITION_ENTRY
+  };
+  return table[static_cast<int>(op)];
+}
+
+// torch.get_default_dtype() now (float32 if it cannot be read).
+DType default_float_dtype() {
+  PyObject* torch = PyImport_ImportModule("torch");
+  PyObject* dtype = torch ? PyObject_CallMethod(torch, "get_default_dtype", nullptr) : nullptr;
+  PyObject* text = dtype ? PyObject_Str(dtype) : nullptr;
+  DType out = text ? graph::dtype_from_name(PyUnicode_AsUTF8(text)) : DType::Float32;
+  Py_XDECREF(text);
+  Py_XDECREF(dtype);
+  Py_XDECREF(torch);
+  PyErr_Clear();
+  return out == DType::Other ? DType::Float32 : out;
+}
+
+void note_uses(const Arg& arg, std::vector<bool>& used) {
+  if (arg.kind == Arg::Kind::Node) used[arg.node] = true;
+  for (const Arg& item : arg.items) note_uses(item, used);
+}
+
+// Rewrites an Arg's node refs to prim values: a tensor node's value, the
+// tuple of a tuple-returning node's values. False when a ref names a node
+// without tensor values.
+bool remap(const Arg& in, const std::vector<std::vector<int>>& values,
+           const graph::Graph& traced, Arg* out) {
+  switch (in.kind) {
+    case Arg::Kind::Node: {
+      const std::vector<int>& ids = values[in.node];
+      if (ids.empty()) return false;
+      if (!traced.node(in.node).returns_tuple) {
+        *out = Arg::of_node(ids[0]);
+        return true;
+      }
+      out->kind = Arg::Kind::Tuple;
+      out->items.clear();
+      for (int id : ids) out->items.push_back(Arg::of_node(id));
+      return true;
+    }
+    case Arg::Kind::Constant:
+      *out = in;
+      return true;
+    default:
+      out->kind = in.kind;
+      out->items.clear();
+      out->items.resize(in.items.size());
+      for (PyObject* key : in.keys) Py_INCREF(key);
+      out->keys = in.keys;
+      for (size_t i = 0; i < in.items.size(); ++i) {
+        if (!remap(in.items[i], values, traced, &out->items[i])) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+void collect_values(const Arg& arg, std::vector<int>* out) {
+  if (arg.kind == Arg::Kind::Node && std::find(out->begin(), out->end(), arg.node) == out->end()) {
+    out->push_back(arg.node);
+  }
+  for (const Arg& item : arg.items) collect_values(item, out);
+}
+
+bool same_shape_and_type(const graph::TensorMeta& a, const graph::TensorMeta& b) {
+  return a.sizes == b.sizes && a.dtype == b.dtype && a.device_type == b.device_type;
+}
+
+// Runs the decomposition of one call; returns its values, or an empty
+// vector with *why set when the call stays an extern.
+std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const Node& node,
+                               const stdlib::OpSpelling& spelling,
+                               const std::vector<std::vector<int>>& node_values, std::string* why) {
+  stdlib::BoundArgs bound;
+  if (!stdlib::bind_args(spelling, node.args, node.kwargs, &bound, why)) return {};
+  const size_t checkpoint = b.graph().nodes().size();
+  std::vector<int> values;
+  try {
+    DecomposeCall call(b, traced, node, spelling, bound, node_values);
+    values = decomposition_table(spelling.op)(call);
+    if (values.size() != node.metas.size()) {
+      *why = spelling.text + ": decomposition gave " + std::to_string(values.size()) +
+             " results, torch " + std::to_string(node.metas.size());
+      values.clear();
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      // A safety net: a decomposition must reproduce torch's result type.
+      if (!same_shape_and_type(b.meta(values[i]), node.metas[i])) {
+        *why = spelling.text + ": decomposition gave " + graph::format_tensor_meta(b.meta(values[i])) +
+               ", torch " + graph::format_tensor_meta(node.metas[i]);
+        values.clear();
+      }
+    }
+  } catch (const NotDecomposed& e) {
+    *why = e.what();
+  } catch (const PrimError& e) {
+    *why = spelling.text + ": " + e.what();
+  }
+  if (values.empty()) b.graph().truncate(checkpoint);
+  return values;
+}
+
+}  // namespace
+
+DecomposeFn decomposition_of(stdlib::TorchOp op) { return decomposition_table(op); }
+
+std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool grad_enabled,
+                                             std::string* why) {
+  const auto& nodes = traced.nodes();
+  std::vector<bool> used(nodes.size(), false);
+  for (const Node& node : nodes) {
+    if (!node.symbolic_sizes.empty()) {
+      *why = "node %" + std::to_string(node.id) + " has symbolic sizes";
+      return std::nullopt;
+    }
+    for (const Arg& arg : node.args) note_uses(arg, used);
+    for (const auto& kw : node.kwargs) note_uses(kw.second, used);
+  }
+  note_uses(traced.output(), used);
+
+  Decomposition out;
+  out.graph = std::make_shared<PrimGraph>();
+  PrimBuilder b(*out.graph, default_float_dtype());
+  std::vector<std::vector<int>> values(nodes.size());
+  // Inputs first: a PrimGraph's inputs precede its other values.
+  for (int id : traced.inputs()) {
+    const Node& node = traced.node(id);
+    if (node.metas.size() != 1) {
+      *why = "input " + node.input_name + " is not a tensor";
+      return std::nullopt;
+    }
+    graph::TensorMeta meta = node.metas[0];
+    meta.requires_grad = meta.requires_grad && grad_enabled;
+    values[id] = {out.graph->add_input(meta)};
+  }
+  for (const Node& node : nodes) {
+    if (node.kind != NodeKind::Call) continue;
+    if (node.metas.empty() && used[node.id]) {
+      *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
+             ") makes a non-tensor value that the graph uses";
+      return std::nullopt;
+    }
+    // An item of a tuple-returning call is one of its values.
+    if (node.target_name == "operator.getitem" && node.args.size() == 2 &&
+        node.args[0].kind == Arg::Kind::Node && traced.node(node.args[0].node).returns_tuple &&
+        node.args[1].kind == Arg::Kind::Constant && PyLong_Check(node.args[1].constant)) {
+      const std::vector<int>& items = values[node.args[0].node];
+      const long index = PyLong_AsLong(node.args[1].constant);
+      if (index >= 0 && index < static_cast<long>(items.size())) {
+        values[node.id] = {items[index]};
+        continue;
+      }
+    }
+    std::string reason = "no decomposition";
+    const stdlib::OpSpelling* spelling = stdlib::find_torch_op(node.target);
+    if (spelling && !node.metas.empty()) {
+      values[node.id] = try_decompose(b, traced, node, *spelling, values, &reason);
+      if (!values[node.id].empty()) {
+        ++out.decomposed_calls;
+        continue;
+      }
+    }
+    // Kept as a call of the original callable.
+    std::vector<Arg> args(node.args.size());
+    std::vector<std::pair<std::string, Arg>> kwargs(node.kwargs.size());
+    bool ok = true;
+    for (size_t i = 0; i < node.args.size(); ++i) ok = ok && remap(node.args[i], values, traced, &args[i]);
+    for (size_t i = 0; i < node.kwargs.size(); ++i) {
+      kwargs[i].first = node.kwargs[i].first;
+      ok = ok && remap(node.kwargs[i].second, values, traced, &kwargs[i].second);
+    }
+    if (!ok) {
+      *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
+             ") takes a non-tensor value the graph computes";
+      return std::nullopt;
+    }
+    std::vector<graph::TensorMeta> metas = node.metas;
+    for (graph::TensorMeta& meta : metas) meta.requires_grad = meta.requires_grad && grad_enabled;
+    values[node.id] = b.extern_call(node.target, node.target_name, std::move(args), std::move(kwargs), metas);
+    ++out.extern_calls;
+    KILN_LOG(prims, "extern " << node.target_name << " (node %" << node.id << "): " << reason);
+  }
+  if (!remap(traced.output(), values, traced, &out.output)) {
+    *why = "the output holds a non-tensor value the graph computes";
+    return std::nullopt;
+  }
+  std::vector<int> outputs;
+  collect_values(out.output, &outputs);
+  out.graph->set_outputs(std::move(outputs));
+  if (std::string problem = out.graph->verify(); !problem.empty()) {
+    *why = "invalid prim graph: " + problem;
+    return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace kiln::prims

@@ -1,0 +1,265 @@
+#include "prims/decompose_call.h"
+
+#include <cstring>
+
+#include "prims/common_meta.h"
+
+namespace kiln::prims {
+
+using graph::Arg;
+
+DecomposeCall::DecomposeCall(PrimBuilder& builder, const graph::Graph& graph,
+                             const graph::Node& node, const stdlib::OpSpelling& spelling, const stdlib::BoundArgs& bound,
+                             const std::vector<std::vector<int>>& node_values)
+    : b(builder), node(node), graph_(graph), spelling_(spelling), bound_(bound), node_values_(node_values) {}
+
+void DecomposeCall::unsupported(const std::string& why) const {
+  throw NotDecomposed(spelling_.text + ": " + why);
+}
+
+DecomposeCall::Bound DecomposeCall::lookup(const char* name) const {
+  for (size_t i = 0; i < spelling_.params.size(); ++i) {
+    const stdlib::Param& p = spelling_.params[i];
+    if (p.name != name) continue;
+    if (p.varargs) unsupported(std::string("varargs ") + name + " read as one value");
+    return Bound{bound_.given[i], p.default_value};
+  }
+  // A decomposition asking for a parameter its spelling lacks: the
+  // spelling's signature and the decomposition disagree.
+  unsupported(std::string("no parameter ") + name);
+}
+
+int DecomposeCall::node_value(int node_id) const {
+  const std::vector<int>& values = node_values_.at(node_id);
+  if (values.size() != 1 || graph_.node(node_id).returns_tuple) unsupported("an argument is not a single tensor");
+  return values[0];
+}
+
+bool DecomposeCall::has_param(const char* name) const {
+  for (const stdlib::Param& p : spelling_.params) {
+    if (p.name == name) return true;
+  }
+  return false;
+}
+
+PyObject* DecomposeCall::constant(const char* name) const {
+  Bound bound = lookup(name);
+  if (!bound.arg) return bound.default_value;
+  return bound.arg->kind == Arg::Kind::Constant ? bound.arg->constant : nullptr;
+}
+
+bool DecomposeCall::given(const char* name) const {
+  Bound bound = lookup(name);
+  if (bound.arg) return !(bound.arg->kind == Arg::Kind::Constant && bound.arg->constant == Py_None);
+  return bound.default_value && bound.default_value != Py_None;
+}
+
+bool DecomposeCall::is_tensor(const char* name) const {
+  Bound bound = lookup(name);
+  return bound.arg && bound.arg->kind == Arg::Kind::Node;
+}
+
+int DecomposeCall::tensor(const char* name) const {
+  Bound bound = lookup(name);
+  if (!bound.arg || bound.arg->kind != Arg::Kind::Node) unsupported(std::string(name) + " is not a tensor");
+  return node_value(bound.arg->node);
+}
+
+PrimArg DecomposeCall::operand(const char* name) const {
+  if (is_tensor(name)) return PrimArg::of_value(tensor(name));
+  PyObject* obj = constant(name);
+  if (!obj) unsupported(std::string(name) + " is neither a tensor nor a number");
+  if (PyBool_Check(obj)) return PrimArg::of_scalar(Scalar::of_bool(obj == Py_True));
+  if (PyLong_Check(obj)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow) unsupported(std::string(name) + " does not fit in int64");
+    return PrimArg::of_scalar(Scalar::of_int(v));
+  }
+  if (PyFloat_Check(obj)) return PrimArg::of_scalar(Scalar::of_float(PyFloat_AS_DOUBLE(obj)));
+  if (PyComplex_Check(obj)) {
+    Scalar s;
+    s.kind = ScalarKind::Complex;
+    s.real = PyComplex_RealAsDouble(obj);
+    s.imag = PyComplex_ImagAsDouble(obj);
+    return PrimArg::of_scalar(s);
+  }
+  unsupported(std::string(name) + " is a " + Py_TYPE(obj)->tp_name + ", not a number");
+}
+
+int64_t DecomposeCall::int_of(PyObject* obj, const char* name) const {
+  if (!obj || PyBool_Check(obj) || !PyLong_Check(obj)) unsupported(std::string(name) + " is not an int");
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow) unsupported(std::string(name) + " does not fit in int64");
+  return v;
+}
+
+int64_t DecomposeCall::integer(const char* name) const { return int_of(constant(name), name); }
+
+std::optional<int64_t> DecomposeCall::opt_integer(const char* name) const {
+  if (!given(name)) return std::nullopt;
+  return integer(name);
+}
+
+double DecomposeCall::number(const char* name) const {
+  PyObject* obj = constant(name);
+  if (obj && PyFloat_Check(obj)) return PyFloat_AS_DOUBLE(obj);
+  return static_cast<double>(integer(name));
+}
+
+bool DecomposeCall::flag(const char* name) const {
+  PyObject* obj = constant(name);
+  if (!obj || !PyBool_Check(obj)) unsupported(std::string(name) + " is not a bool");
+  return obj == Py_True;
+}
+
+std::string DecomposeCall::text(const char* name) const {
+  PyObject* obj = constant(name);
+  if (!obj || !PyUnicode_Check(obj)) unsupported(std::string(name) + " is not a str");
+  return PyUnicode_AsUTF8(obj);
+}
+
+std::optional<DType> DecomposeCall::dtype(const char* name) const {
+  PyObject* obj = constant(name);
+  if (!obj) unsupported(std::string(name) + " is not a dtype");
+  if (obj == Py_None) return std::nullopt;
+  PyObject* text = PyObject_Str(obj);
+  if (!text) {
+    PyErr_Clear();
+    unsupported(std::string(name) + " is not a dtype");
+  }
+  const std::string s = PyUnicode_AsUTF8(text);
+  Py_DECREF(text);
+  if (s.rfind("torch.", 0) != 0) unsupported(std::string(name) + " is not a dtype");
+  const DType d = graph::dtype_from_name(s);
+  if (d == DType::Other) unsupported(std::string(name) + " is a dtype kiln does not model");
+  return d;
+}
+
+std::vector<int64_t> DecomposeCall::ints_of(const Arg& arg, const char* name) const {
+  std::vector<int64_t> out;
+  if (arg.kind == Arg::Kind::Tuple || arg.kind == Arg::Kind::List) {
+    for (const Arg& item : arg.items) {
+      if (item.kind != Arg::Kind::Constant) unsupported(std::string(name) + " holds a non-constant");
+      out.push_back(int_of(item.constant, name));
+    }
+    return out;
+  }
+  if (arg.kind != Arg::Kind::Constant) unsupported(std::string(name) + " is not a constant");
+  PyObject* obj = arg.constant;
+  if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    const Py_ssize_t n = PySequence_Size(obj);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(obj, i);  // tuples and lists only
+      out.push_back(int_of(item, name));
+    }
+    return out;
+  }
+  out.push_back(int_of(obj, name));
+  return out;
+}
+
+std::vector<int64_t> DecomposeCall::ints(const char* name) const {
+  for (size_t i = 0; i < spelling_.params.size(); ++i) {
+    const stdlib::Param& p = spelling_.params[i];
+    if (p.name != name || !p.varargs) continue;
+    if (bound_.rest.size() == 1) return ints_of(*bound_.rest[0], name);
+    std::vector<int64_t> out;
+    for (const Arg* arg : bound_.rest) {
+      if (arg->kind != Arg::Kind::Constant) unsupported(std::string(name) + " holds a non-constant");
+      out.push_back(int_of(arg->constant, name));
+    }
+    return out;
+  }
+  Bound bound = lookup(name);
+  if (bound.arg) return ints_of(*bound.arg, name);
+  Arg fallback = Arg::of_constant(bound.default_value);
+  return ints_of(fallback, name);
+}
+
+std::vector<int> DecomposeCall::tensors(const char* name) const {
+  Bound bound = lookup(name);
+  if (!bound.arg || (bound.arg->kind != Arg::Kind::Tuple && bound.arg->kind != Arg::Kind::List)) {
+    unsupported(std::string(name) + " is not a sequence of tensors");
+  }
+  std::vector<int> out;
+  for (const Arg& item : bound.arg->items) {
+    if (item.kind != Arg::Kind::Node) unsupported(std::string(name) + " holds a non-tensor");
+    out.push_back(node_value(item.node));
+  }
+  return out;
+}
+
+bool DecomposeCall::constant_items(const char* name, std::vector<PyObject*>* out) const {
+  out->clear();
+  Bound bound = lookup(name);
+  if (!bound.arg) return false;
+  if (bound.arg->kind == Arg::Kind::Tuple) {
+    for (const Arg& item : bound.arg->items) {
+      if (item.kind != Arg::Kind::Constant) return false;
+      out->push_back(item.constant);
+    }
+    return true;
+  }
+  if (bound.arg->kind == Arg::Kind::Constant && PyTuple_Check(bound.arg->constant)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound.arg->constant); ++i) {
+      out->push_back(PyTuple_GET_ITEM(bound.arg->constant, i));
+    }
+    return true;
+  }
+  return false;
+}
+
+const graph::TensorMeta& DecomposeCall::traced(size_t i) const {
+  if (i >= node.metas.size()) unsupported("the call has no traced result " + std::to_string(i));
+  return node.metas[i];
+}
+
+int to_dtype(PrimBuilder& b, int value, DType dtype) {
+  return b.meta(value).dtype == dtype ? value : b.convert(value, dtype);
+}
+
+DType opmath_dtype(DType dtype) {
+  return dtype == DType::Float16 || dtype == DType::BFloat16 ? DType::Float32 : dtype;
+}
+
+std::vector<int64_t> all_dims(int64_t rank) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+int64_t count_of(PrimBuilder& b, int value, const std::vector<int64_t>& dims) {
+  const auto& sizes = b.meta(value).sizes;
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  if (dims.empty()) return numel(sizes);
+  int64_t count = 1;
+  for (int64_t d : wrap_dims("mean", dims, rank)) count *= rank == 0 ? 1 : sizes[d];
+  return count;
+}
+
+int mean(PrimBuilder& b, int value, std::vector<int64_t> dims, bool keepdim) {
+  const int64_t count = count_of(b, value, dims);
+  const int sum = b.reduce(Prim::Sum, value, std::move(dims), keepdim);
+  return b.binary(Prim::Div, PrimArg::of_value(sum), PrimArg::of_scalar(Scalar::of_int(count)));
+}
+
+int softmax(PrimBuilder& b, int value, int64_t dim, bool log) {
+  const DType dtype = b.meta(value).dtype;
+  const int x = to_dtype(b, value, opmath_dtype(dtype));
+  const int max = b.reduce(Prim::Amax, x, {dim}, true);
+  const int shifted = b.binary(Prim::Sub, PrimArg::of_value(x), PrimArg::of_value(max));
+  const int exp = b.unary(Prim::Exp, shifted);
+  const int total = b.reduce(Prim::Sum, exp, {dim}, true);
+  const int out = log ? b.binary(Prim::Sub, PrimArg::of_value(shifted), PrimArg::of_value(b.unary(Prim::Log, total)))
+                      : b.binary(Prim::Div, PrimArg::of_value(exp), PrimArg::of_value(total));
+  return to_dtype(b, out, dtype);
+}
+
+int scale(PrimBuilder& b, int value, double factor) {
+  if (factor == 1) return value;
+  return b.binary(Prim::Mul, PrimArg::of_value(value), PrimArg::of_scalar(Scalar::of_float(factor)));
+}
+
+}  // namespace kiln::prims

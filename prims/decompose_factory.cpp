@@ -1,0 +1,75 @@
+// Decompositions of tensor factories (zeros, ones, full, *_like, arange,
+// rand, randn). Sizes, dtype and device come from the traced result, which
+// torch computed from every argument form these functions accept.
+#include "prims/decompositions.h"
+#include "prims/layout.h"
+
+namespace kiln::prims {
+namespace {
+
+Placement placement_of(const DecomposeCall& c) {
+  const graph::TensorMeta& out = c.traced();
+  if (out.requires_grad) c.unsupported("requires_grad=True");
+  return Placement{out.device_type, out.device_index, false};
+}
+
+std::vector<int> filled(DecomposeCall& c, Scalar value) {
+  const graph::TensorMeta& out = c.traced();
+  return {c.b.full(out.sizes, value, out.dtype, placement_of(c))};
+}
+
+// *_like results copy the input's layout; full() is contiguous.
+void require_contiguous_input(DecomposeCall& c) {
+  const graph::TensorMeta& m = c.b.meta(c.tensor("input"));
+  if (!is_contiguous(m.sizes, m.strides)) c.unsupported("a non-contiguous input's layout");
+}
+
+}  // namespace
+
+std::vector<int> decompose_Zeros(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
+std::vector<int> decompose_Ones(DecomposeCall& c) { return filled(c, Scalar::of_int(1)); }
+
+std::vector<int> decompose_Full(DecomposeCall& c) {
+  PrimArg value = c.operand("fill_value");
+  if (value.is_value()) c.unsupported("a tensor fill value");
+  return filled(c, value.scalar);
+}
+
+std::vector<int> decompose_ZerosLike(DecomposeCall& c) {
+  require_contiguous_input(c);
+  return filled(c, Scalar::of_int(0));
+}
+
+std::vector<int> decompose_FullLike(DecomposeCall& c) {
+  require_contiguous_input(c);
+  PrimArg value = c.operand("fill_value");
+  if (value.is_value()) c.unsupported("a tensor fill value");
+  return filled(c, value.scalar);
+}
+
+std::vector<int> decompose_OnesLike(DecomposeCall& c) {
+  require_contiguous_input(c);
+  return filled(c, Scalar::of_int(1));
+}
+
+// arange(end), arange(start, end), arange(start, end, step) over ints.
+std::vector<int> decompose_Arange(DecomposeCall& c) {
+  std::vector<int64_t> args = c.ints("args");
+  if (args.empty() || args.size() > 3) c.unsupported("arange with " + std::to_string(args.size()) + " arguments");
+  const int64_t start = args.size() == 1 ? 0 : args[0];
+  const int64_t step = args.size() == 3 ? args[2] : 1;
+  const graph::TensorMeta& out = c.traced();
+  return {c.b.iota(out.sizes.at(0), start, step, out.dtype, placement_of(c))};
+}
+
+std::vector<int> decompose_Rand(DecomposeCall& c) {
+  const graph::TensorMeta& out = c.traced();
+  return {c.b.uniform(out.sizes, 0, 1, out.dtype, placement_of(c))};
+}
+
+std::vector<int> decompose_Randn(DecomposeCall& c) {
+  const graph::TensorMeta& out = c.traced();
+  return {c.b.normal(out.sizes, 0, 1, out.dtype, placement_of(c))};
+}
+
+}  // namespace kiln::prims

@@ -1,0 +1,52 @@
+// Decompositions of matrix products: matmul (with torch's 1-d cases),
+// mm/bmm, addmm and linear.
+#include "prims/decompositions.h"
+
+namespace kiln::prims {
+namespace {
+
+PrimArg v(int id) { return PrimArg::of_value(id); }
+
+// torch.matmul: a 1-d operand is a row (left) or column (right) vector
+// whose dim is removed from the result.
+int matmul_any(DecomposeCall& c, int a, int b) {
+  PrimBuilder& pb = c.b;
+  const int64_t ra = c.rank(a), rb = c.rank(b);
+  if (ra == 0 || rb == 0) c.unsupported("matmul of a 0-dim tensor");
+  const int lhs = ra == 1 ? pb.unsqueeze(a, 0) : a;
+  const int rhs = rb == 1 ? pb.unsqueeze(b, 1) : b;
+  int out = pb.matmul(lhs, rhs);
+  const int64_t rank = c.rank(out);
+  std::vector<int64_t> drop;
+  if (ra == 1) drop.push_back(rank - 2);
+  if (rb == 1) drop.push_back(rank - 1);
+  return drop.empty() ? out : pb.squeeze(out, drop);
+}
+
+}  // namespace
+
+std::vector<int> decompose_Matmul(DecomposeCall& c) {
+  return {matmul_any(c, c.tensor("input"), c.tensor("other"))};
+}
+
+std::vector<int> decompose_Mm(DecomposeCall& c) { return {c.b.matmul(c.tensor("input"), c.tensor("mat2"))}; }
+
+// addmm = beta * input + alpha * (mat1 @ mat2).
+std::vector<int> decompose_Addmm(DecomposeCall& c) {
+  const int product = scale(c.b, c.b.matmul(c.tensor("mat1"), c.tensor("mat2")), c.number("alpha"));
+  const double beta = c.number("beta");
+  if (beta == 0) c.unsupported("beta=0 ignores NaN in input");
+  const int bias = scale(c.b, c.tensor("input"), beta);
+  return {c.b.binary(Prim::Add, v(bias), v(product))};
+}
+
+// linear(x, W, b) = x @ W^T + b.
+std::vector<int> decompose_Linear(DecomposeCall& c) {
+  const int weight = c.tensor("weight");
+  const int w = c.rank(weight) == 2 ? c.b.permute(weight, {1, 0}) : weight;
+  int out = matmul_any(c, c.tensor("input"), w);
+  if (c.given("bias")) out = c.b.binary(Prim::Add, v(out), v(c.tensor("bias")));
+  return {out};
+}
+
+}  // namespace kiln::prims

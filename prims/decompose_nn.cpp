@@ -1,0 +1,187 @@
+// Decompositions of nn ops: softmax, log_softmax, layer_norm, batch_norm
+// (eval and train, see Note [Batch norm running statistics]), dropout,
+// embedding and scaled_dot_product_attention.
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "prims/common_meta.h"
+#include "prims/decompositions.h"
+
+namespace kiln::prims {
+namespace {
+
+PrimArg v(int id) { return PrimArg::of_value(id); }
+PrimArg f(double x) { return PrimArg::of_scalar(Scalar::of_float(x)); }
+
+std::vector<int> softmax_call(DecomposeCall& c, bool log) {
+  if (!c.given("dim")) c.unsupported("softmax without dim");
+  int x = c.tensor("input");
+  if (auto dtype = c.dtype("dtype")) x = to_dtype(c.b, x, *dtype);
+  if (!is_floating(c.b.meta(x).dtype)) c.unsupported("softmax of a non-floating tensor");
+  return {softmax(c.b, x, c.integer("dim"), log)};
+}
+
+// A per-channel vector [C] viewed as [1, C, 1, ...] against a rank-`rank` input.
+int per_channel(PrimBuilder& b, int vec, int64_t rank) {
+  std::vector<int64_t> sizes(rank, 1);
+  sizes[1] = b.meta(vec).sizes.at(0);
+  return b.reshape(vec, sizes);
+}
+
+// Tensor.copy_, the extern that writes running statistics back.
+PyObject* tensor_copy_() {
+  static PyObject* fn = [] {
+    PyObject* torch = PyImport_ImportModule("torch");
+    PyObject* tensor = torch ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
+    PyObject* copy = tensor ? PyObject_GetAttrString(tensor, "copy_") : nullptr;
+    Py_XDECREF(tensor);
+    Py_XDECREF(torch);
+    return copy;  // kept for the process
+  }();
+  return fn;
+}
+
+// running = (1 - momentum) * running + momentum * batch, written in place.
+void update_running(PrimBuilder& b, int running, int batch, double momentum) {
+  PyObject* copy = tensor_copy_();
+  if (!copy) throw NotDecomposed("batch_norm: Tensor.copy_ not found");
+  const DType dtype = b.meta(running).dtype;
+  const int old_part = b.binary(Prim::Mul, v(running), f(1 - momentum));
+  const int new_part = b.binary(Prim::Mul, v(to_dtype(b, batch, dtype)), f(momentum));
+  const int updated = to_dtype(b, b.binary(Prim::Add, v(new_part), v(old_part)), dtype);
+  b.extern_call(copy, "Tensor.copy_", {graph::Arg::of_node(running), graph::Arg::of_node(updated)}, {},
+                {b.meta(running)});
+}
+
+}  // namespace
+
+std::vector<int> decompose_Softmax(DecomposeCall& c) { return softmax_call(c, false); }
+std::vector<int> decompose_LogSoftmax(DecomposeCall& c) { return softmax_call(c, true); }
+
+// layer_norm: (x - mean) / sqrt(var + eps) over the last dims, then the
+// affine weight and bias; low-precision inputs compute in float32 as torch does.
+std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int input = c.tensor("input");
+  const DType dtype = b.meta(input).dtype;
+  if (!is_floating(dtype)) c.unsupported("layer_norm of a non-floating tensor");
+  const int64_t rank = c.rank(input);
+  const int64_t k = static_cast<int64_t>(c.ints("normalized_shape").size());
+  if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
+  std::vector<int64_t> dims;
+  for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  const int x = to_dtype(b, input, opmath_dtype(dtype));
+  auto [var, mean] = b.var_mean(x, dims, 0, true);
+  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(c.number("eps"))));
+  int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
+  if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(c.tensor("weight")));
+  if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(c.tensor("bias")));
+  return {to_dtype(b, out, dtype)};
+}
+
+// Note [Batch norm running statistics]
+// In eval mode batch_norm reads running_mean/running_var. In training mode
+// it normalizes with the batch's statistics and, like torch, updates the
+// running buffers in place: the new values are computed with prims and
+// written back by an extern Tensor.copy_ on the buffer (a graph input), so
+// the mutation happens at the op's position in the graph and is visible to
+// the caller exactly as in eager mode. momentum=None (a cumulative average
+// driven by num_batches_tracked) stays an extern.
+std::vector<int> decompose_BatchNorm(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int input = c.tensor("input");
+  const DType dtype = b.meta(input).dtype;
+  const int64_t rank = c.rank(input);
+  if (rank < 2 || !is_floating(dtype)) c.unsupported("batch_norm input rank or dtype");
+  const int x = to_dtype(b, input, opmath_dtype(dtype));
+  const bool training = c.flag("training");
+  const double eps = c.number("eps");
+  int mean, var;
+  if (training) {
+    std::vector<int64_t> dims = {0};
+    for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+    const int64_t count = count_of(b, x, dims);
+    std::tie(var, mean) = b.var_mean(x, dims, 0, false);
+    if (c.given("running_mean") || c.given("running_var")) {
+      if (!c.given("momentum")) c.unsupported("momentum=None (cumulative average)");
+      if (count < 2) c.unsupported("one value per channel");
+      const double momentum = c.number("momentum");
+      if (c.given("running_mean")) update_running(b, c.tensor("running_mean"), mean, momentum);
+      if (c.given("running_var")) {
+        const int unbiased = b.binary(Prim::Mul, v(var), f(static_cast<double>(count) / (count - 1)));
+        update_running(b, c.tensor("running_var"), unbiased, momentum);
+      }
+    }
+  } else {
+    if (!c.given("running_mean") || !c.given("running_var")) c.unsupported("eval without running stats");
+    mean = c.tensor("running_mean");
+    var = c.tensor("running_var");
+  }
+  const int invstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(per_channel(b, var, rank)), f(eps)));
+  int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(per_channel(b, mean, rank)))), v(invstd));
+  if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(per_channel(b, c.tensor("weight"), rank)));
+  if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(per_channel(b, c.tensor("bias"), rank)));
+  return {to_dtype(b, out, dtype)};
+}
+
+// dropout: x * (mask / (1 - p)), the mask drawn by bernoulli(1 - p) from
+// torch's generator (deterministic under torch.manual_seed, though not the
+// same numbers as eager's dropout kernel).
+std::vector<int> decompose_Dropout(DecomposeCall& c) {
+  if (c.flag("inplace")) c.unsupported("inplace=True");
+  const int x = c.tensor("input");
+  const double p = c.number("p");
+  if (!c.flag("training") || p == 0) return {x};  // torch returns the input itself
+  const graph::TensorMeta& m = c.b.meta(x);
+  if (!is_floating(m.dtype)) c.unsupported("dropout of a non-floating tensor");
+  if (p == 1) return {c.b.binary(Prim::Mul, v(x), f(0))};
+  const int keep = c.b.full(m.sizes, Scalar::of_float(1 - p), m.dtype,
+                            Placement{m.device_type, m.device_index, false});
+  const int mask = c.b.bernoulli(keep);
+  const int scaled = c.b.binary(Prim::Div, v(mask), f(1 - p));
+  return {c.b.binary(Prim::Mul, v(x), v(scaled))};
+}
+
+// embedding(idx, W) = W.index_select(0, idx.flatten()).view(*idx.shape, D).
+std::vector<int> decompose_Embedding(DecomposeCall& c) {
+  if (c.given("max_norm")) c.unsupported("max_norm renormalizes the weight in place");
+  const int idx = c.tensor("input");
+  const int weight = c.tensor("weight");
+  if (c.rank(weight) != 2) c.unsupported("weight is not 2-d");
+  std::vector<int64_t> sizes = c.b.meta(idx).sizes;
+  sizes.push_back(c.b.meta(weight).sizes[1]);
+  const int rows = c.b.index_select(weight, 0, c.b.reshape(idx, {-1}));
+  return {c.b.reshape(rows, sizes)};
+}
+
+// softmax(q k^T * scale + mask) v, with is_causal as a lower-triangular mask.
+std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  if (c.number("dropout_p") != 0) c.unsupported("dropout_p > 0");
+  if (c.flag("enable_gqa")) c.unsupported("enable_gqa=True");
+  const int q = c.tensor("query"), k = c.tensor("key"), value = c.tensor("value");
+  const auto& qs = b.meta(q).sizes;
+  const auto& ks = b.meta(k).sizes;
+  if (qs.size() < 2 || ks.size() < 2) c.unsupported("query or key below rank 2");
+  const int64_t L = qs[qs.size() - 2], E = qs.back(), S = ks[ks.size() - 2];
+  const double scale = c.given("scale") ? c.number("scale") : 1.0 / std::sqrt(static_cast<double>(E));
+  std::vector<int64_t> perm = all_dims(c.rank(k));
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  int scores = b.binary(Prim::Mul, v(b.matmul(q, b.permute(k, perm))), f(scale));
+  const PrimArg minus_inf = f(-std::numeric_limits<double>::infinity());
+  if (c.flag("is_causal")) {
+    if (c.given("attn_mask")) c.unsupported("attn_mask with is_causal");
+    const Placement where{b.meta(q).device_type, b.meta(q).device_index, false};
+    const int rows = b.unsqueeze(b.iota(L, 0, 1, DType::Int64, where), 1);
+    const int cols = b.unsqueeze(b.iota(S, 0, 1, DType::Int64, where), 0);
+    scores = b.where(b.binary(Prim::Le, v(cols), v(rows)), v(scores), minus_inf);
+  } else if (c.given("attn_mask")) {
+    const int mask = c.tensor("attn_mask");
+    scores = b.meta(mask).dtype == DType::Bool ? b.where(mask, v(scores), minus_inf)
+                                               : b.binary(Prim::Add, v(scores), v(mask));
+  }
+  return {b.matmul(softmax(b, scores, -1, false), value)};
+}
+
+}  // namespace kiln::prims

@@ -1,0 +1,70 @@
+// Decompositions of reductions: sum, mean, amax/amin, max/min (with and
+// without a dim), var, std, var_mean.
+#include <cmath>
+
+#include "prims/decompositions.h"
+
+namespace kiln::prims {
+namespace {
+
+// The dims argument: empty (all dims) when None.
+std::vector<int64_t> dims_of(DecomposeCall& c, const char* name = "dim") {
+  return c.given(name) ? c.ints(name) : std::vector<int64_t>{};
+}
+
+// var_mean's correction from `correction` or the legacy `unbiased`.
+double correction_of(DecomposeCall& c) {
+  if (c.given("correction")) return c.number("correction");
+  if (c.given("unbiased")) return c.flag("unbiased") ? 1 : 0;
+  return 1;
+}
+
+std::pair<int, int> var_mean_of(DecomposeCall& c) {
+  return c.b.var_mean(c.tensor("input"), dims_of(c), correction_of(c), c.flag("keepdim"));
+}
+
+// max/min: with a tensor `dim` the elementwise form, without a dim the
+// reduction to one value, with a dim (values, indices).
+std::vector<int> extreme(DecomposeCall& c, Prim elementwise, Prim reduce, Prim arg) {
+  const int x = c.tensor("input");
+  if (c.is_tensor("dim")) return {c.b.binary(elementwise, PrimArg::of_value(x), PrimArg::of_value(c.tensor("dim")))};
+  if (!c.given("dim")) return {c.b.reduce(reduce, x, {}, false)};
+  const int64_t dim = c.integer("dim");
+  const bool keepdim = c.flag("keepdim");
+  return {c.b.reduce(reduce, x, {dim}, keepdim), c.b.reduce(arg, x, {dim}, keepdim)};
+}
+
+}  // namespace
+
+std::vector<int> decompose_Sum(DecomposeCall& c) {
+  return {c.b.reduce(Prim::Sum, c.tensor("input"), dims_of(c), c.flag("keepdim"), c.dtype("dtype"))};
+}
+
+std::vector<int> decompose_Mean(DecomposeCall& c) {
+  int x = c.tensor("input");
+  if (auto dtype = c.dtype("dtype")) x = to_dtype(c.b, x, *dtype);
+  if (!is_floating(c.b.meta(x).dtype) && !is_complex(c.b.meta(x).dtype)) c.unsupported("mean of integers");
+  return {mean(c.b, x, dims_of(c), c.flag("keepdim"))};
+}
+
+std::vector<int> decompose_Amax(DecomposeCall& c) {
+  return {c.b.reduce(Prim::Amax, c.tensor("input"), c.ints("dim"), c.flag("keepdim"))};
+}
+
+std::vector<int> decompose_Amin(DecomposeCall& c) {
+  return {c.b.reduce(Prim::Amin, c.tensor("input"), c.ints("dim"), c.flag("keepdim"))};
+}
+
+std::vector<int> decompose_Max(DecomposeCall& c) { return extreme(c, Prim::Maximum, Prim::Amax, Prim::Argmax); }
+std::vector<int> decompose_Min(DecomposeCall& c) { return extreme(c, Prim::Minimum, Prim::Amin, Prim::Argmin); }
+
+std::vector<int> decompose_Var(DecomposeCall& c) { return {var_mean_of(c).first}; }
+
+std::vector<int> decompose_Std(DecomposeCall& c) { return {c.b.unary(Prim::Sqrt, var_mean_of(c).first)}; }
+
+std::vector<int> decompose_VarMean(DecomposeCall& c) {
+  auto [var, mean] = var_mean_of(c);
+  return {var, mean};
+}
+
+}  // namespace kiln::prims

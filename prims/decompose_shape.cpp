@@ -1,0 +1,226 @@
+// Decompositions of shape ops: views and reshapes, transposes, basic
+// indexing (ints, slices, None, Ellipsis), cat/stack, split/chunk/unbind,
+// dtype conversions.
+#include <algorithm>
+
+#include "prims/common_meta.h"
+#include "prims/decompositions.h"
+#include "prims/layout.h"
+
+namespace kiln::prims {
+namespace {
+
+// A fresh alias of `x` with the same shape, where torch returns a new view
+// object rather than the tensor itself.
+int alias(PrimBuilder& b, int x) { return b.view(x, b.meta(x).sizes); }
+
+int swap_dims(PrimBuilder& b, int x, int64_t d0, int64_t d1) {
+  const int64_t rank = static_cast<int64_t>(b.meta(x).sizes.size());
+  d0 = wrap_dim("transpose", d0, rank);
+  d1 = wrap_dim("transpose", d1, rank);
+  if (rank == 0 || d0 == d1) return alias(b, x);
+  std::vector<int64_t> perm = all_dims(rank);
+  std::swap(perm[d0], perm[d1]);
+  return b.permute(x, perm);
+}
+
+std::optional<int64_t> optional_index(PyObject* obj, DecomposeCall& c) {
+  if (obj == Py_None) return std::nullopt;
+  if (!PyLong_Check(obj) || PyBool_Check(obj)) c.unsupported("a slice bound is not an int");
+  return PyLong_AsLongLong(obj);
+}
+
+}  // namespace
+
+std::vector<int> decompose_View(DecomposeCall& c) { return {c.b.view(c.tensor("input"), c.ints("size"))}; }
+
+std::vector<int> decompose_Reshape(DecomposeCall& c) {
+  return {c.b.reshape(c.tensor("input"), c.ints("shape"))};
+}
+
+std::vector<int> decompose_Permute(DecomposeCall& c) {
+  return {c.b.permute(c.tensor("input"), c.ints("dims"))};
+}
+
+std::vector<int> decompose_Transpose(DecomposeCall& c) {
+  return {swap_dims(c.b, c.tensor("input"), c.integer("dim0"), c.integer("dim1"))};
+}
+
+std::vector<int> decompose_T(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  return {c.rank(x) < 2 ? alias(c.b, x) : c.b.permute(x, {1, 0})};
+}
+
+// x.T reverses every dim; x.mT swaps the last two.
+std::vector<int> decompose_GetAttr(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const std::string name = c.text("name");
+  if (name == "T") {
+    std::vector<int64_t> perm = all_dims(c.rank(x));
+    std::reverse(perm.begin(), perm.end());
+    return {c.b.permute(x, perm)};
+  }
+  if (name == "mT" && c.rank(x) >= 2) return {swap_dims(c.b, x, -2, -1)};
+  c.unsupported("attribute " + name);
+}
+
+std::vector<int> decompose_Flatten(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const auto& sizes = c.b.meta(x).sizes;
+  const int64_t rank = c.rank(x);
+  if (rank == 0) return {c.b.reshape(x, {1})};
+  const int64_t start = wrap_dim("flatten", c.integer("start_dim"), rank);
+  const int64_t end = wrap_dim("flatten", c.integer("end_dim"), rank);
+  if (start > end) c.unsupported("start_dim after end_dim");
+  std::vector<int64_t> out(sizes.begin(), sizes.begin() + start);
+  int64_t merged = 1;
+  for (int64_t d = start; d <= end; ++d) merged *= sizes[d];
+  out.push_back(merged);
+  out.insert(out.end(), sizes.begin() + end + 1, sizes.end());
+  if (start == end) return {x};  // torch returns the tensor itself
+  return {c.b.reshape(x, out)};
+}
+
+std::vector<int> decompose_Unsqueeze(DecomposeCall& c) {
+  return {c.b.unsqueeze(c.tensor("input"), c.integer("dim"))};
+}
+
+std::vector<int> decompose_Squeeze(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  std::vector<int64_t> dims = c.given("dim") ? c.ints("dim") : std::vector<int64_t>{};
+  if (c.given("dim") && dims.empty()) return {alias(c.b, x)};
+  if (c.rank(x) == 0) return {alias(c.b, x)};
+  return {c.b.squeeze(x, dims)};
+}
+
+std::vector<int> decompose_Expand(DecomposeCall& c) { return {c.b.expand(c.tensor("input"), c.ints("size"))}; }
+
+std::vector<int> decompose_ExpandAs(DecomposeCall& c) {
+  return {c.b.expand(c.tensor("input"), c.b.meta(c.tensor("other")).sizes)};
+}
+
+// contiguous() returns the tensor itself when it already is contiguous.
+std::vector<int> decompose_Contiguous(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const graph::TensorMeta& m = c.b.meta(x);
+  if (is_contiguous(m.sizes, m.strides)) return {x};
+  return {c.b.clone(x, MemoryFormat::Contiguous)};
+}
+
+std::vector<int> decompose_Clone(DecomposeCall& c) { return {c.b.clone(c.tensor("input"))}; }
+
+// Basic indexing: ints select, slices slice, None adds a dim, Ellipsis
+// skips dims. Tensor and bool indices (advanced indexing) stay externs.
+std::vector<int> decompose_GetItem(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  std::vector<PyObject*> items;
+  if (!c.constant_items("index", &items)) {
+    PyObject* index = c.constant("index");
+    if (!index) c.unsupported("the index holds a tensor or a computed value");
+    items.push_back(index);
+  }
+  int64_t consumed = 0;
+  bool ellipsis = false;
+  for (PyObject* item : items) {
+    if (item == Py_Ellipsis) {
+      if (ellipsis) c.unsupported("two Ellipses");
+      ellipsis = true;
+    } else if (item != Py_None) {
+      ++consumed;
+    }
+  }
+  int value = x;
+  int64_t dim = 0;
+  const int64_t rank = c.rank(x);
+  if (consumed > rank) c.unsupported("too many indices");
+  for (PyObject* item : items) {
+    if (item == Py_None) {
+      value = c.b.unsqueeze(value, dim++);
+    } else if (item == Py_Ellipsis) {
+      dim += rank - consumed;
+    } else if (PySlice_Check(item)) {
+      auto* slice = reinterpret_cast<PySliceObject*>(item);
+      const std::optional<int64_t> step = optional_index(slice->step, c);
+      if (step && *step <= 0) c.unsupported("a slice step that is not positive");
+      value = c.b.slice(value, dim++, optional_index(slice->start, c), optional_index(slice->stop, c),
+                        step.value_or(1));
+    } else if (PyLong_Check(item) && !PyBool_Check(item)) {
+      int64_t i = PyLong_AsLongLong(item);
+      const int64_t size = c.b.meta(value).sizes.at(dim);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size) c.unsupported("index out of range");
+      value = c.b.squeeze(c.b.slice(value, dim, i, i + 1), {dim});
+    } else {
+      c.unsupported(std::string("an index of type ") + Py_TYPE(item)->tp_name);
+    }
+  }
+  return {value == x ? alias(c.b, x) : value};
+}
+
+std::vector<int> decompose_Cat(DecomposeCall& c) { return {c.b.cat(c.tensors("tensors"), c.integer("dim"))}; }
+
+std::vector<int> decompose_Stack(DecomposeCall& c) {
+  std::vector<int> tensors = c.tensors("tensors");
+  if (tensors.empty()) c.unsupported("no tensors");
+  const int64_t dim = wrap_dim("stack", c.integer("dim"), c.rank(tensors[0]) + 1);
+  for (int& t : tensors) t = c.b.unsqueeze(t, dim);
+  return {c.b.cat(tensors, dim)};
+}
+
+// split, chunk and unbind: consecutive slices along dim, sized as torch's
+// results were when traced (unbind also drops the dim).
+std::vector<int> decompose_Split(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const int64_t rank = c.rank(x);
+  const int64_t dim = wrap_dim("split", c.integer("dim"), rank);
+  std::vector<int> out;
+  int64_t start = 0;
+  for (const graph::TensorMeta& piece : c.node.metas) {
+    if (static_cast<int64_t>(piece.sizes.size()) == rank) {
+      const int64_t length = piece.sizes[dim];
+      out.push_back(c.b.slice(x, dim, start, start + length));
+      start += length;
+    } else {
+      out.push_back(c.b.squeeze(c.b.slice(x, dim, start, start + 1), {dim}));
+      start += 1;
+    }
+  }
+  return out;
+}
+
+// Tensor.to(dtype): the tensor itself when it already has the dtype.
+std::vector<int> decompose_To(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  std::optional<DType> dtype;
+  if (c.rest().size() == 1 && c.rest()[0]->kind == graph::Arg::Kind::Constant && !c.given("dtype")) {
+    PyObject* obj = c.rest()[0]->constant;
+    PyObject* text = PyObject_Str(obj);
+    if (!text) {
+      PyErr_Clear();
+      c.unsupported("to() of an unprintable argument");
+    }
+    const std::string s = PyUnicode_AsUTF8(text);
+    Py_DECREF(text);
+    if (std::string(Py_TYPE(obj)->tp_name) != "torch.dtype") c.unsupported("to(" + s + ")");
+    dtype = graph::dtype_from_name(s);
+  } else if (c.rest().empty()) {
+    dtype = c.dtype("dtype");
+  } else {
+    c.unsupported("to() with a device or tensor");
+  }
+  if (!dtype || *dtype == DType::Other) c.unsupported("to() without a dtype kiln models");
+  return {to_dtype(c.b, x, *dtype)};
+}
+
+std::vector<int> decompose_Float(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Float32)}; }
+std::vector<int> decompose_Double(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Float64)}; }
+std::vector<int> decompose_Half(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Float16)}; }
+std::vector<int> decompose_Long(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Int64)}; }
+std::vector<int> decompose_Int(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Int32)}; }
+std::vector<int> decompose_Bool(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Bool)}; }
+
+std::vector<int> decompose_TypeAs(DecomposeCall& c) {
+  return {to_dtype(c.b, c.tensor("input"), c.b.meta(c.tensor("other")).dtype)};
+}
+
+}  // namespace kiln::prims

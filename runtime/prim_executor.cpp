@@ -1,0 +1,624 @@
+#include "runtime/prim_executor.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "prims/layout.h"
+#include "prims/type_promotion.h"
+#include "runtime/aten_bridge.h"
+#include "runtime/graph_arg_values.h"
+#include "runtime/py_ref.h"
+#include "runtime/small_buffer.h"
+
+namespace kiln::runtime {
+
+using graph::Arg;
+using prims::Family;
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimAttrs;
+using prims::PrimNode;
+using prims::Scalar;
+using prims::ScalarKind;
+
+// Note [Prim steps]
+// Every prim becomes one call `callable(*args, **kwargs)` whose arguments are
+// graph::Args: Node refs name value ids, constants (dims, dtypes, scalars)
+// are built once here. A few prims need a second call on the result
+// (`then(result, *then_args)`: uniform_ on a fresh tensor, a reshape after
+// prod). The run loop is the same for every prim.
+struct PrimExecutor::Step {
+  PyRef callable;
+  std::vector<Arg> args;     // positional, then keyword values
+  size_t positional = 0;
+  PyRef kwnames;             // tuple of keyword names, or null
+  PyRef then;                // optional second call on the result
+  std::vector<Arg> then_args;
+  std::vector<int> outputs;  // 1: the result; > 1: its items; 0: discarded
+  std::vector<int> release_after;
+};
+
+namespace {
+
+[[noreturn]] void unsupported(int node, const PrimNode& n, const std::string& why) {
+  throw PrimExecutorError("prim executor: node " + std::to_string(node) + " (" +
+                          prims::prim_name(n.prim) + "): " + why);
+}
+
+// Throws PrimExecutorError with the pending Python error's text.
+[[noreturn]] void python_failed(const std::string& what) {
+  std::string text = "<no Python error>";
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (value) {
+    PyObject* str = PyObject_Str(value);
+    if (str && PyUnicode_Check(str)) text = PyUnicode_AsUTF8(str);
+    Py_XDECREF(str);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyErr_Clear();
+  throw PrimExecutorError("prim executor: " + what + ": " + text);
+}
+
+PyRef checked(PyObject* obj, const std::string& what) {
+  if (!obj) python_failed(what);
+  return PyRef::steal(obj);
+}
+
+PyObject* torch_module() {
+  static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
+  return torch;
+}
+
+// torch.<path>, e.g. "add", "Tensor.view", "ops.aten.index_put.default".
+PyRef torch_attr(const std::string& path) {
+  PyObject* torch = torch_module();
+  if (!torch) python_failed("import torch");
+  PyRef current = PyRef::borrow(torch);
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    if (dot == std::string::npos) dot = path.size();
+    current = checked(PyObject_GetAttrString(current.get(), path.substr(start, dot - start).c_str()),
+                      "torch." + path);
+    start = dot + 1;
+  }
+  return current;
+}
+
+Arg constant(PyRef value) {
+  Arg arg = Arg::of_constant(value.get());
+  return arg;
+}
+
+Arg int_constant(int64_t value) { return constant(checked(PyLong_FromLongLong(value), "int")); }
+
+Arg ints_constant(const std::vector<int64_t>& values) {
+  PyRef tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(values.size())), "tuple");
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyTuple_SET_ITEM(tuple.get(), i, checked(PyLong_FromLongLong(values[i]), "int").release());
+  }
+  return constant(tuple);
+}
+
+Arg bool_constant(bool value) { return constant(PyRef::borrow(value ? Py_True : Py_False)); }
+
+Arg none_constant() { return constant(PyRef::borrow(Py_None)); }
+
+PyRef scalar_object(const Scalar& s) {
+  switch (s.kind) {
+    case ScalarKind::Bool: return PyRef::borrow(s.integer ? Py_True : Py_False);
+    case ScalarKind::Int: return checked(PyLong_FromLongLong(s.integer), "int");
+    case ScalarKind::Float: return checked(PyFloat_FromDouble(s.real), "float");
+    case ScalarKind::Complex: return checked(PyComplex_FromDoubles(s.real, s.imag), "complex");
+  }
+  return PyRef::borrow(Py_None);
+}
+
+Arg scalar_constant(const Scalar& s) { return constant(scalar_object(s)); }
+
+// A number that is integral passes as a Python int (torch 1.13's var_mean
+// takes an int correction).
+Arg number_constant(double value) {
+  if (std::floor(value) == value && std::abs(value) < 1e15) {
+    return int_constant(static_cast<int64_t>(value));
+  }
+  return constant(checked(PyFloat_FromDouble(value), "float"));
+}
+
+Arg dtype_constant(graph::DType dtype) { return constant(torch_attr(graph::dtype_name(dtype))); }
+
+Arg device_constant(graph::DeviceType type, int index) {
+  PyRef device_type = torch_attr("device");
+  PyRef name = checked(PyUnicode_FromString(graph::device_name(type, index).c_str()), "str");
+  return constant(checked(PyObject_CallOneArg(device_type.get(), name.get()), "torch.device"));
+}
+
+// A 0-dim CPU tensor holding a scalar operand, for torch functions that take
+// no Python scalar in that position. Its dtype is what torch would convert
+// the scalar to (Note [Scalar operands]).
+Arg scalar_tensor_constant(const Scalar& s, graph::DType dtype) {
+  PyRef fn = torch_attr("tensor");
+  PyRef args = checked(PyTuple_Pack(1, scalar_object(s).get()), "tuple");
+  PyRef kwargs = checked(PyDict_New(), "dict");
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype_constant(dtype).constant);
+  return constant(checked(PyObject_Call(fn.get(), args.get(), kwargs.get()), "torch.tensor"));
+}
+
+Arg value_arg(int id) { return Arg::of_node(id); }
+
+Arg list_of(std::vector<Arg> items, bool tuple = false) {
+  Arg arg;
+  arg.kind = tuple ? Arg::Kind::Tuple : Arg::Kind::List;
+  arg.items = std::move(items);
+  return arg;
+}
+
+int category(ScalarKind kind) { return static_cast<int>(kind); }
+
+int category(graph::DType d) {
+  if (prims::is_bool(d)) return category(ScalarKind::Bool);
+  if (prims::is_integer(d)) return category(ScalarKind::Int);
+  if (prims::is_complex(d)) return category(ScalarKind::Complex);
+  return category(ScalarKind::Float);
+}
+
+// Note [Scalar operands]
+// torch's functions take a Python scalar as the second operand of most
+// binary ops but not as the first (nor for maximum, atan2, logical_*). There
+// the scalar becomes a 0-dim tensor, which type promotion treats as it treats
+// a scalar when its dtype is the one torch would convert the scalar to: the
+// other operand's dtype when the scalar's category is not higher, else the
+// common dtype, which for these prims is the node's result dtype (logical
+// ops, whose result is bool, take the scalar's own default dtype).
+bool takes_scalar_second(Prim prim) {
+  switch (prim) {
+    case Prim::Add: case Prim::Sub: case Prim::Mul: case Prim::Div: case Prim::FloorDivide:
+    case Prim::TruncDivide: case Prim::Pow: case Prim::Fmod: case Prim::Remainder:
+    case Prim::Eq: case Prim::Ne: case Prim::Lt: case Prim::Le: case Prim::Gt: case Prim::Ge:
+    case Prim::BitwiseAnd: case Prim::BitwiseOr: case Prim::BitwiseXor:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The comparison with swapped operands (a < b is b > a); nullopt when the
+// prim is not a comparison.
+std::optional<Prim> swapped_comparison(Prim prim) {
+  switch (prim) {
+    case Prim::Eq: return Prim::Eq;
+    case Prim::Ne: return Prim::Ne;
+    case Prim::Lt: return Prim::Gt;
+    case Prim::Le: return Prim::Ge;
+    case Prim::Gt: return Prim::Lt;
+    case Prim::Ge: return Prim::Le;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph)
+    : PrimExecutor(graph, [&] {
+        std::vector<Arg> items;
+        for (int id : graph->outputs()) items.push_back(Arg::of_node(id));
+        return list_of(std::move(items), /*tuple=*/true);
+      }()) {}
+
+PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg output)
+    : graph_(std::move(graph)), output_(std::move(output)) {
+  const prims::PrimGraph& g = *graph_;
+  if (std::string problem = g.verify(); !problem.empty()) {
+    throw PrimExecutorError("prim executor: invalid prim graph: " + problem);
+  }
+  const int node_count = static_cast<int>(g.nodes().size());
+  steps_.resize(node_count);
+  for (int n = 0; n < node_count; ++n) {
+    const PrimNode& node = g.node(n);
+    const PrimAttrs& a = node.attrs;
+    Step& step = steps_[n];
+    step.outputs = node.outputs;
+    std::vector<std::pair<const char*, Arg>> kwargs;
+    auto in = [&](size_t i) -> int {
+      if (i >= node.args.size() || !node.args[i].is_value()) unsupported(n, node, "expected a tensor operand");
+      return node.args[i].value;
+    };
+    const graph::TensorMeta& out = g.value(node.outputs.empty() ? 0 : node.outputs[0]).meta;
+    const int64_t in_rank =
+        node.args.empty() || !node.args[0].is_value() ? 0
+                                                      : static_cast<int64_t>(g.value(node.args[0].value).meta.sizes.size());
+    auto all_dims = [&](const std::vector<int64_t>& dims) {
+      if (!dims.empty()) return dims;
+      std::vector<int64_t> every;
+      for (int64_t d = 0; d < in_rank; ++d) every.push_back(d);
+      return every;
+    };
+    switch (prims::prim_info(node.prim).family) {
+      case Family::Unary:
+        step.callable = torch_attr(prims::prim_name(node.prim));
+        step.args = {value_arg(in(0))};
+        break;
+      case Family::Binary: {
+        Prim prim = node.prim;
+        PrimArg lhs = node.args.at(0), rhs = node.args.at(1);
+        if (!lhs.is_value() && !rhs.is_value()) unsupported(n, node, "both operands are scalars");
+        if (!lhs.is_value()) {
+          if (auto swapped = swapped_comparison(prim)) {
+            prim = *swapped;
+            std::swap(lhs, rhs);
+          }
+        }
+        auto operand = [&](const PrimArg& arg, const PrimArg& other, bool second) {
+          if (arg.is_value()) return value_arg(arg.value);
+          if (second && takes_scalar_second(prim)) return scalar_constant(arg.scalar);
+          const graph::DType other_dtype = g.value(other.value).meta.dtype;
+          graph::DType dtype = other_dtype;
+          if (category(arg.scalar.kind) > category(other_dtype)) {
+            dtype = prims::prim_info(prim).promotion == prims::PromotionKind::AlwaysBool
+                        ? prims::scalar_dtype(arg.scalar.kind)
+                        : out.dtype;
+          }
+          return scalar_tensor_constant(arg.scalar, dtype);
+        };
+        step.args = {operand(lhs, rhs, false), operand(rhs, lhs, true)};
+        if (prim == Prim::FloorDivide || prim == Prim::TruncDivide) {
+          step.callable = torch_attr("div");
+          kwargs.emplace_back("rounding_mode", constant(checked(
+              PyUnicode_FromString(prim == Prim::FloorDivide ? "floor" : "trunc"), "str")));
+        } else {
+          step.callable = torch_attr(prims::prim_name(prim));
+        }
+        break;
+      }
+      case Family::Ternary: {
+        // torch.where takes Python scalars for either branch.
+        step.callable = torch_attr("where");
+        for (const PrimArg& arg : node.args) {
+          step.args.push_back(arg.is_value() ? value_arg(arg.value) : scalar_constant(arg.scalar));
+        }
+        break;
+      }
+      case Family::Convert:
+        if (node.prim == Prim::ConvertElementType) {
+          step.callable = torch_attr("Tensor.to");
+          step.args = {value_arg(in(0)), dtype_constant(*a.dtype)};
+          kwargs.emplace_back("copy", bool_constant(true));
+        } else {
+          // The builder recorded the layout in the output's strides.
+          const char* format = prims::is_contiguous(out.sizes, out.strides) ? "contiguous_format"
+                               : prims::is_channels_last_contiguous(out.sizes, out.strides)
+                                   ? "channels_last"
+                                   : "preserve_format";
+          step.callable = torch_attr("clone");
+          step.args = {value_arg(in(0))};
+          kwargs.emplace_back("memory_format", constant(torch_attr(format)));
+        }
+        break;
+      case Family::Reduction: {
+        const int x = in(0);
+        switch (node.prim) {
+          case Prim::Sum:
+          case Prim::Amax:
+          case Prim::Amin:
+            step.callable = torch_attr(prims::prim_name(node.prim));
+            step.args = {value_arg(x), ints_constant(all_dims(a.dims)), bool_constant(a.keepdim)};
+            if (a.dtype) kwargs.emplace_back("dtype", dtype_constant(*a.dtype));
+            break;
+          case Prim::Prod: {
+            step.callable = torch_attr("prod");
+            const bool every = a.dims.empty() || static_cast<int64_t>(a.dims.size()) == in_rank;
+            if (every) {
+              step.args = {value_arg(x)};
+              if (a.keepdim && in_rank > 0) {
+                step.then = torch_attr("Tensor.reshape");
+                step.then_args = {ints_constant(out.sizes)};
+              }
+            } else if (a.dims.size() == 1) {
+              step.args = {value_arg(x), int_constant(a.dims[0]), bool_constant(a.keepdim)};
+            } else {
+              unsupported(n, node, "prod over several (but not all) dims");
+            }
+            if (a.dtype) kwargs.emplace_back("dtype", dtype_constant(*a.dtype));
+            break;
+          }
+          case Prim::Argmax:
+          case Prim::Argmin:
+            step.callable = torch_attr(prims::prim_name(node.prim));
+            step.args = {value_arg(x), a.dims.empty() ? none_constant() : int_constant(a.dims[0]),
+                         bool_constant(a.keepdim)};
+            break;
+          case Prim::VarMean:
+            step.callable = torch_attr("var_mean");
+            step.args = {value_arg(x)};
+            kwargs.emplace_back("dim", a.dims.empty() ? none_constant() : ints_constant(a.dims));
+            kwargs.emplace_back("correction", number_constant(a.correction));
+            kwargs.emplace_back("keepdim", bool_constant(a.keepdim));
+            break;
+          default:
+            unsupported(n, node, "unknown reduction");
+        }
+        break;
+      }
+      case Family::View: {
+        const int x = in(0);
+        switch (node.prim) {
+          case Prim::Reshape:
+          case Prim::View:
+          case Prim::Expand:
+            step.callable = torch_attr(std::string("Tensor.") + prims::prim_name(node.prim));
+            step.args = {value_arg(x), ints_constant(a.sizes)};
+            break;
+          case Prim::Permute:
+            step.callable = torch_attr("Tensor.permute");
+            step.args = {value_arg(x), ints_constant(a.dims)};
+            break;
+          case Prim::Slice: {
+            PyRef builtins = checked(PyImport_ImportModule("operator"), "import operator");
+            step.callable = checked(PyObject_GetAttrString(builtins.get(), "getitem"), "operator.getitem");
+            PyRef index = checked(PyTuple_New(a.dim + 1), "tuple");
+            for (int64_t d = 0; d < a.dim; ++d) {
+              PyTuple_SET_ITEM(index.get(), d, checked(PySlice_New(nullptr, nullptr, nullptr), "slice").release());
+            }
+            PyRef start = a.start ? checked(PyLong_FromLongLong(*a.start), "int") : PyRef::borrow(Py_None);
+            PyRef end = a.end ? checked(PyLong_FromLongLong(*a.end), "int") : PyRef::borrow(Py_None);
+            PyRef stride = checked(PyLong_FromLongLong(a.step), "int");
+            PyTuple_SET_ITEM(index.get(), a.dim,
+                             checked(PySlice_New(start.get(), end.get(), stride.get()), "slice").release());
+            step.args = {value_arg(x), constant(index)};
+            break;
+          }
+          case Prim::Squeeze:
+            // torch 1.13's squeeze takes one dim; dropping several size-1
+            // dims is always a valid view.
+            if (a.dims.size() > 1) {
+              step.callable = torch_attr("Tensor.view");
+              step.args = {value_arg(x), ints_constant(out.sizes)};
+            } else {
+              step.callable = torch_attr("squeeze");
+              step.args = {value_arg(x)};
+              if (!a.dims.empty()) step.args.push_back(int_constant(a.dims[0]));
+            }
+            break;
+          case Prim::Unsqueeze:
+            step.callable = torch_attr("unsqueeze");
+            step.args = {value_arg(x), int_constant(a.dim)};
+            break;
+          case Prim::AsStrided:
+            step.callable = torch_attr("as_strided");
+            step.args = {value_arg(x), ints_constant(a.sizes), ints_constant(a.strides),
+                         int_constant(a.offset)};
+            break;
+          default:
+            unsupported(n, node, "unknown view");
+        }
+        break;
+      }
+      case Family::Cat: {
+        std::vector<Arg> tensors;
+        for (size_t i = 0; i < node.args.size(); ++i) tensors.push_back(value_arg(in(i)));
+        step.callable = torch_attr("cat");
+        step.args = {list_of(std::move(tensors)), int_constant(a.dim)};
+        break;
+      }
+      case Family::Matmul:
+        step.callable = torch_attr("matmul");
+        step.args = {value_arg(in(0)), value_arg(in(1))};
+        break;
+      case Family::Index:
+        switch (node.prim) {
+          case Prim::Gather:
+            step.callable = torch_attr("gather");
+            step.args = {value_arg(in(0)), int_constant(a.dim), value_arg(in(1))};
+            break;
+          case Prim::Scatter: {
+            const PrimArg& src = node.args.at(2);
+            step.callable = torch_attr(a.accumulate ? "scatter_add" : "scatter");
+            step.args = {value_arg(in(0)), int_constant(a.dim), value_arg(in(1)),
+                         src.is_value() ? value_arg(src.value) : scalar_constant(src.scalar)};
+            break;
+          }
+          case Prim::IndexSelect:
+            step.callable = torch_attr("index_select");
+            step.args = {value_arg(in(0)), int_constant(a.dim), value_arg(in(1))};
+            break;
+          case Prim::IndexPut: {
+            // torch.index_put's binding takes no None entries (1.13); the
+            // aten op does.
+            std::vector<Arg> indices;
+            bool leading = true;
+            for (size_t k = 0; k < a.dims.size(); ++k) {
+              while (static_cast<int64_t>(indices.size()) < a.dims[k]) {
+                indices.push_back(none_constant());
+                leading = false;
+              }
+              indices.push_back(value_arg(in(2 + k)));
+            }
+            step.callable = torch_attr(leading ? "index_put" : "ops.aten.index_put.default");
+            step.args = {value_arg(in(0)), list_of(std::move(indices), leading),
+                         value_arg(in(1)), bool_constant(a.accumulate)};
+            break;
+          }
+          default:
+            unsupported(n, node, "unknown index prim");
+        }
+        break;
+      case Family::Factory:
+        if (node.prim == Prim::Full) {
+          step.callable = torch_attr("full");
+          step.args = {ints_constant(a.sizes), scalar_constant(a.value)};
+        } else {
+          const int64_t start = a.start.value_or(0);
+          const int64_t length = a.sizes.empty() ? 0 : a.sizes[0];
+          step.callable = torch_attr("arange");
+          step.args = {int_constant(start), int_constant(start + length * a.step), int_constant(a.step)};
+        }
+        kwargs.emplace_back("dtype", dtype_constant(out.dtype));
+        kwargs.emplace_back("device", device_constant(a.device_type, a.device_index));
+        break;
+      case Family::Random:
+        if (node.prim == Prim::Bernoulli) {
+          step.callable = torch_attr("bernoulli");
+          step.args = {value_arg(in(0))};
+        } else {
+          // torch.rand and torch.randn are empty().uniform_() and
+          // empty().normal_(), so seeded results match theirs.
+          step.callable = torch_attr("empty");
+          step.args = {ints_constant(a.sizes)};
+          kwargs.emplace_back("dtype", dtype_constant(out.dtype));
+          kwargs.emplace_back("device", device_constant(a.device_type, a.device_index));
+          step.then = torch_attr(node.prim == Prim::Uniform ? "Tensor.uniform_" : "Tensor.normal_");
+          step.then_args = {number_constant(a.value.as_double()), number_constant(a.value2.as_double())};
+        }
+        break;
+      case Family::Extern:
+        if (!a.target) unsupported(n, node, "extern without a callable");
+        step.callable = PyRef::borrow(a.target);
+        step.args = a.extern_args;
+        for (const auto& [name, arg] : a.extern_kwargs) {
+          step.args.push_back(arg);
+        }
+        step.positional = a.extern_args.size();
+        if (!a.extern_kwargs.empty()) {
+          step.kwnames = checked(PyTuple_New(static_cast<Py_ssize_t>(a.extern_kwargs.size())), "tuple");
+          for (size_t i = 0; i < a.extern_kwargs.size(); ++i) {
+            PyTuple_SET_ITEM(step.kwnames.get(), i,
+                             checked(PyUnicode_InternFromString(a.extern_kwargs[i].first.c_str()), "str").release());
+          }
+        }
+        continue;  // arguments and keywords are complete
+    }
+    step.positional = step.args.size();
+    if (!kwargs.empty()) {
+      step.kwnames = checked(PyTuple_New(static_cast<Py_ssize_t>(kwargs.size())), "tuple");
+      for (size_t i = 0; i < kwargs.size(); ++i) {
+        PyTuple_SET_ITEM(step.kwnames.get(), i, checked(PyUnicode_InternFromString(kwargs[i].first), "str").release());
+        step.args.push_back(std::move(kwargs[i].second));
+      }
+    }
+  }
+
+  // Release each value after its last use; the output's values live to the end.
+  const int value_count = static_cast<int>(g.values().size());
+  std::vector<int> last_use(value_count, -1);
+  auto note = [&](const Arg& arg, int user, auto&& self) -> void {
+    if (arg.kind == Arg::Kind::Node) last_use.at(arg.node) = user;
+    for (const Arg& item : arg.items) self(item, user, self);
+  };
+  for (int n = 0; n < node_count; ++n) {
+    for (const Arg& arg : steps_[n].args) note(arg, n, note);
+  }
+  note(output_, node_count, note);
+  for (int id : g.outputs()) last_use.at(id) = node_count;
+  for (int id = 0; id < value_count; ++id) {
+    const prims::PrimValue& v = g.value(id);
+    if (last_use[id] == node_count) continue;
+    if (last_use[id] < 0) {
+      if (v.node < 0) {
+        input_release_.push_back(id);
+      } else {
+        steps_[v.node].release_after.push_back(id);
+      }
+    } else {
+      steps_[last_use[id]].release_after.push_back(id);
+    }
+  }
+}
+
+PrimExecutor::~PrimExecutor() = default;
+
+bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
+  const prims::PrimGraph& g = *graph_;
+  const size_t value_count = g.values().size();
+  const auto& input_ids = g.inputs();
+  for (size_t i = 0; i < input_ids.size(); ++i) {
+    Py_INCREF(inputs[i]);
+    values[input_ids[i]] = inputs[i];
+  }
+  for (int id : input_release_) Py_CLEAR(values[id]);
+  // An extern may switch grad mode; an op raising must not leak the switch.
+  const bool grad_mode = grad_mode_enabled();
+  auto fail = [&] {
+    for (size_t i = 0; i < value_count; ++i) Py_CLEAR(values[i]);
+    set_grad_mode(grad_mode);
+    return false;
+  };
+  for (const Step& step : steps_) {
+    const size_t arg_count = step.args.size();
+    SmallBuffer<16> arg_buffer(arg_count);
+    PyObject** call_args = arg_buffer.data();
+    bool built = true;
+    for (size_t i = 0; i < arg_count; ++i) {
+      if (!(call_args[i] = materialize_arg(step.args[i], values))) built = false;
+    }
+    // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
+    // keyword arguments passed with it.
+    PyObject* result =
+        built ? PyObject_Vectorcall(step.callable.get(), call_args, step.positional, step.kwnames.get())
+              : nullptr;
+    for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
+    if (result && step.then) {
+      const size_t then_count = step.then_args.size() + 1;
+      SmallBuffer<8> then_buffer(then_count);
+      PyObject** then_args = then_buffer.data();
+      then_args[0] = result;
+      for (size_t i = 1; i < then_count; ++i) then_args[i] = step.then_args[i - 1].constant;
+      PyObject* second = PyObject_Vectorcall(step.then.get(), then_args, then_count, nullptr);
+      Py_DECREF(result);
+      result = second;
+    }
+    if (!result) return fail();
+    if (step.outputs.size() == 1) {
+      values[step.outputs[0]] = result;
+    } else if (!step.outputs.empty()) {
+      PyObject* items = PySequence_Fast(result, "a multi-output prim must return a sequence");
+      Py_DECREF(result);
+      if (!items) return fail();
+      if (PySequence_Fast_GET_SIZE(items) != static_cast<Py_ssize_t>(step.outputs.size())) {
+        PyErr_Format(PyExc_RuntimeError, "kiln prim executor: an op returned %zd values, expected %zu",
+                     PySequence_Fast_GET_SIZE(items), step.outputs.size());
+        Py_DECREF(items);
+        return fail();
+      }
+      for (size_t i = 0; i < step.outputs.size(); ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(items, i);
+        Py_INCREF(item);
+        values[step.outputs[i]] = item;
+      }
+      Py_DECREF(items);
+    } else {
+      Py_DECREF(result);
+    }
+    for (int dead : step.release_after) Py_CLEAR(values[dead]);
+  }
+  return true;
+}
+
+PyObject* PrimExecutor::run(PyObject* const* inputs) const {
+  const size_t value_count = graph_->values().size();
+  SmallBuffer<64> buffer(value_count);
+  PyObject** values = buffer.data();
+  if (!execute(inputs, values)) return nullptr;
+  PyObject* output = materialize_arg(output_, values);
+  for (size_t i = 0; i < value_count; ++i) Py_CLEAR(values[i]);
+  return output;
+}
+
+bool PrimExecutor::run_values(PyObject* const* inputs, PyObject** outputs) const {
+  const size_t value_count = graph_->values().size();
+  SmallBuffer<64> buffer(value_count);
+  PyObject** values = buffer.data();
+  if (!execute(inputs, values)) return false;
+  const auto& ids = graph_->outputs();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Py_INCREF(values[ids[i]]);
+    outputs[i] = values[ids[i]];
+  }
+  for (size_t i = 0; i < value_count; ++i) Py_CLEAR(values[i]);
+  return true;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,111 @@
+// Tests of prims/prim_builder.h for the families beyond elementwise,
+// reductions and views (those are in test_prim_graph.cpp): cat, matmul,
+// indexing, factories, random draws and extern calls.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "prims/prim_builder.h"
+#include "prims/prim_error.h"
+#include "tests/cpp/runtime/python_test_util.h"
+
+namespace kiln::prims {
+namespace {
+
+graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype = DType::Float32) {
+  graph::TensorMeta m;
+  m.sizes = sizes;
+  m.strides = graph::contiguous_strides(sizes);
+  m.dtype = dtype;
+  return m;
+}
+
+TEST(PrimBuilder, JoinsProductsAndIndexing) {
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int x = g.add_input(meta({2, 3}));
+  const int y = g.add_input(meta({4, 3}, DType::Float64));
+  const int idx = g.add_input(meta({2}, DType::Int64));
+  const int c = b.cat({x, y}, -2);
+  const int m = b.matmul(c, b.permute(b.convert(x, DType::Float64), {1, 0}));
+  const int ga = b.gather(x, -1, b.unsqueeze(idx, 1));
+  const int sc = b.scatter(x, 1, b.unsqueeze(idx, 1), PrimArg::of_scalar(Scalar::of_float(0.5)));
+  const int sa = b.scatter(x, 1, b.unsqueeze(idx, 1), PrimArg::of_value(ga), /*add=*/true);
+  const int is = b.index_select(y, 0, idx);
+  const int ip = b.index_put(x, {std::nullopt, idx}, b.full({}, Scalar::of_float(2)), true);
+  g.set_outputs({m, sc, sa, is, ip});
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_EQ(format_prim_graph(g),
+            "%0 = input : f32[2, 3]\n"
+            "%1 = input : f64[4, 3]\n"
+            "%2 = input : i64[2]\n"
+            "%3 = cat(%0, %1, dim=0) : f64[6, 3]\n"
+            "%4 = convert_element_type(%0, dtype=float64) : f64[2, 3]\n"
+            "%5 = permute(%4, dims=[1, 0]) : f64[3, 2] stride=(1, 3)\n"
+            "%6 = matmul(%3, %5) : f64[6, 2]\n"
+            "%7 = unsqueeze(%2, dim=1) : i64[2, 1]\n"
+            "%8 = gather(%0, %7, dim=1) : f32[2, 1]\n"
+            "%9 = unsqueeze(%2, dim=1) : i64[2, 1]\n"
+            "%10 = scatter(%0, %9, 0.5, dim=1) : f32[2, 3]\n"
+            "%11 = unsqueeze(%2, dim=1) : i64[2, 1]\n"
+            "%12 = scatter(%0, %11, %8, dim=1, add=True) : f32[2, 3]\n"
+            "%13 = index_select(%1, %2, dim=0) : f64[2, 3]\n"
+            "%14 = full(sizes=[], value=2.0, dtype=float32) : f32[]\n"
+            "%15 = index_put(%0, %14, %2, dims=[1], accumulate=True) : f32[2, 3]\n"
+            "return (%6, %10, %12, %13, %15)\n");
+}
+
+TEST(PrimBuilder, FactoriesAndRandomDraws) {
+  PrimGraph g;
+  PrimBuilder b(g, DType::Float64);
+  const int f = b.full({2, 2}, Scalar::of_float(1.5));
+  const int i = b.iota(4, 1, 2, DType::Int64);
+  const int u = b.uniform({3}, 0, 1, DType::Float32);
+  const int n = b.normal({3}, 0, 2, DType::Float32);
+  const int p = b.bernoulli(u);
+  g.set_outputs({f, i, n, p});
+  EXPECT_EQ(format_prim_graph(g),
+            "%0 = full(sizes=[2, 2], value=1.5, dtype=float64) : f64[2, 2]\n"
+            "%1 = iota(sizes=[4], start=1, step=2, dtype=int64) : i64[4]\n"
+            "%2 = uniform(sizes=[3], low=0.0, high=1.0, dtype=float32) : f32[3]\n"
+            "%3 = normal(sizes=[3], mean=0.0, std=2.0, dtype=float32) : f32[3]\n"
+            "%4 = bernoulli(%2) : f32[3]\n"
+            "return (%0, %1, %3, %4)\n");
+}
+
+TEST(PrimBuilder, ExternCallKeepsArgumentsAndGivenMetas) {
+  test::PyRef max_pool = test::eval("torch.nn.functional.max_pool2d");
+  test::PyRef two = test::eval("2");
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int x = g.add_input(meta({1, 2, 4, 4}));
+  const Py_ssize_t before = Py_REFCNT(max_pool.get());
+  std::vector<int> out = b.extern_call(max_pool.get(), "F.max_pool2d", {graph::Arg::of_node(x)},
+                                       {{"kernel_size", graph::Arg::of_constant(two.get())}},
+                                       {meta({1, 2, 2, 2})});
+  EXPECT_EQ(Py_REFCNT(max_pool.get()), before + 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_THAT(format_prim_graph(g),
+              ::testing::HasSubstr("%1 = extern F.max_pool2d(%0, kernel_size=2) : f32[1, 2, 2, 2]"));
+  EXPECT_THROW(b.extern_call(max_pool.get(), "F.max_pool2d", {graph::Arg::of_node(7)}, {}, {}),
+               PrimError);
+}
+
+TEST(PrimBuilder, NewFamiliesRejectBadInput) {
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int x = g.add_input(meta({2, 3}));
+  const int v = g.add_input(meta({3}));
+  const int i32 = g.add_input(meta({2}, DType::Int32));
+  EXPECT_THROW(b.matmul(x, v), PrimError);            // rank 1: decompositions unsqueeze
+  EXPECT_THROW(b.cat({x, v}, 0), PrimError);          // ranks differ
+  EXPECT_THROW(b.gather(x, 0, i32), PrimError);       // int32 index
+  EXPECT_THROW(b.scatter(x, 0, i32, PrimArg::of_scalar(Scalar::of_int(1)), true), PrimError);
+  EXPECT_THROW(b.index_put(x, {std::nullopt}, v, false), PrimError);
+  EXPECT_THROW(b.uniform({2}, 0, 1, DType::Int64), PrimError);
+  EXPECT_THROW(b.bernoulli(i32), PrimError);
+  EXPECT_TRUE(g.nodes().empty());
+}
+
+}  // namespace
+}  // namespace kiln::prims
