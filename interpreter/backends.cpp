@@ -1,5 +1,11 @@
 #include "interpreter/backends.h"
 
+#include "autograd/derivatives.h"
+#include "autograd/function_bridge.h"
+#include "autograd/joint_graph.h"
+#include "autograd/partitioner.h"
+#include "prims/prim_error.h"
+
 #include "interpreter/compile_config.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
@@ -29,6 +35,39 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
   return std::make_unique<runtime::EagerExecutor>(graph);
 }
 
+// A graph that records gradients: the joint forward+backward graph of its
+// decomposition, partitioned, run as a torch.autograd.Function.
+std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& graph,
+                                                          const std::string& name,
+                                                          prims::Decomposition decomposition) {
+  const prims::PrimGraph& forward = *decomposition.graph;
+  std::vector<bool> requires_grad;
+  for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
+  try {
+    autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
+    autograd::Partition partition = autograd::partition_joint_graph(joint);
+    KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
+                                         << partition.saved_bytes << " bytes)\n"
+                                         << prims::format_prim_graph(partition.forward)
+                                         << "backward graph for " << name << "\n"
+                                         << prims::format_prim_graph(partition.backward));
+    auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
+                                                     joint.forward_outputs,
+                                                     static_cast<int>(forward.values().size()));
+    stats().prim_graphs++;
+    stats().autograd_graphs++;
+    return executor;
+  } catch (const autograd::NoDerivative& e) {
+    return eager(graph, name, std::string("no derivative: ") + e.what());
+  } catch (const prims::PrimError& e) {
+    return eager(graph, name, std::string("autograd: ") + e.what());
+  } catch (const runtime::PrimExecutorError& e) {
+    return eager(graph, name, e.what());
+  } catch (const std::runtime_error& e) {
+    return eager(graph, name, e.what());
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
@@ -36,7 +75,7 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& name) {
   if (backend != "aot_eager") return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
-  if (needs_gradients(graph)) return eager(graph, name, "it needs gradients (AOT autograd is not built yet)");
+  const bool training = needs_gradients(graph);
   std::string why;
   std::optional<prims::Decomposition> decomposition =
       prims::decompose_graph(graph, runtime::grad_mode_enabled(), &why);
@@ -44,6 +83,7 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
+  if (training) return autograd_executor(graph, name, std::move(*decomposition));
   try {
     auto executor = std::make_unique<runtime::PrimExecutor>(decomposition->graph,
                                                             std::move(decomposition->output));

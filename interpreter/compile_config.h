@@ -75,7 +75,8 @@ class ConfigScope {
   X(eager_runs)        \
   X(cache_limit_hits)  \
   X(prim_graphs)       \
-  X(prim_fallbacks)
+  X(prim_fallbacks)     \
+  X(autograd_graphs)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

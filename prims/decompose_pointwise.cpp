@@ -113,13 +113,21 @@ std::vector<int> decompose_MaskedFill(DecomposeCall& c) {
   return {c.b.where(mask, value, v(x))};
 }
 
-// clamp(x, min, max) = minimum(maximum(x, min), max): NaN propagates and
-// max wins when min > max, as in torch.
+// clamp(x, min, max) = t > max ? max : t, t = x < min ? min : x. Written
+// with where rather than maximum/minimum so that the gradient flows at the
+// bounds (torch's clamp backward is inclusive; maximum splits ties), NaN
+// propagates (comparisons with NaN are false), and max wins when min > max.
 std::vector<int> decompose_Clamp(DecomposeCall& c) {
   int x = c.tensor("input");
   if (!c.given("min") && !c.given("max")) c.unsupported("neither min nor max");
-  if (c.given("min")) x = c.b.binary(Prim::Maximum, v(x), c.operand("min"));
-  if (c.given("max")) x = c.b.binary(Prim::Minimum, v(x), c.operand("max"));
+  if (c.given("min")) {
+    const PrimArg lo = c.operand("min");
+    x = c.b.where(c.b.binary(Prim::Lt, v(x), lo), lo, v(x));
+  }
+  if (c.given("max")) {
+    const PrimArg hi = c.operand("max");
+    x = c.b.where(c.b.binary(Prim::Gt, v(x), hi), hi, v(x));
+  }
   return {x};
 }
 
@@ -153,10 +161,14 @@ KILN_UNARY_DECOMPOSITION(IsNan)
 KILN_UNARY_DECOMPOSITION(IsInf)
 #undef KILN_UNARY_DECOMPOSITION
 
-// relu(x) = maximum(x, 0), which keeps NaN as torch's clamp_min does.
+// relu(x) = x <= 0 ? 0 : x: keeps NaN (the comparison is false) as torch's
+// clamp_min does, and its gradient is 0 at x == 0 as torch's (maximum(x, 0)
+// would split it in halves there).
 std::vector<int> decompose_Relu(DecomposeCall& c) {
   if (inplace(c)) c.unsupported("inplace=True");
-  return {c.b.binary(Prim::Maximum, v(c.tensor("input")), PrimArg::of_scalar(Scalar::of_int(0)))};
+  const int x = c.tensor("input");
+  const int off = c.b.binary(Prim::Le, v(x), PrimArg::of_scalar(Scalar::of_int(0)));
+  return {c.b.where(off, PrimArg::of_scalar(Scalar::of_int(0)), v(x))};
 }
 
 std::vector<int> decompose_Silu(DecomposeCall& c) {

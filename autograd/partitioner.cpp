@@ -1,0 +1,252 @@
+#include "autograd/partitioner.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <stdexcept>
+
+#include "prims/common_meta.h"
+#include "prims/subgraph.h"
+
+namespace kiln::autograd {
+
+// Note [Partitioning]
+// A value of the joint graph is *forward-computable* when it depends only
+// on the forward's inputs (never on an incoming gradient). The backward
+// needs some of them: those its nodes read, and input gradients that are
+// themselves forward-computable (zeros for floor). Each needed value is
+// either saved by the forward, or recomputed in the backward from saved
+// values. As in AOT autograd's partitioner, the choice is a minimum s-t cut:
+// every forward-computable value v is an edge v_in -> v_out costing its
+// bytes; data flows u_out -> v_in; the source feeds the forward's inputs and
+// every value that must not be recomputed (matmul, reductions, index ops,
+// random draws, externs: expensive, or not repeatable); needed values feed
+// the sink. The cut edges are the saved values; what lies past the cut is
+// recomputed by the backward, which extract_subgraph pulls in on its own.
+
+namespace {
+
+constexpr int64_t kInfinity = std::numeric_limits<int64_t>::max() / 4;
+
+// Dinic's maximum flow, enough for graphs of a few thousand values.
+class MaxFlow {
+ public:
+  explicit MaxFlow(int nodes) : adjacency_(nodes), level_(nodes), next_(nodes) {}
+
+  void add_edge(int from, int to, int64_t capacity) {
+    adjacency_[from].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({to, capacity});
+    adjacency_[to].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({from, 0});
+  }
+
+  int64_t run(int source, int sink) {
+    int64_t total = 0;
+    while (levels(source, sink)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      while (int64_t pushed = push(source, sink, kInfinity)) total += pushed;
+    }
+    return total;
+  }
+
+  // Nodes reachable from `source` in the residual graph (after run()).
+  std::vector<bool> source_side(int source) const {
+    std::vector<bool> seen(adjacency_.size(), false);
+    std::vector<int> stack{source};
+    seen[source] = true;
+    while (!stack.empty()) {
+      const int n = stack.back();
+      stack.pop_back();
+      for (int e : adjacency_[n]) {
+        if (edges_[e].capacity > 0 && !seen[edges_[e].to]) {
+          seen[edges_[e].to] = true;
+          stack.push_back(edges_[e].to);
+        }
+      }
+    }
+    return seen;
+  }
+
+ private:
+  struct Edge {
+    int to;
+    int64_t capacity;
+  };
+
+  bool levels(int source, int sink) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::queue<int> queue;
+    level_[source] = 0;
+    queue.push(source);
+    while (!queue.empty()) {
+      const int n = queue.front();
+      queue.pop();
+      for (int e : adjacency_[n]) {
+        if (edges_[e].capacity > 0 && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[n] + 1;
+          queue.push(edges_[e].to);
+        }
+      }
+    }
+    return level_[sink] >= 0;
+  }
+
+  int64_t push(int n, int sink, int64_t limit) {
+    if (n == sink) return limit;
+    for (size_t& i = next_[n]; i < adjacency_[n].size(); ++i) {
+      const int e = adjacency_[n][i];
+      Edge& edge = edges_[e];
+      if (edge.capacity <= 0 || level_[edge.to] != level_[n] + 1) continue;
+      if (int64_t pushed = push(edge.to, sink, std::min(limit, edge.capacity))) {
+        edge.capacity -= pushed;
+        edges_[e ^ 1].capacity += pushed;
+        return pushed;
+      }
+    }
+    return 0;
+  }
+
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> adjacency_;
+  std::vector<int> level_;
+  std::vector<size_t> next_;
+};
+
+// Prims the backward may compute again from saved values: cheap, and the
+// same every time.
+bool recomputable(prims::Prim prim) {
+  switch (prims::prim_info(prim).family) {
+    case prims::Family::Unary:
+    case prims::Family::Binary:
+    case prims::Family::Ternary:
+    case prims::Family::Convert:
+    case prims::Family::View:
+      return true;
+    case prims::Family::Factory:
+      return prim == prims::Prim::Full || prim == prims::Prim::Iota;
+    default:
+      return false;  // reductions, matmul, cat, index ops, random draws, externs
+  }
+}
+
+// Value ids a node reads.
+std::vector<int> reads_of(const prims::PrimNode& node) {
+  std::vector<int> reads;
+  for (const prims::PrimArg& arg : node.args) {
+    if (arg.is_value()) reads.push_back(arg.value);
+  }
+  struct Walk {
+    static void arg(const graph::Arg& a, std::vector<int>* out) {
+      if (a.kind == graph::Arg::Kind::Node) out->push_back(a.node);
+      for (const graph::Arg& item : a.items) arg(item, out);
+    }
+  };
+  for (const graph::Arg& a : node.attrs.extern_args) Walk::arg(a, &reads);
+  for (const auto& kw : node.attrs.extern_kwargs) Walk::arg(kw.second, &reads);
+  return reads;
+}
+
+}  // namespace
+
+int64_t value_bytes(const graph::TensorMeta& meta) {
+  int64_t element = 4;
+  switch (meta.dtype) {
+    case graph::DType::Bool:
+    case graph::DType::UInt8:
+    case graph::DType::Int8: element = 1; break;
+    case graph::DType::Int16:
+    case graph::DType::Float16:
+    case graph::DType::BFloat16: element = 2; break;
+    case graph::DType::Int64:
+    case graph::DType::Float64:
+    case graph::DType::Complex64: element = 8; break;
+    case graph::DType::Complex128: element = 16; break;
+    default: element = 4; break;
+  }
+  return prims::numel(meta.sizes) * element;
+}
+
+Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
+  const prims::PrimGraph& g = joint.graph;
+  const int count = static_cast<int>(g.values().size());
+  // Forward-computable values, and who makes what.
+  std::vector<bool> forward(count, false);
+  for (int i = 0; i < joint.forward_input_count; ++i) forward[g.inputs()[i]] = true;
+  std::vector<bool> pinned(count, false);  // must be computed by the forward
+  for (const prims::PrimNode& node : g.nodes()) {
+    bool all = true;
+    for (int id : reads_of(node)) all = all && forward[id];
+    for (int id : node.outputs) {
+      forward[id] = all;
+      pinned[id] = all && !recomputable(node.prim);
+    }
+  }
+  for (int id : joint.forward_outputs) pinned[id] = true;
+  // What the backward needs from the forward side.
+  std::vector<bool> needed(count, false);
+  for (const prims::PrimNode& node : g.nodes()) {
+    bool backward_node = false;
+    for (int id : node.outputs) backward_node = backward_node || !forward[id];
+    if (!backward_node) continue;
+    for (int id : reads_of(node)) {
+      if (forward[id]) needed[id] = true;
+    }
+  }
+  for (int id : joint.input_grads) {
+    if (id >= 0 && forward[id]) needed[id] = true;
+  }
+  std::vector<int> saved;
+  if (policy == SavePolicy::SaveNeeded) {
+    for (int id = 0; id < count; ++id) {
+      if (needed[id]) saved.push_back(id);
+    }
+  } else {
+    // Nodes: source 0, sink 1, then v_in = 2 + 2v, v_out = 3 + 2v.
+    MaxFlow flow(2 + 2 * count);
+    const int source = 0, sink = 1;
+    auto in = [](int v) { return 2 + 2 * v; };
+    auto out = [](int v) { return 3 + 2 * v; };
+    for (int v = 0; v < count; ++v) {
+      if (!forward[v]) continue;
+      flow.add_edge(in(v), out(v), std::max<int64_t>(1, value_bytes(g.value(v).meta)));
+      if (pinned[v] || g.value(v).node < 0) flow.add_edge(source, in(v), kInfinity);
+      if (needed[v]) flow.add_edge(out(v), sink, kInfinity);
+    }
+    for (const prims::PrimNode& node : g.nodes()) {
+      if (node.outputs.empty() || !forward[node.outputs[0]]) continue;
+      for (int u : reads_of(node)) {
+        for (int v : node.outputs) flow.add_edge(out(u), in(v), kInfinity);
+      }
+    }
+    flow.run(source, sink);
+    const std::vector<bool> reached = flow.source_side(source);
+    for (int v = 0; v < count; ++v) {
+      if (forward[v] && reached[in(v)] && !reached[out(v)]) saved.push_back(v);
+    }
+  }
+  Partition result;
+  result.forward_output_count = static_cast<int>(joint.forward_outputs.size());
+  result.saved_count = static_cast<int>(saved.size());
+  for (int v : saved) result.saved_bytes += value_bytes(g.value(v).meta);
+  std::vector<int> forward_inputs(g.inputs().begin(), g.inputs().begin() + joint.forward_input_count);
+  std::vector<int> forward_outputs = joint.forward_outputs;
+  forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());
+  std::string error;
+  result.forward = prims::extract_subgraph(g, forward_inputs, forward_outputs, &error);
+  if (!error.empty()) throw std::runtime_error("partition: forward graph: " + error);
+  std::vector<int> backward_inputs = saved;
+  for (int grad : joint.grad_inputs) {
+    result.output_has_grad.push_back(grad >= 0);
+    if (grad >= 0) backward_inputs.push_back(grad);
+  }
+  std::vector<int> backward_outputs;
+  for (int grad : joint.input_grads) {
+    result.input_grad_slot.push_back(grad >= 0 ? static_cast<int>(backward_outputs.size()) : -1);
+    if (grad >= 0) backward_outputs.push_back(grad);
+  }
+  result.backward = prims::extract_subgraph(g, backward_inputs, backward_outputs, &error);
+  if (!error.empty()) throw std::runtime_error("partition: backward graph: " + error);
+  return result;
+}
+
+}  // namespace kiln::autograd
