@@ -22,6 +22,9 @@ STAT_KEYS = (
     "unsupported",
     "eager_runs",
     "cache_limit_hits",
+    "prim_graphs",
+    "prim_fallbacks",
+    "autograd_graphs",
 )
 
 
