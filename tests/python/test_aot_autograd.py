@@ -123,6 +123,115 @@ class Shapes(nn.Module):
         return a.sum(1) + b.sum(0)[: x.shape[0]] + c.unsqueeze(0).squeeze(0).mean(1)
 
 
+class InplaceOps(nn.Module):
+    """In-place ops on intermediates before the backward."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y.mul_(2)
+        y.add_(1)
+        y = torch.relu_(y)
+        return y
+
+
+class BatchNormEval(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.bn.eval()
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+class BatchNormTrain1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return torch.tanh(self.bn(self.fc(x)))
+
+
+class DropoutEval(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.drop = nn.Dropout(0.3)
+        self.drop.eval()
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+class Softmaxes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return F.softmax(h, dim=1) * F.log_softmax(h, dim=0)
+
+
+class EmbeddingBag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, idx):
+        return self.fc(self.emb(idx).mean(1))
+
+
+class Bilinear(nn.Module):
+    """matmul of two computed operands, bmm and transposes."""
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        p = self.a(x).unsqueeze(2)
+        q = self.b(x).unsqueeze(1)
+        return torch.bmm(p, q).sum(-1) + torch.matmul(self.a(x), self.b.weight)
+
+
+class Clamps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h.clamp(-0.5, 0.5) + F.relu(F.relu(h)) + h.abs().sqrt() + h.pow(3) + torch.where(h > 0, h, h * 0.1)
+
+
+class Losses(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class LossInside(nn.Module):
+    """The loss itself traced: the compiled graph returns a scalar."""
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLP()
+        self.target = torch.randint(0, 4, (6,))
+
+    def forward(self, x):
+        return F.cross_entropy(self.mlp(x), self.target)
+
+
 def make_x(shape, requires_grad=False):
     return lambda: torch.randn(*shape, requires_grad=requires_grad)
 
@@ -159,6 +268,23 @@ CASES = {
     "shared_weight_and_argmax": (Shared, make_x((5, 8)), lambda: torch.randn(5, 8),
                                  lambda o, t: F.mse_loss(o[0], t) + o[1].float().mean() * 0),
     "convnet_batchnorm_train": (ConvNet, make_x((2, 3, 8, 8)), lambda: torch.randint(0, 5, (2,)), ce),
+    "inplace_ops_before_backward": (InplaceOps, make_x((5, 8)), lambda: torch.randn(5, 8), mse),
+    "batchnorm_eval": (BatchNormEval, make_x((6, 8)), lambda: torch.randn(6, 8), mse),
+    "batchnorm_train_1d": (BatchNormTrain1d, make_x((6, 8)), lambda: torch.randn(6, 8), mse),
+    "dropout_eval": (DropoutEval, make_x((6, 8)), lambda: torch.randn(6, 4), mse),
+    "softmax_log_softmax": (Softmaxes, make_x((5, 8)), lambda: torch.randn(5, 6), mse),
+    "embedding_mean": (EmbeddingBag, lambda: torch.randint(0, 10, (4, 5)), lambda: torch.randint(0, 3, (4,)), ce),
+    "bmm_matmul_two_operands": (Bilinear, make_x((5, 8)), lambda: torch.randn(5, 8), mse),
+    "clamp_relu_abs_pow_where": (Clamps, make_x((5, 8)), lambda: torch.randn(5, 8), mse),
+    "loss_smooth_l1": (Losses, make_x((6, 8)), lambda: torch.randn(6, 4), lambda o, t: F.smooth_l1_loss(o, t)),
+    "loss_bce_with_logits": (Losses, make_x((6, 8)), lambda: torch.rand(6, 4),
+                             lambda o, t: F.binary_cross_entropy_with_logits(o, t)),
+    "loss_cross_entropy_label_smoothing": (Losses, make_x((6, 8)), lambda: torch.randint(0, 4, (6,)),
+                                           lambda o, t: F.cross_entropy(o, t, label_smoothing=0.1)),
+    "loss_mse_sum_reduction": (Losses, make_x((6, 8)), lambda: torch.randn(6, 4),
+                               lambda o, t: F.mse_loss(o, t, reduction="sum")),
+    "loss_computed_inside_model": (lambda: LossInside(), make_x((6, 8)), lambda: torch.randint(0, 4, (6,)),
+                                   lambda o, t: o),
 }
 
 
