@@ -385,3 +385,29 @@ def test_dynamic_shapes_path_no_leak():
     assert [sys.getrefcount(x) for x in inputs] == rcs
     s = stats()
     assert s["traces"] == 2, s
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        return (x * self.w).tanh().exp()
+
+
+def test_training_step_through_kiln_autograd_no_leak():
+    model = _Scale()
+    compiled = kiln.compile(model, backend="aot_eager")
+    x = torch.randn(8, 16)
+    rc_x = sys.getrefcount(x)
+
+    def step():
+        model.w.grad = None
+        compiled(x).sum().backward()
+
+    step()
+    assert kiln.stats()["autograd_graphs"] == 1, kiln.stats()
+    assert_no_growth(step, 2_000)
+    gc.collect()
+    assert sys.getrefcount(x) == rc_x
