@@ -23,12 +23,31 @@ bool is_non_differentiable(Prim prim) {
   }
 }
 
+namespace {
+
+// The rules are written for real values: complex ones would need conjugates
+// (torch's convention), so they are refused rather than computed wrongly.
+void refuse_complex(const prims::PrimBuilder& b, const NodeView& view) {
+  auto check = [&](int id) {
+    if (id >= 0 && prims::is_complex(b.meta(id).dtype)) {
+      throw NoDerivative(std::string(prims::prim_name(view.node.prim)) +
+                         ": complex gradients are not modelled");
+    }
+  };
+  for (int id : view.inputs) check(id);
+  for (int id : view.outputs) check(id);
+}
+
+}  // namespace
+
 std::vector<int> vjp(prims::PrimBuilder& b, const NodeView& view, const std::vector<int>& grads,
                      const std::vector<bool>& needs) {
   const Prim prim = view.node.prim;
   if (is_non_differentiable(prim)) {
     throw NoDerivative(std::string(prims::prim_name(prim)) + " has no gradient");
   }
+  if (prim == Prim::Extern) return vjp_extern(b, view, grads, needs);
+  refuse_complex(b, view);
   switch (prims::prim_info(prim).family) {
     case Family::Unary:
     case Family::Binary:
@@ -41,8 +60,12 @@ std::vector<int> vjp(prims::PrimBuilder& b, const NodeView& view, const std::vec
     case Family::View:
     case Family::Cat:
       return vjp_view(b, view, grads, needs);
+    case Family::Matmul:
+      return vjp_matmul(b, view, grads, needs);
+    case Family::Index:
+      return vjp_index(b, view, grads, needs);
     default:
-      throw NoDerivative(std::string(prims::prim_name(prim)) + " has no derivative rule yet");
+      throw NoDerivative(std::string(prims::prim_name(prim)) + " has no derivative rule");
   }
 }
 

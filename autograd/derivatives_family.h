@@ -10,11 +10,20 @@ namespace kiln::autograd {
 // Elementwise prims, where, convert_element_type.
 std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
                                const std::vector<int>& grads, const std::vector<bool>& needs);
-// sum, amax, amin, var_mean.
+// sum, prod, amax, amin, var_mean.
 std::vector<int> vjp_reduction(prims::PrimBuilder& b, const NodeView& view,
                                const std::vector<int>& grads, const std::vector<bool>& needs);
 // Views, clone, cat.
 std::vector<int> vjp_view(prims::PrimBuilder& b, const NodeView& view,
                           const std::vector<int>& grads, const std::vector<bool>& needs);
+// matmul.
+std::vector<int> vjp_matmul(prims::PrimBuilder& b, const NodeView& view,
+                            const std::vector<int>& grads, const std::vector<bool>& needs);
+// gather, scatter, index_select, index_put.
+std::vector<int> vjp_index(prims::PrimBuilder& b, const NodeView& view,
+                           const std::vector<int>& grads, const std::vector<bool>& needs);
+// extern: a backward extern node that asks torch (Note [Extern gradients]).
+std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
+                            const std::vector<int>& grads, const std::vector<bool>& needs);
 
 }  // namespace kiln::autograd

@@ -68,6 +68,44 @@ int unary_vjp(prims::PrimBuilder& b, Prim prim, int x, int y, int g) {
   }
 }
 
+// A scalar operand minus one, keeping its kind (x ** 2 stays x ** 1, an
+// integer exponent).
+prims::PrimArg scalar_minus_one(const prims::Scalar& s) {
+  if (s.kind == prims::ScalarKind::Int || s.kind == prims::ScalarKind::Bool) {
+    return prims::PrimArg::of_scalar(prims::Scalar::of_int(s.integer - 1));
+  }
+  return f(s.as_double() - 1);
+}
+
+// d(a^c)/da = c a^(c-1), and zero where c == 0 (as torch: 0^0 is flat, where
+// the formula would give 0 * inf).
+int pow_base_grad(prims::PrimBuilder& b, int g, prims::PrimArg a, prims::PrimArg c) {
+  if (!c.is_value()) {
+    if (c.scalar.as_double() == 0) return zeros_like(b, b.meta(g));
+    const int p = b.binary(Prim::Pow, a, scalar_minus_one(c.scalar));
+    return b.binary(Prim::Mul, v(g), v(b.binary(Prim::Mul, c, v(p))));
+  }
+  const int p = b.binary(Prim::Pow, a, v(b.binary(Prim::Sub, c, f(1))));
+  const int term = b.binary(Prim::Mul, v(g), v(b.binary(Prim::Mul, c, v(p))));
+  return b.where(b.binary(Prim::Eq, c, f(0)), f(0), v(term));
+}
+
+// d(a^c)/dc = a^c log(a), and zero where a == 0 and c >= 0 (0^c is flat
+// there, as torch has it).
+int pow_exponent_grad(prims::PrimBuilder& b, int g, prims::PrimArg a, prims::PrimArg c, int y) {
+  const int gy = b.binary(Prim::Mul, v(g), v(y));
+  if (!a.is_value()) {
+    // A constant base: log(a) folded. log of a negative base is NaN in torch.
+    const double base = a.scalar.as_double();
+    if (base < 0) throw NoDerivative("pow: gradient of the exponent for a negative base");
+    if (base > 0) return b.binary(Prim::Mul, v(gy), f(std::log(base)));
+    return b.where(b.binary(Prim::Ge, c, f(0)), f(0), v(b.binary(Prim::Mul, v(gy), f(-INFINITY))));
+  }
+  const int term = b.binary(Prim::Mul, v(gy), v(b.unary(Prim::Log, a.value)));
+  const int flat = b.binary(Prim::LogicalAnd, v(b.binary(Prim::Eq, a, f(0))), v(b.binary(Prim::Ge, c, f(0))));
+  return b.where(flat, f(0), v(term));
+}
+
 }  // namespace
 
 std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
@@ -123,56 +161,35 @@ std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
       if (want(1)) out[1] = to_input(1, b.unary(Prim::Neg, div(v(mul(v(g), v(y))), c)));
       return out;
     case Prim::Pow: {
-      if (want(0)) {
-        // c * a^(c-1)
-        const int c_minus_1 = b.binary(Prim::Sub, c, f(1));
-        const int p = b.binary(Prim::Pow, a, v(c_minus_1));
-        out[0] = to_input(0, mul(v(mul(v(g), c)), v(p)));
-      }
-      if (want(1)) {
-        const int gy = mul(v(g), v(y));
-        if (!a.is_value()) {
-          // A constant base: y log(a) with log(a) folded.
-          const double base = a.scalar.as_double();
-          if (!(base > 0)) throw NoDerivative("pow: gradient of the exponent for a base <= 0");
-          out[1] = to_input(1, mul(v(gy), f(std::log(base))));
-        } else {
-          // y log(a), zero where a == 0 and c >= 0 (as torch: 0^c is flat there).
-          const int term = mul(v(gy), v(b.unary(Prim::Log, in[0])));
-          const int flat = b.binary(Prim::LogicalAnd, v(b.binary(Prim::Eq, a, f(0))), v(b.binary(Prim::Ge, c, f(0))));
-          out[1] = to_input(1, b.where(flat, f(0), v(term)));
-        }
-      }
+      if (want(0)) out[0] = to_input(0, pow_base_grad(b, g, a, c));
+      if (want(1)) out[1] = to_input(1, pow_exponent_grad(b, g, a, c, y));
       return out;
     }
     case Prim::Maximum:
     case Prim::Minimum: {
-      // Ties split the gradient in halves, as torch does.
-      const Prim wins = prim == Prim::Maximum ? Prim::Gt : Prim::Lt;
-      const int tie = b.binary(Prim::Eq, a, c);
-      const int half = div(v(g), f(2));
-      if (want(0)) {
-        const int picked = b.where(b.binary(wins, a, c), v(g), f(0));
-        out[0] = to_input(0, b.where(tie, v(half), v(picked)));
-      }
-      if (want(1)) {
-        const int picked = b.where(b.binary(wins, c, a), v(g), f(0));
-        out[1] = to_input(1, b.where(tie, v(half), v(picked)));
-      }
+      // Ties split the gradient in halves; the side that lost gets zero. As
+      // torch, a NaN (no tie, no loser) passes the gradient to both sides.
+      const Prim loses = prim == Prim::Maximum ? Prim::Lt : Prim::Gt;
+      const int shared = b.where(b.binary(Prim::Eq, a, c), v(div(v(g), f(2))), v(g));
+      if (want(0)) out[0] = to_input(0, b.where(b.binary(loses, a, c), f(0), v(shared)));
+      if (want(1)) out[1] = to_input(1, b.where(b.binary(loses, c, a), f(0), v(shared)));
       return out;
     }
     case Prim::Atan2: {
-      const int denom = b.binary(Prim::Add, v(mul(a, a)), v(mul(c, c)));
+      // d atan2(a, c) = (c da - a dc) / (a^2 + c^2); a scalar's square folded.
+      auto square = [&](prims::PrimArg p) { return p.is_value() ? v(mul(p, p)) : f(p.scalar.as_double() * p.scalar.as_double()); };
+      const int denom = b.binary(Prim::Add, square(a), square(c));
       if (want(0)) out[0] = to_input(0, div(v(mul(v(g), c)), v(denom)));
       if (want(1)) out[1] = to_input(1, b.unary(Prim::Neg, div(v(mul(v(g), a)), v(denom))));
       return out;
     }
     case Prim::Fmod:
     case Prim::Remainder: {
+      // a - q c with q = a / c rounded (toward zero for fmod, down for
+      // remainder), q being piecewise constant.
       if (want(0)) out[0] = to_input(0, g);
       if (want(1)) {
-        const Prim round = prim == Prim::Fmod ? Prim::Trunc : Prim::Floor;
-        const int q = b.unary(round, div(a, c));
+        const int q = b.binary(prim == Prim::Fmod ? Prim::TruncDivide : Prim::FloorDivide, a, c);
         out[1] = to_input(1, b.unary(Prim::Neg, mul(v(g), v(q))));
       }
       return out;

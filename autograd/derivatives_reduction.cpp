@@ -7,17 +7,46 @@ namespace kiln::autograd {
 
 using prims::Prim;
 
+namespace {
+
+// d prod / dx_i is the product of the other elements of x_i's slice. Without
+// a zero in the slice that is y / x_i (torch's formula); with exactly one
+// zero it is the product of the nonzero elements at the zero and 0
+// elsewhere; with two or more zeros it is 0 everywhere. Nothing divides by
+// zero, so the gradient is exact for any set of dims.
+int prod_grad(prims::PrimBuilder& b, int x, int y, int g, const prims::PrimAttrs& attrs) {
+  const graph::TensorMeta ym = b.meta(y);  // copies: appending nodes moves the values
+  const std::vector<int64_t> sizes = b.meta(x).sizes;
+  x = cast_to(b, x, ym.dtype);  // prod(dtype=) computes in the result's dtype
+  auto spread = [&](int r) { return expand_reduced(b, r, attrs.dims, attrs.keepdim, sizes); };
+  auto mul = [&](int p, int q) { return b.binary(Prim::Mul, v(p), v(q)); };
+  const int zero = b.binary(Prim::Eq, v(x), f(0));
+  const int zeros = b.expand(b.reduce(Prim::Sum, b.convert(zero, ym.dtype), attrs.dims, true), sizes);
+  const int nonzero_prod =
+      b.expand(b.reduce(Prim::Prod, b.where(zero, f(1), v(x)), attrs.dims, true), sizes);
+  const int no_zero = b.binary(Prim::Eq, v(zeros), f(0));
+  const int lone_zero = b.binary(Prim::LogicalAnd, v(zero), v(b.binary(Prim::Eq, v(zeros), f(1))));
+  const int others = b.where(no_zero, v(b.binary(Prim::Div, v(spread(y)), v(x))),
+                             v(b.where(lone_zero, v(nonzero_prod), f(0))));
+  return mul(spread(g), others);
+}
+
+}  // namespace
+
 std::vector<int> vjp_reduction(prims::PrimBuilder& b, const NodeView& view,
                                const std::vector<int>& grads, const std::vector<bool>& needs) {
   const prims::PrimNode& node = view.node;
   const prims::PrimAttrs& attrs = node.attrs;
   const int x = view.inputs[0];
-  const graph::TensorMeta& xm = b.meta(x);
+  const graph::TensorMeta xm = b.meta(x);  // a copy: appending nodes moves the values
   std::vector<int> out(1, -1);
   if (!needs[0]) return out;
   switch (node.prim) {
     case Prim::Sum:
       out[0] = cast_to(b, expand_reduced(b, grads[0], attrs.dims, attrs.keepdim, xm.sizes), xm.dtype);
+      return out;
+    case Prim::Prod:
+      out[0] = cast_to(b, prod_grad(b, x, view.outputs[0], grads[0], attrs), xm.dtype);
       return out;
     case Prim::Amax:
     case Prim::Amin: {

@@ -1,10 +1,74 @@
 // Derivative rules of the views, clone and cat.
+#include <algorithm>
+#include <optional>
+
 #include "autograd/derivatives_family.h"
 #include "autograd/grad_helpers.h"
+#include "prims/common_meta.h"
 
 namespace kiln::autograd {
 
 using prims::Prim;
+
+namespace {
+
+// g written into zeros at the positions the slice read: index_put along the
+// sliced dim with the indices lo, lo + step, ... (lo clamped as the slice
+// clamped it).
+int slice_grad(prims::PrimBuilder& b, int g, const graph::TensorMeta& xm,
+               const prims::PrimAttrs& attrs) {
+  const int64_t d = attrs.dim;
+  const int64_t size = xm.sizes[d];
+  const int64_t count = b.meta(g).sizes[d];
+  if (count == 0) return zeros_like(b, xm);
+  int64_t lo = attrs.start.value_or(0);
+  if (lo < 0) lo += size;
+  lo = std::clamp<int64_t>(lo, 0, size);
+  if (lo == 0 && attrs.step == 1 && count == size) return g;
+  const int index = b.iota(count, lo, attrs.step, graph::DType::Int64,
+                           {xm.device_type, xm.device_index, false});
+  std::vector<std::optional<int>> indices(d, std::nullopt);
+  indices.push_back(index);
+  return b.index_put(zeros_like(b, xm), indices, g, false);
+}
+
+// as_strided addresses its input's storage. The gradient is exact when that
+// storage is the input's own contiguous elements: a fresh, contiguous result
+// of a prim that does not alias (not a view, extern or graph input, whose
+// storage offset and extent kiln does not know). Then element k of the
+// output read storage position offset + sum_i k_i stride_i; the gradient
+// sums g into zeros at those positions (overlapping reads accumulate).
+int as_strided_grad(prims::PrimBuilder& b, int g, int x, const prims::PrimAttrs& attrs) {
+  const graph::TensorMeta xm = b.meta(x);  // a copy: appending nodes moves the values
+  const int made_by = b.graph().value(x).node;
+  const bool fresh = made_by >= 0 && !prims::has_flag(b.graph().node(made_by).prim, prims::kView) &&
+                     b.graph().node(made_by).prim != Prim::Extern;
+  if (!fresh || xm.strides != graph::contiguous_strides(xm.sizes)) {
+    throw NoDerivative("as_strided: gradient only for an input with its own contiguous storage");
+  }
+  const int64_t n = prims::numel(xm.sizes);
+  int64_t last = attrs.offset;
+  for (size_t i = 0; i < attrs.sizes.size(); ++i) {
+    if (attrs.sizes[i] == 0) return zeros_like(b, xm);
+    last += (attrs.sizes[i] - 1) * attrs.strides[i];
+  }
+  if (last >= n) throw NoDerivative("as_strided: reads past its input's elements");
+  const prims::Placement where{xm.device_type, xm.device_index, false};
+  const int64_t rank = static_cast<int64_t>(attrs.sizes.size());
+  int position = b.full({}, prims::Scalar::of_int(attrs.offset), graph::DType::Int64, where);
+  for (int64_t i = 0; i < rank; ++i) {
+    std::vector<int64_t> shape(rank, 1);
+    shape[i] = attrs.sizes[i];
+    const int step = b.reshape(b.iota(attrs.sizes[i], 0, attrs.strides[i], graph::DType::Int64, where), shape);
+    position = b.binary(Prim::Add, v(position), v(step));
+  }
+  const int64_t count = prims::numel(attrs.sizes);
+  const int flat = b.index_put(zeros_like(b, graph::TensorMeta{{n}, {1}, xm.dtype, xm.device_type, xm.device_index, false}),
+                               {b.reshape(position, {count})}, b.reshape(g, {count}), true);
+  return b.reshape(flat, xm.sizes);
+}
+
+}  // namespace
 
 std::vector<int> vjp_view(prims::PrimBuilder& b, const NodeView& view,
                           const std::vector<int>& grads, const std::vector<bool>& needs) {
@@ -13,18 +77,25 @@ std::vector<int> vjp_view(prims::PrimBuilder& b, const NodeView& view,
   const int g = grads[0];
   std::vector<int> out(view.inputs.size(), -1);
   if (node.prim == Prim::Cat) {
-    // Each input's gradient is its slice of g.
+    // Each input's gradient is its slice of g, in its own dtype (cat
+    // promotes). A 1-dim empty input, which cat skips whatever the rank of
+    // the others, gets an empty gradient.
+    const int64_t rank = static_cast<int64_t>(b.meta(g).sizes.size());
     int64_t offset = 0;
     for (size_t i = 0; i < view.inputs.size(); ++i) {
-      const graph::TensorMeta& m = b.meta(view.inputs[i]);
-      const int64_t size = m.sizes.empty() ? 0 : m.sizes[attrs.dim];
-      if (needs[i]) out[i] = b.slice(g, attrs.dim, offset, offset + size);
+      const graph::TensorMeta m = b.meta(view.inputs[i]);
+      if (static_cast<int64_t>(m.sizes.size()) != rank) {
+        if (needs[i]) out[i] = zeros_like(b, m);
+        continue;
+      }
+      const int64_t size = m.sizes[attrs.dim];
+      if (needs[i]) out[i] = cast_to(b, b.slice(g, attrs.dim, offset, offset + size), m.dtype);
       offset += size;
     }
     return out;
   }
   if (!needs[0]) return out;
-  const graph::TensorMeta& xm = b.meta(view.inputs[0]);
+  const graph::TensorMeta xm = b.meta(view.inputs[0]);  // a copy: appending nodes moves the values
   switch (node.prim) {
     case Prim::Clone:
       out[0] = g;
@@ -44,6 +115,12 @@ std::vector<int> vjp_view(prims::PrimBuilder& b, const NodeView& view,
       out[0] = b.permute(g, inverse);
       return out;
     }
+    case Prim::Slice:
+      out[0] = slice_grad(b, g, xm, attrs);
+      return out;
+    case Prim::AsStrided:
+      out[0] = as_strided_grad(b, g, view.inputs[0], attrs);
+      return out;
     default:
       throw NoDerivative(std::string(prims::prim_name(node.prim)) + " has no derivative rule");
   }

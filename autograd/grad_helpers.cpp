@@ -10,8 +10,8 @@ int cast_to(prims::PrimBuilder& b, int g, graph::DType dtype) {
   return b.meta(g).dtype == dtype ? g : b.convert(g, dtype);
 }
 
-int sum_to(prims::PrimBuilder& b, int g, const graph::TensorMeta& target) {
-  const std::vector<int64_t>& from = b.meta(g).sizes;
+int sum_to(prims::PrimBuilder& b, int g, graph::TensorMeta target) {
+  const std::vector<int64_t> from = b.meta(g).sizes;
   const std::vector<int64_t>& to = target.sizes;
   const int64_t lead = static_cast<int64_t>(from.size()) - static_cast<int64_t>(to.size());
   if (lead > 0) {
@@ -28,7 +28,7 @@ int sum_to(prims::PrimBuilder& b, int g, const graph::TensorMeta& target) {
 }
 
 int expand_reduced(prims::PrimBuilder& b, int g, const std::vector<int64_t>& dims, bool keepdim,
-                   const std::vector<int64_t>& sizes) {
+                   std::vector<int64_t> sizes) {
   if (!keepdim) {
     // Reducing over no dims reduces over all of them.
     std::vector<int64_t> reduced = dims;
@@ -49,7 +49,7 @@ int expand_reduced(prims::PrimBuilder& b, int g, const std::vector<int64_t>& dim
 
 namespace kiln::autograd {
 
-int zeros_like(prims::PrimBuilder& b, const graph::TensorMeta& like) {
+int zeros_like(prims::PrimBuilder& b, graph::TensorMeta like) {
   prims::PrimAttrs attrs;
   attrs.sizes = like.sizes;
   attrs.value = prims::Scalar::of_float(0);

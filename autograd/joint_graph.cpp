@@ -77,13 +77,15 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     if (!any) continue;
     NodeView view{node, {}, node.outputs};
     std::vector<bool> wanted;
-    for (const prims::PrimArg& arg : node.args) {
-      view.inputs.push_back(arg.is_value() ? arg.value : -1);
-      wanted.push_back(arg.is_value() && needs_grad[arg.value]);
+    if (node.prim == prims::Prim::Extern) {
+      view.inputs = extern_inputs(node);  // externs read their tensors through extern_args
+    } else {
+      for (const prims::PrimArg& arg : node.args) view.inputs.push_back(arg.is_value() ? arg.value : -1);
     }
+    for (int id : view.inputs) wanted.push_back(id >= 0 && needs_grad[id]);
     bool any_wanted = false;
     for (bool w : wanted) any_wanted = any_wanted || w;
-    if (!any_wanted && node.prim != prims::Prim::Extern) continue;
+    if (!any_wanted) continue;
     std::vector<int> in_grads = vjp(b, view, out_grads, wanted);
     for (size_t i = 0; i < in_grads.size() && i < view.inputs.size(); ++i) {
       if (wanted[i]) accumulate(view.inputs[i], in_grads[i]);

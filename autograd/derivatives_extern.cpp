@@ -1,0 +1,157 @@
+// Derivative of extern nodes: torch differentiates them (Note [Extern
+// gradients]).
+#include <Python.h>
+
+#include <set>
+#include <string>
+
+#include "autograd/derivatives_family.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::autograd {
+
+// Note [Extern gradients]
+// An extern is an op kiln keeps as a torch call (conv2d, max_pool2d, ...):
+// kiln has no rule for it, torch has. Its vjp is one backward extern node
+// calling kiln._extern_vjp.extern_vjp(fn, args, kwargs, slots, grads), which
+// re-runs fn(*args, **kwargs) under enable_grad with the tensors at `slots`
+// replaced by detached leaves that require grad, and returns
+// torch.autograd.grad of the outputs for `grads` (contiguous; zeros where
+// torch has none). Cost: the op runs a second time in the backward, because
+// the forward's autograd graph is not kept (a later step may save it
+// instead). A call that mutates its arguments or draws random numbers would
+// recompute something else, so those throw NoDerivative.
+// A slot is a path: (0, i, ...) into the positional arguments or
+// (1, name, ...) into the keywords, then tuple/list indices or dict keys;
+// slots follow extern_inputs() order.
+
+namespace {
+
+using runtime::PyRef;
+
+// Appends the value ids `arg` refers to, depth-first.
+void collect_values(const graph::Arg& arg, std::vector<int>& ids) {
+  if (arg.kind == graph::Arg::Kind::Node) ids.push_back(arg.node);
+  for (const graph::Arg& item : arg.items) collect_values(item, ids);
+}
+
+// Appends, per value `arg` refers to, the path to it (as collect_values).
+void collect_paths(const graph::Arg& arg, std::vector<PyRef>& path, std::vector<std::vector<PyRef>>& paths) {
+  if (arg.kind == graph::Arg::Kind::Node) paths.push_back(path);
+  for (size_t i = 0; i < arg.items.size(); ++i) {
+    path.push_back(arg.kind == graph::Arg::Kind::Dict ? PyRef::borrow(arg.keys[i])
+                                                      : PyRef::steal(PyLong_FromSize_t(i)));
+    collect_paths(arg.items[i], path, paths);
+    path.pop_back();
+  }
+}
+
+// Every path of the node's arguments, in extern_inputs() order.
+std::vector<std::vector<PyRef>> extern_paths(const prims::PrimAttrs& attrs) {
+  std::vector<std::vector<PyRef>> paths;
+  std::vector<PyRef> path = {PyRef::steal(PyLong_FromLong(0)), PyRef()};
+  for (size_t i = 0; i < attrs.extern_args.size(); ++i) {
+    path[1] = PyRef::steal(PyLong_FromSize_t(i));
+    collect_paths(attrs.extern_args[i], path, paths);
+  }
+  path[0] = PyRef::steal(PyLong_FromLong(1));
+  for (const auto& [name, arg] : attrs.extern_kwargs) {
+    path[1] = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    collect_paths(arg, path, paths);
+  }
+  return paths;
+}
+
+// Why recomputing the call would not reproduce the forward's result, or "".
+std::string cannot_recompute(const prims::PrimAttrs& attrs) {
+  std::string name = attrs.target_name.substr(attrs.target_name.rfind('.') + 1);
+  const bool dunder = name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+  if (!dunder && name.ends_with("_")) return "it writes into its arguments";
+  if (dunder) name = name.substr(2, name.size() - 4);
+  static const std::set<std::string> writes = {
+      "setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
+      "iand", "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat"};
+  if (writes.count(name)) return "it writes into its arguments";
+  for (const auto& [key, arg] : attrs.extern_kwargs) {
+    if (key == "out" || (key == "inplace" && arg.constant == Py_True)) return "it writes into its arguments";
+  }
+  static const std::set<std::string> draws = {"bernoulli", "multinomial", "normal", "poisson",
+                                              "gumbel_softmax", "rrelu"};
+  if (draws.count(name) || name.starts_with("rand") || name.find("dropout") != std::string::npos) {
+    return "it draws random numbers";
+  }
+  return "";
+}
+
+// kiln._extern_vjp.extern_vjp, imported on first use and kept for the
+// process (a new reference never released). Throws NoDerivative when the
+// module cannot be imported (then a later call tries again).
+PyObject* extern_vjp_helper() {
+  static PyObject* helper = nullptr;
+  if (helper != nullptr) return helper;
+  PyRef module = PyRef::steal(PyImport_ImportModule("kiln._extern_vjp"));
+  helper = module ? PyObject_GetAttrString(module.get(), "extern_vjp") : nullptr;
+  if (helper == nullptr) {
+    PyErr_Clear();
+    throw NoDerivative("extern: cannot import kiln._extern_vjp.extern_vjp");
+  }
+  return helper;
+}
+
+}  // namespace
+
+std::vector<int> extern_inputs(const prims::PrimNode& node) {
+  std::vector<int> ids;
+  for (const graph::Arg& arg : node.attrs.extern_args) collect_values(arg, ids);
+  for (const auto& kw : node.attrs.extern_kwargs) collect_values(kw.second, ids);
+  return ids;
+}
+
+std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
+                            const std::vector<int>& grads, const std::vector<bool>& needs) {
+  const prims::PrimAttrs& attrs = view.node.attrs;
+  std::vector<int> out(view.inputs.size(), -1);
+  const std::string why = cannot_recompute(attrs);
+  if (!why.empty()) throw NoDerivative("extern " + attrs.target_name + ": no gradient, " + why);
+  PyObject* helper = extern_vjp_helper();
+  const std::vector<std::vector<PyRef>> paths = extern_paths(attrs);
+  PyRef slots = PyRef::steal(PyList_New(0));
+  std::vector<size_t> wanted;
+  std::vector<graph::TensorMeta> metas;
+  for (size_t i = 0; i < view.inputs.size(); ++i) {
+    if (!needs[i]) continue;
+    PyRef path = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(paths[i].size())));
+    for (size_t k = 0; k < paths[i].size(); ++k) {
+      PyTuple_SET_ITEM(path.get(), k, PyRef(paths[i][k]).release());
+    }
+    PyList_Append(slots.get(), path.get());
+    graph::TensorMeta meta = b.meta(view.inputs[i]);
+    meta.strides = graph::contiguous_strides(meta.sizes);  // the helper returns contiguous gradients
+    meta.requires_grad = false;
+    metas.push_back(meta);
+    wanted.push_back(i);
+  }
+  if (wanted.empty()) return out;
+  graph::Arg positional;
+  positional.kind = graph::Arg::Kind::Tuple;
+  positional.items = attrs.extern_args;
+  graph::Arg keywords;
+  keywords.kind = graph::Arg::Kind::Dict;
+  for (const auto& [name, arg] : attrs.extern_kwargs) {
+    keywords.keys.push_back(PyUnicode_FromString(name.c_str()));  // owned by keywords
+    keywords.items.push_back(arg);
+  }
+  graph::Arg grad_args;
+  grad_args.kind = graph::Arg::Kind::Tuple;
+  for (int g : grads) grad_args.items.push_back(g >= 0 ? graph::Arg::of_node(g) : graph::Arg::of_constant(Py_None));
+  PyRef slot_tuple = PyRef::steal(PyList_AsTuple(slots.get()));
+  std::vector<graph::Arg> args = {graph::Arg::of_constant(attrs.target), std::move(positional),
+                                  std::move(keywords), graph::Arg::of_constant(slot_tuple.get()),
+                                  std::move(grad_args)};
+  const std::vector<int> ids = b.extern_call(helper, "extern_vjp(" + attrs.target_name + ")",
+                                             std::move(args), {}, metas);
+  for (size_t k = 0; k < wanted.size(); ++k) out[wanted[k]] = ids[k];
+  return out;
+}
+
+}  // namespace kiln::autograd

@@ -1,0 +1,143 @@
+// Derivative rules of gather, scatter, index_select and index_put: reads
+// through an index are undone by summing writes into zeros, and writes are
+// undone by masking (the written positions) and reading (the values).
+#include <numeric>
+#include <optional>
+
+#include "autograd/derivatives_family.h"
+#include "autograd/grad_helpers.h"
+#include "prims/common_meta.h"
+
+namespace kiln::autograd {
+
+using prims::Prim;
+
+namespace {
+
+prims::PrimArg int_arg(int64_t x) { return prims::PrimArg::of_scalar(prims::Scalar::of_int(x)); }
+
+prims::Placement placement_of(const graph::TensorMeta& m) { return {m.device_type, m.device_index, false}; }
+
+// `g` (the shape of scatter's index) padded with zeros up to `target`'s
+// sizes: scatter reads only the index-shaped corner of its src.
+int pad_to(prims::PrimBuilder& b, int g, graph::TensorMeta target) {
+  for (size_t d = 0; d < target.sizes.size(); ++d) {
+    const int64_t have = b.meta(g).sizes[d];
+    if (have == target.sizes[d]) continue;
+    std::vector<int64_t> sizes = b.meta(g).sizes;
+    sizes[d] = target.sizes[d] - have;
+    const int zeros = b.full(sizes, prims::Scalar::of_float(0), target.dtype, placement_of(target));
+    g = b.cat({g, zeros}, static_cast<int64_t>(d));
+  }
+  return g;
+}
+
+// g[indices] as torch's advanced indexing reads it, with indices[k]
+// indexing dim dims[k] of g (negative entries count from the end). The
+// indexed dims are flattened into one and read with index_select at the
+// row-major linear index; the broadcast index dims go where torch puts them
+// (in place of the indexed dims when those are adjacent, else in front).
+int index_read(prims::PrimBuilder& b, int g, const std::vector<int64_t>& dims,
+               const std::vector<int>& indices) {
+  const std::vector<int64_t> sizes = b.meta(g).sizes;
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  std::vector<bool> indexed(rank, false);
+  for (int64_t d : dims) indexed[d] = true;
+  std::vector<int64_t> order(dims.begin(), dims.end());
+  std::vector<int64_t> flat_sizes = {1};
+  for (int64_t d = 0; d < rank; ++d) {
+    if (indexed[d]) {
+      flat_sizes[0] *= sizes[d];
+    } else {
+      order.push_back(d);
+      flat_sizes.push_back(sizes[d]);
+    }
+  }
+  const int flat = b.reshape(b.permute(g, order), flat_sizes);
+  int linear = -1;
+  int64_t stride = 1;
+  for (size_t k = dims.size(); k-- > 0;) {
+    const int64_t size = sizes[dims[k]];
+    int i = cast_to(b, indices[k], graph::DType::Int64);
+    i = b.where(b.binary(Prim::Lt, v(i), int_arg(0)), v(b.binary(Prim::Add, v(i), int_arg(size))), v(i));
+    const int term = stride == 1 ? i : b.binary(Prim::Mul, v(i), int_arg(stride));
+    linear = linear < 0 ? term : b.binary(Prim::Add, v(term), v(linear));
+    stride *= size;
+  }
+  const std::vector<int64_t> index_sizes = b.meta(linear).sizes;
+  const int picked = b.index_select(flat, 0, b.reshape(linear, {prims::numel(index_sizes)}));
+  std::vector<int64_t> out_sizes = index_sizes;
+  out_sizes.insert(out_sizes.end(), flat_sizes.begin() + 1, flat_sizes.end());
+  const int read = b.reshape(picked, out_sizes);
+  bool adjacent = true;
+  for (size_t k = 1; k < dims.size(); ++k) adjacent = adjacent && dims[k] == dims[k - 1] + 1;
+  if (!adjacent || dims[0] == 0) return read;
+  // Move the index dims from the front to where the indexed dims were.
+  const int64_t n_index = static_cast<int64_t>(index_sizes.size());
+  const int64_t out_rank = static_cast<int64_t>(out_sizes.size());
+  std::vector<int64_t> perm;
+  for (int64_t d = n_index; d < n_index + dims[0]; ++d) perm.push_back(d);
+  for (int64_t d = 0; d < n_index; ++d) perm.push_back(d);
+  for (int64_t d = n_index + dims[0]; d < out_rank; ++d) perm.push_back(d);
+  return b.permute(read, perm);
+}
+
+}  // namespace
+
+std::vector<int> vjp_index(prims::PrimBuilder& b, const NodeView& view,
+                           const std::vector<int>& grads, const std::vector<bool>& needs) {
+  const prims::PrimNode& node = view.node;
+  const prims::PrimAttrs& attrs = node.attrs;
+  const std::vector<int>& in = view.inputs;
+  const int g = grads[0];
+  std::vector<int> out(in.size(), -1);
+  auto want = [&](size_t i) { return i < in.size() && in[i] >= 0 && needs[i]; };
+  const graph::TensorMeta xm = b.meta(in[0]);  // a copy: appending nodes moves the values
+  switch (node.prim) {
+    case Prim::Gather:
+      // Each element read from x sends its gradient back, repeats summed.
+      if (want(0)) out[0] = b.scatter(zeros_like(b, xm), attrs.dim, in[1], v(g), true);
+      return out;
+    case Prim::Scatter:
+      // scatter: written positions of x are overwritten (no gradient);
+      // scatter_add keeps x whole. src's gradient is g where it was written.
+      if (want(0)) out[0] = attrs.accumulate ? g : b.scatter(g, attrs.dim, in[1], f(0));
+      if (want(2)) out[2] = pad_to(b, b.gather(g, attrs.dim, in[1]), b.meta(in[2]));
+      return out;
+    case Prim::IndexSelect: {
+      if (!want(0)) return out;
+      if (xm.sizes.empty()) {
+        out[0] = g;  // a 0-dim x has one element, read once
+        return out;
+      }
+      const int index = b.reshape(cast_to(b, in[1], graph::DType::Int64), {prims::numel(b.meta(in[1]).sizes)});
+      std::vector<std::optional<int>> indices(attrs.dim, std::nullopt);
+      indices.push_back(index);
+      out[0] = b.index_put(zeros_like(b, xm), indices, g, true);
+      return out;
+    }
+    case Prim::IndexPut: {
+      // Args (x, values, indices...). Without accumulate the written
+      // positions of x get no gradient; values get g where they were written
+      // (every repeat, as torch), summed down to their own sizes.
+      const std::vector<int> indices(in.begin() + 2, in.end());
+      if (want(0)) {
+        if (attrs.accumulate) {
+          out[0] = g;
+        } else {
+          std::vector<std::optional<int>> at(xm.sizes.size(), std::nullopt);
+          for (size_t k = 0; k < indices.size(); ++k) at[attrs.dims[k]] = indices[k];
+          at.resize(attrs.dims.back() + 1);
+          const int zero = b.full({}, prims::Scalar::of_float(0), xm.dtype, placement_of(xm));
+          out[0] = b.index_put(g, at, zero, false);
+        }
+      }
+      if (want(1)) out[1] = sum_to(b, index_read(b, g, attrs.dims, indices), b.meta(in[1]));
+      return out;
+    }
+    default:
+      throw NoDerivative(std::string(prims::prim_name(node.prim)) + " has no derivative rule");
+  }
+}
+
+}  // namespace kiln::autograd
