@@ -43,6 +43,11 @@ std::vector<int> vjp(prims::PrimBuilder& b, const NodeView& view, const std::vec
 // dicts), repeats included.
 std::vector<int> extern_inputs(const prims::PrimNode& node);
 
+// True for an extern call with effects beyond its result (it writes into
+// its arguments, like Tensor.copy_ of batch norm's running statistics, or
+// draws random numbers): it must run exactly once, in the forward.
+bool extern_has_effects(const prims::PrimAttrs& attrs);
+
 // True for prims whose outputs never carry gradients (comparisons, integer
 // and bool results, argmax, random draws): autograd does not visit them.
 bool is_non_differentiable(prims::Prim prim);

@@ -83,6 +83,12 @@ std::string cannot_recompute(const prims::PrimAttrs& attrs) {
   return "";
 }
 
+}  // namespace
+
+bool extern_has_effects(const prims::PrimAttrs& attrs) { return !cannot_recompute(attrs).empty(); }
+
+namespace {
+
 // kiln._extern_vjp.extern_vjp, imported on first use and kept for the
 // process (a new reference never released). Throws NoDerivative when the
 // module cannot be imported (then a later call tries again).

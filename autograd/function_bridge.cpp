@@ -146,7 +146,9 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
     PyTuple_SET_ITEM(slots.get(), i, PyLong_FromLong(partition.input_grad_slot[i]));
   }
   PyRef count = PyRef::steal(PyLong_FromLong(partition.forward_output_count));
-  PyRef runner = PyRef::steal(PyTuple_Pack(5, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get()));
+  PyRef saved = PyRef::steal(PyLong_FromLong(partition.saved_count));
+  PyRef runner = PyRef::steal(
+      PyTuple_Pack(6, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get(), saved.get()));
   if (!runner) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
   return std::make_unique<AutogradExecutor>(std::move(apply), std::move(runner), std::move(output),
                                             std::move(forward_outputs), value_count, input_count);

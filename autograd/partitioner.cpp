@@ -5,6 +5,7 @@
 #include <queue>
 #include <stdexcept>
 
+#include "autograd/derivatives.h"
 #include "prims/common_meta.h"
 #include "prims/subgraph.h"
 
@@ -231,6 +232,13 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   std::vector<int> forward_inputs(g.inputs().begin(), g.inputs().begin() + joint.forward_input_count);
   std::vector<int> forward_outputs = joint.forward_outputs;
   forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());
+  for (const prims::PrimNode& node : g.nodes()) {
+    if (node.prim == prims::Prim::Extern && extern_has_effects(node.attrs) && !node.outputs.empty() &&
+        forward[node.outputs[0]]) {
+      forward_outputs.push_back(node.outputs[0]);
+      ++result.effect_count;
+    }
+  }
   std::string error;
   result.forward = prims::extract_subgraph(g, forward_inputs, forward_outputs, &error);
   if (!error.empty()) throw std::runtime_error("partition: forward graph: " + error);

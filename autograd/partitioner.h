@@ -23,6 +23,10 @@ struct Partition {
   prims::PrimGraph backward;
   int forward_output_count = 0;
   int saved_count = 0;
+  // After the saved values the forward also returns the results of extern
+  // calls with effects (running statistics written by batch norm), so that
+  // they run once, in the forward, and are never dropped as dead code.
+  int effect_count = 0;
   int64_t saved_bytes = 0;
   // Per forward output: whether a gradient flows back into it.
   std::vector<bool> output_has_grad;

@@ -5,6 +5,7 @@
 #include "prims/decompositions.h"
 #include "prims/prim_error.h"
 #include "runtime/log.h"
+#include "runtime/py_ref.h"
 
 namespace kiln::prims {
 namespace {
@@ -12,6 +13,7 @@ namespace {
 using graph::Arg;
 using graph::Node;
 using graph::NodeKind;
+using runtime::PyRef;
 
 DecomposeFn decomposition_table(stdlib::TorchOp op) {
   static const DecomposeFn table[] = {
@@ -120,6 +122,87 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
   return values;
 }
 
+// The out-of-place twin of an in-place torch callable (Tensor.mul_ ->
+// Tensor.mul, torch.relu_ -> torch.relu, F.relu_ -> F.relu), or null.
+PyRef out_of_place_twin(PyObject* target) {
+  PyRef name = PyRef::steal(PyObject_GetAttrString(target, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) {
+    PyErr_Clear();
+    return PyRef();
+  }
+  std::string text = PyUnicode_AsUTF8(name.get());
+  if (text.size() < 2 || text.back() != '_' || text.starts_with("__")) return PyRef();
+  text.pop_back();
+  PyRef owner = PyRef::steal(PyObject_GetAttrString(target, "__objclass__"));
+  if (!owner) {
+    PyErr_Clear();
+    PyRef module = PyRef::steal(PyObject_GetAttrString(target, "__module__"));
+    const char* module_name = module && PyUnicode_Check(module.get()) ? PyUnicode_AsUTF8(module.get()) : nullptr;
+    // torch's C functions name torch._C._VariableFunctions or nothing.
+    if (!module_name || std::string(module_name).starts_with("torch._C")) module_name = "torch";
+    owner = PyRef::steal(PyImport_ImportModule(module_name));
+  }
+  PyRef twin = owner ? PyRef::steal(PyObject_GetAttrString(owner.get(), text.c_str())) : PyRef();
+  if (!twin) PyErr_Clear();
+  return twin;
+}
+
+// True when `value` may share storage with another value of `graph`: it is
+// a view, a view was taken of it, or an extern call saw it (which may have
+// kept a view).
+bool may_alias(const PrimGraph& graph, int value) {
+  const PrimValue& v = graph.value(value);
+  if (v.node < 0) return true;  // a graph input: the caller sees its changes
+  if (prim_info(graph.node(v.node).prim).family == Family::View) return true;
+  for (const PrimNode& node : graph.nodes()) {
+    const bool view = prim_info(node.prim).family == Family::View;
+    for (const PrimArg& arg : node.args) {
+      if (view && arg.is_value() && arg.value == value) return true;
+    }
+    if (node.prim != Prim::Extern) continue;
+    std::vector<int> reads;
+    for (const Arg& arg : node.attrs.extern_args) collect_values(arg, &reads);
+    for (const auto& kw : node.attrs.extern_kwargs) collect_values(kw.second, &reads);
+    if (std::find(reads.begin(), reads.end(), value) != reads.end()) return true;
+  }
+  return false;
+}
+
+// Note [In-place ops on intermediates]
+// `y.mul_(2)` on a tensor the graph made, which nothing else can see (no
+// view of it, not an input), is the out-of-place `y.mul(2)` with every later
+// use of y reading the new value: the same numbers, and a graph autograd can
+// differentiate. Anything that may alias stays an extern running in place.
+std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& traced, const Node& node,
+                                       std::vector<std::vector<int>>& values) {
+  if (node.args.empty() || node.args[0].kind != Arg::Kind::Node) return {};
+  const int base = node.args[0].node;
+  if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
+  const int mutated = values[base][0];
+  PyRef twin = out_of_place_twin(node.target);
+  if (!twin || may_alias(b.graph(), mutated)) return {};
+  const stdlib::OpSpelling* spelling = stdlib::find_torch_op(twin.get());
+  if (!spelling) return {};
+  Node functional;
+  functional.id = node.id;
+  functional.kind = NodeKind::Call;
+  functional.target_name = spelling->text;
+  functional.target = twin.release();
+  functional.args = node.args;
+  functional.kwargs = node.kwargs;
+  functional.metas = node.metas;
+  std::string why;
+  std::vector<int> result = try_decompose(b, traced, functional, *spelling, values, &why);
+  if (result.size() != 1) return {};
+  for (int k = 0; k < node.id; ++k) {
+    for (int& id : values[k]) {
+      if (id == mutated) id = result[0];
+    }
+  }
+  KILN_LOG(prims, node.target_name << " (node %" << node.id << ") computed out of place");
+  return result;
+}
+
 }  // namespace
 
 DecomposeFn decomposition_of(stdlib::TorchOp op) { return decomposition_table(op); }
@@ -170,6 +253,11 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
         values[node.id] = {items[index]};
         continue;
       }
+    }
+    if (std::vector<int> functional = functionalize_inplace(b, traced, node, values); !functional.empty()) {
+      values[node.id] = std::move(functional);
+      ++out.decomposed_calls;
+      continue;
     }
     std::string reason = "no decomposition";
     const stdlib::OpSpelling* spelling = stdlib::find_torch_op(node.target);

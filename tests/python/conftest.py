@@ -22,9 +22,6 @@ STAT_KEYS = (
     "unsupported",
     "eager_runs",
     "cache_limit_hits",
-    "prim_graphs",
-    "prim_fallbacks",
-    "autograd_graphs",
 )
 
 
