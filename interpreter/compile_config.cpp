@@ -7,6 +7,7 @@ namespace kiln::interpreter {
 namespace {
 
 thread_local const CompileConfig* t_current_config = nullptr;
+thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 
@@ -38,6 +39,12 @@ const CompileConfig* set_current_config(const CompileConfig* config) {
   t_current_config = config;
   return previous;
 }
+
+int context_depth() { return t_context_depth; }
+
+ContextDepthScope::ContextDepthScope() { ++t_context_depth; }
+
+ContextDepthScope::~ContextDepthScope() { --t_context_depth; }
 
 Stats& stats() {
   static Stats counters;

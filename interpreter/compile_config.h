@@ -10,6 +10,8 @@
 
 namespace kiln::interpreter {
 
+struct ConfigReport;
+
 // Collects what tracing produced, for kiln.explain() and trace dumps.
 struct TraceCollector {
   std::vector<std::string> graphs;   // graph text per successful trace
@@ -34,6 +36,7 @@ struct CompileConfig {
   // True makes every argument dim dynamic, False keeps sizes static.
   enum class Dynamic : uint8_t { Automatic, Always, Never } dynamic = Dynamic::Automatic;
   std::shared_ptr<TraceCollector> collector;  // set for explain/dump runs
+  std::shared_ptr<ConfigReport> report;       // set under kiln --report
 };
 
 // Returns a fresh config id.
@@ -62,6 +65,20 @@ class ConfigScope {
 
  private:
   const CompileConfig* previous_;
+};
+
+// How many kiln.compile'd or kiln.disable'd calls the running thread is
+// inside. --compile=modules compiles a module call only at depth 0: inside,
+// the enclosing compiled call already covers it (or disabled it).
+int context_depth();
+
+// Scoped increment of the thread's context depth.
+class ContextDepthScope {
+ public:
+  ContextDepthScope();
+  ~ContextDepthScope();
+  ContextDepthScope(const ContextDepthScope&) = delete;
+  ContextDepthScope& operator=(const ContextDepthScope&) = delete;
 };
 
 // Process-wide counters, reported by kiln.stats().

@@ -7,6 +7,7 @@
 #include "graph/graph_printer.h"
 #include "interpreter/backends.h"
 #include "interpreter/bytecode_decoder.h"
+#include "interpreter/call_report.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "interpreter/cpython_frame.h"
@@ -289,7 +290,11 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     const std::string graph_text = graph::format_graph(*entry->compiled->graph);
     KILN_LOG(graph, "graph for " << code_name(code) << "\n" << graph_text);
     KILN_LOG(guards, "guards for " << code_name(code) << "\n" << entry->guards->format());
+    if (config.report) config.report->traces++;
     if (result.partial) {
+      if (config.report) {
+        config.report->breaks.push_back(code_name(code) + ": " + result.reason);
+      }
       stats().graph_breaks++;
       KILN_LOG(breaks, "graph break in " << code_name(code) << ": " << result.reason
                                          << "\n  hint: " << result.hint);
@@ -333,6 +338,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     entry->reason = result.reason;
     entry->hint = result.hint;
     stats().unsupported++;
+    if (config.report) config.report->eager_frames.push_back(code_name(code) + ": " + result.reason);
     KILN_LOG(breaks, "cannot trace " << code_name(code) << ": " << result.reason
                                      << "\n  hint: " << result.hint);
     if (collector) {
@@ -403,11 +409,17 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     }
     if (last) {
       stats().recompiles++;
+      if (config->report) {
+        config->report->recompiles.push_back(code_name(code) + ": " +
+                                             last->guards->check_verbose(view));
+      }
       KILN_LOG(recompiles, "recompiling " << code_name(code) << ": "
                                           << last->guards->check_verbose(view));
       if (config->dynamic == CompileConfig::Dynamic::Automatic) mark_dynamic_dims(cache, code, *last, view, *config);
     }
+    const int64_t trace_start = config->report ? report_clock_ns() : 0;
     hit = trace_into_cache(cache, code, frame, *config);
+    if (config->report) config->report->compile_ns += report_clock_ns() - trace_start;
     if (!hit->failed && !hit->guards->check(view, values)) {
       // The guards must hold on the frame they were traced from.
       hit->failed = true;

@@ -280,7 +280,10 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
   PyObject* obj = module->obj.get();
   PyTypeObject* type = Py_TYPE(obj);
   PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
-  if (_PyType_Lookup(type, call_name.get()) != api->module_call) {
+  // Compared with Module's __call__ as it is now, not as it was at startup:
+  // `kiln --compile=modules` replaces it with an equivalent entry point.
+  if (_PyType_Lookup(type, call_name.get()) !=
+      _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
     abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " overrides __call__");
   }
   // Hooks run Python code kiln does not see; refuse rather than skip them,

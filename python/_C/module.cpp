@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "interpreter/call_report.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "interpreter/frame_hook.h"
@@ -28,13 +29,38 @@ struct ContextCall {
   std::shared_ptr<CompileConfig> config;  // null: disabled
 };
 
+// A compiled call under kiln --report: timed, and run eagerly when sampled.
+PyObject* reported_call(ContextCall* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  kiln::interpreter::ConfigReport& report = *self->config->report;
+  const bool eager = kiln::interpreter::begin_reported_call(report);
+  const int64_t compile_before = report.compile_ns;
+  const int64_t start = kiln::interpreter::report_clock_ns();
+  PyObject* result;
+  if (eager) {
+    ConfigScope scope(nullptr);
+    result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+  } else {
+    kiln::interpreter::CompiledRegion region;
+    ConfigScope scope(self->config.get());
+    result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+  }
+  const int64_t elapsed = kiln::interpreter::report_clock_ns() - start;
+  // Failed calls say nothing about speed.
+  if (result) {
+    kiln::interpreter::end_reported_call(report, eager, report.compile_ns != compile_before, elapsed);
+  }
+  return result;
+}
+
 PyObject* context_call_vectorcall(PyObject* self_obj, PyObject* const* args, size_t nargsf,
                                   PyObject* kwnames) {
   auto* self = reinterpret_cast<ContextCall*>(self_obj);
+  kiln::interpreter::ContextDepthScope depth;
   if (!self->config) {
     ConfigScope scope(nullptr);
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
   }
+  if (self->config->report) return reported_call(self, args, nargsf, kwnames);
   kiln::interpreter::CompiledRegion region;
   ConfigScope scope(self->config.get());
   return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
@@ -98,14 +124,40 @@ PyObject* make_context_call(PyObject* fn, std::shared_ptr<CompileConfig> config)
   return reinterpret_cast<PyObject*>(self);
 }
 
-// _C.compiled(fn, backend, fullgraph, dynamic=None) -> callable running fn
-// under a new config.
+// A readable name for what a config compiles: "qualname (file:line)".
+std::string callable_name(PyObject* fn) {
+  PyObject* target = PyObject_GetAttrString(fn, "__func__");  // bound methods
+  if (!target) {
+    PyErr_Clear();
+    Py_INCREF(fn);
+    target = fn;
+  }
+  std::string name;
+  if (PyFunction_Check(target)) {
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(target));
+    const char* qualname = PyUnicode_AsUTF8(code->co_qualname);
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    name = std::string(qualname ? qualname : "?") + " (" + (file ? file : "?") + ":" +
+           std::to_string(code->co_firstlineno) + ")";
+  } else {
+    PyObject* repr = PyObject_Repr(target);
+    name = repr && PyUnicode_AsUTF8(repr) ? PyUnicode_AsUTF8(repr) : "?";
+    Py_XDECREF(repr);
+  }
+  Py_DECREF(target);
+  PyErr_Clear();
+  return name;
+}
+
+// _C.compiled(fn, backend, fullgraph, dynamic=None, name=None) -> callable
+// running fn under a new config; `name` labels it in kiln --report.
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
   const char* backend;
   int fullgraph;
   PyObject* dynamic = Py_None;
-  if (!PyArg_ParseTuple(args, "Osp|O", &fn, &backend, &fullgraph, &dynamic)) return nullptr;
+  const char* name = nullptr;
+  if (!PyArg_ParseTuple(args, "Osp|Oz", &fn, &backend, &fullgraph, &dynamic, &name)) return nullptr;
   if (dynamic != Py_None && dynamic != Py_True && dynamic != Py_False) {
     PyErr_SetString(PyExc_TypeError, "dynamic must be None, True or False");
     return nullptr;
@@ -117,6 +169,9 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   config->dynamic = dynamic == Py_None   ? CompileConfig::Dynamic::Automatic
                     : dynamic == Py_True ? CompileConfig::Dynamic::Always
                                          : CompileConfig::Dynamic::Never;
+  if (kiln::interpreter::report_enabled()) {
+    config->report = kiln::interpreter::register_report(name ? std::string(name) : callable_name(fn));
+  }
   return make_context_call(fn, std::move(config));
 }
 
@@ -144,6 +199,7 @@ PyObject* run_collecting(PyObject* args, bool want_dump, std::shared_ptr<TraceCo
   config->collector->want_dump = want_dump;
   PyObject* result;
   {
+    kiln::interpreter::ContextDepthScope depth;
     kiln::interpreter::CompiledRegion region;
     ConfigScope scope(config.get());
     result = PyObject_Call(fn, call_args, call_kwargs == Py_None ? nullptr : call_kwargs);
@@ -223,7 +279,54 @@ PyObject* py_set_unsupported_error(PyObject*, PyObject* type) {
   Py_RETURN_NONE;
 }
 
+// _C.enable_report(sample_every): reporting on for configs made from now.
+PyObject* py_enable_report(PyObject*, PyObject* arg) {
+  long every = PyLong_AsLong(arg);
+  if (every == -1 && PyErr_Occurred()) return nullptr;
+  if (every < 0) {
+    PyErr_SetString(PyExc_ValueError, "the eager sampling period must be >= 0");
+    return nullptr;
+  }
+  kiln::interpreter::enable_report(static_cast<int>(every));
+  Py_RETURN_NONE;
+}
+
+PyObject* int64_list(const std::vector<int64_t>& items) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+  for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(items[i]));
+  return list;
+}
+
+// _C.report_data() -> [dict per reported config], for kiln.report.
+PyObject* py_report_data(PyObject*, PyObject*) {
+  const auto& reports = kiln::interpreter::all_reports();
+  PyObject* list = PyList_New(0);
+  for (const auto& report : reports) {
+    PyObject* item = Py_BuildValue(
+        "{s:s,s:L,s:L,s:L,s:N,s:N,s:N,s:N,s:N}", "name", report->name.c_str(), "calls", report->calls,
+        "traces", report->traces, "compile_ns", report->compile_ns, "breaks",
+        string_list(report->breaks), "recompiles", string_list(report->recompiles), "eager_frames",
+        string_list(report->eager_frames), "eager_ns", int64_list(report->eager_ns), "compiled_ns",
+        int64_list(report->compiled_ns));
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
+// _C.in_context() -> True inside a kiln.compile'd or kiln.disable'd call.
+PyObject* py_in_context(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::context_depth() > 0);
+}
+
 PyMethodDef module_methods[] = {
+    {"enable_report", py_enable_report, METH_O, "Turns on kiln --report's counters and eager sampling."},
+    {"report_data", py_report_data, METH_NOARGS, "Returns the report counters of every compiled callable."},
+    {"in_context", py_in_context, METH_NOARGS, "True inside a compiled or disabled call."},
     {"compiled", py_compiled, METH_VARARGS, "Wraps fn so its frames are traced under a new config."},
     {"disabled", py_disabled, METH_O, "Wraps fn so nothing it runs is traced."},
     {"explain", py_explain, METH_VARARGS, "Runs fn, returning (result, graphs, break_reasons)."},

@@ -4,7 +4,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, policy
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -36,18 +36,21 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     """Returns fn_or_module with its frames traced into graphs and run compiled.
 
     Usable as kiln.compile(f), @kiln.compile and @kiln.compile(fullgraph=True).
+    Under `kiln --compile=none` it returns fn_or_module unchanged (run eagerly).
     """
     _check_options(backend, mode, dynamic)
     if fn_or_module is None:
         return lambda target: compile(target, fullgraph=fullgraph, dynamic=dynamic,
                                       backend=backend, mode=mode)
-    if isinstance(fn_or_module, torch.nn.Module):
-        from .compiled_module import CompiledModule
-        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
-                                                              dynamic))
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile expects a function or an nn.Module, got "
                         f"{type(fn_or_module).__name__}")
+    if policy.policy() == "none":
+        return fn_or_module
+    if isinstance(fn_or_module, torch.nn.Module):
+        from .compiled_module import CompiledModule
+        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
+                                                        dynamic, policy.module_label(fn_or_module)))
     wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic)
     _copy_metadata(wrapper, fn_or_module)
     return wrapper
