@@ -363,3 +363,13 @@ def test_backward_twice_through_retained_graph():
     ref.backward()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_inference_mode_call_runs_forward_only_graph():
+    model = MLP()
+    compiled = kiln.compile(model, backend="aot_eager")
+    x = torch.randn(3, 8)
+    with torch.inference_mode():
+        out = compiled(x)
+        torch.testing.assert_close(out, model(x))
+    assert stats()["autograd_graphs"] == 0 and stats()["prim_graphs"] == 1
