@@ -62,6 +62,12 @@ void print_metas(std::ostringstream& out, const Node& node) {
 
 }  // namespace
 
+std::string format_arg(const Arg& arg) {
+  std::ostringstream out;
+  print_arg(out, arg);
+  return out.str();
+}
+
 std::string format_graph(const Graph& graph) {
   std::ostringstream out;
   for (const Node& node : graph.nodes()) {

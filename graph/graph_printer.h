@@ -14,4 +14,8 @@ namespace kiln::graph {
 // Constants print as Python repr; no addresses appear.
 std::string format_graph(const Graph& graph);
 
+// The text of one argument as format_graph writes it ("%3", "(1, %2)",
+// constants as their repr without addresses).
+std::string format_arg(const Arg& arg);
+
 }  // namespace kiln::graph

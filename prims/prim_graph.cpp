@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "graph/graph_printer.h"
 #include "runtime/py_text.h"
 
 namespace kiln::prims {
@@ -177,35 +178,6 @@ void print_list(std::ostringstream& out, const std::vector<int64_t>& values) {
   out << "]";
 }
 
-void print_arg(std::ostringstream& out, const graph::Arg& arg) {
-  switch (arg.kind) {
-    case graph::Arg::Kind::Node: out << "%" << arg.node; break;
-    case graph::Arg::Kind::Constant: out << runtime::py_repr(arg.constant); break;
-    case graph::Arg::Kind::Tuple:
-    case graph::Arg::Kind::List: {
-      const bool tuple = arg.kind == graph::Arg::Kind::Tuple;
-      out << (tuple ? "(" : "[");
-      for (size_t i = 0; i < arg.items.size(); ++i) {
-        if (i) out << ", ";
-        print_arg(out, arg.items[i]);
-      }
-      if (tuple && arg.items.size() == 1) out << ",";
-      out << (tuple ? ")" : "]");
-      break;
-    }
-    case graph::Arg::Kind::Dict: {
-      out << "{";
-      for (size_t i = 0; i < arg.items.size(); ++i) {
-        if (i) out << ", ";
-        out << runtime::py_repr(arg.keys[i]) << ": ";
-        print_arg(out, arg.items[i]);
-      }
-      out << "}";
-      break;
-    }
-  }
-}
-
 // The attributes a prim's family reads, as "name=value" items.
 void print_attrs(std::ostringstream& out, const PrimNode& node, bool* first) {
   const PrimAttrs& a = node.attrs;
@@ -301,12 +273,12 @@ std::string format_prim_graph(const PrimGraph& graph) {
       for (const graph::Arg& arg : node.attrs.extern_args) {
         out << (first ? "" : ", ");
         first = false;
-        print_arg(out, arg);
+        out << graph::format_arg(arg);
       }
       for (const auto& [name, arg] : node.attrs.extern_kwargs) {
         out << (first ? "" : ", ") << name << "=";
         first = false;
-        print_arg(out, arg);
+        out << graph::format_arg(arg);
       }
     } else {
       out << prim_name(node.prim) << "(";
