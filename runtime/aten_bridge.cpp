@@ -147,6 +147,10 @@ std::string describe_tensor_mismatch(PyObject* tensor, const TensorMeta& meta) {
   return out.str();
 }
 
+char* tensor_data(PyObject* tensor) {
+  return static_cast<char*>(THPVariable_Unpack(tensor).data_ptr());
+}
+
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
 void set_grad_mode(bool enabled) { at::GradMode::set_enabled(enabled); }

@@ -31,6 +31,10 @@ bool tensor_matches_dynamic(PyObject* tensor, const graph::TensorMeta& meta,
 // Explains in words how the tensor differs from `meta` ("" when it matches).
 std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& meta);
 
+// The address of the tensor's first element (data_ptr(), storage offset
+// included). Precondition: is_tensor(tensor).
+char* tensor_data(PyObject* tensor);
+
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 

@@ -1,0 +1,45 @@
+// Compiling a pointwise Kernel to host machine code. The code generator
+// (llvm_codegen.cpp) exists only in builds with LLVM (KILN_WITH_LLVM);
+// without it cpu_codegen_available() is false and compiling throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "inductor/kernel_ir.h"
+
+namespace kiln::inductor::cpu {
+
+// Note [CPU kernel ABI]
+// A compiled kernel is `void fn(char* const* data, const int64_t* sizes)`:
+// data[0 .. inputs) are the inputs' element pointers, then data[inputs ..
+// inputs + outputs) the outputs'; each input's Kernel offset (elements) is
+// added to its pointer. sizes[0 .. rank) is the iteration space and must
+// equal Kernel::sizes (strides are compiled in as constants). The kernel
+// runs on the calling thread, keeps no state and may run concurrently.
+// Outputs must not overlap inputs or each other.
+using CpuKernelFn = void (*)(char* const* data, const int64_t* sizes);
+
+// Thrown when a kernel cannot be compiled (no LLVM in this build, an
+// invalid kernel, LLVM refusing the module).
+class CodegenError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A compiled kernel and, when asked for, its LLVM IR.
+struct CpuKernel {
+  CpuKernelFn fn = nullptr;
+  std::string llvm_ir;            // as generated (with keep_ir)
+  std::string optimized_llvm_ir;  // after O3 (with keep_ir)
+};
+
+// True when this build can compile kernels (built with LLVM 16).
+bool cpu_codegen_available();
+
+// Compiles `kernel` for the host CPU. Throws CodegenError.
+CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir = false);
+
+}  // namespace kiln::inductor::cpu

@@ -1,0 +1,159 @@
+// One LLJIT per process (Note [One JIT]). Modules are optimized here, not by
+// ORC's IR transform layer, so the O3 pipeline sees the host's
+// TargetTransformInfo (vector widths, costs) and the loop vectorizer works.
+#include "inductor/cpu/llvm_jit.h"
+
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <mutex>
+
+#include "inductor/cpu/llvm_module.h"
+
+namespace kiln::inductor::cpu {
+namespace {
+
+// Note [One JIT]
+// The LLJIT lives for the process (kernels' addresses must stay valid while
+// any compiled graph may call them) and is never destroyed: tearing it down
+// at exit would race with torch's and CPython's own teardown. One mutex
+// serializes compiling; calling compiled kernels needs no lock.
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::unique_ptr<llvm::TargetMachine> target_machine;  // for the O3 pipeline
+  std::mutex mutex;
+};
+
+std::string take_message(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+void initialize_native_target() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+Jit& the_jit() {
+  static Jit* jit = [] {
+    initialize_native_target();
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) throw JitError("llvm: " + take_message(builder.takeError()));
+    // detectHost() already names the host CPU and its features.
+    builder->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+    auto machine = builder->createTargetMachine();
+    if (!machine) throw JitError("llvm: " + take_message(machine.takeError()));
+    auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*builder).create();
+    if (!lljit) throw JitError("llvm: " + take_message(lljit.takeError()));
+    const char prefix = (*lljit)->getDataLayout().getGlobalPrefix();
+    llvm::orc::JITDylib& main = (*lljit)->getMainJITDylib();
+    // libm (and everything else the process has loaded) ...
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
+    if (!process) throw JitError("llvm: " + take_message(process.takeError()));
+    main.addGenerator(std::move(*process));
+    // ... and glibc's vector math library, which torch does not load.
+    auto mvec = llvm::orc::DynamicLibrarySearchGenerator::Load("libmvec.so.1", prefix);
+    if (mvec) {
+      main.addGenerator(std::move(*mvec));
+    } else {
+      llvm::consumeError(mvec.takeError());  // codegen then emits scalar calls only
+    }
+    Jit* made = new Jit();
+    made->lljit = std::move(*lljit);
+    made->target_machine = std::move(*machine);
+    return made;
+  }();
+  return *jit;
+}
+
+void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder passes(&machine, tuning);
+  passes.registerModuleAnalyses(mam);
+  passes.registerCGSCCAnalyses(cam);
+  passes.registerFunctionAnalyses(fam);
+  passes.registerLoopAnalyses(lam);
+  passes.crossRegisterProxies(lam, fam, cam, mam);
+  llvm::ModulePassManager pipeline = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  pipeline.run(module, mam);
+}
+
+}  // namespace
+
+void JitModuleDeleter::operator()(JitModule* module) const { delete module; }
+
+const HostCpu& host_cpu() {
+  static const HostCpu cpu = [] {
+    initialize_native_target();
+    HostCpu made;
+    made.triple = llvm::sys::getProcessTriple();
+    made.name = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> host_features;
+    std::string list;
+    if (llvm::sys::getHostCPUFeatures(host_features)) {
+      for (const auto& feature : host_features) {
+        if (!list.empty()) list += ",";
+        list += (feature.getValue() ? "+" : "-") + feature.getKey().str();
+      }
+      made.avx2 = host_features.lookup("avx2") && host_features.lookup("fma");
+    }
+    made.features = list;
+    return made;
+  }();
+  return cpu;
+}
+
+JitResult jit_compile(JitModulePtr handle, const std::string& symbol, bool want_ir) {
+  Jit& jit = the_jit();
+  std::lock_guard<std::mutex> lock(jit.mutex);
+  llvm::Module& module = *handle->module;
+  module.setDataLayout(jit.target_machine->createDataLayout());
+  module.setTargetTriple(jit.target_machine->getTargetTriple().str());
+  std::string problems;
+  llvm::raw_string_ostream problem_stream(problems);
+  if (llvm::verifyModule(module, &problem_stream)) {
+    throw JitError("llvm: the generated module is invalid: " + problem_stream.str());
+  }
+  optimize(module, *jit.target_machine);
+  JitResult result;
+  if (want_ir) {
+    llvm::raw_string_ostream ir(result.optimized_ir);
+    module.print(ir, nullptr);
+  }
+  llvm::orc::ThreadSafeModule safe(std::move(handle->module), std::move(handle->context));
+  if (llvm::Error error = jit.lljit->addIRModule(std::move(safe))) {
+    throw JitError("llvm: " + take_message(std::move(error)));
+  }
+  auto address = jit.lljit->lookup(symbol);
+  if (!address) throw JitError("llvm: " + take_message(address.takeError()));
+  result.address = address->toPtr<void*>();
+  return result;
+}
+
+void* jit_resolve_host_symbol(const std::string& name) {
+  Jit& jit = the_jit();
+  std::lock_guard<std::mutex> lock(jit.mutex);
+  auto address = jit.lljit->lookup(name);
+  if (!address) {
+    llvm::consumeError(address.takeError());
+    return nullptr;
+  }
+  return address->toPtr<void*>();
+}
+
+}  // namespace kiln::inductor::cpu

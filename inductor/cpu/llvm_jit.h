@@ -1,0 +1,57 @@
+// The quarantine around LLVM's JIT: one ORC LLJIT per process, created on
+// first use, targeting the host CPU. No LLVM type appears here; the module
+// handed in is opaque (llvm_module.h, included only by llvm_*.cpp, defines
+// it). Only llvm_*.cpp files include LLVM headers.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace kiln::inductor::cpu {
+
+// Thrown when LLVM refuses a module (verification, optimization, linking,
+// an unresolved symbol); the message is LLVM's.
+class JitError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An LLVM module and the context that owns it, built by the code generator.
+struct JitModule;
+
+// Frees a module that was never compiled.
+struct JitModuleDeleter {
+  void operator()(JitModule* module) const;
+};
+using JitModulePtr = std::unique_ptr<JitModule, JitModuleDeleter>;
+
+// The host CPU as the JIT targets it (llvm::sys::getHostCPUName and the
+// host's features), so generated code may use AVX2/AVX-512 where present.
+struct HostCpu {
+  std::string triple;
+  std::string name;      // e.g. "skylake-avx512"
+  std::string features;  // e.g. "+avx2,+fma,..."
+  bool avx2 = false;     // glibc's libmvec AVX2 variants ("_ZGVd...") may be called
+};
+
+// The host CPU; initializes LLVM's native target on first use.
+const HostCpu& host_cpu();
+
+// What jit_compile returns besides the address.
+struct JitResult {
+  void* address = nullptr;
+  std::string optimized_ir;  // the module after O3, when asked for
+};
+
+// Runs LLVM's O3 pipeline over `module` for the host CPU, adds it to the
+// process's JIT and returns the address of function `symbol`. Thread-safe.
+// Throws JitError (the module is consumed either way).
+JitResult jit_compile(JitModulePtr module, const std::string& symbol, bool want_ir = false);
+
+// The address the JIT resolves `name` to in its host search (libm, libmvec,
+// the process), or null (always, in builds without LLVM): lets tests check
+// which C functions kernels can call.
+void* jit_resolve_host_symbol(const std::string& name);
+
+}  // namespace kiln::inductor::cpu

@@ -1,0 +1,332 @@
+#include "inductor/kernel_ir.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "prims/type_promotion.h"
+
+namespace kiln::inductor {
+namespace {
+
+struct KindInfo {
+  const char* name;
+  int operands;
+};
+
+constexpr KindInfo kKinds[] = {
+#define KILN_KERNEL_ENTRY(name, text, operands) {text, operands},
+    KILN_KERNEL_EXPR_KINDS(KILN_KERNEL_ENTRY)
+#undef KILN_KERNEL_ENTRY
+};
+
+struct OpInfo {
+  const char* name;
+  bool floating_only;
+};
+
+constexpr OpInfo kUnary[] = {
+#define KILN_KERNEL_ENTRY(name, text, floating) {text, floating},
+    KILN_KERNEL_UNARY_OPS(KILN_KERNEL_ENTRY)
+#undef KILN_KERNEL_ENTRY
+};
+
+constexpr OpInfo kBinary[] = {
+#define KILN_KERNEL_ENTRY(name, text, floating) {text, floating},
+    KILN_KERNEL_BINARY_OPS(KILN_KERNEL_ENTRY)
+#undef KILN_KERNEL_ENTRY
+};
+
+constexpr const char* kCompare[] = {
+#define KILN_KERNEL_ENTRY(name, text) text,
+    KILN_KERNEL_COMPARE_OPS(KILN_KERNEL_ENTRY)
+#undef KILN_KERNEL_ENTRY
+};
+
+constexpr int kUnaryCount = sizeof(kUnary) / sizeof(kUnary[0]);
+constexpr int kBinaryCount = sizeof(kBinary) / sizeof(kBinary[0]);
+constexpr int kCompareCount = sizeof(kCompare) / sizeof(kCompare[0]);
+
+bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64; }
+
+// Bitwise and logical ops make sense on bool and integers; logical ops also
+// on floats (nonzero is true), but the lowering casts to bool first.
+bool is_integral(DType d) { return d == DType::Bool || prims::is_integer(d); }
+
+std::string format_strides(const std::vector<int64_t>& values) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << ")";
+  return out.str();
+}
+
+std::string format_constant(const Expr& e) {
+  if (e.dtype == DType::Bool) return e.integer ? "True" : "False";
+  if (!is_float(e.dtype)) return std::to_string(e.integer);
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", e.constant);
+  std::string text = buffer;
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // "1.0", not "1"
+  return text;
+}
+
+// Checks one expression against the ones before it; "" when fine.
+std::string verify_expr(const Kernel& k, int id) {
+  const Expr& e = k.exprs[id];
+  const int kind = static_cast<int>(e.kind);
+  std::ostringstream why;
+  why << "%" << id << " (" << kKinds[kind].name << "): ";
+  if (static_cast<int>(e.operands.size()) != kKinds[kind].operands) {
+    why << "takes " << kKinds[kind].operands << " operands, has " << e.operands.size();
+    return why.str();
+  }
+  for (int operand : e.operands) {
+    if (operand < 0 || operand >= id) {
+      why << "operand %" << operand << " is not an earlier expression";
+      return why.str();
+    }
+  }
+  auto operand_dtype = [&](int i) { return k.exprs[e.operands[i]].dtype; };
+  if (e.kind != ExprKind::Load && e.kind != ExprKind::Cast && !is_compute_dtype(e.dtype)) {
+    why << dtype_short_name(e.dtype) << " is a storage dtype: compute in f32";
+    return why.str();
+  }
+  for (size_t i = 0; i < e.operands.size(); ++i) {
+    if (e.kind != ExprKind::Cast && !is_compute_dtype(operand_dtype(i))) {
+      why << "operand %" << e.operands[i] << " is " << dtype_short_name(operand_dtype(i))
+          << ": cast it to f32 first";
+      return why.str();
+    }
+  }
+  switch (e.kind) {
+    case ExprKind::Load:
+      if (e.input < 0 || e.input >= static_cast<int>(k.inputs.size())) {
+        why << "no input " << e.input;
+        return why.str();
+      }
+      if (k.inputs[e.input].dtype != e.dtype) {
+        why << "loads " << dtype_short_name(k.inputs[e.input].dtype) << " as "
+            << dtype_short_name(e.dtype);
+        return why.str();
+      }
+      return "";
+    case ExprKind::Constant:
+      return "";
+    case ExprKind::Cast:
+      if (item_size(e.dtype) == 0) {
+        why << "cannot cast to " << dtype_short_name(e.dtype);
+        return why.str();
+      }
+      return "";
+    case ExprKind::Unary: {
+      if (e.op < 0 || e.op >= kUnaryCount) return why.str() + "unknown op";
+      const UnaryOp op = static_cast<UnaryOp>(e.op);
+      const DType in = operand_dtype(0);
+      const DType want = (op == UnaryOp::IsNan) ? DType::Bool : in;
+      if (e.dtype != want) return why.str() + "result dtype differs from its operand's";
+      if (kUnary[e.op].floating_only && !is_float(in)) return why.str() + "needs a float operand";
+      if (op == UnaryOp::LogicalNot && in != DType::Bool) return why.str() + "needs a bool operand";
+      if ((op == UnaryOp::Neg || op == UnaryOp::Abs) && in == DType::Bool)
+        return why.str() + "takes no bool operand";
+      return "";
+    }
+    case ExprKind::Binary: {
+      if (e.op < 0 || e.op >= kBinaryCount) return why.str() + "unknown op";
+      const BinaryOp op = static_cast<BinaryOp>(e.op);
+      if (operand_dtype(0) != operand_dtype(1) || e.dtype != operand_dtype(0))
+        return why.str() + "operands and result must share a dtype";
+      if (kBinary[e.op].floating_only && !is_float(e.dtype)) return why.str() + "needs float operands";
+      const bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr ||
+                           op == BinaryOp::LogicalXor;
+      if (logical && e.dtype != DType::Bool) return why.str() + "needs bool operands";
+      const bool bitwise = op == BinaryOp::BitwiseAnd || op == BinaryOp::BitwiseOr ||
+                           op == BinaryOp::BitwiseXor;
+      if (bitwise && !is_integral(e.dtype)) return why.str() + "needs integral operands";
+      return "";
+    }
+    case ExprKind::Compare:
+      if (e.op < 0 || e.op >= kCompareCount) return why.str() + "unknown op";
+      if (operand_dtype(0) != operand_dtype(1)) return why.str() + "operands must share a dtype";
+      if (e.dtype != DType::Bool) return why.str() + "yields bool";
+      return "";
+    case ExprKind::Select:
+      if (operand_dtype(0) != DType::Bool) return why.str() + "condition must be bool";
+      if (operand_dtype(1) != operand_dtype(2) || e.dtype != operand_dtype(1))
+        return why.str() + "branches and result must share a dtype";
+      return "";
+  }
+  return why.str() + "unknown kind";
+}
+
+}  // namespace
+
+int Kernel::add(Expr expr) {
+  exprs.push_back(std::move(expr));
+  return static_cast<int>(exprs.size()) - 1;
+}
+
+int Kernel::load(int input) {
+  Expr e;
+  e.kind = ExprKind::Load;
+  e.dtype = inputs.at(input).dtype;
+  e.input = input;
+  return add(std::move(e));
+}
+
+int Kernel::constant(DType dtype, double value) {
+  Expr e;
+  e.kind = ExprKind::Constant;
+  e.dtype = dtype;
+  if (is_float(dtype)) {
+    e.constant = value;
+  } else {
+    e.integer = dtype == DType::Bool ? (value != 0) : static_cast<int64_t>(value);
+  }
+  return add(std::move(e));
+}
+
+int Kernel::cast(int operand, DType dtype) {
+  Expr e;
+  e.kind = ExprKind::Cast;
+  e.dtype = dtype;
+  e.operands = {operand};
+  return add(std::move(e));
+}
+
+int Kernel::unary(UnaryOp op, int operand) {
+  Expr e;
+  e.kind = ExprKind::Unary;
+  e.op = static_cast<int8_t>(op);
+  e.dtype = op == UnaryOp::IsNan ? DType::Bool : exprs.at(operand).dtype;
+  e.operands = {operand};
+  return add(std::move(e));
+}
+
+int Kernel::binary(BinaryOp op, int a, int b) {
+  Expr e;
+  e.kind = ExprKind::Binary;
+  e.op = static_cast<int8_t>(op);
+  e.dtype = exprs.at(a).dtype;
+  e.operands = {a, b};
+  return add(std::move(e));
+}
+
+int Kernel::compare(CompareOp op, int a, int b) {
+  Expr e;
+  e.kind = ExprKind::Compare;
+  e.op = static_cast<int8_t>(op);
+  e.dtype = DType::Bool;
+  e.operands = {a, b};
+  return add(std::move(e));
+}
+
+int Kernel::select(int cond, int a, int b) {
+  Expr e;
+  e.kind = ExprKind::Select;
+  e.dtype = exprs.at(a).dtype;
+  e.operands = {cond, a, b};
+  return add(std::move(e));
+}
+
+int Kernel::add_input(KernelInput input) {
+  inputs.push_back(std::move(input));
+  return static_cast<int>(inputs.size()) - 1;
+}
+
+int Kernel::add_output(KernelOutput output) {
+  outputs.push_back(std::move(output));
+  return static_cast<int>(outputs.size()) - 1;
+}
+
+std::string verify(const Kernel& k) {
+  const size_t rank = k.sizes.size();
+  for (int64_t size : k.sizes) {
+    if (size < 0) return "negative size in the iteration space";
+  }
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const KernelInput& in = k.inputs[i];
+    if (in.strides.size() != rank) return "in" + std::to_string(i) + ": strides rank differs";
+    if (item_size(in.dtype) == 0) return "in" + std::to_string(i) + ": unsupported dtype";
+  }
+  for (size_t id = 0; id < k.exprs.size(); ++id) {
+    std::string problem = verify_expr(k, static_cast<int>(id));
+    if (!problem.empty()) return problem;
+  }
+  if (k.outputs.empty()) return "no outputs";
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const KernelOutput& out = k.outputs[i];
+    const std::string name = "out" + std::to_string(i);
+    if (out.strides.size() != rank) return name + ": strides rank differs";
+    if (item_size(out.dtype) == 0) return name + ": unsupported dtype";
+    if (out.value < 0 || out.value >= static_cast<int>(k.exprs.size()))
+      return name + ": no expression %" + std::to_string(out.value);
+    // A zero stride would make points race for one element.
+    for (size_t d = 0; d < rank; ++d) {
+      if (out.strides[d] == 0 && k.sizes[d] > 1) return name + ": stride 0 in a dim of size > 1";
+    }
+  }
+  return "";
+}
+
+std::string format_kernel(const Kernel& k) {
+  std::ostringstream out;
+  out << "kernel " << k.name << format_strides(k.sizes) << "\n";
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const KernelInput& in = k.inputs[i];
+    out << "  in" << i << ": " << dtype_short_name(in.dtype) << " strides="
+        << format_strides(in.strides) << " offset=" << in.offset << "\n";
+  }
+  for (size_t id = 0; id < k.exprs.size(); ++id) {
+    const Expr& e = k.exprs[id];
+    out << "  %" << id << " = ";
+    switch (e.kind) {
+      case ExprKind::Load: out << "load in" << e.input; break;
+      case ExprKind::Constant: out << "const " << format_constant(e); break;
+      case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
+      case ExprKind::Unary: out << unary_op_name(static_cast<UnaryOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
+      case ExprKind::Binary:
+      case ExprKind::Compare:
+      case ExprKind::Select: {
+        out << (e.kind == ExprKind::Binary    ? binary_op_name(static_cast<BinaryOp>(e.op))
+                : e.kind == ExprKind::Compare ? compare_op_name(static_cast<CompareOp>(e.op))
+                                              : "select")
+            << "(";
+        for (size_t i = 0; i < e.operands.size(); ++i) out << (i ? ", " : "") << "%" << e.operands[i];
+        out << ")";
+        break;
+      }
+    }
+    out << " : " << dtype_short_name(e.dtype) << "\n";
+  }
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const KernelOutput& o = k.outputs[i];
+    out << "  out" << i << ": " << dtype_short_name(o.dtype) << " strides=" << format_strides(o.strides)
+        << " = %" << o.value << "\n";
+  }
+  return out.str();
+}
+
+const char* expr_kind_name(ExprKind kind) { return kKinds[static_cast<int>(kind)].name; }
+const char* unary_op_name(UnaryOp op) { return kUnary[static_cast<int>(op)].name; }
+const char* binary_op_name(BinaryOp op) { return kBinary[static_cast<int>(op)].name; }
+const char* compare_op_name(CompareOp op) { return kCompare[static_cast<int>(op)]; }
+
+bool is_compute_dtype(DType d) { return d == DType::Bool || prims::is_integer(d) || is_float(d); }
+
+int64_t item_size(DType d) {
+  switch (d) {
+    case DType::Bool:
+    case DType::UInt8:
+    case DType::Int8: return 1;
+    case DType::Int16:
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    case DType::Int32:
+    case DType::Float32: return 4;
+    case DType::Int64:
+    case DType::Float64: return 8;
+    default: return 0;  // complex and other: not supported by kernels yet
+  }
+}
+
+}  // namespace kiln::inductor

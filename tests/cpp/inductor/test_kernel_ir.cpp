@@ -1,0 +1,146 @@
+// Tests of inductor/kernel_ir.h (verify, text form) and of the fusion
+// decision and lowering in inductor/lower_pointwise.h. No LLVM needed.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "inductor/kernel_ir.h"
+#include "inductor/lower_pointwise.h"
+#include "prims/prim_builder.h"
+
+namespace kiln::inductor {
+namespace {
+
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using prims::Scalar;
+
+graph::TensorMeta f32(std::vector<int64_t> sizes) {
+  graph::TensorMeta meta;
+  meta.sizes = sizes;
+  meta.strides = graph::contiguous_strides(sizes);
+  return meta;
+}
+
+TEST(KernelIr, TextFormAndVerify) {
+  Kernel k;
+  k.name = "add1";
+  k.sizes = {4, 8};
+  const int in = k.add_input({DType::Float32, {8, 1}, 0});
+  const int x = k.load(in);
+  const int sum = k.binary(BinaryOp::Add, x, k.constant(DType::Float32, 1));
+  k.add_output({DType::Float32, {8, 1}, k.select(k.compare(CompareOp::Gt, x, sum), x, sum)});
+  EXPECT_EQ(verify(k), "");
+  EXPECT_EQ(format_kernel(k),
+            "kernel add1(4, 8)\n"
+            "  in0: f32 strides=(8, 1) offset=0\n"
+            "  %0 = load in0 : f32\n"
+            "  %1 = const 1.0 : f32\n"
+            "  %2 = add(%0, %1) : f32\n"
+            "  %3 = gt(%0, %2) : b8\n"
+            "  %4 = select(%3, %0, %2) : f32\n"
+            "  out0: f32 strides=(8, 1) = %4\n");
+}
+
+TEST(KernelIr, VerifyRejects) {
+  Kernel k;
+  k.sizes = {4};
+  const int h = k.load(k.add_input({DType::Float16, {1}, 0}));
+  const int bad = k.unary(UnaryOp::Exp, h);  // arithmetic on a storage dtype
+  k.add_output({DType::Float32, {1}, bad});
+  EXPECT_NE(verify(k).find("f16 is a storage dtype"), std::string::npos) << verify(k);
+
+  Kernel ints;
+  ints.sizes = {4};
+  const int i = ints.load(ints.add_input({DType::Int64, {1}, 0}));
+  ints.add_output({DType::Int64, {1}, ints.unary(UnaryOp::Exp, i)});
+  EXPECT_NE(verify(ints).find("needs a float operand"), std::string::npos) << verify(ints);
+
+  Kernel racy;
+  racy.sizes = {4};
+  racy.add_output({DType::Float32, {0}, racy.constant(DType::Float32, 1)});
+  EXPECT_NE(verify(racy).find("stride 0"), std::string::npos) << verify(racy);
+
+  Kernel mixed;
+  mixed.sizes = {};
+  const int a = mixed.constant(DType::Float32, 1), b = mixed.constant(DType::Float64, 1);
+  mixed.add_output({DType::Float32, {}, mixed.binary(BinaryOp::Add, a, b)});
+  EXPECT_NE(verify(mixed).find("share a dtype"), std::string::npos) << verify(mixed);
+}
+
+TEST(LowerPointwise, ChainIsOneKernelWithBroadcastAndScalars) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({4, 1}));
+  const int y = graph.add_input(f32({1, 8}));
+  const int sum = b.binary(Prim::Add, PrimArg::of_value(x), PrimArg::of_value(y));
+  const int out = b.binary(Prim::Mul, PrimArg::of_value(sum), PrimArg::of_scalar(Scalar::of_float(0.5)));
+  graph.set_outputs({out});
+  const auto groups = find_pointwise_groups(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  const LoweredKernel lowered = lower_pointwise(graph, groups[0]);
+  EXPECT_EQ(lowered.inputs, (std::vector<int>{x, y}));
+  EXPECT_EQ(lowered.outputs, (std::vector<int>{out}));
+  EXPECT_EQ(format_kernel(lowered.kernel),
+            "kernel mul(4, 8)\n"
+            "  in0: f32 strides=(1, 0) offset=0\n"
+            "  in1: f32 strides=(0, 1) offset=0\n"
+            "  %0 = load in0 : f32\n"
+            "  %1 = load in1 : f32\n"
+            "  %2 = add(%0, %1) : f32\n"
+            "  %3 = const 0.5 : f32\n"
+            "  %4 = mul(%2, %3) : f32\n"
+            "  out0: f32 strides=(8, 1) = %4\n");
+}
+
+TEST(LowerPointwise, SharedIntermediateSplitsGroups) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({16}));
+  const int e = b.unary(Prim::Exp, x);
+  const int s = b.unary(Prim::Sin, e);
+  const int c = b.unary(Prim::Cos, e);
+  const int out = b.binary(Prim::Add, PrimArg::of_value(s), PrimArg::of_value(c));
+  graph.set_outputs({out});
+  // exp is used twice by the add's tree: still one group (both uses inside).
+  auto groups = find_pointwise_groups(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].nodes.size(), 4u);
+  // Returning exp too makes it a group of its own.
+  graph.set_outputs({out, e});
+  groups = find_pointwise_groups(graph);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].nodes, (std::vector<int>{0}));
+  // A reduction is a boundary.
+  PrimGraph reduced;
+  PrimBuilder rb(reduced);
+  const int r = rb.reduce(Prim::Sum, rb.unary(Prim::Exp, reduced.add_input(f32({4, 4}))), {1}, false);
+  reduced.set_outputs({rb.unary(Prim::Log, r)});
+  EXPECT_EQ(find_pointwise_groups(reduced).size(), 2u);
+}
+
+TEST(LowerPointwise, ViewsFoldIntoIndexing) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({2, 3}));
+  const int w = graph.add_input(f32({3, 2}));
+  // (x * 2).permute(1, 0) + w.reshape(6).view(3, 2): the permute of a
+  // computed value maps indices; the reshape chain over an input loads
+  // through its own strides.
+  const int scaled = b.binary(Prim::Mul, PrimArg::of_value(x), PrimArg::of_scalar(Scalar::of_int(2)));
+  const int t = b.permute(scaled, {1, 0});
+  const int wv = b.view(b.reshape(w, {6}), {3, 2});
+  const int out = b.binary(Prim::Add, PrimArg::of_value(t), PrimArg::of_value(wv));
+  graph.set_outputs({out});
+  const auto groups = find_pointwise_groups(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  const LoweredKernel lowered = lower_pointwise(graph, groups[0]);
+  ASSERT_EQ(lowered.kernel.inputs.size(), 2u);
+  EXPECT_EQ(lowered.kernel.inputs[0].strides, (std::vector<int64_t>{1, 3}));  // x transposed
+  EXPECT_EQ(lowered.kernel.inputs[1].strides, (std::vector<int64_t>{2, 1}));
+}
+
+}  // namespace
+}  // namespace kiln::inductor
