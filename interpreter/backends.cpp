@@ -4,6 +4,7 @@
 #include "autograd/function_bridge.h"
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
+#include "inductor/fuse_kernels.h"
 #include "prims/prim_error.h"
 
 #include "interpreter/compile_config.h"
@@ -37,15 +38,45 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
 
 // A graph that records gradients: the joint forward+backward graph of its
 // decomposition, partitioned, run as a torch.autograd.Function.
+// The inductor's rewrite of a prim graph: pointwise groups become compiled
+// kernels (inductor/fuse_kernels.h); logged and counted.
+prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name) {
+  inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph);
+  stats().kernels += fused.kernels;
+  KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
+                               << " prims (" << fused.compiled << " compiled, the rest cached)\n"
+                               << prims::format_prim_graph(*fused.graph));
+  return std::move(*fused.graph);
+}
+
+// Rewrites the Node refs of `arg` from `before`'s output ids to `after`'s
+// (same positions).
+void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::vector<int>& after) {
+  if (arg.kind == graph::Arg::Kind::Node) {
+    for (size_t k = 0; k < before.size(); ++k) {
+      if (before[k] == arg.node) {
+        arg.node = after[k];
+        break;
+      }
+    }
+  }
+  for (graph::Arg& item : arg.items) remap_outputs(item, before, after);
+}
+
 std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& graph,
                                                           const std::string& name,
-                                                          prims::Decomposition decomposition) {
+                                                          prims::Decomposition decomposition,
+                                                          bool kernels) {
   const prims::PrimGraph& forward = *decomposition.graph;
   std::vector<bool> requires_grad;
   for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
   try {
     autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
     autograd::Partition partition = autograd::partition_joint_graph(joint);
+    if (kernels) {
+      partition.forward = with_kernels(partition.forward, name + " (forward)");
+      partition.backward = with_kernels(partition.backward, name + " (backward)");
+    }
     KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
                                          << partition.saved_bytes << " bytes)\n"
                                          << prims::format_prim_graph(partition.forward)
@@ -73,7 +104,11 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name) {
-  if (backend != "aot_eager") return std::make_unique<runtime::EagerExecutor>(graph);
+  // "inductor": aot_eager's pipeline with pointwise groups compiled to CPU
+  // kernels; without LLVM (or off the CPU) it replays the graph eagerly.
+  const bool kernels =
+      backend == "inductor" && experimental_cpu_kernels() && inductor::cpu_kernels_available();
+  if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);
   std::string why;
@@ -83,13 +118,21 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
-  if (training) return autograd_executor(graph, name, std::move(*decomposition));
+  if (training) return autograd_executor(graph, name, std::move(*decomposition), kernels);
   try {
-    auto executor = std::make_unique<runtime::PrimExecutor>(decomposition->graph,
-                                                            std::move(decomposition->output));
+    std::shared_ptr<prims::PrimGraph> prim_graph = decomposition->graph;
+    graph::Arg output = std::move(decomposition->output);
+    if (kernels) {
+      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name));
+      remap_outputs(output, prim_graph->outputs(), fused->outputs());
+      prim_graph = std::move(fused);
+    }
+    auto executor = std::make_unique<runtime::PrimExecutor>(prim_graph, std::move(output));
     stats().prim_graphs++;
     return executor;
   } catch (const runtime::PrimExecutorError& e) {
+    return eager(graph, name, e.what());
+  } catch (const std::runtime_error& e) {
     return eager(graph, name, e.what());
   }
 }

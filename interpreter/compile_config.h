@@ -93,7 +93,8 @@ class ContextDepthScope {
   X(cache_limit_hits)  \
   X(prim_graphs)       \
   X(prim_fallbacks)     \
-  X(autograd_graphs)
+  X(autograd_graphs)    \
+  X(kernels)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};
@@ -106,6 +107,12 @@ Stats& stats();
 
 // Zeroes every counter.
 void reset_stats();
+
+// Whether backend "inductor" compiles pointwise kernels through LLVM
+// (kiln.config.experimental_cpu_kernels, off by default: the prims
+// pipeline under it still fails the differential fuzzer).
+bool experimental_cpu_kernels();
+void set_experimental_cpu_kernels(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

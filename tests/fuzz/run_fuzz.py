@@ -446,7 +446,7 @@ def check_program(prog, source=None, verbose=False):
 
     # ---- compiled
     kiln.reset()
-    compiled = kiln.compile(fn_c)
+    compiled = kiln.compile(fn_c, backend=os.environ.get("KILN_FUZZ_BACKEND", "inductor"))
     unsupported_per_call = []
     try:
         for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate, esnap) in enumerate(eager):
@@ -512,7 +512,7 @@ def check_program(prog, source=None, verbose=False):
         # ---- fullgraph=True on the base call
         kiln.reset()
         fn_f, ns_f = load_program(prog, source)
-        cf = kiln.compile(fn_f, fullgraph=True)
+        cf = kiln.compile(fn_f, fullgraph=True, backend=os.environ.get("KILN_FUZZ_BACKEND", "inductor"))
         if prog.drift:
             apply_drift(ns_f, 0)
         args, eargs, eorig, eout = eager[0][:4]

@@ -1,0 +1,252 @@
+#include "inductor/fuse_kernels.h"
+
+#include <structmember.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "inductor/cpu/cpu_kernel.h"
+#include "inductor/cpu/kernel_runner.h"
+#include "inductor/kernel_ir.h"
+#include "inductor/lower_pointwise.h"
+#include "runtime/aten_bridge.h"
+#include "runtime/log.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::inductor {
+
+// Note [Kernel nodes]
+// A fused group becomes an extern node whose callable (a KernelCall object)
+// runs the compiled kernel on the group's inputs and returns its output, so
+// the prim executor schedules kernels like any other op and releases their
+// values as usual. Kernels are compiled with their inputs' strides as
+// constants; the prim executor's results have the layouts their metas say
+// (the decomposition checks sizes and dtypes; layouts follow torch's rules),
+// but should an input arrive with other strides, the call copies it into
+// the expected layout first rather than read the wrong elements. Compiled
+// kernels are cached in memory by their text without the name, so the 64
+// identical layers of a model compile once.
+
+namespace {
+
+using runtime::PyRef;
+
+struct KernelEntry {
+  Kernel kernel;
+  cpu::CpuKernel compiled;
+};
+
+// A Python callable running one kernel: call(*inputs) -> output(s).
+struct KernelCall {
+  PyObject_HEAD
+  std::shared_ptr<const KernelEntry>* entry;  // owned
+  std::vector<graph::TensorMeta>* expected;   // owned: the inputs' metas
+  vectorcallfunc vectorcall;
+};
+
+// `tensor` in the layout of `meta`: itself when it has it, else a copy.
+PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
+  graph::TensorMeta actual;
+  runtime::read_tensor_meta(tensor, &actual);
+  if (actual.sizes == meta.sizes && actual.strides == meta.strides) return PyRef::borrow(tensor);
+  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.sizes.size())));
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.strides.size())));
+  for (size_t i = 0; i < meta.sizes.size(); ++i) {
+    PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(meta.sizes[i]));
+    PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(meta.strides[i]));
+  }
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
+  PyRef empty = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "empty_strided")) : PyRef();
+  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  if (!empty || !args || !kwargs || !dtype) return PyRef();
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyRef out = PyRef::steal(PyObject_Call(empty.get(), args.get(), kwargs.get()));
+  if (!out) return PyRef();
+  PyRef copied = PyRef::steal(PyObject_CallMethod(out.get(), "copy_", "O", tensor));
+  if (!copied) return PyRef();
+  KILN_LOG(prims, "kernel input copied into its compiled layout");
+  return out;
+}
+
+PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<KernelCall*>(callable);
+  const KernelEntry& entry = **self->entry;
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (kwnames || nargs != static_cast<Py_ssize_t>(self->expected->size())) {
+    PyErr_Format(PyExc_TypeError, "kiln kernel %s takes %zu tensors, got %zd", entry.kernel.name.c_str(),
+                 self->expected->size(), nargs);
+    return nullptr;
+  }
+  std::vector<PyRef> held;
+  std::vector<PyObject*> inputs;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (!runtime::is_tensor(args[i])) {
+      PyErr_Format(PyExc_TypeError, "kiln kernel %s: input %zd is not a tensor", entry.kernel.name.c_str(), i);
+      return nullptr;
+    }
+    PyRef laid_out = with_layout(args[i], (*self->expected)[i]);
+    if (!laid_out) return nullptr;
+    inputs.push_back(laid_out.get());
+    held.push_back(std::move(laid_out));
+  }
+  PyObject* outputs = cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data());
+  if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
+  PyObject* single = PyTuple_GET_ITEM(outputs, 0);
+  Py_INCREF(single);
+  Py_DECREF(outputs);
+  return single;
+}
+
+void kernel_call_dealloc(PyObject* callable) {
+  auto* self = reinterpret_cast<KernelCall*>(callable);
+  delete self->entry;
+  delete self->expected;
+  Py_TYPE(callable)->tp_free(callable);
+}
+
+PyTypeObject* kernel_call_type() {
+  static PyTypeObject* type = [] {
+    static PyMemberDef members[] = {
+        {"__vectorcalloffset__", T_PYSSIZET, offsetof(KernelCall, vectorcall), READONLY, nullptr},
+        {nullptr, 0, 0, 0, nullptr},
+    };
+    static PyType_Slot slots[] = {
+        {Py_tp_dealloc, reinterpret_cast<void*>(kernel_call_dealloc)},
+        {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+        {Py_tp_members, members},
+        {0, nullptr},
+    };
+    static PyType_Spec spec = {"kiln.KernelCall", sizeof(KernelCall), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL, slots};
+    return reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
+  }();
+  return type;
+}
+
+PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<graph::TensorMeta> expected) {
+  PyTypeObject* type = kernel_call_type();
+  if (!type) return PyRef();
+  auto* self = PyObject_New(KernelCall, type);
+  if (!self) return PyRef();
+  self->entry = new std::shared_ptr<const KernelEntry>(std::move(entry));
+  self->expected = new std::vector<graph::TensorMeta>(std::move(expected));
+  self->vectorcall = kernel_call;
+  return PyRef::steal(reinterpret_cast<PyObject*>(self));
+}
+
+// Compiled kernels by their text (name left out). Used with the GIL held.
+std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now) {
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const KernelEntry>>();
+  const std::string name = kernel.name;
+  kernel.name = "";
+  const std::string key = format_kernel(kernel);
+  kernel.name = name;
+  auto found = cache->find(key);
+  *compiled_now = found == cache->end();
+  if (!*compiled_now) return found->second;
+  auto entry = std::make_shared<KernelEntry>();
+  entry->compiled = cpu::compile_cpu_kernel(kernel);
+  entry->kernel = std::move(kernel);
+  (*cache)[key] = entry;
+  return entry;
+}
+
+void remap_arg(graph::Arg& arg, const std::vector<int>& map) {
+  if (arg.kind == graph::Arg::Kind::Node) arg.node = map[arg.node];
+  for (graph::Arg& item : arg.items) remap_arg(item, map);
+}
+
+bool all_on_cpu(const prims::PrimGraph& graph) {
+  for (const prims::PrimValue& value : graph.values()) {
+    if (value.meta.device_type != graph::DeviceType::CPU) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool cpu_kernels_available() { return cpu::cpu_codegen_available(); }
+
+FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
+  FusedGraph out;
+  out.graph = std::make_shared<prims::PrimGraph>();
+  std::vector<PointwiseGroup> groups;
+  if (cpu_kernels_available() && all_on_cpu(graph)) groups = find_pointwise_groups(graph);
+  // Per node: the group whose last node it is (-1), or that it belongs to.
+  const int node_count = static_cast<int>(graph.nodes().size());
+  std::vector<int> group_of(node_count, -1);
+  std::vector<int> root_of(groups.size(), -1);
+  std::vector<LoweredKernel> lowered(groups.size());
+  std::vector<std::shared_ptr<const KernelEntry>> entries(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    try {
+      lowered[g] = lower_pointwise(graph, groups[g]);
+      bool compiled_now = false;
+      entries[g] = cached_kernel(lowered[g].kernel, &compiled_now);
+      out.compiled += compiled_now ? 1 : 0;
+    } catch (const std::exception& e) {
+      KILN_LOG(prims, "pointwise group left to the prim executor: " << e.what());
+      continue;
+    }
+    for (int n : groups[g].nodes) {
+      group_of[n] = static_cast<int>(g);
+      root_of[g] = std::max(root_of[g], n);
+    }
+  }
+  std::vector<int> map(graph.values().size(), -1);
+  for (int id : graph.inputs()) map[id] = out.graph->add_input(graph.value(id).meta);
+  for (int n = 0; n < node_count; ++n) {
+    const prims::PrimNode& node = graph.node(n);
+    const int g = group_of[n];
+    if (g >= 0 && n != root_of[g]) continue;  // computed inside the kernel
+    if (g >= 0) {
+      const LoweredKernel& kernel = lowered[g];
+      std::vector<graph::TensorMeta> expected;
+      std::vector<graph::Arg> args;
+      for (int id : kernel.inputs) {
+        expected.push_back(graph.value(id).meta);
+        args.push_back(graph::Arg::of_node(map[id]));
+      }
+      std::vector<graph::TensorMeta> metas;
+      for (int id : kernel.outputs) metas.push_back(graph.value(id).meta);
+      PyRef call = make_kernel_call(entries[g], std::move(expected));
+      if (!call) {
+        PyErr_Clear();
+        throw std::runtime_error("cannot make a kernel callable");
+      }
+      prims::PrimAttrs attrs;
+      attrs.target = call.release();
+      attrs.target_name = "kernel " + entries[g]->kernel.name;
+      attrs.extern_args = std::move(args);
+      std::vector<int> made = out.graph->add_node(prims::Prim::Extern, {}, std::move(attrs), metas);
+      for (size_t i = 0; i < made.size(); ++i) map[kernel.outputs[i]] = made[i];
+      ++out.kernels;
+      out.fused_prims += static_cast<int>(groups[g].nodes.size());
+      continue;
+    }
+    std::vector<prims::PrimArg> args = node.args;
+    for (prims::PrimArg& arg : args) {
+      if (arg.is_value()) arg.value = map[arg.value];
+    }
+    prims::PrimAttrs attrs = node.attrs;
+    for (graph::Arg& arg : attrs.extern_args) remap_arg(arg, map);
+    for (auto& kw : attrs.extern_kwargs) remap_arg(kw.second, map);
+    std::vector<graph::TensorMeta> metas;
+    for (int id : node.outputs) metas.push_back(graph.value(id).meta);
+    std::vector<int> made = out.graph->add_node(node.prim, std::move(args), std::move(attrs), metas);
+    for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+  }
+  std::vector<int> outputs;
+  for (int id : graph.outputs()) outputs.push_back(map[id]);
+  out.graph->set_outputs(std::move(outputs));
+  if (std::string problem = out.graph->verify(); !problem.empty()) {
+    throw std::runtime_error("fused graph is invalid: " + problem);
+  }
+  return out;
+}
+
+}  // namespace kiln::inductor

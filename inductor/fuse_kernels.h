@@ -1,0 +1,28 @@
+// The CPU inductor's graph pass: every fusable group of pointwise prims
+// (find_pointwise_groups) becomes one extern node calling a compiled LLVM
+// kernel; the rest of the graph is left to the prim executor. See Note
+// [Kernel nodes] in fuse_kernels.cpp.
+#pragma once
+
+#include <memory>
+
+#include "prims/prim_graph.h"
+
+namespace kiln::inductor {
+
+struct FusedGraph {
+  std::shared_ptr<prims::PrimGraph> graph;  // same inputs and outputs, in order
+  int kernels = 0;        // kernel nodes in `graph`
+  int fused_prims = 0;    // prims they replaced
+  int compiled = 0;       // kernels compiled now (the others came from the cache)
+};
+
+// Rewrites `graph` with compiled kernels where it can. A group that cannot
+// be lowered or compiled stays as it was (logged under `prims`). Never
+// throws for a graph the prim executor can run.
+FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph);
+
+// True when this build and machine can compile CPU kernels.
+bool cpu_kernels_available();
+
+}  // namespace kiln::inductor
