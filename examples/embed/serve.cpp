@@ -22,6 +22,7 @@
 
 namespace {
 
+// The command line: total calls, threads, the RSS growth bound, the model file.
 struct Options {
   long calls = 10000;
   int threads = 4;
@@ -29,6 +30,7 @@ struct Options {
   std::string model = KILN_EMBED_EXAMPLE_MODEL;
 };
 
+// Reads --calls, --threads, --rss-bound-mb, --model; exits 2 on anything else.
 Options parse_options(int argc, char** argv) {
   Options options;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -54,6 +56,7 @@ double rss_mb() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+// True when both hold the same tensors, element for element (bit-identical).
 bool same_results(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
