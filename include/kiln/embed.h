@@ -15,6 +15,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -127,6 +129,9 @@ class Runtime {
   Module load_file(const std::string& path) const;
   // True when this Runtime started CPython and will finalize it.
   bool owns_interpreter() const;
+  // kiln.stats(): traces, cache hits and misses, recompiles, graph breaks...
+  // since the last kiln.reset(); a server can watch recompiles with it.
+  std::map<std::string, int64_t> stats() const;
 
  private:
   explicit Runtime(std::shared_ptr<embed::RuntimeState> state) : state_(std::move(state)) {}

@@ -2,6 +2,7 @@
 // importing the host's model code.
 #include <atomic>
 #include <exception>
+#include <map>
 #include <mutex>
 
 #include "interpreter/embed/embed_state.h"
@@ -176,6 +177,22 @@ Module Runtime::load_file(const std::string& path) const {
 }
 
 bool Runtime::owns_interpreter() const { return state_->owns_interpreter; }
+
+std::map<std::string, int64_t> Runtime::stats() const {
+  GilScope gil;
+  PyRef counters = PyRef::steal(embed::call_helper(*state_, "stats", {}));
+  if (!counters) throw embed::take_python_error("reading kiln.stats()");
+  std::map<std::string, int64_t> result;
+  PyObject *key, *value;  // borrowed
+  Py_ssize_t position = 0;
+  while (PyDict_Next(counters.get(), &position, &key, &value)) {
+    const char* name = PyUnicode_AsUTF8(key);
+    const long long count = PyLong_AsLongLong(value);
+    if (name == nullptr || PyErr_Occurred()) throw embed::take_python_error("reading kiln.stats()");
+    result[name] = count;
+  }
+  return result;
+}
 
 const std::string& Module::name() const { return state_->name; }
 

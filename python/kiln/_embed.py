@@ -11,6 +11,7 @@ import sys
 import torch
 
 from .compile_api import compile as _compile
+from .compile_api import stats
 
 
 def load_file(path):

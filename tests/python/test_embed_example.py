@@ -23,6 +23,7 @@ def test_four_threads_match_eager_over_10000_calls_without_memory_growth():
     summary = re.search(r"(\d+) calls on (\d+) threads .*: (\d+) mismatches, (\d+) errors", result.stdout)
     assert summary, result.stdout
     assert summary.groups() == ("10000", "4", "0", "0")
+    assert " 0 traces after warm-up" in result.stdout
     assert result.stderr == ""
 
 
