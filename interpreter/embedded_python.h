@@ -1,5 +1,5 @@
-// Starting CPython inside a host program (the test and benchmark binaries
-// today; the C++ embedding API later).
+// Starting CPython inside a host program (the test and benchmark binaries,
+// and libkiln's Runtime::start).
 #pragma once
 
 #include <string>
