@@ -9,6 +9,7 @@
 // no request traced (warm-up compiled every path) and resident memory grew
 // by less than --rss-bound-mb after warm-up.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <kiln/embed.h>
 
 #include <atomic>
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
 
     // Serving runs without autograd; warm-up must run under the same grad
     // mode as the requests, since kiln's guards check it.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     at::manual_seed(1234);
     const int64_t batch_sizes[] = {1, 4};
     std::vector<std::vector<at::Tensor>> inputs;
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int t = 0; t < options.threads; ++t) {
       threads.emplace_back([&, t] {
-        at::NoGradGuard thread_no_grad;  // grad mode is per thread
+        c10::NoGradGuard thread_no_grad;  // grad mode is per thread
         for (long call = t; call < options.calls; call += options.threads) {
           const size_t which = static_cast<size_t>(call * 7919) % inputs.size();
           try {

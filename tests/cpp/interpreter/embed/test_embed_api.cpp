@@ -7,6 +7,7 @@
 #include <ATen/ops/randn.h>
 #include <Python.h>
 #include <gtest/gtest.h>
+#include <c10/core/GradMode.h>
 #include <kiln/embed.h>
 
 #include <fstream>
@@ -80,7 +81,7 @@ TEST(EmbedApi, AttachesToTheHostInterpreter) {
 }
 
 TEST(EmbedApi, CallsAModuleAndItsCompiledForward) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   Function eager = fixture().model.function("net");
   Function compiled = fixture().model.function("net.forward").compile({.backend = "eager", .fullgraph = true});
   EXPECT_EQ(compiled.name(), "compiled kiln_embed_test_model.net.forward");
@@ -164,7 +165,7 @@ TEST(EmbedApi, WrongInputCountsAndNonTensorResultsAreClearErrors) {
 }
 
 TEST(EmbedApi, WarmUpCompilesEveryPathUpFront) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   Function forward = fixture().model.function("net.forward").compile({.backend = "eager"});
   const int64_t traces_before_warm_up = fixture().runtime.stats().at("traces");
   forward.warm_up({{at::randn({1, 4})}, {at::randn({5, 4})}});
@@ -182,7 +183,7 @@ TEST(EmbedApi, CallsFromManyHostThreadsMatchEager) {
   Function compiled = fixture().model.function("net.forward").compile({.backend = "eager"});
   std::vector<at::Tensor> inputs, expected;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (int i = 0; i < 16; ++i) {
       inputs.push_back(at::randn({2, 4}));
       expected.push_back(eager.call({inputs.back()})[0]);
@@ -195,7 +196,7 @@ TEST(EmbedApi, CallsFromManyHostThreadsMatchEager) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       for (int i = 0; i < 100; ++i) {
         const size_t which = static_cast<size_t>(t * 5 + i) % inputs.size();
         if (!at::equal(compiled.call({inputs[which]})[0], expected[which])) ++mismatches;
