@@ -104,7 +104,12 @@ class AutogradExecutor final : public runtime::GraphExecutor {
       return nullptr;
     }
     std::vector<PyObject*> values(value_count_, nullptr);
-    for (size_t k = 0; k < forward_outputs_.size(); ++k) values[forward_outputs_[k]] = PyTuple_GET_ITEM(outs.get(), k);
+    for (size_t k = 0; k < forward_outputs_.size(); ++k) {
+      // An input the graph returns as it is comes back as the caller's own
+      // object, as in eager (the Function would hand back a new tensor).
+      const int id = forward_outputs_[k];
+      values[id] = id < input_count_ ? inputs[id] : PyTuple_GET_ITEM(outs.get(), k);
+    }
     return runtime::materialize_arg(output_, values.data());
   }
 
