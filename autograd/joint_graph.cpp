@@ -36,7 +36,12 @@ std::vector<bool> values_requiring_grad(const prims::PrimGraph& forward,
       if (arg.kind == graph::Arg::Kind::Node) any = any || grad[arg.node];
     }
     if (!any) continue;
-    for (int id : node.outputs) grad[id] = can_carry_grad(forward.value(id).meta);
+    for (int id : node.outputs) {
+      // An extern's traced result says whether torch's op keeps the graph
+      // (Tensor.detach, torch.no_grad code inside it do not).
+      const graph::TensorMeta& meta = forward.value(id).meta;
+      grad[id] = can_carry_grad(meta) && (node.prim != prims::Prim::Extern || meta.requires_grad);
+    }
   }
   return grad;
 }
