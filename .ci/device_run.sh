@@ -37,6 +37,8 @@ status=0
 if [ -x build-device/kiln_cpp_tests ]; then
   build-device/kiln_cpp_tests >"$OUT/cpp_tests.txt" 2>&1 || status=1
 fi
+# The tests look for the kiln binary and the embedding example under build/.
+[ -e build ] || ln -s build-device build
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 # The goldens are compared first; then regenerated for review, so a new
 # trace file gets its 3.12 section (merge it here, see docs/architecture.md).
