@@ -48,6 +48,10 @@ std::vector<int> extern_inputs(const prims::PrimNode& node);
 // draws random numbers): it must run exactly once, in the forward.
 bool extern_has_effects(const prims::PrimAttrs& attrs);
 
+// True for an extern call that writes into its arguments (setitem, Tensor
+// methods ending in "_", out=).
+bool extern_writes(const prims::PrimAttrs& attrs);
+
 // True for prims whose outputs never carry gradients (comparisons, integer
 // and bool results, argmax, random draws): autograd does not visit them.
 bool is_non_differentiable(prims::Prim prim);

@@ -62,18 +62,20 @@ std::vector<std::vector<PyRef>> extern_paths(const prims::PrimAttrs& attrs) {
   return paths;
 }
 
+constexpr const char* kWritesArguments = "it writes into its arguments";
+
 // Why recomputing the call would not reproduce the forward's result, or "".
 std::string cannot_recompute(const prims::PrimAttrs& attrs) {
   std::string name = attrs.target_name.substr(attrs.target_name.rfind('.') + 1);
   const bool dunder = name.size() > 4 && name.starts_with("__") && name.ends_with("__");
-  if (!dunder && name.ends_with("_")) return "it writes into its arguments";
+  if (!dunder && name.ends_with("_")) return kWritesArguments;
   if (dunder) name = name.substr(2, name.size() - 4);
   static const std::set<std::string> writes = {
       "setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
       "iand", "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat"};
-  if (writes.count(name)) return "it writes into its arguments";
+  if (writes.count(name)) return kWritesArguments;
   for (const auto& [key, arg] : attrs.extern_kwargs) {
-    if (key == "out" || (key == "inplace" && arg.constant == Py_True)) return "it writes into its arguments";
+    if (key == "out" || (key == "inplace" && arg.constant == Py_True)) return kWritesArguments;
   }
   static const std::set<std::string> draws = {"bernoulli", "multinomial", "normal", "poisson",
                                               "gumbel_softmax", "rrelu"};
@@ -86,6 +88,10 @@ std::string cannot_recompute(const prims::PrimAttrs& attrs) {
 }  // namespace
 
 bool extern_has_effects(const prims::PrimAttrs& attrs) { return !cannot_recompute(attrs).empty(); }
+
+bool extern_writes(const prims::PrimAttrs& attrs) {
+  return cannot_recompute(attrs) == kWritesArguments;
+}
 
 namespace {
 

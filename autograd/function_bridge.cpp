@@ -150,10 +150,19 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   for (size_t i = 0; i < partition.input_grad_slot.size(); ++i) {
     PyTuple_SET_ITEM(slots.get(), i, PyLong_FromLong(partition.input_grad_slot[i]));
   }
+  PyRef deps = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(partition.input_grad_deps.size())));
+  for (size_t k = 0; deps && k < partition.input_grad_deps.size(); ++k) {
+    const std::vector<int>& reads = partition.input_grad_deps[k];
+    PyObject* positions = PyTuple_New(static_cast<Py_ssize_t>(reads.size()));
+    for (size_t j = 0; positions && j < reads.size(); ++j) {
+      PyTuple_SET_ITEM(positions, j, PyLong_FromLong(reads[j]));
+    }
+    PyTuple_SET_ITEM(deps.get(), k, positions);
+  }
   PyRef count = PyRef::steal(PyLong_FromLong(partition.forward_output_count));
   PyRef saved = PyRef::steal(PyLong_FromLong(partition.saved_count));
   PyRef runner = PyRef::steal(
-      PyTuple_Pack(6, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get(), saved.get()));
+      PyTuple_Pack(7, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get(), saved.get(), deps.get()));
   if (!runner) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
   return std::make_unique<AutogradExecutor>(std::move(apply), std::move(runner), std::move(output),
                                             std::move(forward_outputs), value_count, input_count);

@@ -52,6 +52,24 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
   joint.forward_input_count = static_cast<int>(forward.inputs().size());
   joint.forward_outputs = forward.outputs();
   const std::vector<bool> needs_grad = values_requiring_grad(forward, requires_grad);
+  // A write into a tensor on a gradient path changes that path after the
+  // fact (w[0] = 0.5 zeroes w[0]'s gradient), and a write of a value that
+  // carries gradients puts the destination on one (w[0] = x.sum()); kiln's
+  // rules see only results, so such graphs are left to torch's autograd.
+  // A write torch recorded without gradients (batch norm's running
+  // statistics: its result does not require grad) into a tensor that needs
+  // none is harmless.
+  for (const prims::PrimNode& node : forward.nodes()) {
+    if (node.prim != prims::Prim::Extern || !extern_writes(node.attrs)) continue;
+    const std::vector<int> inputs = extern_inputs(node);
+    bool recorded = node.outputs.empty();
+    for (int id : node.outputs) recorded = recorded || forward.value(id).meta.requires_grad;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i] >= 0 && needs_grad[inputs[i]] && (i == 0 || recorded)) {
+        throw NoDerivative("extern " + node.attrs.target_name + " writes into a tensor on a gradient path");
+      }
+    }
+  }
   prims::PrimGraph& g = joint.graph;
   prims::PrimBuilder b(g);
   // Gradients per value, summed as contributions arrive.

@@ -147,6 +147,50 @@ std::vector<int> reads_of(const prims::PrimNode& node) {
   return reads;
 }
 
+// Note [Writes in the joint graph]
+// An extern that writes into a tensor (setitem, an in-place method on a
+// view, out=) changes what every value sharing that storage holds from then
+// on. Recomputing such a value in the backward, or a value computed from
+// one, would read the storage as the forward left it, not as it was when
+// the forward read it (zeros_like then w[0] = 3: recomputing the zeros loses
+// the 3). So every value that may share storage with a written one (joined
+// through views and extern calls) is pinned to the forward, and so is every
+// value computed from one of them. The writes themselves run in the
+// forward, in their place, even when they return nothing.
+std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
+  const int count = static_cast<int>(g.values().size());
+  std::vector<int> parent(count);
+  for (int v = 0; v < count; ++v) parent[v] = v;
+  auto find = [&](int v) {
+    while (parent[v] != v) v = parent[v] = parent[parent[v]];
+    return v;
+  };
+  std::vector<int> written;
+  for (const prims::PrimNode& node : g.nodes()) {
+    const bool view = prims::prim_info(node.prim).family == prims::Family::View;
+    const bool call = node.prim == prims::Prim::Extern;
+    if (!view && !call) continue;
+    const std::vector<int> reads = reads_of(node);
+    for (int r : reads) {
+      for (int out : node.outputs) parent[find(out)] = find(r);
+    }
+    if (call && extern_writes(node.attrs)) written.insert(written.end(), reads.begin(), reads.end());
+  }
+  std::vector<bool> shared(count, false);
+  if (written.empty()) return shared;
+  std::vector<bool> written_class(count, false);
+  for (int v : written) written_class[find(v)] = true;
+  for (int v = 0; v < count; ++v) shared[v] = written_class[find(v)];
+  for (const prims::PrimNode& node : g.nodes()) {
+    bool reads_shared = false;
+    for (int r : reads_of(node)) reads_shared = reads_shared || shared[r];
+    if (reads_shared) {
+      for (int out : node.outputs) shared[out] = true;
+    }
+  }
+  return shared;
+}
+
 }  // namespace
 
 int64_t value_bytes(const graph::TensorMeta& meta) {
@@ -183,6 +227,8 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     }
   }
   for (int id : joint.forward_outputs) pinned[id] = true;
+  const std::vector<bool> near_writes = values_near_writes(g);
+  for (int id = 0; id < count; ++id) pinned[id] = pinned[id] || (forward[id] && near_writes[id]);
   // What the backward needs from the forward side.
   std::vector<bool> needed(count, false);
   for (const prims::PrimNode& node : g.nodes()) {
@@ -232,15 +278,23 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   std::vector<int> forward_inputs(g.inputs().begin(), g.inputs().begin() + joint.forward_input_count);
   std::vector<int> forward_outputs = joint.forward_outputs;
   forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());
-  for (const prims::PrimNode& node : g.nodes()) {
-    if (node.prim == prims::Prim::Extern && extern_has_effects(node.attrs) && !node.outputs.empty() &&
-        forward[node.outputs[0]]) {
-      forward_outputs.push_back(node.outputs[0]);
-      ++result.effect_count;
+  std::vector<int> forward_roots;  // effects without a result (Note [Writes in the joint graph])
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const prims::PrimNode& node = g.node(static_cast<int>(n));
+    if (node.prim != prims::Prim::Extern || !extern_has_effects(node.attrs)) continue;
+    if (!node.outputs.empty()) {
+      if (forward[node.outputs[0]]) {
+        forward_outputs.push_back(node.outputs[0]);
+        ++result.effect_count;
+      }
+      continue;
     }
+    bool reads_forward = true;
+    for (int id : reads_of(node)) reads_forward = reads_forward && forward[id];
+    if (reads_forward) forward_roots.push_back(static_cast<int>(n));
   }
   std::string error;
-  result.forward = prims::extract_subgraph(g, forward_inputs, forward_outputs, &error);
+  result.forward = prims::extract_subgraph(g, forward_inputs, forward_outputs, &error, forward_roots);
   if (!error.empty()) throw std::runtime_error("partition: forward graph: " + error);
   std::vector<int> backward_inputs = saved;
   for (int grad : joint.grad_inputs) {
@@ -254,6 +308,15 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   }
   result.backward = prims::extract_subgraph(g, backward_inputs, backward_outputs, &error);
   if (!error.empty()) throw std::runtime_error("partition: backward graph: " + error);
+  const std::vector<int>& grads_in = result.backward.inputs();
+  for (int out : result.backward.outputs()) {
+    const std::vector<bool> live = prims::live_values(result.backward, {out});
+    std::vector<int> deps;
+    for (size_t k = saved.size(); k < grads_in.size(); ++k) {
+      if (live[grads_in[k]]) deps.push_back(static_cast<int>(k - saved.size()));
+    }
+    result.input_grad_deps.push_back(std::move(deps));
+  }
   return result;
 }
 

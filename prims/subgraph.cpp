@@ -45,7 +45,8 @@ std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& ou
 }
 
 PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& inputs,
-                           const std::vector<int>& outputs, std::string* error) {
+                           const std::vector<int>& outputs, std::string* error,
+                           const std::vector<int>& roots) {
   error->clear();
   const size_t count = graph.values().size();
   // Which values the outputs need, stopping at the given inputs.
@@ -54,10 +55,12 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
   std::vector<bool> needed(count, false);
   for (int id : outputs) needed[id] = true;
   std::vector<bool> node_needed(graph.nodes().size(), false);
+  std::vector<bool> is_root(graph.nodes().size(), false);
+  for (int n : roots) is_root[n] = true;
   std::vector<int> reads;
   for (size_t n = graph.nodes().size(); n-- > 0;) {
     const PrimNode& node = graph.node(static_cast<int>(n));
-    bool want = false;
+    bool want = is_root[n];
     for (int id : node.outputs) want = want || (needed[id] && !is_input[id]);
     if (!want) continue;
     node_needed[n] = true;

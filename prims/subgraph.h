@@ -12,9 +12,12 @@ namespace kiln::prims {
 // (value ids of `graph`), holding exactly the nodes of `graph` needed to
 // compute the outputs from the inputs, in their original order. Returns an
 // empty optional-like result through `error` when an output depends on a
-// graph input not listed in `inputs` ("" on success).
+// graph input not listed in `inputs` ("" on success). Nodes listed in
+// `roots` are kept even though no output needs them (calls run for their
+// effects, such as writes into a tensor).
 PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& inputs,
-                           const std::vector<int>& outputs, std::string* error);
+                           const std::vector<int>& outputs, std::string* error,
+                           const std::vector<int>& roots = {});
 
 // The values of `graph` the given outputs depend on (all of them when a
 // value is needed), as a per-value flag.

@@ -8,20 +8,26 @@ import torch
 class CompiledFunction(torch.autograd.Function):
     """apply(runner, *inputs) -> tuple of outputs.
 
-    runner = (forward, backward, output_has_grad, input_grad_slots, n_outputs, n_saved):
-    forward(*inputs) returns outputs + saved + the results of calls with
-    effects (kept only so that they run); backward(*saved, *grads of the
-    outputs that carry one) returns the gradients of the inputs that get one,
-    input_grad_slots[i] being input i's position among them or -1.
+    runner = (forward, backward, output_has_grad, input_grad_slots, n_outputs,
+    n_saved, grad_deps): forward(*inputs) returns outputs + saved + the
+    results of calls with effects (kept only so that they run);
+    backward(*saved, *grads of the outputs that carry one) returns the
+    gradients of the inputs that get one, input_grad_slots[i] being input i's
+    position among them or -1; grad_deps[slot] lists the output gradients
+    (positions among those passed to backward) that gradient reads.
     """
 
     @staticmethod
     def forward(ctx, runner, *inputs):
-        forward, _, output_has_grad, _, n_outputs, n_saved = runner
+        forward, _, output_has_grad, _, n_outputs, n_saved, _ = runner
         values = forward(*inputs)
         outputs, saved = values[:n_outputs], values[n_outputs:n_outputs + n_saved]
         ctx.runner = runner
         ctx.save_for_backward(*saved)
+        # Gradients that do not flow back arrive as None, so that an input
+        # reached only through them gets None, as eager autograd gives it.
+        ctx.set_materialize_grads(False)
+        ctx.metas = [(out.shape, out.dtype, out.device) for out, has in zip(outputs, output_has_grad) if has]
         no_grad = [out for out, has in zip(outputs, output_has_grad) if not has]
         if no_grad:
             ctx.mark_non_differentiable(*no_grad)
@@ -29,7 +35,16 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        _, backward, output_has_grad, input_grad_slots, _, _ = ctx.runner
+        _, backward, output_has_grad, input_grad_slots, _, _, grad_deps = ctx.runner
         flowing = [g for g, has in zip(grads, output_has_grad) if has]
+        missing = [k for k, g in enumerate(flowing) if g is None]
+        if missing:
+            for k in missing:
+                shape, dtype, device = ctx.metas[k]
+                flowing[k] = torch.zeros(shape, dtype=dtype, device=device)
         input_grads = backward(*ctx.saved_tensors, *flowing)
+        if missing:
+            absent = set(missing)
+            input_grads = [None if deps and absent.issuperset(deps) else g
+                           for g, deps in zip(input_grads, grad_deps)]
         return (None,) + tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)

@@ -133,5 +133,48 @@ TEST(Partitioner, ReductionsAreSavedNotRecomputed) {
   EXPECT_GT(part.saved_count, 0);
 }
 
+TEST(Partitioner, WrittenValuesStayInTheForwardAndWritesRunThere) {
+  // w = zeros (cheap, so normally recomputed); setitem(w, 0, 3) writes into
+  // it and returns nothing; y = x * w. The backward needs w as written: it
+  // must be saved, and the write must run in the forward.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({4}));
+  const int detached = b.full({4}, prims::Scalar::of_float(0), graph::DType::Float64);
+  PyRef setitem = test::eval("operator.setitem");
+  b.extern_call(setitem.get(), "operator.setitem",
+                {graph::Arg::of_node(detached), graph::Arg::of_constant(test::py_int(0).get()),
+                 graph::Arg::of_constant(PyRef::steal(PyFloat_FromDouble(3.0)).get())},
+                {}, {});
+  const int y = b.binary(Prim::Mul, PrimArg::of_value(x), PrimArg::of_value(detached));
+  g.set_outputs({y});
+  Partition part = partition_joint_graph(build_joint_graph(g, {true}), SavePolicy::MinCut);
+  bool write_in_forward = false;
+  for (const prims::PrimNode& node : part.forward.nodes()) {
+    write_in_forward = write_in_forward || node.attrs.target_name == "operator.setitem";
+  }
+  EXPECT_TRUE(write_in_forward) << prims::format_prim_graph(part.forward);
+  for (const prims::PrimNode& node : part.backward.nodes()) {
+    EXPECT_NE(node.prim, Prim::Extern) << prims::format_prim_graph(part.backward);
+  }
+  // Run it: the gradient of x is grad * w as written ([3, 0, 0, 0]).
+  auto forward = std::make_shared<const prims::PrimGraph>(part.forward);
+  auto backward = std::make_shared<const prims::PrimGraph>(part.backward);
+  PyRef xs = test::eval("torch.ones(4, dtype=torch.float64)");
+  PyObject* in[] = {xs.get()};
+  PyRef outs = PyRef::steal(runtime::PrimExecutor(forward).run(in));
+  ASSERT_TRUE(outs) << test::take_error();
+  std::vector<PyObject*> back_in;
+  for (Py_ssize_t k = part.forward_output_count; k < part.forward_output_count + part.saved_count; ++k) {
+    back_in.push_back(PyTuple_GET_ITEM(outs.get(), k));
+  }
+  PyRef grad = test::eval("torch.ones(4, dtype=torch.float64)");
+  back_in.push_back(grad.get());
+  PyRef grads = PyRef::steal(runtime::PrimExecutor(backward).run(back_in.data()));
+  ASSERT_TRUE(grads) << test::take_error();
+  PyRef list = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(grads.get(), 0), "tolist", nullptr));
+  EXPECT_EQ(test::str_of(list.get()), "[3.0, 0.0, 0.0, 0.0]");
+}
+
 }  // namespace
 }  // namespace kiln::autograd

@@ -1,0 +1,101 @@
+"""aot_eager with writes into tensors (setitem, in-place methods on views)
+and with inputs whose gradient eager leaves None: the cases the aot_eager
+fuzzer found (Note [Writes in the joint graph], autograd/partitioner.cpp)."""
+import torch
+
+import kiln
+
+BUF = torch.zeros(1)
+
+
+def fresh_stats():
+    kiln.reset()
+    return kiln.stats()
+
+
+def delta(before):
+    after = kiln.stats()
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def grads(out, inputs):
+    leaves = [t for t in (out if isinstance(out, tuple) else (out,)) if t.requires_grad]
+    total = sum(t.sum() for t in leaves)
+    return torch.autograd.grad(total, inputs, allow_unused=True)
+
+
+def test_setitem_into_an_intermediate_runs_in_the_forward():
+    def f(x):
+        w = torch.zeros_like(x)
+        w[0] = 3
+        w[1:] -= 2.0
+        w.div_(2.0)
+        return x * w, w
+
+    x = torch.randn(4, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    torch.testing.assert_close(out[1], ref[1])
+    torch.testing.assert_close(out[0], ref[0])
+    # x's gradient reads w as written: saved by the forward, not recomputed.
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
+    d = delta(before)
+    assert d["autograd_graphs"] >= 1 and d["prim_fallbacks"] == 0, d
+
+
+def test_setitem_into_a_global_buffer_is_not_dropped():
+    def f(x, n):
+        BUF[0] = n
+        return x + BUF
+
+    x = torch.randn(2, 2, requires_grad=True)
+    BUF.zero_()
+    out = kiln.compile(f, backend="aot_eager")(x, 2)
+    assert BUF.item() == 2.0
+    torch.testing.assert_close(out, x + 2)
+    torch.testing.assert_close(grads(out, [x])[0], torch.ones(2, 2))
+
+
+def test_write_on_a_gradient_path_is_left_to_torch_autograd():
+    def f(x):
+        w = x.clone()
+        w[0] = 0.5  # x[0] gets no gradient
+        return w * 2
+
+    x = torch.randn(6, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
+    assert delta(before)["prim_fallbacks"] >= 1
+
+
+def test_writing_a_value_with_gradients_into_a_plain_tensor_keeps_them():
+    def f(x):
+        w = torch.zeros(3)
+        w[1] = x.sum()
+        return w * 3
+
+    x = torch.randn(4, requires_grad=True)
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
+
+
+def test_input_reached_only_through_unused_results_gets_none():
+    def f(x, y):
+        y = y * 3 + 0.5  # live across the break, never used after it
+        print_later = x.sum().item()  # a graph break
+        return x * 2 + print_later
+
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    out = kiln.compile(f, backend="aot_eager")(x, y)
+    ref = f(x, y)
+    got = grads(out, [x, y])
+    want = grads(ref, [x, y])
+    torch.testing.assert_close(got[0], want[0])
+    assert want[1] is None and got[1] is None, got[1]
