@@ -40,7 +40,8 @@ std::vector<bool> values_requiring_grad(const prims::PrimGraph& forward,
       // An extern's traced result says whether torch's op keeps the graph
       // (Tensor.detach, torch.no_grad code inside it do not).
       const graph::TensorMeta& meta = forward.value(id).meta;
-      grad[id] = can_carry_grad(meta) && (node.prim != prims::Prim::Extern || meta.requires_grad);
+      grad[id] = can_carry_grad(meta) && (node.prim != prims::Prim::Extern || meta.requires_grad) &&
+                 !forward.value(id).grad_stopped;
     }
   }
   return grad;

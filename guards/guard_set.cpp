@@ -125,6 +125,14 @@ void GuardSet::add_grad_mode(bool enabled) {
   indexed_ = false;
 }
 
+void GuardSet::add_default_dtype(graph::DType dtype) {
+  if (has(GuardKind::DefaultDtype, -1)) return;
+  Guard guard{.kind = GuardKind::DefaultDtype};
+  guard.meta.dtype = dtype;
+  guards_.push_back(std::move(guard));
+  indexed_ = false;
+}
+
 void GuardSet::add_no_module_hooks(int source) {
   if (has(GuardKind::NoModuleHooks, source)) return;
   guards_.push_back({.kind = GuardKind::NoModuleHooks, .source = source});
@@ -178,6 +186,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       }
     case GuardKind::GradMode:
       return runtime::grad_mode_enabled() == guard.flag;
+    case GuardKind::DefaultDtype:
+      return runtime::default_dtype() == guard.meta.dtype;
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
   }
@@ -190,7 +200,7 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr, symbols)) return false;
+    if (guard.source < 0 && !holds(guard, nullptr, symbols)) return false;
   }
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
@@ -211,6 +221,11 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
   if (guard.kind == GuardKind::GradMode) {
     out << "grad mode is " << (guard.flag ? "disabled" : "enabled") << ", expected "
         << (guard.flag ? "enabled" : "disabled");
+    return out.str();
+  }
+  if (guard.kind == GuardKind::DefaultDtype) {
+    out << "the default dtype is " << graph::dtype_name(runtime::default_dtype()) << ", expected "
+        << graph::dtype_name(guard.meta.dtype);
     return out.str();
   }
   if (!value) {
@@ -246,6 +261,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       PyErr_Clear();
       break;
     case GuardKind::GradMode:
+    case GuardKind::DefaultDtype:
       break;
     case GuardKind::NoModuleHooks:
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
@@ -259,9 +275,7 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.kind == GuardKind::GradMode && !holds(guard, nullptr, symbols)) {
-      return explain(guard, nullptr, symbols);
-    }
+    if (guard.source < 0 && !holds(guard, nullptr, symbols)) return explain(guard, nullptr, symbols);
   }
   SourceValues values(sources_.size());
   for (int id = 0; id < sources_.size(); ++id) {
@@ -372,6 +386,7 @@ std::string GuardSet::describe(const Guard& guard) const {
           << guard.length;
       break;
     case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
+    case GuardKind::DefaultDtype: out << " " << graph::dtype_name(guard.meta.dtype); break;
     case GuardKind::NoModuleHooks: break;
   }
   return out.str();

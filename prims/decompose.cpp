@@ -96,6 +96,7 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
   stdlib::BoundArgs bound;
   if (!stdlib::bind_args(spelling, node.args, node.kwargs, &bound, why)) return {};
   const size_t checkpoint = b.graph().nodes().size();
+  const int first_value = static_cast<int>(b.graph().values().size());
   std::vector<int> values;
   try {
     DecomposeCall call(b, traced, node, spelling, bound, node_values);
@@ -106,6 +107,18 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
       values.clear();
     }
     for (size_t i = 0; i < values.size(); ++i) {
+      // Traced with grad mode off (torch.no_grad() inside the function):
+      // the result carries no gradient. A value the decomposition did not
+      // make (an input passed through) cannot be marked, so the call stays
+      // an extern, whose traced result says so.
+      if (!node.metas[i].requires_grad && b.meta(values[i]).requires_grad) {
+        if (values[i] < first_value) {
+          *why = spelling.text + ": passes a value through under no_grad";
+          values.clear();
+          break;
+        }
+        b.graph().stop_grad(values[i]);
+      }
       // A safety net: a decomposition must reproduce torch's result type.
       if (!same_shape_and_type(b.meta(values[i]), node.metas[i])) {
         *why = spelling.text + ": decomposition gave " + graph::format_tensor_meta(b.meta(values[i])) +

@@ -84,6 +84,9 @@ struct PrimValue {
   graph::TensorMeta meta;
   int node = -1;  // -1 for graph inputs
   int index = 0;
+  // Computed where torch's grad mode was off (torch.no_grad() inside the
+  // traced code): carries no gradient, whatever its inputs carry.
+  bool grad_stopped = false;
 };
 
 // One application of a prim.
@@ -108,6 +111,12 @@ class PrimGraph {
                 const graph::TensorMeta& meta);
 
   void set_outputs(std::vector<int> outputs) { outputs_ = std::move(outputs); }
+
+  // Marks value `id` as computed with grad mode off (PrimValue::grad_stopped).
+  void stop_grad(int id) {
+    values_[id].grad_stopped = true;
+    values_[id].meta.requires_grad = false;
+  }
 
   // Drops nodes from `node_count` on and the values they made (a
   // decomposition backing out of a call). Inputs are kept.

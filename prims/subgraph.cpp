@@ -93,6 +93,7 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
     for (size_t i = 0; i < made.size(); ++i) {
       // An output also listed as an input keeps the input.
       if (map[node.outputs[i]] < 0) map[node.outputs[i]] = made[i];
+      if (graph.value(node.outputs[i]).grad_stopped) out.stop_grad(made[i]);
     }
   }
   std::vector<int> mapped;

@@ -1,6 +1,7 @@
 #include "runtime/aten_bridge.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -152,6 +153,8 @@ char* tensor_data(PyObject* tensor) {
 }
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
+
+graph::DType default_dtype() { return to_kiln_dtype(c10::get_default_dtype_as_scalartype()); }
 
 void set_grad_mode(bool enabled) { at::GradMode::set_enabled(enabled); }
 

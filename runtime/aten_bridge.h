@@ -38,6 +38,9 @@ char* tensor_data(PyObject* tensor);
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 
+// torch.get_default_dtype(): the dtype of factories and Python floats.
+graph::DType default_dtype();
+
 // Sets whether autograd records (torch._C._set_grad_enabled).
 void set_grad_mode(bool enabled);
 

@@ -178,7 +178,17 @@ def arg_objects(args):
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-9)}
 
 
-def compare(c, e, path):
+def loosest_dtype(tensors):
+    """The dtype of TOL with the widest tolerance among `tensors`: a float64
+    gradient can pass through float32 math when a program mixes them, and
+    then carries float32 rounding (reduction order differs legitimately)."""
+    torch = _torch()
+    names = {str(t.dtype).replace("torch.", "") for t in tensors if isinstance(t, torch.Tensor)}
+    known = [n for n in names if n in TOL]
+    return max(known, key=lambda n: TOL[n][0]) if known else None
+
+
+def compare(c, e, path, loosest=None):
     torch = _torch()
     if isinstance(e, torch.Tensor):
         if not isinstance(c, torch.Tensor):
@@ -190,6 +200,8 @@ def compare(c, e, path):
         if c.requires_grad != e.requires_grad:
             raise Mismatch(f"{path}: requires_grad {c.requires_grad} != eager {e.requires_grad}")
         rtol, atol = TOL.get(str(e.dtype).replace("torch.", ""), (None, None))
+        if loosest is not None and rtol is not None and TOL[loosest][0] > rtol:
+            rtol, atol = TOL[loosest]
         try:
             torch.testing.assert_close(c.detach(), e.detach(), rtol=rtol, atol=atol, equal_nan=True,
                                        check_stride=False)
@@ -203,12 +215,12 @@ def compare(c, e, path):
         if len(c) != len(e):
             raise Mismatch(f"{path}: length {len(c)} != eager {len(e)}")
         for i, (a, b) in enumerate(zip(c, e)):
-            compare(a, b, f"{path}[{i}]")
+            compare(a, b, f"{path}[{i}]", loosest)
     elif isinstance(e, dict):
         if list(c.keys()) != list(e.keys()):
             raise Mismatch(f"{path}: keys {list(c.keys())} != eager {list(e.keys())}")
         for k in e:
-            compare(c[k], e[k], f"{path}[{k!r}]")
+            compare(c[k], e[k], f"{path}[{k!r}]", loosest)
     elif isinstance(e, float):
         if math.isnan(e) and math.isnan(c):
             return
@@ -490,7 +502,8 @@ def check_program(prog, source=None, verbose=False):
                 if cgrads is None:
                     raise Failure("grad", f"{where}: compiled outputs do not require grad", i)
                 try:
-                    compare([g for g in cgrads], [g for g in egrads], "grads")
+                    inputs = [cargs[0], cargs[1]] + list(corig)
+                    compare([g for g in cgrads], [g for g in egrads], "grads", loosest_dtype(inputs))
                 except Mismatch as m:
                     raise Failure("grad", f"{where}: {m}", i)
         fully = sum(unsupported_per_call) == 0

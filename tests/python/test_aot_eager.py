@@ -232,3 +232,43 @@ def test_aot_eager_is_a_known_backend():
     assert "aot_eager" in kiln.compile.__globals__["BACKENDS"]
     with pytest.raises(ValueError):
         kiln.compile(lambda x: x, backend="nope")
+
+
+@pytest.mark.parametrize("fill", [1, True, 2.5, 1 + 2j], ids=["int", "bool", "float", "complex"])
+def test_full_takes_its_dtype_from_the_fill_value(fill):
+    # torch.full((2,), 1) is int64 (bool for True); meta tensors of some
+    # torch versions say float32, which the decomposition must not follow.
+    check(lambda x: (torch.full((2, 3), fill), x + 1), lambda: (torch.randn(2),))
+
+
+def test_default_dtype_change_recompiles():
+    def factory(x):
+        return torch.zeros(3) + x.sum(), torch.tensor(1.5), torch.arange(3) * 0.5
+
+    compiled = compile_aot(factory)
+    v = torch.randn(3, dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        torch.set_default_dtype(dtype)
+        try:
+            got, want = compiled(v), factory(v)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, (dtype, g.dtype, w.dtype)
+            torch.testing.assert_close(g, w)
+    assert kiln.stats()["recompiles"] >= 1
+
+
+def test_no_grad_block_results_carry_no_gradient():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+        z = y + x
+        return y, z
+
+    x = torch.randn(4, requires_grad=True)
+    got, want = compile_aot(fn)(x), fn(x)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [False, True]
+    (gx,) = torch.autograd.grad(got[1].sum(), x)
+    (wx,) = torch.autograd.grad(want[1].sum(), x)
+    torch.testing.assert_close(gx, wx)

@@ -323,6 +323,20 @@ TEST(GradMode, FollowsTorchNoGrad) {
   }
 }
 
+TEST(DefaultDtype, FollowsTorchSetDefaultDtype) {
+  GuardSet guards;
+  guards.add_default_dtype(runtime::default_dtype());
+  ASSERT_EQ(runtime::default_dtype(), graph::DType::Float32);
+  EXPECT_TRUE(check_locals(guards, {}));
+  eval("torch.set_default_dtype(torch.float64)");
+  EXPECT_EQ(runtime::default_dtype(), graph::DType::Float64);
+  EXPECT_FALSE(check_locals(guards, {}));
+  EXPECT_EQ(verbose_locals(guards, {}), "the default dtype is float64, expected float32");
+  eval("torch.set_default_dtype(torch.float32)");
+  EXPECT_TRUE(check_locals(guards, {}));
+  EXPECT_EQ(guards.format(), "DefaultDtype float32\n");
+}
+
 TEST(GradMode, IsCheckedBeforeAnySource) {
   PyRef x = eval("torch.ones(2)");
   GuardSet guards;
