@@ -2,9 +2,11 @@
 
 #include <structmember.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
 #include "runtime/prim_executor.h"
 #include "runtime/py_ref.h"
@@ -82,20 +84,85 @@ std::string take_error_text() {
   return out;
 }
 
+// Note [Outputs that alias]
+// torch forbids writing in place into an output of a custom Function that
+// is a view (of an input, or of anything made inside it), and autograd
+// would not see the view relation anyway. So an output that views a graph
+// input or another output is taken again, after the Function, as
+// base.as_strided(...) of the caller-visible base: in-place writes then
+// reach the base as in eager, and gradients flow through the view into the
+// Function. An output that views an intermediate no one else sees is
+// computed as a copy (clone) instead: no one can observe the difference.
+struct ViewOf {
+  int input = -1;   // the graph input it views, or -1
+  int output = -1;  // the forward output it views, or -1
+};
+
+// Per forward output of `forward` (the first `count`), what it views;
+// outputs viewing hidden intermediates get a clone node in `forward`.
+std::vector<ViewOf> resolve_output_views(prims::PrimGraph& forward, int count) {
+  std::vector<int> outputs = forward.outputs();
+  auto root_of = [&](int value, bool* is_view) {
+    *is_view = false;
+    for (;;) {
+      const prims::PrimValue& v = forward.value(value);
+      if (v.node < 0) return value;
+      const prims::PrimNode& node = forward.node(v.node);
+      if (prims::prim_info(node.prim).family != prims::Family::View || node.args.empty() ||
+          !node.args[0].is_value()) {
+        return value;
+      }
+      *is_view = true;
+      value = node.args[0].value;
+    }
+  };
+  std::vector<ViewOf> result(count);
+  for (int k = 0; k < count; ++k) {
+    bool is_view = false;
+    const int root = root_of(outputs[k], &is_view);
+    if (!is_view) continue;
+    const auto& inputs = forward.inputs();
+    if (auto at = std::find(inputs.begin(), inputs.end(), root); at != inputs.end()) {
+      result[k].input = static_cast<int>(at - inputs.begin());
+      continue;
+    }
+    for (int j = 0; j < count && result[k].output < 0; ++j) {
+      bool j_view = false;
+      if (j != k && outputs[j] == root && root_of(outputs[j], &j_view) == root && !j_view) result[k].output = j;
+    }
+    if (result[k].output >= 0) continue;
+    outputs[k] = forward.add_node1(prims::Prim::Clone, {prims::PrimArg::of_value(outputs[k])}, {},
+                                   forward.value(outputs[k]).meta);
+  }
+  forward.set_outputs(std::move(outputs));
+  return result;
+}
+
 class AutogradExecutor final : public runtime::GraphExecutor {
  public:
   AutogradExecutor(PyRef apply, PyRef runner, graph::Arg output, std::vector<int> forward_outputs,
-                   int value_count, int input_count)
+                   int value_count, int input_count, std::vector<bool> detach, std::vector<ViewOf> view_of)
       : apply_(std::move(apply)), runner_(std::move(runner)), output_(std::move(output)),
-        forward_outputs_(std::move(forward_outputs)), value_count_(value_count), input_count_(input_count) {}
+        forward_outputs_(std::move(forward_outputs)), value_count_(value_count), input_count_(input_count),
+        detach_(std::move(detach)), view_of_(std::move(view_of)) {}
 
   PyObject* run(PyObject* const* inputs) const override {
     PyRef args = PyRef::steal(PyTuple_New(input_count_ + 1));
     if (!args) return nullptr;
     PyTuple_SET_ITEM(args.get(), 0, PyRef(runner_).release());
     for (int i = 0; i < input_count_; ++i) {
-      Py_INCREF(inputs[i]);
-      PyTuple_SET_ITEM(args.get(), i + 1, inputs[i]);
+      // An input no output's gradient reaches goes in detached: torch's
+      // engine runs every node upstream of a Function's inputs, even those
+      // that receive no gradient, and eager never reaches them (their saved
+      // tensors may since have been written in place).
+      PyObject* arg = inputs[i];
+      if (detach_[i] && runtime::is_tensor(arg)) {
+        arg = PyObject_CallMethod(arg, "detach", nullptr);
+        if (!arg) return nullptr;
+      } else {
+        Py_INCREF(arg);
+      }
+      PyTuple_SET_ITEM(args.get(), i + 1, arg);
     }
     PyRef outs = PyRef::steal(PyObject_Call(apply_.get(), args.get(), nullptr));
     if (!outs) return nullptr;
@@ -110,6 +177,24 @@ class AutogradExecutor final : public runtime::GraphExecutor {
       const int id = forward_outputs_[k];
       values[id] = id < input_count_ ? inputs[id] : PyTuple_GET_ITEM(outs.get(), k);
     }
+    // Views of inputs and of other outputs are taken again outside the
+    // Function (Note [Outputs that alias]).
+    std::vector<PyRef> views;
+    for (size_t k = 0; k < forward_outputs_.size(); ++k) {
+      const ViewOf& of = view_of_[k];
+      if (of.input < 0 && of.output < 0) continue;
+      PyObject* base = of.input >= 0 ? inputs[of.input] : values[forward_outputs_[of.output]];
+      PyObject* made = PyTuple_GET_ITEM(outs.get(), k);
+      PyRef size = PyRef::steal(PyObject_CallMethod(made, "size", nullptr));
+      PyRef stride = size ? PyRef::steal(PyObject_CallMethod(made, "stride", nullptr)) : PyRef();
+      PyRef offset = stride ? PyRef::steal(PyObject_CallMethod(made, "storage_offset", nullptr)) : PyRef();
+      PyRef view = offset ? PyRef::steal(PyObject_CallMethod(base, "as_strided", "OOO", size.get(), stride.get(),
+                                                             offset.get()))
+                          : PyRef();
+      if (!view) return nullptr;
+      values[forward_outputs_[k]] = view.get();
+      views.push_back(std::move(view));
+    }
     return runtime::materialize_arg(output_, values.data());
   }
 
@@ -122,6 +207,8 @@ class AutogradExecutor final : public runtime::GraphExecutor {
   std::vector<int> forward_outputs_;
   int value_count_;
   int input_count_;
+  std::vector<bool> detach_;  // per input: no gradient reaches it
+  std::vector<ViewOf> view_of_;  // per forward output
 };
 
 }  // namespace
@@ -130,6 +217,7 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
                                                                std::vector<int> forward_outputs,
                                                                int value_count) {
   const int input_count = static_cast<int>(partition.forward.inputs().size());
+  std::vector<ViewOf> view_of = resolve_output_views(partition.forward, partition.forward_output_count);
   const int backward_inputs = static_cast<int>(partition.backward.inputs().size());
   auto forward_graph = std::make_shared<const prims::PrimGraph>(std::move(partition.forward));
   auto backward_graph = std::make_shared<const prims::PrimGraph>(std::move(partition.backward));
@@ -164,8 +252,11 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   PyRef runner = PyRef::steal(
       PyTuple_Pack(7, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get(), saved.get(), deps.get()));
   if (!runner) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
+  std::vector<bool> detach;
+  for (int slot : partition.input_grad_slot) detach.push_back(slot < 0);
   return std::make_unique<AutogradExecutor>(std::move(apply), std::move(runner), std::move(output),
-                                            std::move(forward_outputs), value_count, input_count);
+                                            std::move(forward_outputs), value_count, input_count,
+                                            std::move(detach), std::move(view_of));
 }
 
 }  // namespace kiln::autograd

@@ -77,7 +77,13 @@ std::vector<int> decompose_Div(DecomposeCall& c) {
   return binary(c, Prim::Div);
 }
 
-std::vector<int> decompose_FloorDivide(DecomposeCall& c) { return binary(c, Prim::FloorDivide); }
+// torch.floor_divide's gradient is torch's to decide (1.13 raises "not
+// implemented"; div(rounding_mode="floor") gives zeros): on a gradient path
+// it stays a torch call, whose backward is torch's own.
+std::vector<int> decompose_FloorDivide(DecomposeCall& c) {
+  if (!c.node.metas.empty() && c.node.metas[0].requires_grad) c.unsupported("on a gradient path");
+  return binary(c, Prim::FloorDivide);
+}
 std::vector<int> decompose_Remainder(DecomposeCall& c) { return binary(c, Prim::Remainder); }
 std::vector<int> decompose_Fmod(DecomposeCall& c) { return binary(c, Prim::Fmod); }
 std::vector<int> decompose_Pow(DecomposeCall& c) { return binary(c, Prim::Pow, "input", "exponent"); }

@@ -99,3 +99,23 @@ def test_input_reached_only_through_unused_results_gets_none():
     want = grads(ref, [x, y])
     torch.testing.assert_close(got[0], want[0])
     assert want[1] is None and got[1] is None, got[1]
+
+
+def test_outputs_that_view_inputs_or_outputs_can_be_written_in_place():
+    def f(x):
+        w = x * 2
+        return w, w.unsqueeze(0), x[1:], (x + 1).t()
+
+    x = torch.randn(3, 2, requires_grad=True)
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
+    # A view of another output: writing into it writes into that output.
+    out[1].mul_(3)
+    ref[1].mul_(3)
+    torch.testing.assert_close(out[0], ref[0])
+    torch.testing.assert_close(grads(out[:2] + out[3:], [x])[0], grads(ref[:2] + ref[3:], [x])[0])
+    # A view of the input aliases it, as in eager.
+    assert out[2].data_ptr() == x[1:].data_ptr()
+    assert out[3].is_contiguous() == ref[3].is_contiguous()

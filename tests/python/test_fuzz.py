@@ -7,6 +7,9 @@ kiln is reported with its seed instead of killing pytest. Any failure
 fullgraph inconsistency) fails the test; the failing programs are written
 under the test's tmp_path and listed in the assertion message.
 
+It runs once per backend configuration: the default backend, aot_eager
+(prims and kiln's autograd), and inductor with its CPU kernels on.
+
 Environment: KILN_FUZZ_SEEDS=LO:HI to change the range, KILN_FUZZ_EXCLUDE=a,b
 to leave generator features out (see tests/fuzz/README.md).
 """
@@ -15,17 +18,28 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNER = os.path.join(REPO, "tests", "fuzz", "run_fuzz.py")
 SUMMARY = re.compile(r"fuzz: (\d+) programs, (\d+) traced fully, (\d+) fell back, (\d+) failures")
 
 
-def test_fuzz_bounded(tmp_path):
+CONFIGS = {
+    "default": {},
+    "aot_eager": {"KILN_FUZZ_BACKEND": "aot_eager"},
+    "cpu_kernels": {"KILN_FUZZ_BACKEND": "inductor", "KILN_FUZZ_CPU_KERNELS": "1"},
+}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_fuzz_bounded(tmp_path, config):
     seeds = os.environ.get("KILN_FUZZ_SEEDS", "0:200")
     cmd = [sys.executable, RUNNER, "--seeds", seeds, "--jobs", "2", "--batch", "100",
            "--report", str(tmp_path), "--quiet", "--timeout", "60",
            "--exclude", os.environ.get("KILN_FUZZ_EXCLUDE", "")]
     env = dict(os.environ)
+    env.update(CONFIGS[config])
     env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("fuzz:")]
