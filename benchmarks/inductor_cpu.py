@@ -20,10 +20,12 @@ repetition so that both see the same load. Every kiln result is checked
 against eager before it is timed.
 """
 import argparse
+import atexit
 import copy
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ THREADS = 2
 # The kernels this process compiles go to a throwaway cache: the 64-layer
 # benchmark measures the disk cache in processes of its own.
 os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+atexit.register(shutil.rmtree, os.environ["KILN_CACHE_DIR"], True)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
