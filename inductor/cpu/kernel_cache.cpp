@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -92,6 +93,11 @@ const std::string& kiln_build_identity() {
     return "process " + std::to_string(reinterpret_cast<uintptr_t>(&search));
   }();
   return identity;
+}
+
+// Milliseconds since `start`, for the cache's log lines.
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 struct Counters {
@@ -208,6 +214,7 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
     }
   }
   const std::string dir = current_dir(cache);
+  const auto start = std::chrono::steady_clock::now();
   if (!dir.empty()) {
     CacheEntry entry;
     const EntryStatus status = read_cache_entry(dir, key, &entry);
@@ -218,7 +225,8 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
         loaded.fn = reinterpret_cast<CpuKernelFn>(jit_load_object(entry.object, entry.symbol));
         ++count.disk_hits;
         if (source) *source = KernelSource::Disk;
-        KILN_LOG(cache, "disk hit " << to_hex(key) << " (" << kernel.name << ")");
+        KILN_LOG(cache, "disk hit " << to_hex(key) << " (" << kernel.name << "), read and loaded in "
+                                    << ms_since(start) << " ms");
         return remember(cache, key, loaded);
       } catch (const JitError& error) {
         ++count.disk_rejected;
@@ -230,7 +238,9 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
                                << "), recompiling");
     }
   }
+  const auto compile_start = std::chrono::steady_clock::now();
   CpuKernel compiled = compile_cpu_kernel(kernel);
+  const double compile_ms = ms_since(compile_start);
   ++count.compiled;
   if (source) *source = KernelSource::Compiled;
   if (!dir.empty()) {
@@ -238,7 +248,8 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
     if (problem.empty()) {
       ++count.disk_writes;
       KILN_LOG(cache, "stored " << cache_entry_path(dir, key) << " (" << kernel.name << ", "
-                                << compiled.object.size() << " bytes of object code)");
+                                << compiled.object.size() << " bytes of object code, compiled in "
+                                << compile_ms << " ms)");
     } else {
       ++count.disk_write_failures;
       KILN_LOG(cache, "cannot store " << to_hex(key) << ": " << problem);
