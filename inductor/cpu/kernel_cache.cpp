@@ -140,7 +140,7 @@ std::string use_dir_locked(Cache& cache, const std::string& dir) {
   cache.dir_resolved = true;
   cache.dir.clear();
   if (dir.empty()) {
-    KILN_LOG(cache, "disk cache off (KILN_CACHE_DIR is empty)");
+    KILN_LOG(cache, "disk cache off (KILN_CACHE_DIR is set but empty, or there is no home directory)");
     return "";
   }
   std::string problem = prepare_cache_dir(dir);
