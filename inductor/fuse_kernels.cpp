@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "inductor/cpu/cpu_kernel.h"
+#include "inductor/cpu/kernel_cache.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_pointwise.h"
@@ -26,8 +27,9 @@ namespace kiln::inductor {
 // (the decomposition checks sizes and dtypes; layouts follow torch's rules),
 // but should an input arrive with other strides, the call copies it into
 // the expected layout first rather than read the wrong elements. Compiled
-// kernels are cached in memory by their text without the name, so the 64
-// identical layers of a model compile once.
+// kernels come from the kernel cache (inductor/cpu/kernel_cache.h), keyed
+// by their text without the name, so the 64 identical layers of a model
+// compile once, and a second process loads them from disk.
 
 namespace {
 
@@ -138,20 +140,14 @@ PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<gra
   return PyRef::steal(reinterpret_cast<PyObject*>(self));
 }
 
-// Compiled kernels by their text (name left out). Used with the GIL held.
+// The kernel compiled, or taken from the kernel cache (memory, then disk:
+// inductor/cpu/kernel_cache.h).
 std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now) {
-  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const KernelEntry>>();
-  const std::string name = kernel.name;
-  kernel.name = "";
-  const std::string key = format_kernel(kernel);
-  kernel.name = name;
-  auto found = cache->find(key);
-  *compiled_now = found == cache->end();
-  if (!*compiled_now) return found->second;
   auto entry = std::make_shared<KernelEntry>();
-  entry->compiled = cpu::compile_cpu_kernel(kernel);
+  cpu::KernelSource source = cpu::KernelSource::Compiled;
+  entry->compiled = cpu::compile_cached(kernel, &source);
+  *compiled_now = source == cpu::KernelSource::Compiled;
   entry->kernel = std::move(kernel);
-  (*cache)[key] = entry;
   return entry;
 }
 

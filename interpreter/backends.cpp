@@ -4,6 +4,7 @@
 #include "autograd/function_bridge.h"
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
+#include "inductor/cpu/kernel_cache.h"
 #include "inductor/fuse_kernels.h"
 #include "prims/prim_error.h"
 
@@ -41,8 +42,14 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
 // The inductor's rewrite of a prim graph: pointwise groups become compiled
 // kernels (inductor/fuse_kernels.h); logged and counted.
 prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name) {
+  const inductor::cpu::KernelCacheCounts before = inductor::cpu::kernel_cache_counts();
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph);
+  const inductor::cpu::KernelCacheCounts after = inductor::cpu::kernel_cache_counts();
   stats().kernels += fused.kernels;
+  stats().kernels_compiled += after.compiled - before.compiled;
+  stats().kernel_cache_hits_memory += after.memory_hits - before.memory_hits;
+  stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
+  stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
                                << " prims (" << fused.compiled << " compiled, the rest cached)\n"
                                << prims::format_prim_graph(*fused.graph));

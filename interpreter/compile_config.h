@@ -94,7 +94,11 @@ class ContextDepthScope {
   X(prim_graphs)       \
   X(prim_fallbacks)     \
   X(autograd_graphs)    \
-  X(kernels)
+  X(kernels)            \
+  X(kernels_compiled)   \
+  X(kernel_cache_hits_memory) \
+  X(kernel_cache_hits_disk)   \
+  X(kernel_cache_rejected)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

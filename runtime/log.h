@@ -18,7 +18,8 @@ namespace kiln::runtime {
   X(breaks)                  \
   X(backend)                 \
   X(prims)                   \
-  X(perf)
+  X(perf)                    \
+  X(cache)
 
 enum class LogChannel : int {
 #define KILN_LOG_ENUM(name) name,

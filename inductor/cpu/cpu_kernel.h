@@ -32,6 +32,8 @@ class CodegenError : public std::runtime_error {
 // A compiled kernel and, when asked for, its LLVM IR.
 struct CpuKernel {
   CpuKernelFn fn = nullptr;
+  std::string symbol;             // fn's name in `object`
+  std::string object;             // the relocatable object fn was loaded from (the disk cache's payload)
   std::string llvm_ir;            // as generated (with keep_ir)
   std::string optimized_llvm_ir;  // after O3 (with keep_ir)
 };

@@ -464,6 +464,8 @@ CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir) {
     JitResult compiled = jit_compile(std::move(handle), symbol, keep_ir);
     result.fn = reinterpret_cast<CpuKernelFn>(compiled.address);
     result.optimized_llvm_ir = std::move(compiled.optimized_ir);
+    result.symbol = symbol;
+    result.object = std::move(compiled.object);
   } catch (const JitError& error) {
     throw CodegenError(error.what());
   }

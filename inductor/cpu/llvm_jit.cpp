@@ -1,15 +1,19 @@
 // One LLJIT per process (Note [One JIT]). Modules are optimized here, not by
 // ORC's IR transform layer, so the O3 pipeline sees the host's
-// TargetTransformInfo (vector widths, costs) and the loop vectorizer works.
+// TargetTransformInfo (vector widths, costs) and the loop vectorizer works;
+// then compiled to a relocatable object here too, so that the bytes the JIT
+// runs are bytes the kernel cache can keep on disk and load again.
 #include "inductor/cpu/llvm_jit.h"
 
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -26,11 +30,18 @@ namespace {
 // The LLJIT lives for the process (kernels' addresses must stay valid while
 // any compiled graph may call them) and is never destroyed: tearing it down
 // at exit would race with torch's and CPython's own teardown. One mutex
-// serializes compiling; calling compiled kernels needs no lock.
+// serializes compiling and loading; calling compiled kernels needs no lock.
+// Every kernel is compiled to a relocatable object, and every object is
+// linked into a JITDylib of its own whose link order reaches the main
+// JITDylib (libm, libmvec, the process): an object loaded from the disk
+// cache keeps the symbol name it was compiled with in another process, which
+// may be the name of a kernel already loaded here, and a JITDylib per object
+// keeps the two apart.
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> target_machine;  // for the O3 pipeline
+  std::unique_ptr<llvm::TargetMachine> target_machine;  // for O3 and object code
   std::mutex mutex;
+  int64_t dylibs = 0;  // JITDylibs made so far, for unique names
 };
 
 std::string take_message(llvm::Error error) { return llvm::toString(std::move(error)); }
@@ -93,6 +104,21 @@ void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
   pipeline.run(module, mam);
 }
 
+// Links `object` into a fresh JITDylib and resolves `symbol`. The caller holds
+// jit.mutex.
+void* load_object_locked(Jit& jit, llvm::StringRef object, const std::string& symbol) {
+  llvm::orc::ExecutionSession& session = jit.lljit->getExecutionSession();
+  llvm::orc::JITDylib& dylib = session.createBareJITDylib("kiln.kernel." + std::to_string(jit.dylibs++));
+  dylib.addToLinkOrder(jit.lljit->getMainJITDylib());
+  std::unique_ptr<llvm::MemoryBuffer> buffer = llvm::MemoryBuffer::getMemBufferCopy(object, symbol);
+  if (llvm::Error error = jit.lljit->addObjectFile(dylib, std::move(buffer))) {
+    throw JitError("llvm: " + take_message(std::move(error)));
+  }
+  auto address = jit.lljit->lookup(dylib, symbol);
+  if (!address) throw JitError("llvm: " + take_message(address.takeError()));
+  return address->toPtr<void*>();
+}
+
 }  // namespace
 
 void JitModuleDeleter::operator()(JitModule* module) const { delete module; }
@@ -135,15 +161,22 @@ JitResult jit_compile(JitModulePtr handle, const std::string& symbol, bool want_
     llvm::raw_string_ostream ir(result.optimized_ir);
     module.print(ir, nullptr);
   }
-  llvm::orc::ThreadSafeModule safe(std::move(handle->module), std::move(handle->context));
-  if (llvm::Error error = jit.lljit->addIRModule(std::move(safe))) {
-    throw JitError("llvm: " + take_message(std::move(error)));
-  }
-  auto address = jit.lljit->lookup(symbol);
-  if (!address) throw JitError("llvm: " + take_message(address.takeError()));
-  result.address = address->toPtr<void*>();
+  // The target machine the LLJIT itself would compile with (same builder).
+  llvm::orc::SimpleCompiler compile(*jit.target_machine);
+  auto object = compile(module);
+  if (!object) throw JitError("llvm: " + take_message(object.takeError()));
+  result.object = (*object)->getBuffer().str();
+  result.address = load_object_locked(jit, (*object)->getBuffer(), symbol);
   return result;
 }
+
+void* jit_load_object(const std::string& object, const std::string& symbol) {
+  Jit& jit = the_jit();
+  std::lock_guard<std::mutex> lock(jit.mutex);
+  return load_object_locked(jit, object, symbol);
+}
+
+std::string jit_llvm_version() { return LLVM_VERSION_STRING; }
 
 void* jit_resolve_host_symbol(const std::string& name) {
   Jit& jit = the_jit();

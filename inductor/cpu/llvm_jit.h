@@ -42,12 +42,27 @@ const HostCpu& host_cpu();
 struct JitResult {
   void* address = nullptr;
   std::string optimized_ir;  // the module after O3, when asked for
+  std::string object;        // the relocatable object `address` lives in (ELF on Linux)
 };
 
-// Runs LLVM's O3 pipeline over `module` for the host CPU, adds it to the
-// process's JIT and returns the address of function `symbol`. Thread-safe.
-// Throws JitError (the module is consumed either way).
+// Runs LLVM's O3 pipeline over `module` for the host CPU, compiles it to a
+// relocatable object, loads that object into the process's JIT and returns
+// the address of function `symbol` and the object's bytes (which
+// jit_load_object can load again, in this process or another one on the
+// same host). Thread-safe. Throws JitError (the module is consumed either way).
 JitResult jit_compile(JitModulePtr module, const std::string& symbol, bool want_ir = false);
+
+// Loads a relocatable object that jit_compile made for this host and
+// returns the address of its function `symbol`. Each object gets a JITDylib
+// of its own (Note [One JIT]), so objects whose symbols have the same name
+// can be loaded side by side. Thread-safe. Throws JitError when the object
+// does not parse, link or define `symbol`.
+void* jit_load_object(const std::string& object, const std::string& symbol);
+
+// The LLVM version this build links, e.g. "16.0.6" (empty in builds
+// without LLVM): part of the kernel cache's key, since another LLVM may
+// generate other code for the same kernel.
+std::string jit_llvm_version();
 
 // The address the JIT resolves `name` to in its host search (libm, libmvec,
 // the process), or null (always, in builds without LLVM): lets tests check

@@ -4,14 +4,24 @@ Every test starts from a clean kiln (``kiln.reset()``) with the default
 configuration, and compares what a compiled callable returns against what
 plain eager PyTorch returns for the same inputs.
 """
+import atexit
 import inspect
 import math
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
 
 import kiln
+
+# Kernels compiled by the tests go to a throwaway disk cache rather than the
+# user's ~/.cache/kiln (tests of the cache itself choose their own).
+if "KILN_CACHE_DIR" not in os.environ:
+    _test_cache_dir = tempfile.mkdtemp(prefix="kiln-test-cache-")
+    os.environ["KILN_CACHE_DIR"] = _test_cache_dir
+    atexit.register(shutil.rmtree, _test_cache_dir, True)
 
 STAT_KEYS = (
     "traces",

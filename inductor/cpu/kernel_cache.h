@@ -1,0 +1,60 @@
+// The CPU kernel cache: compiled kernels in memory for the process and on
+// disk across processes, keyed by a SHA-256 of everything that decides the
+// machine code (Note [Kernel cache keys] in kernel_cache.cpp). The disk
+// files and the directory rules are in kernel_cache_file.h. No LLVM here:
+// without LLVM (KILN_WITH_LLVM=OFF) compile_cached throws CodegenError as
+// compile_cpu_kernel does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "inductor/cpu/cpu_kernel.h"
+#include "inductor/cpu/sha256.h"
+#include "inductor/kernel_ir.h"
+
+namespace kiln::inductor::cpu {
+
+// Where compile_cached found a kernel.
+enum class KernelSource { Memory, Disk, Compiled };
+
+// Compiles `kernel` for the host CPU, unless the memory cache or the disk
+// cache already holds it (then it loads it). The result has `fn` and
+// `symbol`; no IR and no object bytes. A damaged or foreign disk entry is
+// logged (KILN_LOGS=cache), never loaded, and replaced by a fresh compile.
+// Thread-safe. Throws CodegenError when the kernel cannot be compiled.
+CpuKernel compile_cached(const Kernel& kernel, KernelSource* source = nullptr);
+
+// The key `kernel` is cached under in this process (its name is left out:
+// identical kernels share an entry).
+Sha256Digest kernel_cache_key(const Kernel& kernel);
+
+// The disk cache's directory, "" when the disk cache is off. Resolved on
+// first use from the environment (cache_dir_from_environment) unless
+// set_kernel_cache_dir chose one.
+std::string kernel_cache_dir();
+
+// Uses `dir` for the disk cache from now on ("" turns it off). Returns ""
+// when the directory is in use (or the cache is off), else why it was
+// refused (prepare_cache_dir); a refused directory leaves the cache in
+// memory only.
+std::string set_kernel_cache_dir(const std::string& dir);
+
+// Forgets the memory cache's entries (the kernels stay loaded, so pointers
+// handed out stay valid): the next compile_cached of each goes to the disk.
+void clear_kernel_memory_cache();
+
+// Counters of compile_cached since the process started.
+struct KernelCacheCounts {
+  int64_t memory_hits = 0;
+  int64_t disk_hits = 0;
+  int64_t compiled = 0;
+  int64_t disk_rejected = 0;  // entries found damaged or foreign, then recompiled
+  int64_t disk_writes = 0;
+  int64_t disk_write_failures = 0;
+};
+
+// A snapshot of the counters.
+KernelCacheCounts kernel_cache_counts();
+
+}  // namespace kiln::inductor::cpu

@@ -1,0 +1,262 @@
+#include "inductor/cpu/kernel_cache_file.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kiln::inductor::cpu {
+
+// Note [Kernel cache files]
+// One file per entry, named <64 hex digits of the key>.kernel, laid out as
+// (integers little-endian):
+//
+//   offset  size  field
+//        0     8  magic "KILNKERN"
+//        8     4  format version (kKernelCacheFormatVersion)
+//       12     4  symbol length S (1..256)
+//       16    32  key (the SHA-256 the entry is filed under)
+//       48     8  object length N
+//       56    32  checksum: SHA-256 of bytes [0, 56) and [88, 88 + S + N)
+//       88     S  symbol ([A-Za-z0-9_.])
+//   88 + S     N  object
+//
+// A reader trusts nothing: the file must be a regular file of exactly
+// 88 + S + N bytes, with the magic, this build's format version, the key it
+// was looked up by (a file copied or renamed to another key's name is
+// refused), and a checksum that covers every other byte, so truncation, a
+// flipped bit or a torn write is caught before the JIT sees the object. A
+// writer never writes in place: it writes a temporary file in the same
+// directory (O_EXCL, mode 0600, named after the entry, the pid and 64 random
+// bits), fsyncs it and rename()s it over the entry, which POSIX makes
+// atomic, so concurrent writers of one entry leave one whole file and a
+// concurrent reader sees the old file or the new one, never a mix.
+
+namespace {
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'K', 'E', 'R', 'N'};
+constexpr size_t kHeaderSize = 88;
+constexpr size_t kChecksummedHeader = 56;  // bytes before the checksum field
+constexpr size_t kMaxSymbol = 256;
+constexpr uint64_t kMaxObject = uint64_t{1} << 30;  // a kernel's object is kilobytes
+
+void put_u32(std::string& out, uint32_t value) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>(value >> (8 * i));
+}
+
+void put_u64(std::string& out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out += static_cast<char>(value >> (8 * i));
+}
+
+uint64_t get_le(std::string_view bytes, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = 0; i < width; ++i) value |= uint64_t{static_cast<uint8_t>(bytes[at + i])} << (8 * i);
+  return value;
+}
+
+bool valid_symbol(std::string_view symbol) {
+  if (symbol.empty() || symbol.size() > kMaxSymbol) return false;
+  for (char c : symbol) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Sha256Digest checksum(std::string_view header, std::string_view payload) {
+  Sha256 hash;
+  hash.update(header.substr(0, kChecksummedHeader));
+  hash.update(payload);
+  return hash.digest();
+}
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR.
+bool write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t wrote = ::write(fd, bytes.data(), bytes.size());
+    if (wrote < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<size_t>(wrote));
+  }
+  return true;
+}
+
+std::string random_suffix() {
+  static thread_local std::mt19937_64 generator{std::random_device{}()};
+  static const char kDigits[] = "0123456789abcdef";
+  uint64_t bits = generator();
+  std::string out;
+  for (int i = 0; i < 16; ++i, bits >>= 4) out += kDigits[bits & 15];
+  return out;
+}
+
+std::string home_dir() {
+  if (const char* home = std::getenv("HOME"); home && *home) return home;
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (getpwuid_r(geteuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found && found->pw_dir) {
+    return found->pw_dir;
+  }
+  return "";
+}
+
+// mkdir -p with mode 0700 for every directory it creates.
+std::string make_dirs(const std::string& dir) {
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string prefix = dir.substr(0, slash);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return errno_text("cannot create " + prefix);
+    }
+    if (slash == std::string::npos) return "";
+  }
+}
+
+}  // namespace
+
+const char* entry_status_name(EntryStatus status) {
+  switch (status) {
+#define KILN_CACHE_ENTRY_NAME(name) \
+  case EntryStatus::name:           \
+    return #name;
+    KILN_CACHE_ENTRY_STATUSES(KILN_CACHE_ENTRY_NAME)
+#undef KILN_CACHE_ENTRY_NAME
+  }
+  return "?";
+}
+
+std::string encode_cache_entry(const Sha256Digest& key, const CacheEntry& entry) {
+  std::string out(kMagic, sizeof(kMagic));
+  put_u32(out, kKernelCacheFormatVersion);
+  put_u32(out, static_cast<uint32_t>(entry.symbol.size()));
+  out.append(reinterpret_cast<const char*>(key.data()), key.size());
+  put_u64(out, entry.object.size());
+  const std::string payload = entry.symbol + entry.object;
+  const Sha256Digest sum = checksum(out, payload);
+  out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+  out += payload;
+  return out;
+}
+
+EntryStatus decode_cache_entry(std::string_view bytes, const Sha256Digest& key, CacheEntry* entry) {
+  if (bytes.size() < kHeaderSize) return EntryStatus::Truncated;
+  if (bytes.substr(0, sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) return EntryStatus::BadMagic;
+  if (get_le(bytes, 8, 4) != kKernelCacheFormatVersion) return EntryStatus::BadVersion;
+  if (bytes.substr(16, 32) != std::string_view(reinterpret_cast<const char*>(key.data()), key.size())) {
+    return EntryStatus::WrongKey;
+  }
+  const uint64_t symbol_size = get_le(bytes, 12, 4);
+  const uint64_t object_size = get_le(bytes, 48, 8);
+  if (symbol_size == 0 || symbol_size > kMaxSymbol || object_size > kMaxObject) return EntryStatus::BadLength;
+  const uint64_t expected = kHeaderSize + symbol_size + object_size;
+  if (bytes.size() < expected) return EntryStatus::Truncated;
+  if (bytes.size() > expected) return EntryStatus::BadLength;
+  const std::string_view payload = bytes.substr(kHeaderSize);
+  const Sha256Digest sum = checksum(bytes, payload);
+  if (bytes.substr(56, 32) != std::string_view(reinterpret_cast<const char*>(sum.data()), sum.size())) {
+    return EntryStatus::BadChecksum;
+  }
+  const std::string_view symbol = payload.substr(0, symbol_size);
+  if (!valid_symbol(symbol)) return EntryStatus::BadSymbol;
+  entry->symbol = std::string(symbol);
+  entry->object = std::string(payload.substr(symbol_size));
+  return EntryStatus::Ok;
+}
+
+std::string cache_entry_path(const std::string& dir, const Sha256Digest& key) {
+  return dir + "/" + to_hex(key) + ".kernel";
+}
+
+EntryStatus read_cache_entry(const std::string& dir, const Sha256Digest& key, CacheEntry* entry) {
+  const std::string path = cache_entry_path(dir, key);
+  // O_NOFOLLOW: an entry is a file this user wrote, never a link elsewhere.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return errno == ENOENT ? EntryStatus::Missing : EntryStatus::Unreadable;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return EntryStatus::NotAFile;
+  }
+  if (static_cast<uint64_t>(info.st_size) > kHeaderSize + kMaxSymbol + kMaxObject) {
+    ::close(fd);
+    return EntryStatus::BadLength;
+  }
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t read = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (read < 0 && errno == EINTR) continue;
+    if (read <= 0) break;
+    got += static_cast<size_t>(read);
+  }
+  ::close(fd);
+  bytes.resize(got);
+  return decode_cache_entry(bytes, key, entry);
+}
+
+std::string write_cache_entry(const std::string& dir, const Sha256Digest& key, const CacheEntry& entry) {
+  if (!valid_symbol(entry.symbol)) return "invalid symbol '" + entry.symbol + "'";
+  const std::string bytes = encode_cache_entry(key, entry);
+  const std::string path = cache_entry_path(dir, key);
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." + random_suffix();
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno_text("cannot create " + temporary);
+  std::string problem;
+  if (!write_all(fd, bytes)) {
+    problem = errno_text("cannot write " + temporary);
+  } else if (::fsync(fd) != 0) {
+    problem = errno_text("cannot fsync " + temporary);
+  }
+  if (::close(fd) != 0 && problem.empty()) problem = errno_text("cannot close " + temporary);
+  if (problem.empty() && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    problem = errno_text("cannot rename " + temporary + " to " + path);
+  }
+  if (!problem.empty()) ::unlink(temporary.c_str());
+  return problem;
+}
+
+std::string cache_dir_from_environment() {
+  if (const char* dir = std::getenv("KILN_CACHE_DIR")) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && xdg[0] == '/') {
+    return std::string(xdg) + "/kiln";
+  }
+  const std::string home = home_dir();
+  if (home.empty()) return "";
+  return home + "/.cache/kiln";
+}
+
+std::string prepare_cache_dir(const std::string& dir) {
+  if (dir.empty()) return "no directory";
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) {
+    if (errno != ENOENT) return errno_text("cannot stat " + dir);
+    if (std::string problem = make_dirs(dir); !problem.empty()) return problem;
+    if (::stat(dir.c_str(), &info) != 0) return errno_text("cannot stat " + dir);
+  }
+  if (!S_ISDIR(info.st_mode)) return dir + " is not a directory";
+  if (info.st_uid != ::geteuid()) {
+    return dir + " is owned by uid " + std::to_string(info.st_uid) + ", not by this user (uid " +
+           std::to_string(::geteuid()) + ")";
+  }
+  if (info.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    return dir + " is writable by other users (mode " + mode + ")";
+  }
+  if (::access(dir.c_str(), R_OK | W_OK | X_OK) != 0) return errno_text("cannot use " + dir);
+  return "";
+}
+
+}  // namespace kiln::inductor::cpu
