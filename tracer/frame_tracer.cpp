@@ -479,6 +479,18 @@ void FrameTracer::step(const Instruction& ins) {
       push(subscript(base, state_.wrap_unguarded(slice.get())));
       return;
     }
+    case Op::StoreSlice: {
+      ValuePtr end = pop();
+      ValuePtr start = pop();
+      ValuePtr container = pop();
+      ValuePtr value = pop();
+      if (!start->is(ValueKind::Constant) || !end->is(ValueKind::Constant)) {
+        abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be Python values");
+      }
+      PyRef slice = PyRef::steal(PySlice_New(start->obj.get(), end->obj.get(), nullptr));
+      store_subscript(container, state_.wrap_unguarded(slice.get()), value);
+      return;
+    }
     case Op::MakeFunction:
       push(make_function(ins));
       return;

@@ -6,6 +6,10 @@
 #include <Python.h>
 #include <gtest/gtest.h>
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -35,9 +39,25 @@ int start_python(const char* program) {
   return 0;
 }
 
+// A crash names the test and prints the native stack (machines without a
+// debugger, like the GPU host, show nothing else), then dies as it would.
+void report_crash(int signal) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (test) {
+    std::fprintf(stderr, "\nkiln_cpp_tests: signal %d in %s.%s\n", signal, test->test_suite_name(), test->name());
+  }
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::signal(SIGSEGV, report_crash);
+  std::signal(SIGABRT, report_crash);
+  std::signal(SIGBUS, report_crash);
   ::testing::InitGoogleTest(&argc, argv);
   if (start_python(argv[0]) != 0) return 1;
   int result = RUN_ALL_TESTS();
