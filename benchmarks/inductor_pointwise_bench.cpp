@@ -104,7 +104,7 @@ void BM_Gelu_KilnKernel(benchmark::State& state) {
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->y.get()),
                   runtime::tensor_data(s->out.get())};
   for (auto _ : state) {
-    s->compiled.fn(data, s->lowered.kernel.sizes.data());
+    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, 1);
     benchmark::ClobberMemory();
   }
   set_bytes(state);

@@ -1,7 +1,10 @@
 #include "inductor/cpu/kernel_runner.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include "inductor/cpu/thread_pool.h"
 
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
@@ -23,13 +26,35 @@ PyRef int_tuple(const std::vector<int64_t>& values) {
   return tuple;
 }
 
+// torch.get_num_threads(), or 1 when it cannot be asked. Needs the GIL.
+int torch_threads() {
+  static PyObject* get = [] {
+    PyObject* torch = PyImport_ImportModule("torch");
+    PyObject* fn = torch ? PyObject_GetAttrString(torch, "get_num_threads") : nullptr;
+    Py_XDECREF(torch);
+    return fn;  // kept for the process
+  }();
+  if (get == nullptr) {
+    PyErr_Clear();
+    return 1;
+  }
+  PyRef n = PyRef::steal(PyObject_CallNoArgs(get));
+  const long value = n ? PyLong_AsLong(n.get()) : -1;
+  if (value < 1) {
+    PyErr_Clear();
+    return 1;
+  }
+  return static_cast<int>(value);
+}
+
 // torch.empty_strided(sizes, strides, dtype=dtype): a new reference or null.
-PyObject* empty_strided(const std::vector<int64_t>& sizes, const KernelOutput& output) {
+PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                        const KernelOutput& output) {
   static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
   if (torch == nullptr) return nullptr;
   PyRef function = PyRef::steal(PyObject_GetAttrString(torch, "empty_strided"));
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(torch, graph::dtype_name(output.dtype)));
-  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(output.strides);
+  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
   if (!function || !dtype || !size_tuple || !stride_tuple) return nullptr;
   PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
   PyRef kwargs = PyRef::steal(PyDict_New());
@@ -39,7 +64,29 @@ PyObject* empty_strided(const std::vector<int64_t>& sizes, const KernelOutput& o
 
 }  // namespace
 
-PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs) {
+void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads) {
+  int64_t numel = 1;
+  for (int64_t size : kernel.sizes) numel *= size;
+  if (numel == 0) return;
+  const int dim = parallel_dim(kernel);
+  const int64_t extent = dim < 0 ? 1 : kernel.sizes[dim];
+  int64_t chunks = std::min<int64_t>(threads, extent);
+  if (numel < kParallelMinElements || chunks <= 1) {
+    compiled.fn(data, kernel.sizes.data(), 0, extent);
+    return;
+  }
+  // Even ranges; boundaries on multiples of 16 when the dim is long enough,
+  // so vector loops in the inner dim start aligned.
+  const int64_t align = extent >= 16 * chunks ? 16 : 1;
+  const int64_t step = (extent / align + chunks - 1) / chunks * align;
+  chunks = (extent + step - 1) / step;
+  parallel_run(static_cast<int>(chunks), [&](int chunk) {
+    const int64_t begin = chunk * step;
+    compiled.fn(data, kernel.sizes.data(), begin, std::min(extent, begin + step));
+  });
+}
+
+PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs, int threads) {
   std::vector<char*> data;
   for (size_t i = 0; i < kernel.inputs.size(); ++i) {
     graph::TensorMeta meta;
@@ -58,20 +105,21 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
   PyRef result = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(kernel.outputs.size())));
   if (!result) return nullptr;
   for (size_t i = 0; i < kernel.outputs.size(); ++i) {
-    PyObject* output = empty_strided(kernel.sizes, kernel.outputs[i]);
+    const KernelOutput& out = kernel.outputs[i];
+    const bool own_shape = out.has_tensor_shape;
+    PyObject* output = empty_strided(own_shape ? out.tensor_sizes : kernel.sizes,
+                                     own_shape ? out.tensor_strides : out.strides, out);
     if (output == nullptr) return nullptr;
     PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
     data.push_back(runtime::tensor_data(output));
   }
   int64_t numel = 1;
   for (int64_t size : kernel.sizes) numel *= size;
-  // The loops are bounded by sizes; the GIL is released so kernels of
-  // several threads may run at once.
-  if (numel > 0) {
-    Py_BEGIN_ALLOW_THREADS
-    compiled.fn(data.data(), kernel.sizes.data());
-    Py_END_ALLOW_THREADS
-  }
+  if (threads <= 0) threads = numel >= kParallelMinElements ? torch_threads() : 1;
+  // The GIL is released: kernels of several Python threads may run at once.
+  Py_BEGIN_ALLOW_THREADS
+  call_cpu_kernel(compiled, kernel, data.data(), threads);
+  Py_END_ALLOW_THREADS
   return result.release();
 }
 
