@@ -1,7 +1,7 @@
 // From prims to pointwise kernels: which elementwise prims fuse into one
 // kernel (find_pointwise_groups) and the kernel computing a group
 // (lower_pointwise). Views between the prims fold into the kernel's
-// indexing. See docs/architecture.md, "Inductor (CPU), first slice".
+// indexing. See docs/architecture.md, "Inductor (CPU)".
 #pragma once
 
 #include <vector>
