@@ -181,17 +181,27 @@ namespace {
 // groups and the nodes in none. Among ready units the one that came first
 // in the graph goes first (a group counts at its last node), so nodes keep
 // their order unless they wait for a kernel that now makes their input.
+// With `externs_in_order`, extern nodes (torch calls, which may mutate,
+// e.g. batch_norm's running statistics) also keep their order among
+// themselves. Empty when no order exists.
 std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int>& unit_of_node, int units,
-                            const std::vector<int>& position) {
+                            const std::vector<int>& position, bool externs_in_order) {
   std::vector<std::set<int>> deps(units);
   std::vector<std::vector<int>> dependents(units);
+  auto depend = [&](int u, int on) {
+    if (u != on && deps[u].insert(on).second) dependents[on].push_back(u);
+  };
+  int last_extern = -1;
   for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
     const int u = unit_of_node[n];
     if (u < 0) continue;
     for (int value : node_reads(graph.node(n))) {
       const int producer = graph.value(value).node;
-      if (producer < 0 || unit_of_node[producer] == u || unit_of_node[producer] < 0) continue;
-      if (deps[u].insert(unit_of_node[producer]).second) dependents[unit_of_node[producer]].push_back(u);
+      if (producer >= 0 && unit_of_node[producer] >= 0) depend(u, unit_of_node[producer]);
+    }
+    if (externs_in_order && graph.node(n).prim == prims::Prim::Extern) {
+      if (last_extern >= 0) depend(u, unit_of_node[last_extern]);
+      last_extern = n;
     }
   }
   std::vector<int> waiting(units);
@@ -209,7 +219,7 @@ std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int
       if (--waiting[v] == 0) ready.insert({position[v], v});
     }
   }
-  if (static_cast<int>(order.size()) != units) throw std::runtime_error("kernel groups form a cycle");
+  if (static_cast<int>(order.size()) != units) return {};
   return order;
 }
 
@@ -250,7 +260,15 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
     position.push_back(n);
     node_of_unit.push_back(n);
   }
-  const std::vector<int> order = unit_order(graph, unit_of_node, static_cast<int>(position.size()), position);
+  const int units = static_cast<int>(position.size());
+  std::vector<int> order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/true);
+  if (order.empty()) {
+    // A kernel would have to run both before and after some extern: keep
+    // the data order only (the scheduler guarantees that one exists).
+    KILN_LOG(prims, "kernel nodes reorder extern calls");
+    order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false);
+    if (order.empty()) throw std::runtime_error("kernel groups form a cycle");
+  }
 
   std::vector<int> map(graph.values().size(), -1);
   for (int id : graph.inputs()) map[id] = out.graph->add_input(graph.value(id).meta);

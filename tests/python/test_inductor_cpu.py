@@ -191,3 +191,19 @@ def test_large_kernels_run_on_threads_and_match():
         torch.testing.assert_close(results[1][1], x.sum(0), rtol=1e-5, atol=1e-4)
     finally:
         torch.set_num_threads(old)
+
+
+def test_batch_norm_training_updates_running_stats_like_eager():
+    # var_mean over dims (0, 2) feeds both the kernels and the running
+    # statistics' in-place update (an extern that must still run).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm1d(6), nn.Softmax(-1))
+    reference = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="inductor")
+    x = torch.randn(8, 6, 5)
+    for _ in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model[0].running_mean, reference[0].running_mean)
+    torch.testing.assert_close(model[0].running_var, reference[0].running_var)
+    assert kiln.stats()["kernels"] >= 1
