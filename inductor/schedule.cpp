@@ -31,8 +31,9 @@ using prims::PrimNode;
 // out. A producer refused now is tried again whenever the group has grown
 // (a [rows, 1] statistic fits only once a reduction has joined). Views fold only when every use
 // is inside the group and they are no graph output (a kernel output would
-// be a copy, not the view). Horizontal fusion (independent loops over one
-// range) is not done.
+// be a copy, not the view). Last, horizontal fusion: two groups that read a
+// common tensor of their iteration space's shape merge when the merged
+// group lowers and stays acyclic (x.sum(0) and x.amax(0) read x once).
 class Scheduler {
  public:
   explicit Scheduler(const PrimGraph& graph)
@@ -51,6 +52,7 @@ class Scheduler {
       if (group_of_[n] >= 0 || !is_compute(graph_.node(n))) continue;
       grow(n);
     }
+    merge_siblings();
     std::vector<KernelGroup> result;
     for (size_t g = 0; g < members_.size(); ++g) {
       if (members_[g].empty()) continue;
@@ -121,6 +123,71 @@ class Scheduler {
         work.insert(work.end(), also_joined_.begin(), also_joined_.end());
       }
       if (work.empty()) break;
+    }
+  }
+
+  // The values group g reads from outside it.
+  std::set<int> reads(int g) const {
+    std::set<int> out;
+    for (int n : members_[g]) {
+      for (int value : node_reads(graph_.node(n))) {
+        const int producer = graph_.value(value).node;
+        if (producer < 0 || group_of_[producer] != g) out.insert(value);
+      }
+    }
+    return out;
+  }
+
+  // Horizontal fusion (Note [Kernel scheduling]): two groups reading a
+  // common tensor merge when the merged group lowers (one iteration space)
+  // and stays acyclic, so the tensor is read in one pass.
+  void merge_siblings() {
+    const int groups = static_cast<int>(members_.size());
+    for (int a = 0; a < groups; ++a) {
+      if (members_[a].empty()) continue;
+      for (int b = a + 1; b < groups; ++b) {
+        if (members_[b].empty()) continue;
+        const std::set<int> ra = reads(a), rb = reads(b);
+        std::vector<int> common;
+        for (int value : rb) {
+          if (ra.count(value) > 0) common.push_back(value);
+        }
+        if (common.empty()) continue;
+        // A common input as large as a's whole iteration space (not a
+        // broadcast bias), so merging saves a pass over memory.
+        const int64_t space = space_points(a);
+        const bool share = std::any_of(common.begin(), common.end(), [&](int value) {
+          return space > 1 && numel(graph_.value(value).meta.sizes) == space;
+        });
+        if (!share) continue;
+        const size_t before = members_[a].size();
+        for (int n : members_[b]) {
+          group_of_[n] = a;
+          members_[a].push_back(n);
+        }
+        std::vector<int> between;
+        if (sandwiched(a, &between) && between.empty() && lowerable(a)) {
+          members_[b].clear();
+          continue;
+        }
+        for (size_t i = before; i < members_[a].size(); ++i) group_of_[members_[a][i]] = b;
+        members_[a].resize(before);
+      }
+    }
+  }
+
+  static int64_t numel(const std::vector<int64_t>& sizes) {
+    int64_t n = 1;
+    for (int64_t size : sizes) n *= size;
+    return n;
+  }
+
+  // The points of the iteration space group g lowers to (0 when it does not).
+  int64_t space_points(int g) const {
+    try {
+      return numel(lower_group(graph_, group(g)).kernel.sizes);
+    } catch (const LoweringError&) {
+      return 0;
     }
   }
 

@@ -117,6 +117,29 @@ TEST(Schedule, NoGroupLeavesAndReentersItself) {
   EXPECT_NE(group_of[exp_node], group_of[add_node]);
 }
 
+TEST(Schedule, SiblingsReadingOneTensorMerge) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  const int bias = graph.add_input(f32({16}));
+  const int s = b.reduce(Prim::Sum, x, {0}, false);
+  const int m = b.reduce(Prim::Amax, x, {0}, false);
+  const int p = b.binary(Prim::Mul, v(x), PrimArg::of_scalar(Scalar::of_int(2)));
+  // Shares only a broadcast bias with the others: stays apart.
+  const int q = b.binary(Prim::Add, v(graph.add_input(f32({4, 16}))), v(bias));
+  const int r = b.binary(Prim::Add, v(x), v(bias));
+  graph.set_outputs({s, m, p, q, r});
+  const auto groups = schedule_kernels(graph);
+  // sum(0), amax(0), x * 2 and x + bias all read x over the same [8, 16]
+  // space: one kernel (the pointwise results are its full outputs); q
+  // shares only the bias and stays apart (groups come in the graph order
+  // of their last node).
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].outputs, (std::vector<int>{q}));
+  EXPECT_EQ(groups[1].outputs, (std::vector<int>{s, m, p, r}));
+  for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
+}
+
 TEST(KernelIr, ReductionRules) {
   Kernel k;
   k.sizes = {4, 8};
