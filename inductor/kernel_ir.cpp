@@ -354,6 +354,47 @@ int tile_dim(const Kernel& k) {
   return k.reduced.back() + 1;
 }
 
+void coalesce_dims(Kernel& k) {
+  for (KernelOutput& out : k.outputs) {
+    if (out.has_tensor_shape) continue;
+    out.has_tensor_shape = true;
+    out.tensor_sizes = k.sizes;
+    out.tensor_strides = out.strides;
+  }
+  const int tile = tile_dim(k);
+  std::vector<std::vector<int64_t>*> strides;
+  for (KernelInput& in : k.inputs) strides.push_back(&in.strides);
+  for (KernelOutput& out : k.outputs) strides.push_back(&out.strides);
+  int d = 0;
+  int tile_now = tile;
+  while (d + 1 < static_cast<int>(k.sizes.size())) {
+    const bool same_kind = is_reduced(k, d) == is_reduced(k, d + 1) && d != tile_now && d + 1 != tile_now;
+    const int64_t outer = k.sizes[d], inner = k.sizes[d + 1];
+    bool fits = same_kind;
+    for (const std::vector<int64_t>* s : strides) {
+      if (!fits) break;
+      fits = outer == 1 || inner == 1 || (*s)[d] == (*s)[d + 1] * inner;
+    }
+    if (!fits) {
+      ++d;
+      continue;
+    }
+    for (std::vector<int64_t>* s : strides) {
+      (*s)[d] = inner == 1 ? (*s)[d] : (*s)[d + 1];
+      s->erase(s->begin() + d + 1);
+    }
+    k.sizes[d] = outer * inner;
+    k.sizes.erase(k.sizes.begin() + d + 1);
+    std::vector<int> reduced;
+    for (int r : k.reduced) {
+      if (r == d + 1) continue;  // merged into d, of the same kind
+      reduced.push_back(r > d + 1 ? r - 1 : r);
+    }
+    k.reduced = reduced;
+    if (tile_now > d + 1) --tile_now;
+  }
+}
+
 std::string format_kernel(const Kernel& k) {
   std::ostringstream out;
   out << "kernel " << k.name << format_strides(k.sizes);

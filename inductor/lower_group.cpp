@@ -129,6 +129,7 @@ LoweredKernel lower_group(const PrimGraph& graph, const KernelGroup& group) {
     out.outputs.push_back(value);
   }
   choose_loop_order(k);
+  coalesce_dims(k);
   const std::string problem = verify(k);
   if (!problem.empty()) throw LoweringError("lowered kernel is invalid: " + problem);
   return out;

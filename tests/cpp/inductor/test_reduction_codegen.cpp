@@ -186,6 +186,11 @@ TEST(ReductionCodegen, AllDimsMiddleDimAndOddSizes) {
   const Tolerance tol{1e-5, 1e-5};
   check({"cube"}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, false)}; },
         {"cube.sum(1)"}, tol);
+  // Rows of a 3-d tensor: the kept dims coalesce into one.
+  check({"cube"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          const int s = b.reduce(Prim::Sum, in[0], {2}, true);
+          return std::vector<int>{s, b.binary(Prim::Sub, v(in[0]), v(s))}; },
+        {"cube.sum(2, keepdim=True)", "cube - cube.sum(2, keepdim=True)"}, tol);
   check({"cube"}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Amax, in[0], {0, 2}, true)}; },
         {"cube.amax((0, 2), keepdim=True)"}, tol);
   check({"cube"}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Sum, in[0], {}, false)}; },
@@ -244,7 +249,8 @@ TEST(ReductionCodegen, PrologueAndEpilogueFuse) {
 // softmax and log_softmax, as kiln decomposes them: one persistent-row kernel.
 TEST(ReductionCodegen, SoftmaxIsOneKernel) {
   KILN_REQUIRE_LLVM();
-  for (const char* input : {"big", "f64", "wide", "one", "ft"}) {
+  // cube: over its middle dim, a multi-phase tile-mode kernel.
+  for (const char* input : {"big", "f64", "wide", "one", "ft", "cube"}) {
     for (bool log : {false, true}) {
       check({input}, [&](PrimBuilder& b, const std::vector<int>& in) {
               const int max = b.reduce(Prim::Amax, in[0], {1}, true);

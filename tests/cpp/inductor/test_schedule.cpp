@@ -64,21 +64,38 @@ TEST(Schedule, OuterReductionTilesItsUnitStrideDim) {
   const auto groups = schedule_kernels(graph);
   ASSERT_EQ(groups.size(), 1u);
   const Kernel k = lower_group(graph, groups[0]).kernel;
-  // Dims reordered: reduced (5, 6), then the kept unit-stride dim as the tile.
-  EXPECT_EQ(k.sizes, (std::vector<int64_t>{5, 6, 7}));
-  EXPECT_EQ(k.reduced, (std::vector<int>{0, 1}));
-  EXPECT_EQ(tile_dim(k), 2);
-  EXPECT_EQ(parallel_dim(k), 2);
-  // Row reduction over the last dim: kept dims outside, no tile.
+  // Reduced dims (5, 6, coalesced to 30), then the kept unit-stride dim as
+  // the tile.
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{30, 7}));
+  EXPECT_EQ(k.reduced, (std::vector<int>{0}));
+  EXPECT_EQ(tile_dim(k), 1);
+  EXPECT_EQ(parallel_dim(k), 1);
+  // Row reduction over the last dim: kept dims (coalesced) outside, no tile.
   PrimGraph rows;
   PrimBuilder rb(rows);
   rows.set_outputs({rb.reduce(Prim::Amax, rows.add_input(f32({5, 6, 7})), {2}, true)});
   const Kernel r = lower_group(rows, schedule_kernels(rows).at(0)).kernel;
-  EXPECT_EQ(r.reduced, std::vector<int>{2});
+  EXPECT_EQ(r.reduced, std::vector<int>{1});
   EXPECT_EQ(tile_dim(r), -1);
   EXPECT_EQ(parallel_dim(r), 0);
-  EXPECT_NE(format_kernel(r).find("reduce=(2)"), std::string::npos) << format_kernel(r);
+  EXPECT_NE(format_kernel(r).find("kernel amax(30, 7) reduce=(1)"), std::string::npos) << format_kernel(r);
   EXPECT_NE(format_kernel(r).find("reduce_max(%0)"), std::string::npos) << format_kernel(r);
+}
+
+TEST(Schedule, KeptAndReducedDimsCoalesce) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({2, 3, 4, 5}));
+  const int s = b.reduce(Prim::Sum, x, {2, 3}, true);
+  graph.set_outputs({b.binary(Prim::Sub, v(x), v(s)), s});
+  const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{6, 20}));
+  EXPECT_EQ(k.reduced, std::vector<int>{1});
+  EXPECT_EQ(k.inputs[0].strides, (std::vector<int64_t>{20, 1}));
+  // Outputs in node order: the sum, then the difference.
+  EXPECT_EQ(k.outputs[0].strides, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{2, 3, 1, 1}));
+  EXPECT_EQ(k.outputs[1].tensor_sizes, (std::vector<int64_t>{2, 3, 4, 5}));
 }
 
 TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
