@@ -361,10 +361,22 @@ void coalesce_dims(Kernel& k) {
     out.tensor_sizes = k.sizes;
     out.tensor_strides = out.strides;
   }
-  const int tile = tile_dim(k);
   std::vector<std::vector<int64_t>*> strides;
   for (KernelInput& in : k.inputs) strides.push_back(&in.strides);
   for (KernelOutput& out : k.outputs) strides.push_back(&out.strides);
+  // Size-1 dims index nothing: drop them (one reduced dim stays, so a
+  // reduction keeps its phases).
+  for (int d = static_cast<int>(k.sizes.size()) - 1; d >= 0; --d) {
+    if (k.sizes[d] != 1 || (is_reduced(k, d) && k.reduced.size() == 1)) continue;
+    for (std::vector<int64_t>* s : strides) s->erase(s->begin() + d);
+    k.sizes.erase(k.sizes.begin() + d);
+    std::vector<int> reduced;
+    for (int r : k.reduced) {
+      if (r != d) reduced.push_back(r > d ? r - 1 : r);
+    }
+    k.reduced = reduced;
+  }
+  const int tile = tile_dim(k);
   int d = 0;
   int tile_now = tile;
   while (d + 1 < static_cast<int>(k.sizes.size())) {

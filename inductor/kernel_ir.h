@@ -225,11 +225,11 @@ int parallel_dim(const Kernel& kernel);
 // The kept dim after the reduced ones (Note [Reduction kernels]), or -1.
 int tile_dim(const Kernel& kernel);
 
-// Merges adjacent dims of one kind (kept, or reduced; the tile dim stays
-// alone) wherever every input and output steps through them as through
-// one dim, so loops are longer and the parallel dim larger ([1, 4096, C]
-// rows split over threads like [4096, C]). Outputs keep their tensor shape
-// (has_tensor_shape is set).
+// Drops size-1 dims (keeping one reduced dim) and merges adjacent dims of
+// one kind (kept, or reduced; the tile dim stays alone) wherever every
+// input and output steps through them as through one dim, so loops are
+// longer and the parallel dim larger ([1, 4096, C] rows split over threads
+// like [4096, C]). Outputs keep their tensor shape (has_tensor_shape is set).
 void coalesce_dims(Kernel& kernel);
 
 // The kernel's text form, for logs and tests:

@@ -98,6 +98,19 @@ TEST(Schedule, KeptAndReducedDimsCoalesce) {
   EXPECT_EQ(k.outputs[1].tensor_sizes, (std::vector<int64_t>{2, 3, 4, 5}));
 }
 
+TEST(Schedule, SizeOneDimsDrop) {
+  // [1, 64, 32] summed over dim 1: the leading 1 goes, so the tile dim (32
+  // columns) is the parallel dim rather than a kept dim of size 1.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph.set_outputs({b.reduce(Prim::Sum, graph.add_input(f32({1, 64, 32})), {1}, true)});
+  const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(k.reduced, std::vector<int>{0});
+  EXPECT_EQ(parallel_dim(k), 1);
+  EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{1, 1, 32}));
+}
+
 TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
   PrimGraph graph;
   PrimBuilder b(graph);
