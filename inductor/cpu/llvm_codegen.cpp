@@ -1,8 +1,12 @@
 // Kernel IR -> LLVM IR through IRBuilder, then jit_compile. The function
-// follows Note [CPU kernel ABI]; the loop nest runs the iteration space in
-// row-major order with the last dim innermost, so contiguous outputs are
+// follows Note [CPU kernel ABI]. Kept dims are the outer loops (the
+// parallel dim over [begin, end)); a pointwise kernel evaluates its
+// outputs at each point, the last dim innermost, so contiguous outputs are
 // written sequentially and the loop vectorizer sees unit-stride accesses.
-// Note [Kernel math functions] says how transcendental ops are called.
+// A reducing kernel runs, per kept point, its phases over the reduced dims
+// in row mode or per block of tile lanes in tile mode (Note [Reduction
+// kernels], Note [Vectorized reductions], Note [Row stash]). Note [Kernel
+// math functions] says how transcendental ops are called.
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -693,7 +697,6 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
   const size_t count = kernel_.exprs.size();
   const size_t tile = static_cast<size_t>(tile_dim(kernel_));
   auto [lo, hi] = dim_range(tile);
-  llvm::Function* function = builder_.GetInsertBlock()->getParent();
   // for (j0 = lo; j0 < hi; j0 += kTileLanes), as a loop over block numbers.
   Value* blocks = builder_.CreateSDiv(builder_.CreateAdd(builder_.CreateSub(hi, lo), builder_.getInt64(kTileLanes - 1)),
                                       builder_.getInt64(kTileLanes));
@@ -762,7 +765,6 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
                         });
     }
   });
-  (void)function;
 }
 
 void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
