@@ -1,5 +1,6 @@
 #include "inductor/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -16,15 +17,16 @@ namespace {
 // workers block on a condition variable until the process ends). A call
 // publishes a job (the chunk count and the work) under a new generation
 // number; workers and the caller take chunk indices from an atomic counter
-// until none is left, so the caller never idles while workers start. One
+// until none is left, so the caller never idles while workers start and a
+// thread that the machine's other load slows takes fewer chunks. One
 // job runs at a time (kernels of several Python threads take turns for
-// their parallel parts). Workers start as jobs need them, so a process that
-// never runs a large kernel starts no thread.
+// their parallel parts). Workers start as jobs need them (threads - 1 of
+// them), so a process that never runs a large kernel starts no thread.
 class Pool {
  public:
-  void run(int chunks, const std::function<void(int)>& work) {
+  void run(int chunks, int threads, const std::function<void(int)>& work) {
     std::lock_guard<std::mutex> one_job(job_mutex_);
-    start_workers(chunks - 1);
+    start_workers(std::min(chunks, threads) - 1);
     auto job = std::make_shared<Job>();
     job->work = &work;
     job->chunks = chunks;
@@ -92,13 +94,13 @@ class Pool {
 
 }  // namespace
 
-void parallel_run(int chunks, const std::function<void(int)>& work) {
-  if (chunks <= 1) {
-    if (chunks == 1) work(0);
+void parallel_run(int chunks, int threads, const std::function<void(int)>& work) {
+  if (chunks <= 1 || threads <= 1) {
+    for (int i = 0; i < chunks; ++i) work(i);
     return;
   }
   static Pool* pool = new Pool();  // never destroyed: workers outlive main
-  pool->run(chunks, work);
+  pool->run(chunks, threads, work);
 }
 
 }  // namespace kiln::inductor::cpu

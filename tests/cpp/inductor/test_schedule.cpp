@@ -199,7 +199,7 @@ TEST(ThreadPool, EveryChunkRunsOnceAcrossManyJobs) {
   for (int chunks : {1, 2, 3, 7}) {
     for (int job = 0; job < 200; ++job) {
       std::vector<std::atomic<int>> ran(chunks);
-      cpu::parallel_run(chunks, [&](int i) { ran[i].fetch_add(1); });
+      cpu::parallel_run(chunks, 1 + job % 3, [&](int i) { ran[i].fetch_add(1); });
       for (int i = 0; i < chunks; ++i) ASSERT_EQ(ran[i].load(), 1) << chunks << " chunks, job " << job;
     }
   }
