@@ -1,4 +1,5 @@
-// A fused pointwise kernel against torch eager on one thread:
+// A fused pointwise kernel against torch eager, on 1 and 2 threads (the
+// benchmark's argument; torch.set_num_threads and kiln's pool alike):
 //
 //   gelu(x * y + 1) * 0.5      (erf form), x and y 16M float32 (64 MiB each)
 //
@@ -9,12 +10,12 @@
 //   BM_Gelu_KilnRun       the kernel through run_cpu_kernel (allocates its output
 //                         with torch.empty_strided, as eager does)
 //
-// torch.set_num_threads(1) during these benchmarks; kiln kernels are
-// single-threaded for now. Skipped in builds without LLVM.
+// Skipped in builds without LLVM.
 
 #include <Python.h>
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "benchmarks/bench_support.h"
@@ -42,7 +43,7 @@ struct GeluSetup {
   bool ok = false;
 
   GeluSetup() {
-    PyRef threads = PyRef::steal(eval("torch.set_num_threads(1)"));
+    PyRef threads = PyRef::steal(eval("torch.get_num_threads()"));
     x = PyRef::steal(eval("torch.randn(1 << 24)"));
     y = PyRef::steal(eval("torch.randn(1 << 24)"));
     out = PyRef::steal(eval("torch.empty(1 << 24)"));
@@ -83,9 +84,20 @@ void set_bytes(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kElements * 3 * 4);
 }
 
+// torch.set_num_threads(n); false (and the benchmark skipped) on failure.
+bool set_threads(benchmark::State& state) {
+  const std::string call = "torch.set_num_threads(" + std::to_string(state.range(0)) + ")";
+  PyRef done = PyRef::steal(eval(call.c_str()));
+  if (!done) {
+    PyErr_Clear();
+    state.SkipWithError("torch.set_num_threads failed");
+  }
+  return static_cast<bool>(done);
+}
+
 void BM_Gelu_TorchEager(benchmark::State& state) {
   GeluSetup* s = setup(state);
-  if (s == nullptr) return;
+  if (s == nullptr || !set_threads(state)) return;
   for (auto _ : state) {
     PyObject* result = PyEval_EvalCode(s->eager.get(), namespace_dict(), namespace_dict());
     if (result == nullptr) {
@@ -101,10 +113,11 @@ void BM_Gelu_TorchEager(benchmark::State& state) {
 void BM_Gelu_KilnKernel(benchmark::State& state) {
   GeluSetup* s = setup(state);
   if (s == nullptr) return;
+  const int threads = static_cast<int>(state.range(0));
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->y.get()),
                   runtime::tensor_data(s->out.get())};
   for (auto _ : state) {
-    s->compiled.fn(data, s->lowered.kernel.sizes.data());
+    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
     benchmark::ClobberMemory();
   }
   set_bytes(state);
@@ -114,8 +127,9 @@ void BM_Gelu_KilnRun(benchmark::State& state) {
   GeluSetup* s = setup(state);
   if (s == nullptr) return;
   PyObject* inputs[] = {s->x.get(), s->y.get()};
+  const int threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    PyObject* result = inductor::cpu::run_cpu_kernel(s->compiled, s->lowered.kernel, inputs);
+    PyObject* result = inductor::cpu::run_cpu_kernel(s->compiled, s->lowered.kernel, inputs, threads);
     if (result == nullptr) {
       PyErr_Print();
       state.SkipWithError("run_cpu_kernel failed");
@@ -126,9 +140,9 @@ void BM_Gelu_KilnRun(benchmark::State& state) {
   set_bytes(state);
 }
 
-BENCHMARK(BM_Gelu_TorchEager)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Gelu_KilnKernel)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Gelu_KilnRun)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gelu_TorchEager)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gelu_KilnKernel)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gelu_KilnRun)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kiln::bench

@@ -3,6 +3,7 @@
 #include <structmember.h>
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -11,7 +12,8 @@
 #include "inductor/cpu/kernel_cache.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "inductor/kernel_ir.h"
-#include "inductor/lower_pointwise.h"
+#include "inductor/lower_group.h"
+#include "inductor/schedule.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/log.h"
 #include "runtime/py_ref.h"
@@ -19,8 +21,9 @@
 namespace kiln::inductor {
 
 // Note [Kernel nodes]
-// A fused group becomes an extern node whose callable (a KernelCall object)
-// runs the compiled kernel on the group's inputs and returns its output, so
+// Each group of schedule_kernels (Note [Kernel scheduling]) becomes an extern node whose callable (a KernelCall object)
+// runs the compiled kernel on the group's inputs and returns its output (a
+// tuple when the group hands several values to the graph), so
 // the prim executor schedules kernels like any other op and releases their
 // values as usual. Kernels are compiled with their inputs' strides as
 // constants; the prim executor's results have the layouts their metas say
@@ -95,6 +98,7 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
     inputs.push_back(laid_out.get());
     held.push_back(std::move(laid_out));
   }
+  // run_cpu_kernel releases the GIL while the kernel runs.
   PyObject* outputs = cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
@@ -167,40 +171,106 @@ bool all_on_cpu(const prims::PrimGraph& graph) {
 
 bool cpu_kernels_available() { return cpu::cpu_codegen_available(); }
 
+namespace {
+
+// Units to emit in an order where each runs after what it reads: kernel
+// groups and the nodes in none. Among ready units the one that came first
+// in the graph goes first (a group counts at its last node), so nodes keep
+// their order unless they wait for a kernel that now makes their input.
+// With `externs_in_order`, extern nodes (torch calls, which may mutate,
+// e.g. batch_norm's running statistics) also keep their order among
+// themselves. Empty when no order exists.
+std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int>& unit_of_node, int units,
+                            const std::vector<int>& position, bool externs_in_order) {
+  std::vector<std::set<int>> deps(units);
+  std::vector<std::vector<int>> dependents(units);
+  auto depend = [&](int u, int on) {
+    if (u != on && deps[u].insert(on).second) dependents[on].push_back(u);
+  };
+  int last_extern = -1;
+  for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
+    const int u = unit_of_node[n];
+    if (u < 0) continue;
+    for (int value : node_reads(graph.node(n))) {
+      const int producer = graph.value(value).node;
+      if (producer >= 0 && unit_of_node[producer] >= 0) depend(u, unit_of_node[producer]);
+    }
+    if (externs_in_order && graph.node(n).prim == prims::Prim::Extern) {
+      if (last_extern >= 0) depend(u, unit_of_node[last_extern]);
+      last_extern = n;
+    }
+  }
+  std::vector<int> waiting(units);
+  std::set<std::pair<int, int>> ready;  // (position, unit)
+  for (int u = 0; u < units; ++u) {
+    waiting[u] = static_cast<int>(deps[u].size());
+    if (waiting[u] == 0) ready.insert({position[u], u});
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int u = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(u);
+    for (int v : dependents[u]) {
+      if (--waiting[v] == 0) ready.insert({position[v], v});
+    }
+  }
+  if (static_cast<int>(order.size()) != units) return {};
+  return order;
+}
+
+}  // namespace
+
 FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
   FusedGraph out;
   out.graph = std::make_shared<prims::PrimGraph>();
-  std::vector<PointwiseGroup> groups;
-  if (cpu_kernels_available() && all_on_cpu(graph)) groups = find_pointwise_groups(graph);
-  // Per node: the group whose last node it is (-1), or that it belongs to.
+  std::vector<KernelGroup> groups;
+  if (cpu_kernels_available() && all_on_cpu(graph)) groups = schedule_kernels(graph);
   const int node_count = static_cast<int>(graph.nodes().size());
-  std::vector<int> group_of(node_count, -1);
-  std::vector<int> root_of(groups.size(), -1);
-  std::vector<LoweredKernel> lowered(groups.size());
-  std::vector<std::shared_ptr<const KernelEntry>> entries(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
+  std::vector<LoweredKernel> lowered;
+  std::vector<std::shared_ptr<const KernelEntry>> entries;
+  std::vector<const KernelGroup*> kept;
+  for (const KernelGroup& group : groups) {
     try {
-      lowered[g] = lower_pointwise(graph, groups[g]);
+      LoweredKernel kernel = lower_group(graph, group);
       bool compiled_now = false;
-      entries[g] = cached_kernel(lowered[g].kernel, &compiled_now);
+      entries.push_back(cached_kernel(kernel.kernel, &compiled_now));
+      lowered.push_back(std::move(kernel));
+      kept.push_back(&group);
       out.compiled += compiled_now ? 1 : 0;
     } catch (const std::exception& e) {
-      KILN_LOG(prims, "pointwise group left to the prim executor: " << e.what());
-      continue;
-    }
-    for (int n : groups[g].nodes) {
-      group_of[n] = static_cast<int>(g);
-      root_of[g] = std::max(root_of[g], n);
+      KILN_LOG(prims, "kernel group left to the prim executor: " << e.what());
     }
   }
+  // Units: kernel groups 0..kept, then one per node in no group.
+  std::vector<int> unit_of_node(node_count, -1);
+  std::vector<int> position;
+  for (size_t g = 0; g < kept.size(); ++g) {
+    for (int n : kept[g]->nodes) unit_of_node[n] = static_cast<int>(g);
+    position.push_back(kept[g]->nodes.back());
+  }
+  std::vector<int> node_of_unit(kept.size(), -1);
+  for (int n = 0; n < node_count; ++n) {
+    if (unit_of_node[n] >= 0) continue;
+    unit_of_node[n] = static_cast<int>(position.size());
+    position.push_back(n);
+    node_of_unit.push_back(n);
+  }
+  const int units = static_cast<int>(position.size());
+  std::vector<int> order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/true);
+  if (order.empty()) {
+    // A kernel would have to run both before and after some extern: keep
+    // the data order only (the scheduler guarantees that one exists).
+    KILN_LOG(prims, "kernel nodes reorder extern calls");
+    order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false);
+    if (order.empty()) throw std::runtime_error("kernel groups form a cycle");
+  }
+
   std::vector<int> map(graph.values().size(), -1);
   for (int id : graph.inputs()) map[id] = out.graph->add_input(graph.value(id).meta);
-  for (int n = 0; n < node_count; ++n) {
-    const prims::PrimNode& node = graph.node(n);
-    const int g = group_of[n];
-    if (g >= 0 && n != root_of[g]) continue;  // computed inside the kernel
-    if (g >= 0) {
-      const LoweredKernel& kernel = lowered[g];
+  for (int unit : order) {
+    if (unit < static_cast<int>(kept.size())) {
+      const LoweredKernel& kernel = lowered[unit];
       std::vector<graph::TensorMeta> expected;
       std::vector<graph::Arg> args;
       for (int id : kernel.inputs) {
@@ -209,21 +279,22 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
       }
       std::vector<graph::TensorMeta> metas;
       for (int id : kernel.outputs) metas.push_back(graph.value(id).meta);
-      PyRef call = make_kernel_call(entries[g], std::move(expected));
+      PyRef call = make_kernel_call(entries[unit], std::move(expected));
       if (!call) {
         PyErr_Clear();
         throw std::runtime_error("cannot make a kernel callable");
       }
       prims::PrimAttrs attrs;
       attrs.target = call.release();
-      attrs.target_name = "kernel " + entries[g]->kernel.name;
+      attrs.target_name = "kernel " + entries[unit]->kernel.name;
       attrs.extern_args = std::move(args);
       std::vector<int> made = out.graph->add_node(prims::Prim::Extern, {}, std::move(attrs), metas);
       for (size_t i = 0; i < made.size(); ++i) map[kernel.outputs[i]] = made[i];
       ++out.kernels;
-      out.fused_prims += static_cast<int>(groups[g].nodes.size());
+      out.fused_prims += static_cast<int>(kept[unit]->nodes.size());
       continue;
     }
+    const prims::PrimNode& node = graph.node(node_of_unit[unit]);
     std::vector<prims::PrimArg> args = node.args;
     for (prims::PrimArg& arg : args) {
       if (arg.is_value()) arg.value = map[arg.value];

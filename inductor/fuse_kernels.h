@@ -1,5 +1,6 @@
-// The CPU inductor's graph pass: every fusable group of pointwise prims
-// (find_pointwise_groups) becomes one extern node calling a compiled LLVM
+// The CPU inductor's graph pass: every group the scheduler fuses
+// (schedule_kernels: pointwise chains, reductions with their pointwise
+// inputs and epilogues) becomes one extern node calling a compiled LLVM
 // kernel; the rest of the graph is left to the prim executor. See Note
 // [Kernel nodes] in fuse_kernels.cpp.
 #pragma once
@@ -17,7 +18,8 @@ struct FusedGraph {
   int compiled = 0;       // kernels compiled now (the others came from the cache)
 };
 
-// Rewrites `graph` with compiled kernels where it can. A group that cannot
+// Rewrites `graph` with compiled kernels where it can (reductions too,
+// despite the name, which the backend calls it by). A group that cannot
 // be lowered or compiled stays as it was (logged under `prims`). Never
 // throws for a graph the prim executor can run.
 FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph);

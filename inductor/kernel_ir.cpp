@@ -1,5 +1,6 @@
 #include "inductor/kernel_ir.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -42,6 +43,13 @@ constexpr const char* kCompare[] = {
 #undef KILN_KERNEL_ENTRY
 };
 
+constexpr const char* kReduce[] = {
+#define KILN_KERNEL_ENTRY(name, text) text,
+    KILN_KERNEL_REDUCE_OPS(KILN_KERNEL_ENTRY)
+#undef KILN_KERNEL_ENTRY
+};
+
+constexpr int kReduceCount = sizeof(kReduce) / sizeof(kReduce[0]);
 constexpr int kUnaryCount = sizeof(kUnary) / sizeof(kUnary[0]);
 constexpr int kBinaryCount = sizeof(kBinary) / sizeof(kBinary[0]);
 constexpr int kCompareCount = sizeof(kCompare) / sizeof(kCompare[0]);
@@ -154,6 +162,11 @@ std::string verify_expr(const Kernel& k, int id) {
       if (operand_dtype(1) != operand_dtype(2) || e.dtype != operand_dtype(1))
         return why.str() + "branches and result must share a dtype";
       return "";
+    case ExprKind::Reduce:
+      if (e.op < 0 || e.op >= kReduceCount) return why.str() + "unknown op";
+      if (k.reduced.empty()) return why.str() + "a reduction in a kernel without reduced dims";
+      if (operand_dtype(0) != e.dtype) return why.str() + "operand and result must share a dtype";
+      return "";
   }
   return why.str() + "unknown kind";
 }
@@ -228,6 +241,15 @@ int Kernel::select(int cond, int a, int b) {
   return add(std::move(e));
 }
 
+int Kernel::reduce(ReduceOp op, int operand) {
+  Expr e;
+  e.kind = ExprKind::Reduce;
+  e.op = static_cast<int8_t>(op);
+  e.dtype = exprs.at(operand).dtype;
+  e.operands = {operand};
+  return add(std::move(e));
+}
+
 int Kernel::add_input(KernelInput input) {
   inputs.push_back(std::move(input));
   return static_cast<int>(inputs.size()) - 1;
@@ -248,11 +270,22 @@ std::string verify(const Kernel& k) {
     if (in.strides.size() != rank) return "in" + std::to_string(i) + ": strides rank differs";
     if (item_size(in.dtype) == 0) return "in" + std::to_string(i) + ": unsupported dtype";
   }
+  for (size_t i = 0; i < k.reduced.size(); ++i) {
+    if (k.reduced[i] < 0 || k.reduced[i] >= static_cast<int>(rank)) return "reduced dim out of range";
+    if (i > 0 && k.reduced[i] <= k.reduced[i - 1]) return "reduced dims must ascend";
+  }
+  if (!k.reduced.empty()) {
+    // Kept dims, reduced dims, then at most one (tile) kept dim.
+    const int last = k.reduced.back();
+    if (last - k.reduced.front() + 1 != static_cast<int>(k.reduced.size())) return "reduced dims must be adjacent";
+    if (static_cast<int>(rank) - last - 1 > 1) return "more than one kept dim after the reduced dims";
+  }
   for (size_t id = 0; id < k.exprs.size(); ++id) {
     std::string problem = verify_expr(k, static_cast<int>(id));
     if (!problem.empty()) return problem;
   }
   if (k.outputs.empty()) return "no outputs";
+  const std::vector<bool> varies = expr_varies(k);
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const KernelOutput& out = k.outputs[i];
     const std::string name = "out" + std::to_string(i);
@@ -260,17 +293,129 @@ std::string verify(const Kernel& k) {
     if (item_size(out.dtype) == 0) return name + ": unsupported dtype";
     if (out.value < 0 || out.value >= static_cast<int>(k.exprs.size()))
       return name + ": no expression %" + std::to_string(out.value);
-    // A zero stride would make points race for one element.
+    // A zero stride would make points race for one element, unless the
+    // value is constant along reduced dims and stored once per kept point.
+    bool zero_in_reduced = false, nonzero_in_reduced = false;
     for (size_t d = 0; d < rank; ++d) {
-      if (out.strides[d] == 0 && k.sizes[d] > 1) return name + ": stride 0 in a dim of size > 1";
+      const bool reduced = is_reduced(k, static_cast<int>(d));
+      if (out.strides[d] == 0 && k.sizes[d] > 1) {
+        if (!reduced) return name + ": stride 0 in a kept dim of size > 1";
+        zero_in_reduced = true;
+      } else if (reduced && k.sizes[d] > 1) {
+        nonzero_in_reduced = true;
+      }
     }
+    if (zero_in_reduced && (nonzero_in_reduced || varies[out.value]))
+      return name + ": stride 0 in a reduced dim, but the value is not constant along every reduced dim";
+    if (out.has_tensor_shape && out.tensor_sizes.size() != out.tensor_strides.size())
+      return name + ": tensor sizes and strides differ in rank";
   }
   return "";
 }
 
+std::vector<int> expr_stages(const Kernel& k) {
+  std::vector<int> stage(k.exprs.size(), 0);
+  for (size_t id = 0; id < k.exprs.size(); ++id) {
+    const Expr& e = k.exprs[id];
+    int s = 0;
+    for (int operand : e.operands) s = std::max(s, stage[operand]);
+    stage[id] = e.kind == ExprKind::Reduce ? s + 1 : s;
+  }
+  return stage;
+}
+
+std::vector<bool> expr_varies(const Kernel& k) {
+  std::vector<bool> varies(k.exprs.size(), false);
+  for (size_t id = 0; id < k.exprs.size(); ++id) {
+    const Expr& e = k.exprs[id];
+    if (e.kind == ExprKind::Reduce) continue;
+    if (e.kind == ExprKind::Load) {
+      for (int d : k.reduced) {
+        if (k.inputs[e.input].strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
+      }
+      continue;
+    }
+    for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
+  }
+  return varies;
+}
+
+bool is_reduced(const Kernel& k, int d) { return std::find(k.reduced.begin(), k.reduced.end(), d) != k.reduced.end(); }
+
+int parallel_dim(const Kernel& k) {
+  for (int d = 0; d < static_cast<int>(k.sizes.size()); ++d) {
+    if (!is_reduced(k, d)) return d;
+  }
+  return -1;
+}
+
+int tile_dim(const Kernel& k) {
+  if (k.reduced.empty() || k.reduced.back() + 1 >= static_cast<int>(k.sizes.size())) return -1;
+  return k.reduced.back() + 1;
+}
+
+void coalesce_dims(Kernel& k) {
+  for (KernelOutput& out : k.outputs) {
+    if (out.has_tensor_shape) continue;
+    out.has_tensor_shape = true;
+    out.tensor_sizes = k.sizes;
+    out.tensor_strides = out.strides;
+  }
+  std::vector<std::vector<int64_t>*> strides;
+  for (KernelInput& in : k.inputs) strides.push_back(&in.strides);
+  for (KernelOutput& out : k.outputs) strides.push_back(&out.strides);
+  // Size-1 dims index nothing: drop them (one reduced dim stays, so a
+  // reduction keeps its phases).
+  for (int d = static_cast<int>(k.sizes.size()) - 1; d >= 0; --d) {
+    if (k.sizes[d] != 1 || (is_reduced(k, d) && k.reduced.size() == 1)) continue;
+    for (std::vector<int64_t>* s : strides) s->erase(s->begin() + d);
+    k.sizes.erase(k.sizes.begin() + d);
+    std::vector<int> reduced;
+    for (int r : k.reduced) {
+      if (r != d) reduced.push_back(r > d ? r - 1 : r);
+    }
+    k.reduced = reduced;
+  }
+  const int tile = tile_dim(k);
+  int d = 0;
+  int tile_now = tile;
+  while (d + 1 < static_cast<int>(k.sizes.size())) {
+    const bool same_kind = is_reduced(k, d) == is_reduced(k, d + 1) && d != tile_now && d + 1 != tile_now;
+    const int64_t outer = k.sizes[d], inner = k.sizes[d + 1];
+    bool fits = same_kind;
+    for (const std::vector<int64_t>* s : strides) {
+      if (!fits) break;
+      fits = outer == 1 || inner == 1 || (*s)[d] == (*s)[d + 1] * inner;
+    }
+    if (!fits) {
+      ++d;
+      continue;
+    }
+    for (std::vector<int64_t>* s : strides) {
+      (*s)[d] = inner == 1 ? (*s)[d] : (*s)[d + 1];
+      s->erase(s->begin() + d + 1);
+    }
+    k.sizes[d] = outer * inner;
+    k.sizes.erase(k.sizes.begin() + d + 1);
+    std::vector<int> reduced;
+    for (int r : k.reduced) {
+      if (r == d + 1) continue;  // merged into d, of the same kind
+      reduced.push_back(r > d + 1 ? r - 1 : r);
+    }
+    k.reduced = reduced;
+    if (tile_now > d + 1) --tile_now;
+  }
+}
+
 std::string format_kernel(const Kernel& k) {
   std::ostringstream out;
-  out << "kernel " << k.name << format_strides(k.sizes) << "\n";
+  out << "kernel " << k.name << format_strides(k.sizes);
+  if (!k.reduced.empty()) {
+    out << " reduce=(";
+    for (size_t i = 0; i < k.reduced.size(); ++i) out << (i ? ", " : "") << k.reduced[i];
+    out << ")";
+  }
+  out << "\n";
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const KernelInput& in = k.inputs[i];
     out << "  in" << i << ": " << dtype_short_name(in.dtype) << " strides="
@@ -283,6 +428,7 @@ std::string format_kernel(const Kernel& k) {
       case ExprKind::Load: out << "load in" << e.input; break;
       case ExprKind::Constant: out << "const " << format_constant(e); break;
       case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
+      case ExprKind::Reduce: out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Unary: out << unary_op_name(static_cast<UnaryOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Binary:
       case ExprKind::Compare:
@@ -301,7 +447,11 @@ std::string format_kernel(const Kernel& k) {
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const KernelOutput& o = k.outputs[i];
     out << "  out" << i << ": " << dtype_short_name(o.dtype) << " strides=" << format_strides(o.strides)
-        << " = %" << o.value << "\n";
+        << " = %" << o.value;
+    if (o.has_tensor_shape) {
+      out << " tensor=" << format_strides(o.tensor_sizes) << "/" << format_strides(o.tensor_strides);
+    }
+    out << "\n";
   }
   return out.str();
 }
@@ -310,6 +460,7 @@ const char* expr_kind_name(ExprKind kind) { return kKinds[static_cast<int>(kind)
 const char* unary_op_name(UnaryOp op) { return kUnary[static_cast<int>(op)].name; }
 const char* binary_op_name(BinaryOp op) { return kBinary[static_cast<int>(op)].name; }
 const char* compare_op_name(CompareOp op) { return kCompare[static_cast<int>(op)]; }
+const char* reduce_op_name(ReduceOp op) { return kReduce[static_cast<int>(op)]; }
 
 bool is_compute_dtype(DType d) { return d == DType::Bool || prims::is_integer(d) || is_float(d); }
 

@@ -1,8 +1,8 @@
-// The loop-level IR of one pointwise kernel: an iteration space (the
-// outputs' sizes), strided inputs, a DAG of scalar expressions evaluated once
-// per point, and strided outputs. What lower_pointwise produces from prims
-// and what the CPU code generator compiles. See docs/architecture.md,
-// "Inductor (CPU), first slice".
+// The loop-level IR of one kernel: an iteration space, some of whose dims
+// may be reduced, strided inputs, a DAG of scalar expressions evaluated per
+// point (reductions among them), and strided outputs. What the lowering
+// (lower_pointwise, lower_group) produces from prims and what the CPU code
+// generator compiles. See docs/architecture.md, "Inductor (CPU)".
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,8 @@ using graph::DType;
   X(Unary, "unary", 1)            \
   X(Binary, "binary", 2)          \
   X(Compare, "cmp", 2)            \
-  X(Select, "select", 3)
+  X(Select, "select", 3)           \
+  X(Reduce, "reduce", 1)
 
 // Unary operators: X(enum name, text name, floating only)
 #define KILN_KERNEL_UNARY_OPS(X) \
@@ -78,6 +79,13 @@ using graph::DType;
   X(Gt, "gt")                      \
   X(Ge, "ge")
 
+// Reduction operators: X(enum name, text name)
+#define KILN_KERNEL_REDUCE_OPS(X) \
+  X(Sum, "sum")                   \
+  X(Prod, "prod")                 \
+  X(Max, "max")                   \
+  X(Min, "min")
+
 enum class ExprKind : int8_t {
 #define KILN_KERNEL_ENUM(name, text, operands) name,
   KILN_KERNEL_EXPR_KINDS(KILN_KERNEL_ENUM)
@@ -102,6 +110,12 @@ enum class CompareOp : int8_t {
 #undef KILN_KERNEL_ENUM
 };
 
+enum class ReduceOp : int8_t {
+#define KILN_KERNEL_ENUM(name, text) name,
+  KILN_KERNEL_REDUCE_OPS(KILN_KERNEL_ENUM)
+#undef KILN_KERNEL_ENUM
+};
+
 // Note [Kernel expressions]
 // One scalar computation, evaluated at every point of the iteration space.
 // Operands are ids of earlier expressions of the same kernel, so the list is
@@ -112,10 +126,13 @@ enum class CompareOp : int8_t {
 // yields bool); Select(cond, a, b) picks a where the bool cond holds.
 // Float16/BFloat16 are storage types only: loads of them are cast to
 // float32 before any arithmetic, and stores cast back.
+// Reduce(x) applies ReduceOp `op` (in its dtype, x's) to x over every point
+// that shares the current point's kept (unreduced) dims: its value is
+// constant along the reduced dims (Note [Reduction kernels]).
 struct Expr {
   ExprKind kind = ExprKind::Constant;
   DType dtype = DType::Float32;  // the value's dtype
-  int8_t op = 0;                 // a UnaryOp, BinaryOp or CompareOp
+  int8_t op = 0;                 // a UnaryOp, BinaryOp, CompareOp or ReduceOp
   int input = -1;                // Load: index into Kernel::inputs
   double constant = 0;           // Constant of a floating dtype
   int64_t integer = 0;           // Constant of an integer or bool dtype
@@ -132,17 +149,37 @@ struct KernelInput {
 };
 
 // A tensor the kernel writes: expression `value` cast to `dtype`, stored
-// with `strides` (one per dim of the iteration space, none of them 0).
+// with `strides` (one per dim of the iteration space; 0 only in reduced
+// dims, for a value constant along them). With `has_tensor_shape` the
+// tensor itself, as allocated, has `tensor_sizes` and `tensor_strides`
+// (a reduction's result); otherwise the iteration space's sizes and
+// `strides`.
 struct KernelOutput {
   DType dtype = DType::Float32;
   std::vector<int64_t> strides;
   int value = -1;
+  bool has_tensor_shape = false;
+  std::vector<int64_t> tensor_sizes;
+  std::vector<int64_t> tensor_strides;
 };
 
-// One pointwise kernel.
+// Note [Reduction kernels]
+// A kernel whose `reduced` dims are not empty iterates its kept dims (the
+// others) in the outer loops and, per kept point, runs phases over the
+// reduced dims: phase k computes the Reduce expressions of stage k (stage:
+// 1 + the highest stage of a Reduce it depends on), so a Reduce may use the
+// results of earlier ones (softmax: max, then the sum of exp(x - max)). A
+// last pass stores the outputs that vary along reduced dims; outputs
+// constant along them are stored once per kept point. Loop order is dim
+// order: kept dims, then reduced dims, then at most one more kept dim, the
+// "tile" dim, which makes an outer reduction (e.g. a sum over dim 0 of a
+// row-major matrix) accumulate many columns at once with unit-stride loads.
+// Every kept dim is parallel; the code generator splits the first one
+// (parallel_dim) across threads.
 struct Kernel {
   std::string name = "kernel";
-  std::vector<int64_t> sizes;  // the iteration space (every output's sizes)
+  std::vector<int64_t> sizes;  // the iteration space
+  std::vector<int> reduced;    // reduced dims, ascending (Note [Reduction kernels])
   std::vector<KernelInput> inputs;
   std::vector<Expr> exprs;
   std::vector<KernelOutput> outputs;
@@ -157,6 +194,7 @@ struct Kernel {
   int binary(BinaryOp op, int a, int b);
   int compare(CompareOp op, int a, int b);
   int select(int cond, int a, int b);
+  int reduce(ReduceOp op, int operand);
   // Adds an input; returns its index.
   int add_input(KernelInput input);
   // Adds an output writing expression `value`; returns its index.
@@ -164,9 +202,35 @@ struct Kernel {
 };
 
 // Checks the kernel's invariants (operand ids earlier, arities, dtypes that
-// agree, stride ranks, bool/float-only ops, no low-precision arithmetic).
-// Returns "" or the first problem found.
+// agree, stride ranks, bool/float-only ops, no low-precision arithmetic,
+// the reduced dims' layout and outputs that fit them). Returns "" or the
+// first problem found.
 std::string verify(const Kernel& kernel);
+
+// Per expression: the stage of Note [Reduction kernels] (0: uses no Reduce).
+std::vector<int> expr_stages(const Kernel& kernel);
+
+// Per expression: whether its value can differ between points that differ
+// only in reduced dims (a load with a nonzero stride in one, or an operand
+// that does; never a Reduce).
+std::vector<bool> expr_varies(const Kernel& kernel);
+
+// True for dim d of `kernel` in its reduced list.
+bool is_reduced(const Kernel& kernel, int d);
+
+// The dim whose index range a call covers (Note [CPU kernel ABI]): the
+// first kept dim in loop order; -1 when every dim is reduced (or rank 0).
+int parallel_dim(const Kernel& kernel);
+
+// The kept dim after the reduced ones (Note [Reduction kernels]), or -1.
+int tile_dim(const Kernel& kernel);
+
+// Drops size-1 dims (keeping one reduced dim) and merges adjacent dims of
+// one kind (kept, or reduced; the tile dim stays alone) wherever every
+// input and output steps through them as through one dim, so loops are
+// longer and the parallel dim larger ([1, 4096, C] rows split over threads
+// like [4096, C]). Outputs keep their tensor shape (has_tensor_shape is set).
+void coalesce_dims(Kernel& kernel);
 
 // The kernel's text form, for logs and tests:
 //   kernel add(4, 8)
@@ -182,6 +246,7 @@ const char* expr_kind_name(ExprKind kind);
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 const char* compare_op_name(CompareOp op);
+const char* reduce_op_name(ReduceOp op);
 
 // True for dtypes the kernel IR computes with (bool, integers, f32, f64).
 bool is_compute_dtype(DType dtype);

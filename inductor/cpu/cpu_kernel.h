@@ -1,4 +1,4 @@
-// Compiling a pointwise Kernel to host machine code. The code generator
+// Compiling a Kernel to host machine code. The code generator
 // (llvm_codegen.cpp) exists only in builds with LLVM (KILN_WITH_LLVM);
 // without it cpu_codegen_available() is false and compiling throws.
 #pragma once
@@ -13,14 +13,21 @@
 namespace kiln::inductor::cpu {
 
 // Note [CPU kernel ABI]
-// A compiled kernel is `void fn(char* const* data, const int64_t* sizes)`:
+// A compiled kernel is
+//   void fn(char* const* data, const int64_t* sizes, int64_t begin, int64_t end)
 // data[0 .. inputs) are the inputs' element pointers, then data[inputs ..
 // inputs + outputs) the outputs'; each input's Kernel offset (elements) is
 // added to its pointer. sizes[0 .. rank) is the iteration space and must
-// equal Kernel::sizes (strides are compiled in as constants). The kernel
-// runs on the calling thread, keeps no state and may run concurrently.
-// Outputs must not overlap inputs or each other.
-using CpuKernelFn = void (*)(char* const* data, const int64_t* sizes);
+// equal Kernel::sizes (sizes and strides are compiled in as constants). A
+// call computes the points whose index in parallel_dim(kernel) lies in
+// [begin, end), every other dim whole; calls over disjoint ranges may run
+// at once on several threads (run_cpu_kernel splits large kernels so, Note
+// [Kernel threads]). A kernel without a parallel dim (every dim reduced)
+// computes everything in the call with begin == 0 and nothing otherwise.
+// Kernels keep no state; their scratch (row stash, tile accumulators) is
+// on the calling thread's stack, at most ~600 KiB. Outputs must not overlap
+// inputs or each other.
+using CpuKernelFn = void (*)(char* const* data, const int64_t* sizes, int64_t begin, int64_t end);
 
 // Thrown when a kernel cannot be compiled (no LLVM in this build, an
 // invalid kernel, LLVM refusing the module).

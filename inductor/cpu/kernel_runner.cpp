@@ -1,7 +1,13 @@
 #include "inductor/cpu/kernel_runner.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "inductor/cpu/thread_pool.h"
 
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
@@ -23,13 +29,35 @@ PyRef int_tuple(const std::vector<int64_t>& values) {
   return tuple;
 }
 
+// torch.get_num_threads(), or 1 when it cannot be asked. Needs the GIL.
+int torch_threads() {
+  static PyObject* get = [] {
+    PyObject* torch = PyImport_ImportModule("torch");
+    PyObject* fn = torch ? PyObject_GetAttrString(torch, "get_num_threads") : nullptr;
+    Py_XDECREF(torch);
+    return fn;  // kept for the process
+  }();
+  if (get == nullptr) {
+    PyErr_Clear();
+    return 1;
+  }
+  PyRef n = PyRef::steal(PyObject_CallNoArgs(get));
+  const long value = n ? PyLong_AsLong(n.get()) : -1;
+  if (value < 1) {
+    PyErr_Clear();
+    return 1;
+  }
+  return static_cast<int>(value);
+}
+
 // torch.empty_strided(sizes, strides, dtype=dtype): a new reference or null.
-PyObject* empty_strided(const std::vector<int64_t>& sizes, const KernelOutput& output) {
+PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                        const KernelOutput& output) {
   static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
   if (torch == nullptr) return nullptr;
   PyRef function = PyRef::steal(PyObject_GetAttrString(torch, "empty_strided"));
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(torch, graph::dtype_name(output.dtype)));
-  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(output.strides);
+  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
   if (!function || !dtype || !size_tuple || !stride_tuple) return nullptr;
   PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
   PyRef kwargs = PyRef::steal(PyDict_New());
@@ -37,9 +65,58 @@ PyObject* empty_strided(const std::vector<int64_t>& sizes, const KernelOutput& o
   return PyObject_Call(function.get(), args.get(), kwargs.get());
 }
 
+// Note [Huge output pages]
+// A large output is fresh memory (glibc maps allocations over 32 MiB, and
+// most over 128 KiB, anew and unmaps them when freed), so the kernel's
+// first touch of each 4 KiB page faults: ~35 ms for 64 MiB here, more than
+// a fused kernel's own work. The machine's transparent huge pages are
+// "madvise", so the runner asks for them on the 2 MiB-aligned middle of
+// every output of at least 4 MiB before the kernel runs: a 512th of the
+// faults. Only the output's own pages are advised; failure is harmless.
+void advise_huge_pages(char* data, int64_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (bytes < int64_t{4} << 20) return;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) & ~(kHuge - 1);
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+}
+
+// The bytes an output tensor spans from its first element.
+int64_t output_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType dtype) {
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    extent += (sizes[d] - 1) * strides[d];
+  }
+  return extent * item_size(dtype);
+}
+
 }  // namespace
 
-PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs) {
+void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads) {
+  int64_t numel = 1;
+  for (int64_t size : kernel.sizes) numel *= size;
+  if (numel == 0) return;
+  const int dim = parallel_dim(kernel);
+  const int64_t extent = dim < 0 ? 1 : kernel.sizes[dim];
+  if (numel < kParallelMinElements || threads <= 1 || extent <= 1) {
+    compiled.fn(data, kernel.sizes.data(), 0, extent);
+    return;
+  }
+  // Four ranges per thread, taken as threads come free, so one slowed by
+  // the machine's other load does less; boundaries on multiples of 16 when
+  // the dim is long enough, so vector loops in the inner dim start aligned.
+  int64_t chunks = std::min<int64_t>(int64_t{4} * threads, extent);
+  const int64_t align = extent >= 16 * chunks ? 16 : 1;
+  const int64_t step = (extent / align + chunks - 1) / chunks * align;
+  chunks = (extent + step - 1) / step;
+  parallel_run(static_cast<int>(chunks), threads, [&](int chunk) {
+    const int64_t begin = chunk * step;
+    compiled.fn(data, kernel.sizes.data(), begin, std::min(extent, begin + step));
+  });
+}
+
+PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs, int threads) {
   std::vector<char*> data;
   for (size_t i = 0; i < kernel.inputs.size(); ++i) {
     graph::TensorMeta meta;
@@ -58,20 +135,23 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
   PyRef result = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(kernel.outputs.size())));
   if (!result) return nullptr;
   for (size_t i = 0; i < kernel.outputs.size(); ++i) {
-    PyObject* output = empty_strided(kernel.sizes, kernel.outputs[i]);
+    const KernelOutput& out = kernel.outputs[i];
+    const bool own_shape = out.has_tensor_shape;
+    const std::vector<int64_t>& sizes = own_shape ? out.tensor_sizes : kernel.sizes;
+    const std::vector<int64_t>& strides = own_shape ? out.tensor_strides : out.strides;
+    PyObject* output = empty_strided(sizes, strides, out);
     if (output == nullptr) return nullptr;
     PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
     data.push_back(runtime::tensor_data(output));
+    advise_huge_pages(data.back(), output_bytes(sizes, strides, out.dtype));
   }
   int64_t numel = 1;
   for (int64_t size : kernel.sizes) numel *= size;
-  // The loops are bounded by sizes; the GIL is released so kernels of
-  // several threads may run at once.
-  if (numel > 0) {
-    Py_BEGIN_ALLOW_THREADS
-    compiled.fn(data.data(), kernel.sizes.data());
-    Py_END_ALLOW_THREADS
-  }
+  if (threads <= 0) threads = numel >= kParallelMinElements ? torch_threads() : 1;
+  // The GIL is released: kernels of several Python threads may run at once.
+  Py_BEGIN_ALLOW_THREADS
+  call_cpu_kernel(compiled, kernel, data.data(), threads);
+  Py_END_ALLOW_THREADS
   return result.release();
 }
 

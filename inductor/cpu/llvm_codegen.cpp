@@ -1,8 +1,12 @@
 // Kernel IR -> LLVM IR through IRBuilder, then jit_compile. The function
-// follows Note [CPU kernel ABI]; the loop nest runs the iteration space in
-// row-major order with the last dim innermost, so contiguous outputs are
+// follows Note [CPU kernel ABI]. Kept dims are the outer loops (the
+// parallel dim over [begin, end)); a pointwise kernel evaluates its
+// outputs at each point, the last dim innermost, so contiguous outputs are
 // written sequentially and the loop vectorizer sees unit-stride accesses.
-// Note [Kernel math functions] says how transcendental ops are called.
+// A reducing kernel runs, per kept point, its phases over the reduced dims
+// in row mode or per block of tile lanes in tile mode (Note [Reduction
+// kernels], Note [Vectorized reductions], Note [Row stash]). Note [Kernel
+// math functions] says how transcendental ops are called.
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -11,8 +15,10 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Transforms/Utils/ModuleUtils.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
+#include <limits>
 
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/llvm_module.h"
@@ -67,13 +73,44 @@ class Codegen {
   Value* emit_unary(UnaryOp op, Value* v, DType dtype);
   Value* emit_binary(BinaryOp op, Value* a, Value* b, DType dtype);
   Value* emit_compare(CompareOp op, Value* a, Value* b, DType dtype);
-  // Computes every expression and stores the outputs, at the point whose
-  // operands' element pointers are `pointers` (inputs, then outputs).
-  void emit_point(const std::vector<Value*>& pointers);
-  // `for (i = 0; i < n; ++i) body(i)`; leaves the builder after the loop.
-  void emit_for(Value* n, const std::function<void(Value*)>& body);
-  // The loops over dims d.., with each operand's element offset so far.
-  void emit_loops(size_t d, const std::vector<Value*>& offsets);
+  // One point's evaluation: operand element pointers (inputs, then
+  // outputs), the phase (Note [Reduction kernels]; 0 in pointwise kernels
+  // and for the once-per-kept-point outputs, phases + 1 for the last pass),
+  // the point's index along the reduced dims (row mode, for the stash) or
+  // its lane (tile mode), and the values computed so far.
+  struct Point {
+    std::vector<Value*> pointers;
+    int phase = 0;
+    Value* row_index = nullptr;
+    Value* lane = nullptr;
+    std::vector<Value*> values;
+  };
+  Value* eval(int id, Point& point);
+  Value* compute(int id, Point& point);
+  void store_output(size_t i, Value* value, Value* pointer);
+  // Element pointers of every operand at the given element offsets.
+  std::vector<Value*> pointers_at(const std::vector<Value*>& offsets);
+  std::vector<Value*> advance(const std::vector<Value*>& offsets, size_t d, Value* i);
+  // `for (i = lo; i < hi; ++i)` threading `accs` through the iterations:
+  // body(i, accs) returns the next iteration's; returns the values after
+  // the loop (init when it runs no iteration). Leaves the builder after it.
+  std::vector<Value*> emit_for(Value* lo, Value* hi, std::vector<Value*> accs,
+                               const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body);
+  void emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& body);
+  // The loops over kept dims d.. before the reduced ones.
+  void emit_kept(size_t d, const std::vector<Value*>& offsets);
+  // Per kept point: the phases over the reduced dims, then the outputs.
+  void emit_row(const std::vector<Value*>& offsets);
+  void emit_tile(const std::vector<Value*>& offsets);
+  // Nested loops over the reduced dims from `level` with accumulators;
+  // body(offsets, row index, accs) -> accs.
+  using NestBody = std::function<std::vector<Value*>(const std::vector<Value*>&, Value*, const std::vector<Value*>&)>;
+  std::vector<Value*> emit_reduced_nest(size_t level, const std::vector<Value*>& offsets, Value* row,
+                                        std::vector<Value*> accs, const NestBody& body);
+  Value* reduce_init(ReduceOp op, DType dtype);
+  Value* combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_register);
+  void plan_stash();
+  std::pair<Value*, Value*> dim_range(size_t d);
 
   int64_t operand_stride(size_t operand, size_t d) const {
     return operand < kernel_.inputs.size()
@@ -93,7 +130,21 @@ class Codegen {
   std::vector<Value*> sizes_;  // per dim
   llvm::MDNode* loads_noalias_ = nullptr;
   std::vector<llvm::MDNode*> store_scope_, store_noalias_;  // per output
+  Value* begin_ = nullptr;
+  Value* end_ = nullptr;
+  std::vector<int> stage_;              // per expression
+  std::vector<bool> varies_;            // per expression
+  int phases_ = 0;                      // the highest stage
+  std::vector<Value*> reduced_;         // per expression: a Reduce's value (row mode)
+  std::vector<Value*> stash_;           // per expression: its row buffer, or null
+  std::vector<int> stash_phase_;        // per expression: the phase that wrote it, or 0
+  std::vector<Value*> lanes_;           // per expression: a Reduce's tile accumulators
 };
+
+// The lanes a tile-mode kernel accumulates at once (Note [Reduction kernels]).
+constexpr int64_t kTileLanes = 512;
+// The most row-buffer bytes a kernel keeps on its stack (Note [Row stash]).
+constexpr int64_t kStashBytes = 512 * 1024;
 
 llvm::Type* Codegen::storage_type(DType d) {
   switch (d) {
@@ -295,100 +346,453 @@ Value* Codegen::emit_compare(CompareOp op, Value* a, Value* b, DType dtype) {
   return builder_.CreateICmp(predicate, a, b);
 }
 
-void Codegen::emit_point(const std::vector<Value*>& pointers) {
-  std::vector<Value*> values(kernel_.exprs.size(), nullptr);
-  for (size_t id = 0; id < kernel_.exprs.size(); ++id) {
-    const Expr& e = kernel_.exprs[id];
-    auto operand = [&](int i) { return values[e.operands[i]]; };
-    auto operand_dtype = [&](int i) { return kernel_.exprs[e.operands[i]].dtype; };
-    switch (e.kind) {
-      case ExprKind::Load: {
-        llvm::LoadInst* load = builder_.CreateLoad(storage_type(e.dtype), pointers[e.input]);
-        if (loads_noalias_ != nullptr) load->setMetadata(llvm::LLVMContext::MD_noalias, loads_noalias_);
-        values[id] = e.dtype == DType::Bool ? builder_.CreateICmpNE(load, builder_.getInt8(0)) : load;
-        break;
-      }
-      case ExprKind::Constant:
-        values[id] = is_float(e.dtype) ? static_cast<Value*>(llvm::ConstantFP::get(value_type(e.dtype), e.constant))
-                                       : llvm::ConstantInt::get(value_type(e.dtype), e.integer, /*signed=*/true);
-        break;
-      case ExprKind::Cast: values[id] = cast(operand(0), operand_dtype(0), e.dtype); break;
-      case ExprKind::Unary: values[id] = emit_unary(static_cast<UnaryOp>(e.op), operand(0), operand_dtype(0)); break;
-      case ExprKind::Binary:
-        values[id] = emit_binary(static_cast<BinaryOp>(e.op), operand(0), operand(1), e.dtype);
-        break;
-      case ExprKind::Compare:
-        values[id] = emit_compare(static_cast<CompareOp>(e.op), operand(0), operand(1), operand_dtype(0));
-        break;
-      case ExprKind::Select: values[id] = builder_.CreateSelect(operand(0), operand(1), operand(2)); break;
+Value* Codegen::compute(int id, Point& point) {
+  const Expr& e = kernel_.exprs[id];
+  auto operand = [&](int i) { return eval(e.operands[i], point); };
+  auto operand_dtype = [&](int i) { return kernel_.exprs[e.operands[i]].dtype; };
+  switch (e.kind) {
+    case ExprKind::Load: {
+      llvm::LoadInst* load = builder_.CreateLoad(storage_type(e.dtype), point.pointers[e.input]);
+      if (loads_noalias_ != nullptr) load->setMetadata(llvm::LLVMContext::MD_noalias, loads_noalias_);
+      return e.dtype == DType::Bool ? builder_.CreateICmpNE(load, builder_.getInt8(0)) : static_cast<Value*>(load);
     }
+    case ExprKind::Constant:
+      return is_float(e.dtype) ? static_cast<Value*>(llvm::ConstantFP::get(value_type(e.dtype), e.constant))
+                               : llvm::ConstantInt::get(value_type(e.dtype), e.integer, /*signed=*/true);
+    case ExprKind::Cast: return cast(operand(0), operand_dtype(0), e.dtype);
+    case ExprKind::Unary: return emit_unary(static_cast<UnaryOp>(e.op), operand(0), operand_dtype(0));
+    case ExprKind::Binary: {
+      Value* a = operand(0);
+      return emit_binary(static_cast<BinaryOp>(e.op), a, operand(1), e.dtype);
+    }
+    case ExprKind::Compare: {
+      Value* a = operand(0);
+      return emit_compare(static_cast<CompareOp>(e.op), a, operand(1), operand_dtype(0));
+    }
+    case ExprKind::Select: {
+      Value* c = operand(0);
+      Value* a = operand(1);
+      return builder_.CreateSelect(c, a, operand(2));
+    }
+    case ExprKind::Reduce: break;
   }
-  for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
-    const KernelOutput& out = kernel_.outputs[i];
-    Value* v = cast(values[out.value], kernel_.exprs[out.value].dtype, out.dtype);
-    if (out.dtype == DType::Bool) v = builder_.CreateZExt(v, builder_.getInt8Ty());
-    llvm::StoreInst* store = builder_.CreateStore(v, pointers[kernel_.inputs.size() + i]);
-    store->setMetadata(llvm::LLVMContext::MD_alias_scope, store_scope_[i]);
-    if (store_noalias_[i] != nullptr) store->setMetadata(llvm::LLVMContext::MD_noalias, store_noalias_[i]);
+  throw CodegenError("a reduction evaluated before its phase");
+}
+
+// Note [Row stash]
+// In a row-mode kernel (reduced dims innermost) each phase walks the row
+// again. A value that varies along the row, is needed in two or more
+// phases and costs more than a load (softmax's exp(x - max), needed by the
+// sum and by the output) is computed once, in the first phase that needs
+// it, and kept in a row buffer on the stack that later phases read: the
+// row stays in L1/L2 and transcendental work is not redone. Buffers are
+// allocated once per call; rows whose buffers would pass kStashBytes are
+// recomputed instead.
+void Codegen::plan_stash() {
+  const size_t count = kernel_.exprs.size();
+  stash_.assign(count, nullptr);
+  stash_phase_.assign(count, 0);
+  if (kernel_.reduced.empty() || tile_dim(kernel_) >= 0) return;
+  // Which phases need each expression without any stash (phase p: the
+  // operands of stage-p reductions; phases_ + 1: outputs varying along rows).
+  std::vector<std::vector<bool>> needed(count, std::vector<bool>(phases_ + 2, false));
+  std::function<void(int, int)> need = [&](int id, int phase) {
+    if (needed[id][phase]) return;
+    needed[id][phase] = true;
+    if (kernel_.exprs[id].kind == ExprKind::Reduce) return;
+    for (int operand : kernel_.exprs[id].operands) need(operand, phase);
+  };
+  for (size_t id = 0; id < count; ++id) {
+    if (kernel_.exprs[id].kind == ExprKind::Reduce) need(kernel_.exprs[id].operands[0], stage_[id]);
+  }
+  for (const KernelOutput& out : kernel_.outputs) {
+    if (varies_[out.value]) need(out.value, phases_ + 1);
+  }
+  int64_t row = 1;
+  for (int d : kernel_.reduced) row *= kernel_.sizes[d];
+  int64_t bytes = 0;
+  llvm::IRBuilder<> entry(&builder_.GetInsertBlock()->getParent()->getEntryBlock(),
+                          builder_.GetInsertBlock()->getParent()->getEntryBlock().begin());
+  for (size_t id = 0; id < count; ++id) {
+    const Expr& e = kernel_.exprs[id];
+    if (!varies_[id] || e.kind == ExprKind::Load || e.kind == ExprKind::Constant || e.dtype == DType::Bool) continue;
+    if (e.kind == ExprKind::Cast && kernel_.exprs[e.operands[0]].kind == ExprKind::Load) continue;
+    int phases = 0;
+    for (bool n : needed[id]) phases += n ? 1 : 0;
+    if (phases < 2) continue;
+    const int64_t size = row * static_cast<int64_t>(item_size(e.dtype));
+    if (bytes + size > kStashBytes) continue;
+    bytes += size;
+    stash_[id] = entry.CreateAlloca(value_type(e.dtype), entry.getInt64(row), "stash");
   }
 }
 
-void Codegen::emit_for(Value* n, const std::function<void(Value*)>& body) {
+Value* Codegen::eval(int id, Point& point) {
+  if (point.values[id] != nullptr) return point.values[id];
+  const Expr& e = kernel_.exprs[id];
+  Value* v = nullptr;
+  if (e.kind == ExprKind::Reduce) {
+    if (point.lane != nullptr) {
+      Value* slot = builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], point.lane);
+      v = builder_.CreateLoad(value_type(e.dtype), slot);
+    } else {
+      v = reduced_[id];
+    }
+    if (v == nullptr) throw CodegenError("a reduction read before its phase");
+  } else if (stash_[id] != nullptr && point.row_index != nullptr) {
+    Value* slot = builder_.CreateInBoundsGEP(value_type(e.dtype), stash_[id], point.row_index);
+    if (stash_phase_[id] != 0 && stash_phase_[id] < point.phase) {
+      v = builder_.CreateLoad(value_type(e.dtype), slot);
+    } else {
+      v = compute(id, point);
+      builder_.CreateStore(v, slot);
+      stash_phase_[id] = point.phase;
+    }
+  } else {
+    v = compute(id, point);
+  }
+  point.values[id] = v;
+  return v;
+}
+
+void Codegen::store_output(size_t i, Value* value, Value* pointer) {
+  const KernelOutput& out = kernel_.outputs[i];
+  Value* v = cast(value, kernel_.exprs[out.value].dtype, out.dtype);
+  if (out.dtype == DType::Bool) v = builder_.CreateZExt(v, builder_.getInt8Ty());
+  llvm::StoreInst* store = builder_.CreateStore(v, pointer);
+  store->setMetadata(llvm::LLVMContext::MD_alias_scope, store_scope_[i]);
+  if (store_noalias_[i] != nullptr) store->setMetadata(llvm::LLVMContext::MD_noalias, store_noalias_[i]);
+}
+
+std::vector<Value*> Codegen::pointers_at(const std::vector<Value*>& offsets) {
+  std::vector<Value*> pointers(bases_.size());
+  for (size_t k = 0; k < bases_.size(); ++k) {
+    pointers[k] = builder_.CreateInBoundsGEP(storage_type(operand_dtype(k)), bases_[k], offsets[k]);
+  }
+  return pointers;
+}
+
+std::vector<Value*> Codegen::advance(const std::vector<Value*>& offsets, size_t d, Value* i) {
+  std::vector<Value*> inner(offsets.size());
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    const int64_t stride = operand_stride(k, d);
+    inner[k] = stride == 0 ? offsets[k]
+                           : builder_.CreateAdd(offsets[k], builder_.CreateMul(i, builder_.getInt64(stride), "", false, true),
+                                                "", false, true);
+  }
+  return inner;
+}
+
+std::vector<Value*> Codegen::emit_for(
+    Value* lo, Value* hi, std::vector<Value*> accs,
+    const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body) {
   llvm::Function* function = builder_.GetInsertBlock()->getParent();
   llvm::BasicBlock* before = builder_.GetInsertBlock();
   llvm::BasicBlock* loop = llvm::BasicBlock::Create(context_, "loop", function);
   llvm::BasicBlock* after = llvm::BasicBlock::Create(context_, "after", function);
-  builder_.CreateCondBr(builder_.CreateICmpSGT(n, builder_.getInt64(0)), loop, after);
+  builder_.CreateCondBr(builder_.CreateICmpSLT(lo, hi), loop, after);
   builder_.SetInsertPoint(loop);
   llvm::PHINode* i = builder_.CreatePHI(builder_.getInt64Ty(), 2, "i");
-  i->addIncoming(builder_.getInt64(0), before);
-  body(i);
+  i->addIncoming(lo, before);
+  std::vector<llvm::PHINode*> phis;
+  std::vector<Value*> current;
+  for (Value* init : accs) {
+    llvm::PHINode* phi = builder_.CreatePHI(init->getType(), 2, "acc");
+    phi->addIncoming(init, before);
+    phis.push_back(phi);
+    current.push_back(phi);
+  }
+  std::vector<Value*> next_accs = body(i, current);
   Value* next = builder_.CreateAdd(i, builder_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
-  i->addIncoming(next, builder_.GetInsertBlock());
-  builder_.CreateCondBr(builder_.CreateICmpSLT(next, n), loop, after);
+  llvm::BasicBlock* latch = builder_.GetInsertBlock();
+  i->addIncoming(next, latch);
+  for (size_t k = 0; k < phis.size(); ++k) phis[k]->addIncoming(next_accs[k], latch);
+  builder_.CreateCondBr(builder_.CreateICmpSLT(next, hi), loop, after);
   builder_.SetInsertPoint(after);
+  std::vector<Value*> result;
+  for (size_t k = 0; k < phis.size(); ++k) {
+    llvm::PHINode* out = builder_.CreatePHI(accs[k]->getType(), 2);
+    out->addIncoming(accs[k], before);
+    out->addIncoming(next_accs[k], latch);
+    result.push_back(out);
+  }
+  return result;
 }
 
-void Codegen::emit_loops(size_t d, const std::vector<Value*>& offsets) {
-  const size_t rank = kernel_.sizes.size();
-  const size_t operands = bases_.size();
-  if (rank == 0) {
-    emit_point(bases_);
-    return;
-  }
-  if (d + 1 < rank) {
-    emit_for(sizes_[d], [&](Value* i) {
-      std::vector<Value*> inner(operands);
-      for (size_t k = 0; k < operands; ++k) {
-        const int64_t stride = operand_stride(k, d);
-        inner[k] = stride == 0 ? offsets[k]
-                               : builder_.CreateAdd(offsets[k], builder_.CreateMul(i, builder_.getInt64(stride), "", false, true),
-                                                    "", false, true);
-      }
-      emit_loops(d + 1, inner);
-    });
-    return;
-  }
-  // The innermost dim: each operand's row start is invariant in this loop.
-  std::vector<Value*> rows(operands);
-  for (size_t k = 0; k < operands; ++k) {
-    rows[k] = builder_.CreateInBoundsGEP(storage_type(operand_dtype(k)), bases_[k], offsets[k]);
-  }
-  emit_for(sizes_[d], [&](Value* j) {
-    std::vector<Value*> pointers(operands);
-    for (size_t k = 0; k < operands; ++k) {
-      const int64_t stride = operand_stride(k, d);
-      Value* index = stride == 1 ? j : builder_.CreateMul(j, builder_.getInt64(stride), "", false, true);
-      pointers[k] = stride == 0 ? rows[k]
-                                : builder_.CreateInBoundsGEP(storage_type(operand_dtype(k)), rows[k], index);
-    }
-    emit_point(pointers);
+void Codegen::emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& body) {
+  emit_for(lo, hi, {}, [&](Value* i, const std::vector<Value*>&) {
+    body(i);
+    return std::vector<Value*>{};
   });
+}
+
+std::pair<Value*, Value*> Codegen::dim_range(size_t d) {
+  if (static_cast<int>(d) == parallel_dim(kernel_)) return {begin_, end_};
+  return {builder_.getInt64(0), sizes_[d]};
+}
+
+Value* Codegen::reduce_init(ReduceOp op, DType dtype) {
+  llvm::Type* type = value_type(dtype);
+  if (is_float(dtype)) {
+    const double inf = std::numeric_limits<double>::infinity();
+    switch (op) {
+      case ReduceOp::Sum: return llvm::ConstantFP::get(type, 0.0);
+      case ReduceOp::Prod: return llvm::ConstantFP::get(type, 1.0);
+      case ReduceOp::Max: return llvm::ConstantFP::get(type, -inf);
+      case ReduceOp::Min: return llvm::ConstantFP::get(type, inf);
+    }
+  }
+  const unsigned bits = type->getIntegerBitWidth();
+  const bool u = is_unsigned(dtype);
+  switch (op) {
+    case ReduceOp::Sum: return llvm::ConstantInt::get(type, 0);
+    case ReduceOp::Prod: return llvm::ConstantInt::get(type, 1);
+    case ReduceOp::Max:
+      return llvm::ConstantInt::get(context_, u ? llvm::APInt::getMinValue(bits) : llvm::APInt::getSignedMinValue(bits));
+    case ReduceOp::Min:
+      return llvm::ConstantInt::get(context_, u ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits));
+  }
+  throw CodegenError("unknown reduction");
+}
+
+// Note [Vectorized reductions]
+// In row mode a reduction is a loop-carried register the loop vectorizer
+// widens: float sums and products carry `reassoc` (the vector lanes sum
+// separately and combine at the end, as torch's vectorized reductions do;
+// results differ from a sequential sum in rounding only), float max/min are
+// `maxnum`/`minnum` with nnan/nsz (which the vectorizer needs) and NaN is
+// tracked beside them as an or-reduction of isnan, since torch's amax/amin
+// propagate NaN. In tile mode accumulators live in memory, one per lane,
+// and each combines in order with a NaN-propagating select.
+Value* Codegen::combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_register) {
+  if (is_float(dtype)) {
+    llvm::FastMathFlags flags;
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Prod: {
+        Value* r = op == ReduceOp::Sum ? builder_.CreateFAdd(acc, x) : builder_.CreateFMul(acc, x);
+        if (in_register) {
+          flags.setAllowReassoc();
+          llvm::cast<llvm::Instruction>(r)->setFastMathFlags(flags);
+        }
+        return r;
+      }
+      case ReduceOp::Max:
+      case ReduceOp::Min: {
+        const bool max = op == ReduceOp::Max;
+        if (in_register) {
+          flags.setNoNaNs();
+          flags.setNoSignedZeros();
+          llvm::CallInst* r = llvm::cast<llvm::CallInst>(
+              intrinsic(max ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, acc, x));
+          r->setFastMathFlags(flags);
+          return r;
+        }
+        Value* keep = builder_.CreateOr(builder_.CreateFCmpUNO(acc, acc),
+                                        max ? builder_.CreateFCmpOGE(acc, x) : builder_.CreateFCmpOLE(acc, x));
+        return builder_.CreateSelect(keep, acc, x);
+      }
+    }
+  }
+  const bool boolean = dtype == DType::Bool;
+  const bool u = is_unsigned(dtype);
+  switch (op) {
+    case ReduceOp::Sum: return boolean ? builder_.CreateOr(acc, x) : builder_.CreateAdd(acc, x);
+    case ReduceOp::Prod: return boolean ? builder_.CreateAnd(acc, x) : builder_.CreateMul(acc, x);
+    case ReduceOp::Max:
+      if (boolean) return builder_.CreateOr(acc, x);
+      return intrinsic(u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, acc, x);
+    case ReduceOp::Min:
+      if (boolean) return builder_.CreateAnd(acc, x);
+      return intrinsic(u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, acc, x);
+  }
+  throw CodegenError("unknown reduction");
+}
+
+std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<Value*>& offsets, Value* row,
+                                               std::vector<Value*> accs, const NestBody& body) {
+  if (level == kernel_.reduced.size()) return body(offsets, row, accs);
+  const size_t d = static_cast<size_t>(kernel_.reduced[level]);
+  return emit_for(builder_.getInt64(0), sizes_[d], std::move(accs),
+                  [&](Value* i, const std::vector<Value*>& current) {
+                    Value* inner_row = builder_.CreateAdd(
+                        builder_.CreateMul(row, builder_.getInt64(kernel_.sizes[d]), "", true, true), i, "", true, true);
+                    return emit_reduced_nest(level + 1, advance(offsets, d, i), inner_row, current, body);
+                  });
+}
+
+void Codegen::emit_row(const std::vector<Value*>& offsets) {
+  const size_t count = kernel_.exprs.size();
+  reduced_.assign(count, nullptr);
+  std::fill(stash_phase_.begin(), stash_phase_.end(), 0);
+  for (int phase = 1; phase <= phases_; ++phase) {
+    std::vector<int> reductions;
+    std::vector<Value*> init;
+    for (size_t id = 0; id < count; ++id) {
+      const Expr& e = kernel_.exprs[id];
+      if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
+      reductions.push_back(static_cast<int>(id));
+      init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+      const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
+                                                        static_cast<ReduceOp>(e.op) == ReduceOp::Min);
+      init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
+    }
+    std::vector<Value*> carried;
+    for (Value* v : init) {
+      if (v != nullptr) carried.push_back(v);
+    }
+    std::vector<Value*> finals = emit_reduced_nest(
+        0, offsets, builder_.getInt64(0), carried,
+        [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>& accs) {
+          Point point{pointers_at(point_offsets), phase, row, nullptr, std::vector<Value*>(count, nullptr)};
+          std::vector<Value*> next;
+          size_t slot = 0;
+          for (size_t r = 0; r < reductions.size(); ++r) {
+            const Expr& e = kernel_.exprs[reductions[r]];
+            Value* x = eval(e.operands[0], point);
+            next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
+            if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
+          }
+          return next;
+        });
+    size_t slot = 0;
+    for (size_t r = 0; r < reductions.size(); ++r) {
+      Value* value = finals[slot++];
+      if (init[2 * r + 1] != nullptr) {
+        Value* nan = llvm::ConstantFP::getNaN(value->getType());
+        value = builder_.CreateSelect(finals[slot++], nan, value);
+      }
+      reduced_[reductions[r]] = value;
+    }
+  }
+  // Outputs constant along the reduced dims: once, at the row's start.
+  bool any_full = false;
+  Point once{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(count, nullptr)};
+  for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
+    const KernelOutput& out = kernel_.outputs[i];
+    bool full = varies_[out.value];
+    for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
+    if (full) {
+      any_full = true;
+      continue;
+    }
+    store_output(i, eval(out.value, once), once.pointers[kernel_.inputs.size() + i]);
+  }
+  if (!any_full) return;
+  emit_reduced_nest(0, offsets, builder_.getInt64(0), {},
+                    [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>&) {
+                      Point point{pointers_at(point_offsets), phases_ + 1, row, nullptr,
+                                  std::vector<Value*>(count, nullptr)};
+                      for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
+                        const KernelOutput& out = kernel_.outputs[i];
+                        bool full = varies_[out.value];
+                        for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
+                        if (full) store_output(i, eval(out.value, point), point.pointers[kernel_.inputs.size() + i]);
+                      }
+                      return std::vector<Value*>{};
+                    });
+}
+
+void Codegen::emit_tile(const std::vector<Value*>& offsets) {
+  const size_t count = kernel_.exprs.size();
+  const size_t tile = static_cast<size_t>(tile_dim(kernel_));
+  auto [lo, hi] = dim_range(tile);
+  // for (j0 = lo; j0 < hi; j0 += kTileLanes), as a loop over block numbers.
+  Value* blocks = builder_.CreateSDiv(builder_.CreateAdd(builder_.CreateSub(hi, lo), builder_.getInt64(kTileLanes - 1)),
+                                      builder_.getInt64(kTileLanes));
+  emit_for(builder_.getInt64(0), blocks, [&](Value* block) {
+    Value* j0 = builder_.CreateAdd(lo, builder_.CreateMul(block, builder_.getInt64(kTileLanes)));
+    Value* remaining = builder_.CreateSub(hi, j0);
+    Value* lanes = builder_.CreateSelect(builder_.CreateICmpSLT(remaining, builder_.getInt64(kTileLanes)), remaining,
+                                         builder_.getInt64(kTileLanes));
+    const std::vector<Value*> base = advance(offsets, tile, j0);
+    auto lane_loop = [&](const std::vector<Value*>& at, int phase, const std::function<void(Point&)>& body) {
+      emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+        Point point{pointers_at(advance(at, tile, t)), phase, nullptr, t, std::vector<Value*>(count, nullptr)};
+        body(point);
+      });
+    };
+    for (int phase = 1; phase <= phases_; ++phase) {
+      std::vector<int> reductions;
+      for (size_t id = 0; id < count; ++id) {
+        if (kernel_.exprs[id].kind == ExprKind::Reduce && stage_[id] == phase) reductions.push_back(static_cast<int>(id));
+      }
+      emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+        for (int id : reductions) {
+          const Expr& e = kernel_.exprs[id];
+          builder_.CreateStore(reduce_init(static_cast<ReduceOp>(e.op), e.dtype),
+                               builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], t));
+        }
+      });
+      emit_reduced_nest(0, base, builder_.getInt64(0), {},
+                        [&](const std::vector<Value*>& at, Value*, const std::vector<Value*>&) {
+                          lane_loop(at, phase, [&](Point& point) {
+                            for (int id : reductions) {
+                              const Expr& e = kernel_.exprs[id];
+                              Value* x = eval(e.operands[0], point);
+                              Value* slot = builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], point.lane);
+                              Value* acc = builder_.CreateLoad(value_type(e.dtype), slot);
+                              builder_.CreateStore(combine(static_cast<ReduceOp>(e.op), e.dtype, acc, x, false), slot);
+                            }
+                          });
+                          return std::vector<Value*>{};
+                        });
+    }
+    std::vector<size_t> once, full;
+    for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
+      const KernelOutput& out = kernel_.outputs[i];
+      bool varies = varies_[out.value];
+      for (int d : kernel_.reduced) varies = varies || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
+      (varies ? full : once).push_back(i);
+    }
+    if (!once.empty()) {
+      lane_loop(base, 0, [&](Point& point) {
+        for (size_t i : once) {
+          store_output(i, eval(kernel_.outputs[i].value, point), point.pointers[kernel_.inputs.size() + i]);
+        }
+      });
+    }
+    if (!full.empty()) {
+      emit_reduced_nest(0, base, builder_.getInt64(0), {},
+                        [&](const std::vector<Value*>& at, Value*, const std::vector<Value*>&) {
+                          lane_loop(at, phases_ + 1, [&](Point& point) {
+                            for (size_t i : full) {
+                              store_output(i, eval(kernel_.outputs[i].value, point),
+                                           point.pointers[kernel_.inputs.size() + i]);
+                            }
+                          });
+                          return std::vector<Value*>{};
+                        });
+    }
+  });
+}
+
+void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
+  const size_t rank = kernel_.sizes.size();
+  const size_t stop = kernel_.reduced.empty() ? rank : static_cast<size_t>(kernel_.reduced.front());
+  if (d == stop) {
+    if (!kernel_.reduced.empty()) {
+      if (tile_dim(kernel_) >= 0) {
+        emit_tile(offsets);
+      } else {
+        emit_row(offsets);
+      }
+      return;
+    }
+    Point point{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(kernel_.exprs.size(), nullptr)};
+    for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
+      store_output(i, eval(kernel_.outputs[i].value, point), point.pointers[kernel_.inputs.size() + i]);
+    }
+    return;
+  }
+  auto [lo, hi] = dim_range(d);
+  emit_for(lo, hi, [&](Value* i) { emit_kept(d + 1, advance(offsets, d, i)); });
 }
 
 void Codegen::emit(const std::string& name) {
   llvm::Type* ptr = builder_.getPtrTy();
-  llvm::FunctionType* signature = llvm::FunctionType::get(builder_.getVoidTy(), {ptr, ptr}, false);
+  llvm::Type* i64 = builder_.getInt64Ty();
+  llvm::FunctionType* signature = llvm::FunctionType::get(builder_.getVoidTy(), {ptr, ptr, i64, i64}, false);
   llvm::Function* function = llvm::Function::Create(signature, llvm::Function::ExternalLinkage, name, module_);
   function->setDoesNotThrow();
   function->addFnAttr("target-cpu", host_cpu().name);
@@ -398,7 +802,8 @@ void Codegen::emit(const std::string& name) {
   function->addParamAttr(1, llvm::Attribute::NoCapture);
   function->addParamAttr(1, llvm::Attribute::ReadOnly);
   llvm::Argument* data = function->getArg(0);
-  llvm::Argument* sizes = function->getArg(1);
+  begin_ = function->getArg(2);
+  end_ = function->getArg(3);
   builder_.SetInsertPoint(llvm::BasicBlock::Create(context_, "entry", function));
 
   // Outputs are fresh tensors: no load aliases a store, no store another.
@@ -428,10 +833,32 @@ void Codegen::emit(const std::string& name) {
     }
     bases_.push_back(base);
   }
-  for (size_t d = 0; d < kernel_.sizes.size(); ++d) {
-    sizes_.push_back(builder_.CreateLoad(builder_.getInt64Ty(), builder_.CreateConstInBoundsGEP1_64(builder_.getInt64Ty(), sizes, d)));
+  // Sizes are compiled in (the ABI's sizes must equal them).
+  for (int64_t size : kernel_.sizes) sizes_.push_back(builder_.getInt64(size));
+  stage_ = expr_stages(kernel_);
+  varies_ = expr_varies(kernel_);
+  phases_ = 0;
+  for (int s : stage_) phases_ = std::max(phases_, s);
+  plan_stash();
+  lanes_.assign(kernel_.exprs.size(), nullptr);
+  if (tile_dim(kernel_) >= 0) {
+    for (size_t id = 0; id < kernel_.exprs.size(); ++id) {
+      if (kernel_.exprs[id].kind != ExprKind::Reduce) continue;
+      lanes_[id] = builder_.CreateAlloca(value_type(kernel_.exprs[id].dtype), builder_.getInt64(kTileLanes), "lanes");
+    }
   }
-  emit_loops(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+  if (parallel_dim(kernel_) < 0) {
+    // Nothing to split: the whole space, once, from the call that has 0.
+    llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "run", function);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(context_, "done", function);
+    builder_.CreateCondBr(builder_.CreateICmpEQ(begin_, builder_.getInt64(0)), run, done);
+    builder_.SetInsertPoint(run);
+    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+    builder_.CreateBr(done);
+    builder_.SetInsertPoint(done);
+  } else {
+    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+  }
   builder_.CreateRetVoid();
 }
 

@@ -69,3 +69,141 @@ def test_off_by_default_inductor_replays_eagerly():
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), x.exp() + 1)
     assert kiln.stats()["kernels"] == 0 and kiln.stats()["prim_graphs"] == 0
+
+
+def _kernel_prims(fn, *args):
+    """Compiles fn through inductor, checks it against eager, and returns
+    kiln's counters after the call."""
+    compiled = kiln.compile(fn, backend="inductor")
+    got = compiled(*args)
+    want = fn(*args)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
+    return kiln.stats()
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64])
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reductions_match_eager(op, dtype, dim, keepdim):
+    torch.manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.randn(33, 47, dtype=dtype)
+    else:
+        x = torch.randint(-4, 5, (33, 47), dtype=dtype)
+
+    def f(x):
+        return getattr(torch, op)(x * 2, dim, keepdim=keepdim)
+
+    assert _kernel_prims(f, x)["kernels"] >= 1
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 7), (5, 1000003), (64, 33)])
+def test_softmax_log_softmax_layer_norm_forward(shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    w = torch.randn(shape[-1])
+    b = torch.randn(shape[-1])
+
+    def f(x, w, b):
+        s = torch.softmax(x, -1)
+        ls = F.log_softmax(x, -1)
+        ln = F.layer_norm(s, (x.shape[-1],), w, b)
+        return s, ls, ln
+
+    with torch.no_grad():
+        s = _kernel_prims(f, x, w, b)
+    assert s["kernels"] >= 1 and s["prim_graphs"] == 1, s
+
+
+def test_softmax_then_layer_norm_is_one_kernel():
+    def f(x):
+        return F.layer_norm(torch.softmax(x, -1), (x.shape[-1],))
+
+    with torch.no_grad():
+        s = _kernel_prims(f, torch.randn(128, 300))
+    assert s["kernels"] == 1, s
+
+
+def test_mean_var_over_outer_dims_non_contiguous_and_broadcast():
+    torch.manual_seed(0)
+    x = torch.randn(50, 40).t()  # non-contiguous
+    bias = torch.randn(50)
+
+    def f(x, bias):
+        y = x + bias  # broadcast over rows
+        return y.mean(0), y.var(1, keepdim=True), y.sum(), (y * y).mean(dim=(0, 1))
+
+    with torch.no_grad():
+        s = _kernel_prims(f, x, bias)
+    assert s["kernels"] >= 3, s
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax", "layer_norm", "mean_var"])
+def test_backward_matches_eager(fn):
+    torch.manual_seed(0)
+    w = torch.randn(37, requires_grad=True)
+    b = torch.randn(37, requires_grad=True)
+
+    def f(x, w, b):
+        if fn == "softmax":
+            return torch.softmax(x * 2, -1) * w
+        if fn == "log_softmax":
+            return F.log_softmax(x, -1) + b
+        if fn == "layer_norm":
+            return F.layer_norm(x, (37,), w, b)
+        return (x - x.mean(0)) * x.var(-1, keepdim=True) + w
+
+    compiled = kiln.compile(f, backend="inductor")
+    x = torch.randn(19, 37, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    w2 = w.detach().clone().requires_grad_()
+    b2 = b.detach().clone().requires_grad_()
+    g = torch.randn(19, 37)
+    compiled(x, w, b).backward(g)
+    f(x2, w2, b2).backward(g)
+    for got, want in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        if want is None:
+            assert got is None or not got.any()
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    s = kiln.stats()
+    assert s["autograd_graphs"] == 1 and s["kernels"] >= 2, s
+
+
+def test_large_kernels_run_on_threads_and_match():
+    torch.manual_seed(0)
+    x = torch.randn(512, 1024)
+    old = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            kiln.reset()
+            kiln.config.experimental_cpu_kernels = True
+            compiled = kiln.compile(lambda x: (torch.softmax(x, -1), x.sum(0)), backend="inductor")
+            with torch.no_grad():
+                results.append(compiled(x))
+            assert kiln.stats()["kernels"] >= 2
+        # Rows and columns split across threads, each computed whole by one.
+        torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+        torch.testing.assert_close(results[1][0], torch.softmax(x, -1))
+        torch.testing.assert_close(results[1][1], x.sum(0), rtol=1e-5, atol=1e-4)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_batch_norm_training_updates_running_stats_like_eager():
+    # var_mean over dims (0, 2) feeds both the kernels and the running
+    # statistics' in-place update (an extern that must still run).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm1d(6), nn.Softmax(-1))
+    reference = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="inductor")
+    x = torch.randn(8, 6, 5)
+    for _ in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model[0].running_mean, reference[0].running_mean)
+    torch.testing.assert_close(model[0].running_var, reference[0].running_var)
+    assert kiln.stats()["kernels"] >= 1

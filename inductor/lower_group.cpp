@@ -1,0 +1,138 @@
+#include "inductor/lower_group.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace kiln::inductor {
+namespace {
+
+using prims::PrimGraph;
+using prims::PrimNode;
+
+// Note [Loop order]
+// A reducing kernel's dims are reordered (inputs' and outputs' strides
+// with them) so the loops walk memory well. The reference is the input
+// that reads the most reduced dims; kept dims go outside, in its stride
+// order, then the reduced dims in its stride order. When its smallest
+// stride is in a kept dim (a reduction over outer dims, e.g. sum over dim
+// 0 of a row-major matrix) that dim becomes the tile dim, innermost, so
+// many results accumulate at once along unit-stride rows (Note [Reduction
+// kernels]); otherwise the reduced dims are innermost and each kept point
+// reduces a contiguous row. Pointwise kernels keep the result's dim order.
+void choose_loop_order(Kernel& k) {
+  const int rank = static_cast<int>(k.sizes.size());
+  if (k.reduced.empty() || k.inputs.empty()) return;
+  int reference = 0, best = -1;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    int count = 0;
+    for (int d : k.reduced) count += k.inputs[i].strides[d] != 0 ? 1 : 0;
+    if (count > best) best = count, reference = static_cast<int>(i);
+  }
+  const std::vector<int64_t>& strides = k.inputs[reference].strides;
+  auto magnitude = [&](int d) { return strides[d] < 0 ? -strides[d] : strides[d]; };
+  std::vector<int> kept, reduced(k.reduced.begin(), k.reduced.end());
+  for (int d = 0; d < rank; ++d) {
+    if (!is_reduced(k, d)) kept.push_back(d);
+  }
+  auto by_stride = [&](int a, int b) { return magnitude(a) > magnitude(b); };
+  std::stable_sort(kept.begin(), kept.end(), by_stride);
+  std::stable_sort(reduced.begin(), reduced.end(), by_stride);
+  int innermost = -1;
+  for (int d = 0; d < rank; ++d) {
+    if (k.sizes[d] <= 1 || strides[d] == 0) continue;
+    if (innermost < 0 || magnitude(d) < magnitude(innermost)) innermost = d;
+  }
+  std::vector<int> order;
+  int tile = -1;
+  if (innermost >= 0 && !is_reduced(k, innermost)) tile = innermost;
+  for (int d : kept) {
+    if (d != tile) order.push_back(d);
+  }
+  std::vector<int> new_reduced;
+  for (int d : reduced) {
+    new_reduced.push_back(static_cast<int>(order.size()));
+    order.push_back(d);
+  }
+  if (tile >= 0) order.push_back(tile);
+  auto permute = [&](std::vector<int64_t>& values) {
+    std::vector<int64_t> old = values;
+    for (int i = 0; i < rank; ++i) values[i] = old[order[i]];
+  };
+  permute(k.sizes);
+  for (KernelInput& in : k.inputs) permute(in.strides);
+  for (KernelOutput& out : k.outputs) permute(out.strides);
+  k.reduced = new_reduced;
+}
+
+// The first node of the group that reduces, or -1.
+int first_reduction(const PrimGraph& graph, const KernelGroup& group) {
+  for (int n : group.nodes) {
+    if (is_kernel_reduction(graph, graph.node(n))) return n;
+  }
+  return -1;
+}
+
+}  // namespace
+
+LoweredKernel lower_group(const PrimGraph& graph, const KernelGroup& group) {
+  if (group.nodes.empty() || group.outputs.empty()) throw LoweringError("an empty group");
+  LoweredKernel out;
+  Kernel& k = out.kernel;
+  const int reduction = first_reduction(graph, group);
+  std::vector<int64_t> dims;
+  if (reduction >= 0) {
+    const PrimNode& node = graph.node(reduction);
+    k.sizes = graph.value(node.args[0].value).meta.sizes;
+    dims = reduction_dims(graph, node);
+    for (int64_t d : dims) k.reduced.push_back(static_cast<int>(d));
+    k.name = prims::prim_name(node.prim);
+  } else {
+    k.sizes = graph.value(group.outputs[0]).meta.sizes;
+    k.name = prims::prim_name(graph.node(group.nodes.back()).prim);
+  }
+  const size_t rank = k.sizes.size();
+  // The two result shapes of a reduction: keepdim and not.
+  std::vector<int64_t> kept_shape, reduced_shape;
+  for (size_t d = 0; d < rank; ++d) {
+    const bool r = std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d));
+    kept_shape.push_back(r ? 1 : k.sizes[d]);
+    if (!r) reduced_shape.push_back(k.sizes[d]);
+  }
+  ValueLowering lowering(graph, group.nodes, &out);
+  for (int value : group.outputs) {
+    const graph::TensorMeta& meta = graph.value(value).meta;
+    ValueLowering::IndexMap map;
+    if (meta.sizes == k.sizes) {
+      for (size_t d = 0; d < rank; ++d) map.push_back(static_cast<int>(d));
+    } else if (reduction >= 0 && meta.sizes == kept_shape) {
+      for (size_t d = 0; d < rank; ++d) map.push_back(kept_shape[d] == 1 && k.sizes[d] != 1 ? -1 : static_cast<int>(d));
+    } else if (reduction >= 0 && meta.sizes == reduced_shape) {
+      for (size_t d = 0; d < rank; ++d) {
+        if (!std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d))) map.push_back(static_cast<int>(d));
+      }
+    } else {
+      throw LoweringError("a result of another shape than the kernel's space or its reduction");
+    }
+    const int expr = lowering.emit(value, map);
+    KernelOutput output;
+    output.dtype = meta.dtype;
+    output.value = expr;
+    output.strides.assign(rank, 0);
+    for (size_t j = 0; j < map.size(); ++j) {
+      if (map[j] >= 0) output.strides[map[j]] = meta.strides[j];
+    }
+    output.has_tensor_shape = true;
+    output.tensor_sizes = meta.sizes;
+    output.tensor_strides = meta.strides;
+    k.add_output(std::move(output));
+    out.outputs.push_back(value);
+  }
+  choose_loop_order(k);
+  coalesce_dims(k);
+  const std::string problem = verify(k);
+  if (!problem.empty()) throw LoweringError("lowered kernel is invalid: " + problem);
+  return out;
+}
+
+}  // namespace kiln::inductor

@@ -1,0 +1,344 @@
+#include "inductor/lower_values.h"
+
+#include <algorithm>
+
+#include "prims/pointwise_meta.h"
+#include "prims/type_promotion.h"
+#include "prims/view_meta.h"
+
+namespace kiln::inductor {
+
+using prims::Family;
+using prims::Prim;
+using prims::PrimGraph;
+using prims::PrimNode;
+
+namespace {
+
+// The prims kernels compute, as kernel ops.
+std::optional<UnaryOp> unary_op(Prim prim) {
+  switch (prim) {
+#define KILN_UNARY_CASE(name, text, floating) \
+  case Prim::name: return UnaryOp::name;
+    KILN_KERNEL_UNARY_OPS(KILN_UNARY_CASE)
+#undef KILN_UNARY_CASE
+    default: return std::nullopt;
+  }
+}
+
+std::optional<BinaryOp> binary_op(Prim prim) {
+  switch (prim) {
+#define KILN_BINARY_CASE(name, text, floating) \
+  case Prim::name: return BinaryOp::name;
+    KILN_KERNEL_BINARY_OPS(KILN_BINARY_CASE)
+#undef KILN_BINARY_CASE
+    default: return std::nullopt;
+  }
+}
+
+std::optional<CompareOp> compare_op(Prim prim) {
+  switch (prim) {
+#define KILN_COMPARE_CASE(name, text) \
+  case Prim::name: return CompareOp::name;
+    KILN_KERNEL_COMPARE_OPS(KILN_COMPARE_CASE)
+#undef KILN_COMPARE_CASE
+    default: return std::nullopt;
+  }
+}
+
+bool kernel_dtype(DType d) { return item_size(d) > 0; }
+
+// The non-size-1 sizes, in order.
+std::vector<int64_t> non_unit(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> kept;
+  for (int64_t s : sizes) {
+    if (s != 1) kept.push_back(s);
+  }
+  return kept;
+}
+
+// True for a view/reshape that only adds or removes size-1 dims.
+bool only_unit_dims_change(const PrimGraph& graph, const PrimNode& node) {
+  const auto& in = graph.value(node.args[0].value).meta.sizes;
+  const auto& out = graph.value(node.outputs[0]).meta.sizes;
+  return non_unit(in) == non_unit(out);
+}
+
+}  // namespace
+
+DType compute_dtype(DType d) {
+  return (d == DType::Float16 || d == DType::BFloat16) ? DType::Float32 : d;
+}
+
+bool is_elementwise(const PrimGraph& graph, const PrimNode& node) {
+  const bool op_known = unary_op(node.prim) || binary_op(node.prim) || compare_op(node.prim) ||
+                        node.prim == Prim::Where || node.prim == Prim::ConvertElementType;
+  if (!op_known || node.outputs.size() != 1) return false;
+  if (!kernel_dtype(graph.value(node.outputs[0]).meta.dtype)) return false;
+  for (const prims::PrimArg& arg : node.args) {
+    if (arg.is_value() && !kernel_dtype(graph.value(arg.value).meta.dtype)) return false;
+    if (!arg.is_value() && arg.scalar.kind == prims::ScalarKind::Complex) return false;
+  }
+  return true;
+}
+
+bool is_view_node(const PrimNode& node) {
+  switch (node.prim) {
+    case Prim::Expand:
+    case Prim::Permute:
+    case Prim::Squeeze:
+    case Prim::Unsqueeze:
+    case Prim::View:
+    case Prim::Reshape: return true;
+    default: return false;
+  }
+}
+
+std::optional<bool> view_needs_leaf_input(const PrimGraph& graph, const PrimNode& node) {
+  if (node.prim != Prim::View && node.prim != Prim::Reshape) return false;
+  if (only_unit_dims_change(graph, node)) return false;
+  const graph::TensorMeta& in = graph.value(node.args[0].value).meta;
+  if (!prims::view_strides(in, graph.value(node.outputs[0]).meta.sizes)) return std::nullopt;
+  return true;
+}
+
+
+bool is_kernel_reduction(const PrimGraph& graph, const PrimNode& node) {
+  switch (node.prim) {
+    case Prim::Sum:
+    case Prim::Prod:
+    case Prim::Amax:
+    case Prim::Amin:
+    case Prim::VarMean: break;
+    default: return false;
+  }
+  if (node.args.size() != 1 || !node.args[0].is_value()) return false;
+  if (!kernel_dtype(graph.value(node.args[0].value).meta.dtype)) return false;
+  for (int out : node.outputs) {
+    if (!kernel_dtype(graph.value(out).meta.dtype)) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> reduction_dims(const PrimGraph& graph, const PrimNode& node) {
+  const int64_t rank = static_cast<int64_t>(graph.value(node.args[0].value).meta.sizes.size());
+  std::vector<int64_t> dims = node.attrs.dims;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
+}
+
+ValueLowering::ValueLowering(const PrimGraph& graph, const std::vector<int>& nodes, LoweredKernel* out)
+    : graph_(graph), members_(nodes.begin(), nodes.end()), out_(out) {}
+
+bool ValueLowering::in_group(int value) const {
+    const int node = graph_.value(value).node;
+    return node >= 0 && members_.count(node) > 0;
+  }
+
+int ValueLowering::load(int value, const std::vector<int64_t>& strides, int64_t offset, const IndexMap& map) {
+    KernelInput input;
+    input.dtype = graph_.value(value).meta.dtype;
+    input.strides.assign(out_->kernel.sizes.size(), 0);
+    for (size_t j = 0; j < map.size(); ++j) {
+      if (map[j] >= 0) input.strides[map[j]] += strides[j];
+    }
+    input.offset = offset;
+    const int index = out_->kernel.add_input(input);
+    out_->inputs.push_back(value);
+    const int loaded = out_->kernel.load(index);
+    return cast_to(loaded, compute_dtype(input.dtype));
+  }
+
+int ValueLowering::cast_to(int expr, DType dtype) {
+    return out_->kernel.exprs[expr].dtype == dtype ? expr : out_->kernel.cast(expr, dtype);
+  }
+
+int ValueLowering::operand(const prims::PrimArg& arg, const std::vector<int64_t>& sizes, const IndexMap& map,
+              DType dtype) {
+    if (!arg.is_value()) {
+      const prims::Scalar& s = arg.scalar;
+      const double v = s.kind == prims::ScalarKind::Float ? s.real : static_cast<double>(s.integer);
+      return out_->kernel.constant(dtype, v);
+    }
+    // Broadcasting: dims align from the right; size-1 dims stay at 0.
+    const auto& in_sizes = graph_.value(arg.value).meta.sizes;
+    IndexMap in_map(in_sizes.size());
+    const size_t lead = sizes.size() - in_sizes.size();
+    for (size_t j = 0; j < in_sizes.size(); ++j) {
+      in_map[j] = (in_sizes[j] == 1 && sizes[lead + j] != 1) ? -1 : map[lead + j];
+    }
+    return cast_to(emit(arg.value, in_map), dtype);
+  }
+
+int ValueLowering::emit(int value, const IndexMap& map) {
+    auto key = std::make_pair(value, map);
+    auto found = memo_.find(key);
+    if (found != memo_.end()) return found->second;
+    const int expr = in_group(value) ? emit_node(value, map)
+                                     : load(value, graph_.value(value).meta.strides, 0, map);
+    memo_.emplace(std::move(key), expr);
+    return expr;
+  }
+
+int ValueLowering::emit_node(int value, const IndexMap& map) {
+    const prims::PrimValue& v = graph_.value(value);
+    const PrimNode& node = graph_.node(v.node);
+    if (is_view_node(node)) return emit_view(node, map);
+    if (is_kernel_reduction(graph_, node)) return emit_reduction(value, map);
+    const std::vector<int64_t>& sizes = v.meta.sizes;
+    if (node.prim == Prim::ConvertElementType) {
+      const DType target = *node.attrs.dtype;
+      const int in = operand(node.args[0], sizes, map, compute_dtype(graph_.value(node.args[0].value).meta.dtype));
+      // A conversion to a low-precision float rounds, even inside a kernel.
+      if (compute_dtype(target) != target) return cast_to(out_->kernel.cast(in, target), DType::Float32);
+      return cast_to(in, target);
+    }
+    std::vector<prims::Operand> operands;
+    for (const prims::PrimArg& arg : node.args) {
+      operands.push_back(arg.is_value() ? prims::Operand::of(graph_.value(arg.value).meta)
+                                        : prims::Operand::of(arg.scalar.kind));
+    }
+    const prims::ElementwiseDTypes dtypes = prims::pointwise_dtypes(node.prim, operands);
+    const DType result = compute_dtype(dtypes.result);
+    if (node.prim == Prim::Where) {
+      // Operands are emitted in order (locals: argument order is unspecified).
+      const int cond = operand(node.args[0], sizes, map, DType::Bool);
+      const int a = operand(node.args[1], sizes, map, result);
+      const int b = operand(node.args[2], sizes, map, result);
+      return out_->kernel.select(cond, a, b);
+    }
+    if (auto op = compare_op(node.prim)) {
+      const DType common = compute_dtype(dtypes.common);
+      const int a = operand(node.args[0], sizes, map, common);
+      const int b = operand(node.args[1], sizes, map, common);
+      return out_->kernel.compare(*op, a, b);
+    }
+    if (auto op = unary_op(node.prim)) {
+      // isnan of an integer is false; logical_not reads its operand as bool.
+      if (*op == UnaryOp::LogicalNot) {
+        return out_->kernel.unary(*op, operand(node.args[0], sizes, map, DType::Bool));
+      }
+      if (*op == UnaryOp::IsNan) {
+        const DType in = compute_dtype(dtypes.common);
+        if (in != DType::Float32 && in != DType::Float64) return out_->kernel.constant(DType::Bool, 0);
+        return out_->kernel.unary(*op, operand(node.args[0], sizes, map, in));
+      }
+      return out_->kernel.unary(*op, operand(node.args[0], sizes, map, result));
+    }
+    const BinaryOp op = *binary_op(node.prim);
+    const bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr || op == BinaryOp::LogicalXor;
+    const DType in = logical ? DType::Bool : result;
+    const int a = operand(node.args[0], sizes, map, in);
+    const int b = operand(node.args[1], sizes, map, in);
+    return out_->kernel.binary(op, a, b);
+  }
+
+int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
+    const int input = node.args[0].value;
+    const graph::TensorMeta& in = graph_.value(input).meta;
+    const graph::TensorMeta& out = graph_.value(node.outputs[0]).meta;
+    IndexMap in_map(in.sizes.size(), -1);
+    switch (node.prim) {
+      case Prim::Expand: {
+        const size_t lead = out.sizes.size() - in.sizes.size();
+        for (size_t j = 0; j < in.sizes.size(); ++j) {
+          in_map[j] = in.sizes[j] == out.sizes[lead + j] ? map[lead + j] : -1;
+        }
+        break;
+      }
+      case Prim::Permute:
+        for (size_t i = 0; i < node.attrs.dims.size(); ++i) in_map[node.attrs.dims[i]] = map[i];
+        break;
+      default: {
+        if (!only_unit_dims_change(graph_, node)) {
+          // Over a kernel input: load through the view's own strides.
+          if (in_group(input)) throw LoweringError("a view that splits or merges dims of a computed value");
+          auto strides = prims::view_strides(in, out.sizes);
+          if (!strides) throw LoweringError("a reshape that copies");
+          return load(input, *strides, 0, map);
+        }
+        // squeeze, unsqueeze, view/reshape adding or dropping size-1 dims:
+        // match the non-size-1 dims in order; size-1 input dims index 0.
+        size_t i = 0;
+        for (size_t j = 0; j < in.sizes.size(); ++j) {
+          if (in.sizes[j] == 1) continue;
+          while (out.sizes[i] == 1) ++i;
+          in_map[j] = map[i++];
+        }
+        break;
+      }
+    }
+    return emit(input, in_map);
+  }
+
+// Note [Reduction lowering]
+// A reduction node's value is a Reduce of its input evaluated over the
+// kernel's iteration space: lower_group makes the space the reductions'
+// input shape and their dims its reduced dims (every reduction of a group
+// must agree), so the input is emitted at the identity map. A reduction's
+// value can only be read at its own kept point (a map that broadcasts a
+// kept dim of size > 1 would ask for another point's result): such a map
+// is refused. Sum and prod accumulate in their result's dtype (int64 for
+// integer inputs, as torch), amax/amin in the input's; var_mean is two
+// reductions: mean = sum(x) / n, then var = sum((x - mean)^2) / max(n -
+// correction, 0), the two-pass form (torch uses Welford's; both are exact
+// to rounding, two passes is the more accurate).
+int ValueLowering::emit_reduction(int value, const IndexMap& map) {
+  if (auto found = reductions_.find(value); found != reductions_.end()) return found->second;
+  const PrimNode& node = graph_.node(graph_.value(value).node);
+  const int input = node.args[0].value;
+  const graph::TensorMeta& in = graph_.value(input).meta;
+  Kernel& k = out_->kernel;
+  const std::vector<int64_t> dims = reduction_dims(graph_, node);
+  const std::vector<int64_t> kernel_dims(k.reduced.begin(), k.reduced.end());
+  if (in.sizes != k.sizes || dims != kernel_dims) {
+    throw LoweringError(std::string(prims::prim_name(node.prim)) + ": reduces another space than the kernel's");
+  }
+  // The kept dims, in order, are the output's dims (keepdim: all dims).
+  const size_t rank = in.sizes.size();
+  size_t j = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    const bool reduced = std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d));
+    if (reduced && !node.attrs.keepdim) continue;
+    const int want = static_cast<int>(d);
+    if (!reduced && in.sizes[d] > 1 && map.at(j) != want) {
+      throw LoweringError(std::string(prims::prim_name(node.prim)) + ": its result is read at another kept point");
+    }
+    ++j;
+  }
+  IndexMap identity(rank);
+  for (size_t d = 0; d < rank; ++d) identity[d] = static_cast<int>(d);
+  int64_t count = 1;
+  for (int64_t d : dims) count *= in.sizes[d];
+  auto reduce = [&](ReduceOp op, int x) { return k.reduced.empty() ? x : k.reduce(op, x); };
+  if (node.prim == Prim::VarMean) {
+    const DType dtype = compute_dtype(graph_.value(node.outputs[1]).meta.dtype);
+    const int x = cast_to(emit(input, identity), dtype);
+    const int mean = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, x), k.constant(dtype, static_cast<double>(count)));
+    const int centered = k.binary(BinaryOp::Sub, x, mean);
+    const int squares = k.binary(BinaryOp::Mul, centered, centered);
+    const double divisor = std::max(static_cast<double>(count) - node.attrs.correction, 0.0);
+    const int var = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, squares), k.constant(dtype, divisor));
+    reductions_[node.outputs[0]] = var;
+    reductions_[node.outputs[1]] = mean;
+    return reductions_.at(value);
+  }
+  ReduceOp op = ReduceOp::Sum;
+  switch (node.prim) {
+    case Prim::Sum: op = ReduceOp::Sum; break;
+    case Prim::Prod: op = ReduceOp::Prod; break;
+    case Prim::Amax: op = ReduceOp::Max; break;
+    case Prim::Amin: op = ReduceOp::Min; break;
+    default: throw LoweringError("not a reduction");
+  }
+  const DType dtype = compute_dtype(graph_.value(value).meta.dtype);
+  const int result = reduce(op, cast_to(emit(input, identity), dtype));
+  reductions_[value] = result;
+  return result;
+}
+
+}  // namespace kiln::inductor

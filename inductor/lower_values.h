@@ -1,0 +1,90 @@
+// Evaluating the prim values of a fusion group as kernel expressions at an
+// iteration index: the machinery every lowering (lower_pointwise,
+// lower_group) shares, and the facts about prims that fusion decisions need
+// (which prims kernels compute, which views fold into indexing).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "inductor/kernel_ir.h"
+#include "prims/prim_graph.h"
+
+namespace kiln::inductor {
+
+// Thrown for a group a lowering cannot compute; the message names the node
+// and why.
+class LoweringError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A group's kernel and what to bind to it: kernel input i reads (through
+// the kernel's strides and offset) the storage of prim value inputs[i];
+// output i is prim value outputs[i].
+struct LoweredKernel {
+  Kernel kernel;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+};
+
+// True for an elementwise prim kernels compute (unary, binary, compare,
+// where, convert_element_type) over dtypes they support.
+bool is_elementwise(const prims::PrimGraph& graph, const prims::PrimNode& node);
+
+// True for a reduction prim kernels compute (sum, prod, amax, amin,
+// var_mean) over dtypes they support.
+bool is_kernel_reduction(const prims::PrimGraph& graph, const prims::PrimNode& node);
+
+// True for a view prim that may fold into a kernel's indexing.
+bool is_view_node(const prims::PrimNode& node);
+
+// For a view: true when it folds only directly over a kernel input (a
+// view/reshape that splits or merges dims), false when it folds anywhere,
+// nullopt when it cannot fold (a reshape that copies).
+std::optional<bool> view_needs_leaf_input(const prims::PrimGraph& graph, const prims::PrimNode& node);
+
+// The reduced dims of a reduction node over its input (all of them when
+// its dims attribute is empty), ascending.
+std::vector<int64_t> reduction_dims(const prims::PrimGraph& graph, const prims::PrimNode& node);
+
+// Emits prim values of one group into out->kernel (Note [Pointwise fusion],
+// Note [Reduction lowering]).
+class ValueLowering {
+ public:
+  // Per dim of a value: the iteration dim its index follows, or -1 when the
+  // index is always 0 (a broadcast dim).
+  using IndexMap = std::vector<int>;
+
+  // `nodes` are the group's members; out->kernel.sizes must be set, and
+  // out->kernel.reduced too when the group reduces.
+  ValueLowering(const prims::PrimGraph& graph, const std::vector<int>& nodes, LoweredKernel* out);
+
+  // The expression computing `value` at `map`, in the dtype kernels compute
+  // it in (low-precision floats as float32). Throws LoweringError.
+  int emit(int value, const IndexMap& map);
+
+ private:
+  bool in_group(int value) const;
+  int load(int value, const std::vector<int64_t>& strides, int64_t offset, const IndexMap& map);
+  int cast_to(int expr, DType dtype);
+  int operand(const prims::PrimArg& arg, const std::vector<int64_t>& sizes, const IndexMap& map, DType dtype);
+  int emit_node(int value, const IndexMap& map);
+  int emit_view(const prims::PrimNode& node, const IndexMap& map);
+  int emit_reduction(int value, const IndexMap& map);
+
+  const prims::PrimGraph& graph_;
+  std::set<int> members_;
+  LoweredKernel* out_;
+  std::map<std::pair<int, IndexMap>, int> memo_;
+  std::map<int, int> reductions_;  // value -> its Reduce result expression
+};
+
+// The dtype a value is computed in: low-precision floats in float32.
+DType compute_dtype(DType dtype);
+
+}  // namespace kiln::inductor

@@ -1,0 +1,331 @@
+#include "inductor/schedule.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <set>
+
+namespace kiln::inductor {
+namespace {
+
+using prims::PrimGraph;
+using prims::PrimNode;
+
+// Note [Kernel scheduling]
+// Groups grow from consumers to producers, nodes visited last to first: an
+// elementwise or reduction node not yet grouped starts a group, and the
+// producers of its members' operands join while the group stays
+// lowerable (lower_group succeeds: one iteration space, every reduction
+// over the same dims of it, each result of the space's or the reductions'
+// shape) and acyclic. So a softmax (amax, sub, exp, sum, div) is one kernel
+// and a layer_norm after it joins the same one (its var_mean reduces the
+// same rows): a persistent-row kernel that keeps each row in cache while
+// it makes several passes over it (Note [Reduction kernels]). A producer
+// whose value is also used outside the group still joins; the value becomes
+// one more kernel output (forward graphs that save activations for the
+// backward need this). Acyclic: a kernel runs once its every input is
+// ready, so no path may leave the group and come back (entering another
+// group counts as entering all of it); the nodes on such paths join with
+// the producer that closed them (layer_norm's var feeds rsqrt outside the
+// group and back into its output) or, when one cannot, the producer stays
+// out. A producer refused now is tried again whenever the group has grown
+// (a [rows, 1] statistic fits only once a reduction has joined). Views fold only when every use
+// is inside the group and they are no graph output (a kernel output would
+// be a copy, not the view). Last, horizontal fusion: two groups that read a
+// common tensor of their iteration space's shape merge when the merged
+// group lowers and stays acyclic (x.sum(0) and x.amax(0) read x once).
+class Scheduler {
+ public:
+  explicit Scheduler(const PrimGraph& graph)
+      : graph_(graph),
+        count_(static_cast<int>(graph.nodes().size())),
+        users_(graph.values().size()),
+        group_of_(count_, -1),
+        outputs_(graph.outputs().begin(), graph.outputs().end()) {
+    for (int n = 0; n < count_; ++n) {
+      for (int value : node_reads(graph.node(n))) users_[value].push_back(n);
+    }
+  }
+
+  std::vector<KernelGroup> run() {
+    for (int n = count_ - 1; n >= 0; --n) {
+      if (group_of_[n] >= 0 || !is_compute(graph_.node(n))) continue;
+      grow(n);
+    }
+    merge_siblings();
+    std::vector<KernelGroup> result;
+    for (size_t g = 0; g < members_.size(); ++g) {
+      if (members_[g].empty()) continue;
+      result.push_back(group(static_cast<int>(g)));
+    }
+    std::sort(result.begin(), result.end(),
+              [](const KernelGroup& a, const KernelGroup& b) { return a.nodes.back() < b.nodes.back(); });
+    return result;
+  }
+
+ private:
+  bool is_compute(const PrimNode& node) const {
+    return is_elementwise(graph_, node) || is_kernel_reduction(graph_, node);
+  }
+
+  void grow(int root) {
+    const int g = static_cast<int>(members_.size());
+    members_.push_back({root});
+    group_of_[root] = g;
+    if (!lowerable(g)) {
+      members_[g].clear();
+      group_of_[root] = -1;
+      return;
+    }
+    std::vector<int> work = {root};
+    std::vector<bool> leaf_view(count_, false);
+    // Producers refused for now: a value of the reductions' shape cannot be
+    // an output until a reduction has joined, so they are tried again
+    // whenever the group has grown.
+    std::vector<int> refused;
+    for (;;) {
+      while (!work.empty()) {
+        const int m = work.back();
+        work.pop_back();
+        if (leaf_view[m]) continue;
+        for (const prims::PrimArg& arg : graph_.node(m).args) {
+          if (!arg.is_value()) continue;
+          const int producer = graph_.value(arg.value).node;
+          if (producer < 0 || group_of_[producer] >= 0) continue;
+          std::optional<bool> leaf = try_join(g, producer, arg.value);
+          if (!leaf) {
+            refused.push_back(producer);
+            continue;
+          }
+          leaf_view[producer] = *leaf;
+          work.push_back(producer);
+          work.insert(work.end(), also_joined_.begin(), also_joined_.end());
+        }
+      }
+      std::vector<int> again;
+      again.swap(refused);
+      for (int producer : again) {
+        if (group_of_[producer] >= 0) continue;
+        // The value it makes that a member reads.
+        int read = -1;
+        for (int value : graph_.node(producer).outputs) {
+          for (int user : users_[value]) {
+            if (group_of_[user] == g) read = value;
+          }
+        }
+        std::optional<bool> leaf = read >= 0 ? try_join(g, producer, read) : std::nullopt;
+        if (!leaf) {
+          refused.push_back(producer);
+          continue;
+        }
+        leaf_view[producer] = *leaf;
+        work.push_back(producer);
+        work.insert(work.end(), also_joined_.begin(), also_joined_.end());
+      }
+      if (work.empty()) break;
+    }
+  }
+
+  // The values group g reads from outside it.
+  std::set<int> reads(int g) const {
+    std::set<int> out;
+    for (int n : members_[g]) {
+      for (int value : node_reads(graph_.node(n))) {
+        const int producer = graph_.value(value).node;
+        if (producer < 0 || group_of_[producer] != g) out.insert(value);
+      }
+    }
+    return out;
+  }
+
+  // Horizontal fusion (Note [Kernel scheduling]): two groups reading a
+  // common tensor merge when the merged group lowers (one iteration space)
+  // and stays acyclic, so the tensor is read in one pass.
+  void merge_siblings() {
+    const int groups = static_cast<int>(members_.size());
+    for (int a = 0; a < groups; ++a) {
+      if (members_[a].empty()) continue;
+      for (int b = a + 1; b < groups; ++b) {
+        if (members_[b].empty()) continue;
+        const std::set<int> ra = reads(a), rb = reads(b);
+        std::vector<int> common;
+        for (int value : rb) {
+          if (ra.count(value) > 0) common.push_back(value);
+        }
+        if (common.empty()) continue;
+        // A common input as large as a's whole iteration space (not a
+        // broadcast bias), so merging saves a pass over memory.
+        const int64_t space = space_points(a);
+        const bool share = std::any_of(common.begin(), common.end(), [&](int value) {
+          return space > 1 && numel(graph_.value(value).meta.sizes) == space;
+        });
+        if (!share) continue;
+        const size_t before = members_[a].size();
+        for (int n : members_[b]) {
+          group_of_[n] = a;
+          members_[a].push_back(n);
+        }
+        std::vector<int> between;
+        if (sandwiched(a, &between) && between.empty() && lowerable(a)) {
+          members_[b].clear();
+          continue;
+        }
+        for (size_t i = before; i < members_[a].size(); ++i) group_of_[members_[a][i]] = b;
+        members_[a].resize(before);
+      }
+    }
+  }
+
+  static int64_t numel(const std::vector<int64_t>& sizes) {
+    int64_t n = 1;
+    for (int64_t size : sizes) n *= size;
+    return n;
+  }
+
+  // The points of the iteration space group g lowers to (0 when it does not).
+  int64_t space_points(int g) const {
+    try {
+      return numel(lower_group(graph_, group(g)).kernel.sizes);
+    } catch (const LoweringError&) {
+      return 0;
+    }
+  }
+
+  // Adds `producer` (making `value`, read by a member) to group g when it
+  // may join, with the nodes it sandwiches (left in also_joined_); returns
+  // whether it is a view folded only over a kernel input, or nullopt when it
+  // did not join.
+  std::optional<bool> try_join(int g, int producer, int value) {
+    also_joined_.clear();
+    const PrimNode& made_by = graph_.node(producer);
+    std::optional<bool> leaf = false;
+    if (is_view_node(made_by)) {
+      leaf = view_needs_leaf_input(graph_, made_by);
+      if (!leaf || outputs_.count(value)) return std::nullopt;
+      const bool all_inside = std::all_of(users_[value].begin(), users_[value].end(),
+                                          [&](int user) { return group_of_[user] == g; });
+      if (!all_inside) return std::nullopt;
+    } else if (!is_compute(made_by)) {
+      return std::nullopt;
+    }
+    group_of_[producer] = g;
+    members_[g].push_back(producer);
+    std::vector<int> between;
+    if (!sandwiched(g, &between)) {
+      group_of_[producer] = -1;
+      members_[g].pop_back();
+      return std::nullopt;
+    }
+    for (int n : between) {
+      group_of_[n] = g;
+      members_[g].push_back(n);
+    }
+    also_joined_ = between;
+    if (!lowerable(g)) {
+      also_joined_.clear();
+      for (size_t i = 0; i <= between.size(); ++i) {
+        group_of_[members_[g].back()] = -1;
+        members_[g].pop_back();
+      }
+      return std::nullopt;
+    }
+    return leaf;
+  }
+
+  KernelGroup group(int g) const {
+    KernelGroup out;
+    out.nodes = members_[g];
+    std::sort(out.nodes.begin(), out.nodes.end());
+    for (int n : out.nodes) {
+      for (int value : graph_.node(n).outputs) {
+        const bool outside = outputs_.count(value) > 0 ||
+                             std::any_of(users_[value].begin(), users_[value].end(),
+                                         [&](int user) { return group_of_[user] != g; });
+        if (outside) out.outputs.push_back(value);
+      }
+    }
+    return out;
+  }
+
+  bool lowerable(int g) const {
+    try {
+      lower_group(graph_, group(g));
+      return true;
+    } catch (const LoweringError&) {
+      return false;
+    }
+  }
+
+  // The nodes on paths that leave group g and come back into it (Note
+  // [Kernel scheduling]): reachable from g and reaching g, where entering
+  // another group enters all of it. False when one of them cannot join
+  // (it is in another group, or is no elementwise or reduction node).
+  bool sandwiched(int g, std::vector<int>* between) const {
+    auto reach = [&](bool forward) {
+      std::vector<bool> seen(count_, false);
+      std::vector<int> stack;
+      auto neighbours = [&](int n) {
+        if (forward) {
+          for (int value : graph_.node(n).outputs) {
+            for (int user : users_[value]) stack.push_back(user);
+          }
+        } else {
+          for (int value : node_reads(graph_.node(n))) {
+            if (graph_.value(value).node >= 0) stack.push_back(graph_.value(value).node);
+          }
+        }
+      };
+      for (int n : members_[g]) neighbours(n);
+      while (!stack.empty()) {
+        const int u = stack.back();
+        stack.pop_back();
+        if (group_of_[u] == g || seen[u]) continue;
+        if (group_of_[u] >= 0) {
+          for (int w : members_[group_of_[u]]) {
+            seen[w] = true;
+            neighbours(w);
+          }
+        } else {
+          seen[u] = true;
+          neighbours(u);
+        }
+      }
+      return seen;
+    };
+    const std::vector<bool> from = reach(true), to = reach(false);
+    for (int n = 0; n < count_; ++n) {
+      if (!from[n] || !to[n]) continue;
+      if (group_of_[n] >= 0 || !is_compute(graph_.node(n))) return false;
+      between->push_back(n);
+    }
+    return true;
+  }
+
+  const PrimGraph& graph_;
+  int count_;
+  std::vector<std::vector<int>> users_;
+  std::vector<int> group_of_;
+  std::set<int> outputs_;
+  std::vector<std::vector<int>> members_;
+  std::vector<int> also_joined_;
+};
+
+}  // namespace
+
+std::vector<int> node_reads(const PrimNode& node) {
+  std::vector<int> out;
+  for (const prims::PrimArg& arg : node.args) {
+    if (arg.is_value()) out.push_back(arg.value);
+  }
+  std::function<void(const graph::Arg&)> collect = [&](const graph::Arg& arg) {
+    if (arg.kind == graph::Arg::Kind::Node) out.push_back(arg.node);
+    for (const graph::Arg& item : arg.items) collect(item);
+  };
+  for (const graph::Arg& arg : node.attrs.extern_args) collect(arg);
+  for (const auto& kw : node.attrs.extern_kwargs) collect(kw.second);
+  return out;
+}
+
+std::vector<KernelGroup> schedule_kernels(const PrimGraph& graph) { return Scheduler(graph).run(); }
+
+}  // namespace kiln::inductor

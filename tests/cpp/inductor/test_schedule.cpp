@@ -1,0 +1,209 @@
+// Tests of the fusion scheduler (inductor/schedule.h), reduction lowering
+// (lower_group: space, loop order, outputs) and the kernel IR's reduction
+// rules, none of which need LLVM; and of the kernel thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "inductor/cpu/thread_pool.h"
+#include "inductor/kernel_ir.h"
+#include "inductor/schedule.h"
+#include "prims/prim_builder.h"
+
+namespace kiln::inductor {
+namespace {
+
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using prims::Scalar;
+
+graph::TensorMeta f32(std::vector<int64_t> sizes) {
+  graph::TensorMeta meta;
+  meta.dtype = graph::DType::Float32;
+  meta.sizes = sizes;
+  int64_t stride = 1;
+  meta.strides.assign(sizes.size(), 1);
+  for (size_t i = sizes.size(); i-- > 0;) {
+    meta.strides[i] = stride;
+    stride *= sizes[i];
+  }
+  return meta;
+}
+
+PrimArg v(int id) { return PrimArg::of_value(id); }
+
+TEST(Schedule, LayerNormTrainingForwardIsOneKernelWithItsStatistics) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  auto [var, mean] = b.var_mean(x, {1}, 0, true);
+  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), PrimArg::of_scalar(Scalar::of_float(1e-5))));
+  const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
+  graph.set_outputs({out, mean, rstd});
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].nodes.size(), graph.nodes().size());
+  EXPECT_EQ(groups[0].outputs, (std::vector<int>{mean, rstd, out}));
+  const LoweredKernel lowered = lower_group(graph, groups[0]);
+  EXPECT_EQ(lowered.kernel.reduced, std::vector<int>{1});
+  // mean and rstd: stride 0 along the row, stored once per row.
+  EXPECT_EQ(lowered.kernel.outputs[0].strides, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(lowered.kernel.outputs[0].tensor_sizes, (std::vector<int64_t>{8, 1}));
+  EXPECT_EQ(expr_stages(lowered.kernel)[lowered.kernel.outputs[2].value], 2);
+}
+
+TEST(Schedule, OuterReductionTilesItsUnitStrideDim) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({5, 6, 7}));
+  graph.set_outputs({b.reduce(Prim::Sum, b.unary(Prim::Exp, x), {0, 1}, false)});
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  const Kernel k = lower_group(graph, groups[0]).kernel;
+  // Reduced dims (5, 6, coalesced to 30), then the kept unit-stride dim as
+  // the tile.
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{30, 7}));
+  EXPECT_EQ(k.reduced, (std::vector<int>{0}));
+  EXPECT_EQ(tile_dim(k), 1);
+  EXPECT_EQ(parallel_dim(k), 1);
+  // Row reduction over the last dim: kept dims (coalesced) outside, no tile.
+  PrimGraph rows;
+  PrimBuilder rb(rows);
+  rows.set_outputs({rb.reduce(Prim::Amax, rows.add_input(f32({5, 6, 7})), {2}, true)});
+  const Kernel r = lower_group(rows, schedule_kernels(rows).at(0)).kernel;
+  EXPECT_EQ(r.reduced, std::vector<int>{1});
+  EXPECT_EQ(tile_dim(r), -1);
+  EXPECT_EQ(parallel_dim(r), 0);
+  EXPECT_NE(format_kernel(r).find("kernel amax(30, 7) reduce=(1)"), std::string::npos) << format_kernel(r);
+  EXPECT_NE(format_kernel(r).find("reduce_max(%0)"), std::string::npos) << format_kernel(r);
+}
+
+TEST(Schedule, KeptAndReducedDimsCoalesce) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({2, 3, 4, 5}));
+  const int s = b.reduce(Prim::Sum, x, {2, 3}, true);
+  graph.set_outputs({b.binary(Prim::Sub, v(x), v(s)), s});
+  const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{6, 20}));
+  EXPECT_EQ(k.reduced, std::vector<int>{1});
+  EXPECT_EQ(k.inputs[0].strides, (std::vector<int64_t>{20, 1}));
+  // Outputs in node order: the sum, then the difference.
+  EXPECT_EQ(k.outputs[0].strides, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{2, 3, 1, 1}));
+  EXPECT_EQ(k.outputs[1].tensor_sizes, (std::vector<int64_t>{2, 3, 4, 5}));
+}
+
+TEST(Schedule, SizeOneDimsDrop) {
+  // [1, 64, 32] summed over dim 1: the leading 1 goes, so the tile dim (32
+  // columns) is the parallel dim rather than a kept dim of size 1.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph.set_outputs({b.reduce(Prim::Sum, graph.add_input(f32({1, 64, 32})), {1}, true)});
+  const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(k.reduced, std::vector<int>{0});
+  EXPECT_EQ(parallel_dim(k), 1);
+  EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{1, 1, 32}));
+}
+
+TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  const int rows = b.reduce(Prim::Sum, x, {1}, true);
+  const int centered = b.binary(Prim::Sub, v(x), v(rows));
+  graph.set_outputs({b.reduce(Prim::Sum, centered, {0}, false)});
+  // sum over dim 1, then over dim 0 of a value that needs it: two kernels.
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 2u);
+  for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
+}
+
+TEST(Schedule, NoGroupLeavesAndReentersItself) {
+  // a = exp(x); s = sum(a) over rows; y = a / s; z = y * a. An extern-like
+  // boundary (argmax, not fusable) reads a and feeds z: the group holding z
+  // cannot also hold a, since argmax would run between them.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({4, 8}));
+  const int a = b.unary(Prim::Exp, x);
+  const int idx = b.reduce(Prim::Argmax, a, {1}, true);
+  const int z = b.binary(Prim::Add, v(a), v(b.convert(idx, graph::DType::Float32)));
+  graph.set_outputs({z});
+  const auto groups = schedule_kernels(graph);
+  std::vector<int> group_of(graph.nodes().size(), -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int n : groups[g].nodes) group_of[n] = static_cast<int>(g);
+  }
+  const int argmax_node = graph.value(idx).node;
+  const int exp_node = graph.value(a).node;
+  const int add_node = graph.value(z).node;
+  EXPECT_EQ(group_of[argmax_node], -1);
+  EXPECT_NE(group_of[exp_node], group_of[add_node]);
+}
+
+TEST(Schedule, SiblingsReadingOneTensorMerge) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  const int bias = graph.add_input(f32({16}));
+  const int s = b.reduce(Prim::Sum, x, {0}, false);
+  const int m = b.reduce(Prim::Amax, x, {0}, false);
+  const int p = b.binary(Prim::Mul, v(x), PrimArg::of_scalar(Scalar::of_int(2)));
+  // Shares only a broadcast bias with the others: stays apart.
+  const int q = b.binary(Prim::Add, v(graph.add_input(f32({4, 16}))), v(bias));
+  const int r = b.binary(Prim::Add, v(x), v(bias));
+  graph.set_outputs({s, m, p, q, r});
+  const auto groups = schedule_kernels(graph);
+  // sum(0), amax(0), x * 2 and x + bias all read x over the same [8, 16]
+  // space: one kernel (the pointwise results are its full outputs); q
+  // shares only the bias and stays apart (groups come in the graph order
+  // of their last node).
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].outputs, (std::vector<int>{q}));
+  EXPECT_EQ(groups[1].outputs, (std::vector<int>{s, m, p, r}));
+  for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
+}
+
+TEST(KernelIr, ReductionRules) {
+  Kernel k;
+  k.sizes = {4, 8};
+  const int x = k.load(k.add_input({graph::DType::Float32, {8, 1}, 0}));
+  const int s = k.reduce(ReduceOp::Sum, x);
+  k.add_output({graph::DType::Float32, {1, 0}, s});
+  EXPECT_EQ(verify(k), "%1 (reduce): a reduction in a kernel without reduced dims");
+  k.reduced = {1};
+  EXPECT_EQ(verify(k), "");
+  // A value that varies along the reduced dim cannot be stored with stride 0.
+  k.outputs[0].value = x;
+  EXPECT_NE(verify(k).find("not constant along every reduced dim"), std::string::npos) << verify(k);
+  k.outputs[0].value = s;
+  k.outputs[0].strides = {0, 0};
+  EXPECT_EQ(verify(k), "out0: stride 0 in a kept dim of size > 1");
+  k.outputs[0].strides = {1, 0};
+  k.reduced = {0};
+  EXPECT_NE(verify(k), "");  // the output is stride 0 along a kept dim now
+  Kernel three;
+  three.sizes = {2, 3, 4};
+  three.reduced = {0, 2};
+  three.add_output({graph::DType::Float32, {12, 4, 1}, three.constant(graph::DType::Float32, 1)});
+  EXPECT_EQ(verify(three), "reduced dims must be adjacent");
+}
+
+TEST(ThreadPool, EveryChunkRunsOnceAcrossManyJobs) {
+  for (int chunks : {1, 2, 3, 7}) {
+    for (int job = 0; job < 200; ++job) {
+      std::vector<std::atomic<int>> ran(chunks);
+      cpu::parallel_run(chunks, 1 + job % 3, [&](int i) { ran[i].fetch_add(1); });
+      for (int i = 0; i < chunks; ++i) ASSERT_EQ(ran[i].load(), 1) << chunks << " chunks, job " << job;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::inductor
