@@ -5,12 +5,19 @@
 #
 #   device run: bash .ci/device_run.sh        (carry: .carry)
 #   tests only: KILN_DEVICE_BENCH=0 bash .ci/device_run.sh
+#   in parts, when one call would pass the tool's 10-minute limit (the
+#   build stays on a warm machine between calls):
+#     KILN_DEVICE_PART=build bash .ci/device_run.sh    configure, build, C++ tests
+#     KILN_DEVICE_PART=pytest bash .ci/device_run.sh   Python tests and goldens
+#     KILN_DEVICE_PART=bench bash .ci/device_run.sh    benchmarks
 #
 # .carry/pylib holds pytest and its pure-Python dependencies, copied from
 # Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/kiln-device-out}
+PART=${KILN_DEVICE_PART:-all}
+want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 PY=$(command -v python3)
@@ -22,7 +29,7 @@ export PYTHONUNBUFFERED=1
 if ! "$PY" -c 'import pytest' 2>/dev/null; then
   export PYTHONPATH="$PWD/.carry/pylib${PYTHONPATH:+:$PYTHONPATH}"
 fi
-{
+want build && {
   echo "== configure"
   # The image's default compiler (/opt/gcc) links its own libstdc++ into
   # shared libraries; a second libstdc++ beside torch's crashes iostreams.
@@ -34,7 +41,7 @@ fi
   cmake --build build-device -j"$(nproc)" -- -k 0 2>&1 | grep -E "error|warning|FAILED|Linking" | head -60
 } >>"$LOG" 2>&1
 status=0
-if [ -x build-device/kiln_cpp_tests ]; then
+if want build && [ -x build-device/kiln_cpp_tests ]; then
   build-device/kiln_cpp_tests >"$OUT/cpp_tests.txt" 2>&1 || status=1
 fi
 # The tests look for the kiln binary and the embedding example under build/.
@@ -42,11 +49,13 @@ fi
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 # The goldens are compared first; then regenerated for review, so a new
 # trace file gets its 3.12 section (merge it here, see docs/architecture.md).
-"$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
-KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
-tar -cf "$OUT/traces.tar" tests/traces
+if want pytest; then
+  "$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
+  KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
+  tar -cf "$OUT/traces.tar" tests/traces
+fi
 # KILN_DEVICE_BENCH=0 skips the benchmarks (a tests-only run).
-if [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
+if want bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
   if [ -x build-device/kiln_bench ]; then
     build-device/kiln_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true || status=1
   fi

@@ -7,6 +7,7 @@
 // compared with torch) when their file is damaged.
 #include <Python.h>
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,11 +80,22 @@ void write_file(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
+// The names in `dir` (POSIX calls, like the cache itself: std::filesystem
+// crashed in this test on the GPU host's toolchain).
 std::vector<std::string> files_in(const std::string& dir) {
   std::vector<std::string> names;
-  for (const auto& item : fs::directory_iterator(dir)) names.push_back(item.path().filename().string());
+  DIR* listing = ::opendir(dir.c_str());
+  EXPECT_NE(listing, nullptr) << dir;
+  if (!listing) return names;
+  while (const dirent* item = ::readdir(listing)) {
+    const std::string name = item->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(listing);
   return names;
 }
+
+bool make_dir(const std::string& path) { return ::mkdir(path.c_str(), 0700) == 0; }
 
 Sha256Digest key_of(const std::string& text) { return sha256(text); }
 
@@ -207,14 +219,14 @@ TEST(KernelCacheFile, WrittenPrivatelyAndReadBack) {
   EXPECT_EQ(read.object, entry.object);
   // A foreign key: the file renamed to another key's name is refused.
   const Sha256Digest other = key_of("other");
-  fs::rename(cache_entry_path(dir.path(), key), cache_entry_path(dir.path(), other));
+  ASSERT_EQ(::rename(cache_entry_path(dir.path(), key).c_str(), cache_entry_path(dir.path(), other).c_str()), 0);
   EXPECT_EQ(read_cache_entry(dir.path(), other, &read), EntryStatus::WrongKey);
   // A symlink is never followed.
-  fs::create_symlink(cache_entry_path(dir.path(), other), cache_entry_path(dir.path(), key));
+  ASSERT_EQ(::symlink(cache_entry_path(dir.path(), other).c_str(), cache_entry_path(dir.path(), key).c_str()), 0);
   EXPECT_NE(read_cache_entry(dir.path(), key, &read), EntryStatus::Ok);
   // A directory in an entry's place is not a file.
-  fs::remove(cache_entry_path(dir.path(), key));
-  fs::create_directory(cache_entry_path(dir.path(), key));
+  ASSERT_EQ(::unlink(cache_entry_path(dir.path(), key).c_str()), 0);
+  ASSERT_TRUE(make_dir(cache_entry_path(dir.path(), key)));
   EXPECT_EQ(read_cache_entry(dir.path(), key, &read), EntryStatus::NotAFile);
 }
 
@@ -283,14 +295,14 @@ TEST(KernelCacheDir, GroupOrWorldWritableIsRefused) {
   TempDir root;
   for (unsigned mode : {0770u, 0702u, 0777u}) {
     const std::string dir = root.path() + "/mode" + std::to_string(mode);
-    ASSERT_TRUE(fs::create_directory(dir));
+    ASSERT_TRUE(make_dir(dir));
     ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
     const std::string problem = prepare_cache_dir(dir);
     EXPECT_NE(problem.find("writable by other users"), std::string::npos) << problem;
   }
   // Readable by others is not a risk to this user's kernels.
   const std::string readable = root.path() + "/readable";
-  ASSERT_TRUE(fs::create_directory(readable));
+  ASSERT_TRUE(make_dir(readable));
   ASSERT_EQ(::chmod(readable.c_str(), 0755), 0);
   EXPECT_EQ(prepare_cache_dir(readable), "");
 }
@@ -299,7 +311,7 @@ TEST(KernelCacheDir, ForeignOrNotADirectoryIsRefused) {
   TempDir root;
   std::string foreign = root.path() + "/foreign";
   if (::geteuid() == 0) {
-    ASSERT_TRUE(fs::create_directory(foreign));
+    ASSERT_TRUE(make_dir(foreign));
     ASSERT_EQ(::chown(foreign.c_str(), 65534, 65534), 0);  // nobody
   } else {
     foreign = "/";  // root's
@@ -520,7 +532,7 @@ TEST_F(KernelCache, DamagedEntriesAreRecompiledNeverLoaded) {
 TEST_F(KernelCache, UnsafeDirectoryLeavesTheCacheInMemory) {
   KILN_REQUIRE_LLVM();
   const std::string shared_dir = dir_.path() + "/shared";
-  ASSERT_TRUE(fs::create_directory(shared_dir));
+  ASSERT_TRUE(make_dir(shared_dir));
   ASSERT_EQ(::chmod(shared_dir.c_str(), 0775), 0);
   EXPECT_NE(set_kernel_cache_dir(shared_dir), "");
   EXPECT_EQ(kernel_cache_dir(), "");
