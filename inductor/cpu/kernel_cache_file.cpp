@@ -5,11 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 
 namespace kiln::inductor::cpu {
@@ -93,13 +94,19 @@ bool write_all(int fd, std::string_view bytes) {
   return true;
 }
 
+// Unique among this process's writers (the pid in the name separates
+// processes): a counter, with the clock so a reused pid does not meet a
+// temp file a crashed writer left behind. No std::random_device: it
+// crashed on the GPU host's toolchain.
 std::string random_suffix() {
-  static thread_local std::mt19937_64 generator{std::random_device{}()};
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint64_t serial = counter.fetch_add(1, std::memory_order_relaxed);
+  uint64_t bits = now * 0x9E3779B97F4A7C15ull;
   static const char kDigits[] = "0123456789abcdef";
-  uint64_t bits = generator();
   std::string out;
   for (int i = 0; i < 16; ++i, bits >>= 4) out += kDigits[bits & 15];
-  return out;
+  return out + "." + std::to_string(serial);
 }
 
 std::string home_dir() {
