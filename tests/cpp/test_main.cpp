@@ -6,7 +6,9 @@
 #include <Python.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -39,12 +41,23 @@ int start_python(const char* program) {
   return 0;
 }
 
-// A crash names the test and prints the native stack (machines without a
-// debugger, like the GPU host, show nothing else), then dies as it would.
-void report_crash(int signal) {
+// A crash names the test, the faulting instruction (module + offset, for
+// addr2line) and the native stack (machines without a debugger, like the
+// GPU host, show nothing else), then dies as it would.
+void report_crash(int signal, siginfo_t* info, void* context) {
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   if (test) {
     std::fprintf(stderr, "\nkiln_cpp_tests: signal %d in %s.%s\n", signal, test->test_suite_name(), test->name());
+  }
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  void* pc = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
+  Dl_info where{};
+  if (dladdr(pc, &where) && where.dli_fname) {
+    std::fprintf(stderr, "at %s+%#lx (%s), fault address %p\n", where.dli_fname,
+                 static_cast<unsigned long>(static_cast<char*>(pc) - static_cast<char*>(where.dli_fbase)),
+                 where.dli_sname ? where.dli_sname : "?", info->si_addr);
+  } else {
+    std::fprintf(stderr, "at %p, fault address %p\n", pc, info->si_addr);
   }
   void* frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
@@ -55,9 +68,10 @@ void report_crash(int signal) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::signal(SIGSEGV, report_crash);
-  std::signal(SIGABRT, report_crash);
-  std::signal(SIGBUS, report_crash);
+  struct sigaction action {};
+  action.sa_sigaction = report_crash;
+  action.sa_flags = SA_SIGINFO;
+  for (int signal : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) sigaction(signal, &action, nullptr);
   ::testing::InitGoogleTest(&argc, argv);
   if (start_python(argv[0]) != 0) return 1;
   int result = RUN_ALL_TESTS();
