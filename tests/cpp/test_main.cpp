@@ -51,6 +51,12 @@ void report_crash(int signal, siginfo_t* info, void* context) {
   }
   const auto* uc = static_cast<const ucontext_t*>(context);
   void* pc = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
+  if (pc == nullptr) {
+    // A call through a null pointer: the caller is the return address the
+    // call pushed.
+    pc = *reinterpret_cast<void* const*>(uc->uc_mcontext.gregs[REG_RSP]);
+    std::fprintf(stderr, "called a null function pointer from:\n");
+  }
   Dl_info where{};
   if (dladdr(pc, &where) && where.dli_fname) {
     std::fprintf(stderr, "at %s+%#lx (%s), fault address %p\n", where.dli_fname,
