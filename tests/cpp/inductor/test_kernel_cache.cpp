@@ -8,12 +8,12 @@
 #include <Python.h>
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -32,7 +32,6 @@
 namespace kiln::inductor::cpu {
 namespace {
 
-namespace fs = std::filesystem;
 using prims::Prim;
 using prims::PrimArg;
 using prims::PrimBuilder;
@@ -45,18 +44,36 @@ using test::PyRef;
   GTEST_SKIP() << "kiln was built with KILN_WITH_LLVM=OFF (no LLVM 16 headers): CPU code " \
                   "generation is not compiled"
 
+// Removes one entry of a tree walked depth-first (nftw callback).
+int remove_entry(const char* path, const struct stat*, int kind, FTW*) {
+  if (kind == FTW_DP) {
+    ::rmdir(path);
+    return 0;
+  }
+  ::unlink(path);
+  return 0;
+}
+
+// Makes every directory of a tree writable, so its entries can go.
+int open_up(const char* path, const struct stat*, int kind, FTW*) {
+  if (kind == FTW_D) ::chmod(path, 0700);
+  return 0;
+}
+
 // A fresh directory under the system's temporary directory, removed with
-// everything in it when the object goes.
+// everything in it when the object goes. POSIX calls only: torch 2.11's
+// libtorch.so exports a std::filesystem::remove_all that calls through a
+// null pointer, and the test binary binds to it.
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kiln-cache-test-XXXXXX").string();
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/kiln-cache-test-XXXXXX";
     path_ = ::mkdtemp(pattern.data());
   }
   ~TempDir() {
-    std::error_code ignored;
-    fs::permissions(path_, fs::perms::owner_all, ignored);
-    fs::remove_all(path_, ignored);
+    ::nftw(path_.c_str(), open_up, 16, FTW_PHYS);
+    ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   }
   const std::string& path() const { return path_; }
 
