@@ -10,6 +10,8 @@
 #     KILN_DEVICE_PART=build bash .ci/device_run.sh    configure, build, C++ tests
 #     KILN_DEVICE_PART=pytest bash .ci/device_run.sh   Python tests and goldens
 #     KILN_DEVICE_PART=bench bash .ci/device_run.sh    benchmarks
+#   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
+#   Python tests run (default tests/python); goldens are regenerated anyway.
 #
 # .carry/pylib holds pytest and its pure-Python dependencies, copied from
 # Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
@@ -17,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/kiln-device-out}
 PART=${KILN_DEVICE_PART:-all}
-want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+want() { [ "$PART" = all ] || [[ ",$PART," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 PY=$(command -v python3)
@@ -50,7 +52,8 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 # The goldens are compared first; then regenerated for review, so a new
 # trace file gets its 3.12 section (merge it here, see docs/architecture.md).
 if want pytest; then
-  "$PY" -m pytest tests/python -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
+  # shellcheck disable=SC2086  # a list of test paths
+  "$PY" -m pytest ${KILN_DEVICE_PYTEST:-tests/python} -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
   KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
   tar -cf "$OUT/traces.tar" tests/traces
 fi
