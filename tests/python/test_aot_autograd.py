@@ -233,6 +233,38 @@ class LossInside(nn.Module):
         return F.cross_entropy(self.mlp(x), self.target)
 
 
+class ResidualBlocks(nn.Module):
+    """Pre-norm residual MLP blocks with a written-into intermediate mask."""
+
+    def __init__(self, width=8, depth=3):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(depth))
+        self.fcs = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x):
+        for norm, fc in zip(self.norms, self.fcs):
+            x = x + F.gelu(fc(norm(x)))
+        mask = torch.ones_like(x)
+        mask[:, 0] = 0.5
+        return x * mask
+
+
+class ConvPoolHead(nn.Module):
+    """Two convolutions, average pooling, a linear head, log_softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, stride=2, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.silu(self.conv2(x))
+        x = x.mean(dim=(2, 3))
+        return F.log_softmax(self.head(x), dim=-1)
+
+
 def make_x(shape, requires_grad=False):
     return lambda: torch.randn(*shape, requires_grad=requires_grad)
 
@@ -286,6 +318,9 @@ CASES = {
                                lambda o, t: F.mse_loss(o, t, reduction="sum")),
     "loss_computed_inside_model": (lambda: LossInside(), make_x((6, 8)), lambda: torch.randint(0, 4, (6,)),
                                    lambda o, t: o),
+    "residual_blocks_with_mask_write": (ResidualBlocks, make_x((4, 8), True), lambda: torch.randn(4, 8), mse),
+    "conv_pool_head_nll": (ConvPoolHead, make_x((2, 2, 6, 6)), lambda: torch.randint(0, 3, (2,)),
+                           lambda o, t: F.nll_loss(o, t)),
 }
 
 
