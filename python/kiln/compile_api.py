@@ -4,7 +4,7 @@ import warnings
 
 import torch
 
-from . import _C, policy
+from . import _C, config, policy
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -25,11 +25,11 @@ def _check_options(backend, mode, dynamic):
     if mode not in (None, "default"):
         warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
                       "generation)", RuntimeWarning, stacklevel=3)
-    if backend == "inductor" and not _warned_inductor:
+    if backend == "inductor" and not _warned_inductor and not config.experimental_cpu_kernels:
         _warned_inductor = True
-        warnings.warn("kiln: backend 'inductor' has no code generation yet; compiled graphs "
-                      "run through the 'eager' backend (replayed through torch)",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn("kiln: backend 'inductor' runs compiled graphs through the 'eager' backend "
+                      "(replayed through torch) unless kiln.config.experimental_cpu_kernels is on "
+                      "(CPU kernels through LLVM)", RuntimeWarning, stacklevel=3)
 
 
 def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):

@@ -303,3 +303,18 @@ def test_reset_reentered_from_user_code_does_not_crash(case, tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0 and "script-ok" in proc.stdout, (
         f"exit code {proc.returncode}\n{proc.stderr[-2000:]}")
+
+
+def test_inductor_says_when_it_replays_eagerly(monkeypatch):
+    import warnings
+
+    from kiln import compile_api
+
+    for kernels, expected in ((True, 0), (False, 1)):
+        monkeypatch.setattr(compile_api, "_warned_inductor", False)
+        monkeypatch.setattr(kiln.config, "experimental_cpu_kernels", kernels)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kiln.compile(lambda x: x + 1, backend="inductor")
+        mentions = [w for w in caught if "experimental_cpu_kernels" in str(w.message)]
+        assert len(mentions) == expected, (kernels, [str(w.message) for w in caught])
