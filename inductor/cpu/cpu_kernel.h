@@ -42,7 +42,7 @@ struct CpuKernel {
   std::string symbol;             // fn's name in `object`
   std::string object;             // the relocatable object fn was loaded from (the disk cache's payload)
   std::string llvm_ir;            // as generated (with keep_ir)
-  std::string optimized_llvm_ir;  // after O3 (with keep_ir)
+  std::string optimized_llvm_ir;  // after O2 (with keep_ir)
 };
 
 // True when this build can compile kernels (built with LLVM 16).

@@ -1,5 +1,5 @@
 // One LLJIT per process (Note [One JIT]). Modules are optimized here, not by
-// ORC's IR transform layer, so the O3 pipeline sees the host's
+// ORC's IR transform layer, so the O2 pipeline sees the host's
 // TargetTransformInfo (vector widths, costs) and the loop vectorizer works;
 // then compiled to a relocatable object here too, so that the bytes the JIT
 // runs are bytes the kernel cache can keep on disk and load again.
@@ -39,7 +39,7 @@ namespace {
 // keeps the two apart.
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> target_machine;  // for O3 and object code
+  std::unique_ptr<llvm::TargetMachine> target_machine;  // for O2 and object code
   std::mutex mutex;
   int64_t dylibs = 0;  // JITDylibs made so far, for unique names
 };
@@ -100,7 +100,10 @@ void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
   passes.registerFunctionAnalyses(fam);
   passes.registerLoopAnalyses(lam);
   passes.crossRegisterProxies(lam, fam, cam, mam);
-  llvm::ModulePassManager pipeline = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  // O2, not O3: on the 64-layer model's reduction kernels O3's extra
+  // unrolling doubled compile time (100-250 ms a kernel under load) while
+  // gelu and softmax->layer_norm ran no faster (docs/perf.md).
+  llvm::ModulePassManager pipeline = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
   pipeline.run(module, mam);
 }
 

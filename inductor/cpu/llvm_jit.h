@@ -41,11 +41,11 @@ const HostCpu& host_cpu();
 // What jit_compile returns besides the address.
 struct JitResult {
   void* address = nullptr;
-  std::string optimized_ir;  // the module after O3, when asked for
+  std::string optimized_ir;  // the module after O2, when asked for
   std::string object;        // the relocatable object `address` lives in (ELF on Linux)
 };
 
-// Runs LLVM's O3 pipeline over `module` for the host CPU, compiles it to a
+// Runs LLVM's O2 pipeline over `module` for the host CPU, compiles it to a
 // relocatable object, loads that object into the process's JIT and returns
 // the address of function `symbol` and the object's bytes (which
 // jit_load_object can load again, in this process or another one on the
