@@ -185,6 +185,8 @@ class AutogradExecutor final : public runtime::GraphExecutor {
       if (of.input < 0 && of.output < 0) continue;
       PyObject* base = of.input >= 0 ? inputs[of.input] : values[forward_outputs_[of.output]];
       PyObject* made = PyTuple_GET_ITEM(outs.get(), k);
+      // A reshape that had to copy is not a view after all.
+      if (!runtime::is_tensor(base) || runtime::tensor_storage(made) != runtime::tensor_storage(base)) continue;
       PyRef size = PyRef::steal(PyObject_CallMethod(made, "size", nullptr));
       PyRef stride = size ? PyRef::steal(PyObject_CallMethod(made, "stride", nullptr)) : PyRef();
       PyRef offset = stride ? PyRef::steal(PyObject_CallMethod(made, "storage_offset", nullptr)) : PyRef();

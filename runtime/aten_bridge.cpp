@@ -152,6 +152,8 @@ char* tensor_data(PyObject* tensor) {
   return static_cast<char*>(THPVariable_Unpack(tensor).data_ptr());
 }
 
+const void* tensor_storage(PyObject* tensor) { return THPVariable_Unpack(tensor).storage().data(); }
+
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
 graph::DType default_dtype() { return to_kiln_dtype(c10::get_default_dtype_as_scalartype()); }

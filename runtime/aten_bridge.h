@@ -35,6 +35,10 @@ std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& 
 // included). Precondition: is_tensor(tensor).
 char* tensor_data(PyObject* tensor);
 
+// The start of the tensor's storage: two tensors share memory exactly when
+// these agree. Precondition: is_tensor(tensor).
+const void* tensor_storage(PyObject* tensor);
+
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 

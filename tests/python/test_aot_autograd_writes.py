@@ -119,3 +119,16 @@ def test_outputs_that_view_inputs_or_outputs_can_be_written_in_place():
     # A view of the input aliases it, as in eager.
     assert out[2].data_ptr() == x[1:].data_ptr()
     assert out[3].is_contiguous() == ref[3].is_contiguous()
+
+
+def test_reshape_that_copies_is_not_taken_as_a_view():
+    def f(x):
+        t = x.reshape(x.shape[0] * x.shape[1])  # x is transposed: reshape copies
+        return t, t * 2
+
+    x = torch.randn(3, 2).t().requires_grad_()
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
