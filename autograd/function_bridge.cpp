@@ -91,17 +91,18 @@ std::string take_error_text() {
 // input or another output is taken again, after the Function, as
 // base.as_strided(...) of the caller-visible base: in-place writes then
 // reach the base as in eager, and gradients flow through the view into the
-// Function. An output that views an intermediate no one else sees is
-// computed as a copy (clone) instead: no one can observe the difference.
+// Function. An output viewing an intermediate takes as its base another
+// output sharing its storage (an in-place extern returns its argument), or,
+// when none does, is handed out as a copy: no one else can see that memory.
 struct ViewOf {
-  int input = -1;   // the graph input it views, or -1
-  int output = -1;  // the forward output it views, or -1
+  int input = -1;      // the graph input it views, or -1
+  int output = -1;     // the forward output it views, or -1
+  bool hidden = false;  // it views an intermediate
 };
 
-// Per forward output of `forward` (the first `count`), what it views;
-// outputs viewing hidden intermediates get a clone node in `forward`.
-std::vector<ViewOf> resolve_output_views(prims::PrimGraph& forward, int count) {
-  std::vector<int> outputs = forward.outputs();
+// Per forward output of `forward` (the first `count`), what it views.
+std::vector<ViewOf> resolve_output_views(const prims::PrimGraph& forward, int count) {
+  const std::vector<int>& outputs = forward.outputs();
   auto root_of = [&](int value, bool* is_view) {
     *is_view = false;
     for (;;) {
@@ -130,11 +131,10 @@ std::vector<ViewOf> resolve_output_views(prims::PrimGraph& forward, int count) {
       bool j_view = false;
       if (j != k && outputs[j] == root && root_of(outputs[j], &j_view) == root && !j_view) result[k].output = j;
     }
-    if (result[k].output >= 0) continue;
-    outputs[k] = forward.add_node1(prims::Prim::Clone, {prims::PrimArg::of_value(outputs[k])}, {},
-                                   forward.value(outputs[k]).meta);
+    // Otherwise its base is an intermediate: an output that shares its
+    // storage (an in-place extern's result) is found at run time.
+    if (result[k].output < 0) result[k].hidden = true;
   }
-  forward.set_outputs(std::move(outputs));
   return result;
 }
 
@@ -182,9 +182,25 @@ class AutogradExecutor final : public runtime::GraphExecutor {
     std::vector<PyRef> views;
     for (size_t k = 0; k < forward_outputs_.size(); ++k) {
       const ViewOf& of = view_of_[k];
-      if (of.input < 0 && of.output < 0) continue;
-      PyObject* base = of.input >= 0 ? inputs[of.input] : values[forward_outputs_[of.output]];
+      if (of.input < 0 && of.output < 0 && !of.hidden) continue;
       PyObject* made = PyTuple_GET_ITEM(outs.get(), k);
+      if (!runtime::is_tensor(made)) continue;
+      PyObject* base = of.input >= 0 ? inputs[of.input] : of.output >= 0 ? values[forward_outputs_[of.output]] : nullptr;
+      for (size_t j = 0; of.hidden && !base && j < forward_outputs_.size(); ++j) {
+        const ViewOf& other = view_of_[j];
+        PyObject* candidate = values[forward_outputs_[j]];
+        if (j != k && other.input < 0 && other.output < 0 && !other.hidden && runtime::is_tensor(candidate) &&
+            runtime::tensor_storage(candidate) == runtime::tensor_storage(made)) {
+          base = candidate;
+        }
+      }
+      if (of.hidden && !base) {
+        PyRef copy = PyRef::steal(PyObject_CallMethod(made, "clone", nullptr));
+        if (!copy) return nullptr;
+        values[forward_outputs_[k]] = copy.get();
+        views.push_back(std::move(copy));
+        continue;
+      }
       // A reshape that had to copy is not a view after all.
       if (!runtime::is_tensor(base) || runtime::tensor_storage(made) != runtime::tensor_storage(base)) continue;
       PyRef size = PyRef::steal(PyObject_CallMethod(made, "size", nullptr));

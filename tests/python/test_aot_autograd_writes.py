@@ -132,3 +132,22 @@ def test_reshape_that_copies_is_not_taken_as_a_view():
     for o, r in zip(out, ref):
         torch.testing.assert_close(o, r)
     torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
+
+
+def test_view_of_an_intermediate_stays_a_view_of_the_output_sharing_it():
+    def f(x, y):
+        w = (x * 2).clone()
+        v = w.unsqueeze(0)
+        v.mul_(2)
+        w *= w  # an in-place extern: its result is w itself
+        return w, v, y * 3
+
+    x = torch.randn(6)
+    y = torch.randn(6, requires_grad=True)  # so the graph runs through kiln's autograd
+    out = kiln.compile(f, backend="aot_eager")(x, y)
+    ref = f(x, y)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
+    out[0].add_(1)  # v views w in eager: so it must here
+    ref[0].add_(1)
+    torch.testing.assert_close(out[1], ref[1])
