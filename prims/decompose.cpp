@@ -249,8 +249,22 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     meta.requires_grad = meta.requires_grad && grad_enabled;
     values[id] = {out.graph->add_input(meta)};
   }
+  bool grad_mode = grad_enabled;
   for (const Node& node : nodes) {
     if (node.kind != NodeKind::Call) continue;
+    if (node.target_name == "torch._C._set_grad_enabled" && node.args.size() == 1 &&
+        node.args[0].kind == Arg::Kind::Constant && PyBool_Check(node.args[0].constant)) {
+      grad_mode = node.args[0].constant == Py_True;
+    }
+    // Only a view keeps requires_grad under torch.no_grad(); such a view
+    // carries the flag but no history, which prim graphs cannot express.
+    for (const graph::TensorMeta& meta : node.metas) {
+      if (!grad_mode && grad_enabled && meta.requires_grad) {
+        *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
+               ") is a view taken under torch.no_grad() of a tensor that requires grad";
+        return std::nullopt;
+      }
+    }
     if (node.metas.empty() && used[node.id]) {
       *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
              ") makes a non-tensor value that the graph uses";

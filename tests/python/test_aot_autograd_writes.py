@@ -151,3 +151,23 @@ def test_view_of_an_intermediate_stays_a_view_of_the_output_sharing_it():
     out[0].add_(1)  # v views w in eager: so it must here
     ref[0].add_(1)
     torch.testing.assert_close(out[1], ref[1])
+
+
+def test_view_taken_under_no_grad_is_left_to_torch():
+    # Under torch.no_grad() a view of a tensor that requires grad still
+    # requires grad but has no history: x gets no gradient through it.
+    def f(x):
+        t = x * 2 + 1
+        with torch.no_grad():
+            v = torch.permute(t, (1, 0))
+        return v * 3, t.sum()
+
+    x = torch.randn(2, 3, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    assert [o.requires_grad for o in out] == [r.requires_grad for r in ref]
+    got = torch.autograd.grad(out[0].sum(), [x], allow_unused=True)
+    want = torch.autograd.grad(ref[0].sum(), [x], allow_unused=True)
+    assert got[0] is None and want[0] is None
+    assert delta(before)["prim_fallbacks"] >= 1
