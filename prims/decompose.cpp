@@ -161,12 +161,15 @@ PyRef out_of_place_twin(PyObject* target) {
 }
 
 // True when `value` may share storage with another value of `graph`: it is
-// a view, a view was taken of it, or an extern call saw it (which may have
-// kept a view).
+// a view or an extern's result, a view was taken of it, or an extern call
+// saw it (which may have kept a view).
 bool may_alias(const PrimGraph& graph, int value) {
   const PrimValue& v = graph.value(value);
   if (v.node < 0) return true;  // a graph input: the caller sees its changes
   if (prim_info(graph.node(v.node).prim).family == Family::View) return true;
+  // An extern's result may be one of its arguments (operator.iadd returns
+  // the tensor it wrote into).
+  if (graph.node(v.node).prim == Prim::Extern) return true;
   for (const PrimNode& node : graph.nodes()) {
     const bool view = prim_info(node.prim).family == Family::View;
     for (const PrimArg& arg : node.args) {

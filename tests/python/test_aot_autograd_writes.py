@@ -171,3 +171,16 @@ def test_view_taken_under_no_grad_is_left_to_torch():
     want = torch.autograd.grad(ref[0].sum(), [x], allow_unused=True)
     assert got[0] is None and want[0] is None
     assert delta(before)["prim_fallbacks"] >= 1
+
+
+def test_in_place_op_on_the_result_of_an_in_place_extern_stays_in_place():
+    def f(y):
+        w = y.clone()
+        v = w.unsqueeze(0)
+        v.mul_(2)
+        w += w  # operator.iadd returns w itself
+        w.neg_()  # so this writes into v's memory too
+        return v * 0.5 + 0.1
+
+    y = torch.randn(6)
+    torch.testing.assert_close(kiln.compile(f, backend="aot_eager")(y), f(y))
