@@ -258,3 +258,17 @@ def test_reads_of_an_input_before_and_after_its_in_place_update():
     torch.testing.assert_close(result, f(x_eager))
     torch.testing.assert_close(x, x_eager)
     assert kernels >= 2
+
+
+def test_reductions_over_empty_dims():
+    # Fuzzer seed 3210: the sum of an empty mask selection, then pointwise
+    # work on it, stored nothing (the kernel was skipped as empty).
+    def f(t):
+        return (0.5 * t.sum() - 1e-3) * 1e-3 + 0.5, t.sum(1) + 1, t.prod(1, keepdim=True) * 2
+
+    compiled = kiln.compile(f, backend="inductor")
+    before = kiln.stats()["kernels"]
+    for shape in ((3, 0), (0, 4)):
+        t = torch.randn(shape)
+        torch.testing.assert_close(compiled(t), f(t))
+    assert kiln.stats()["kernels"] > before
