@@ -177,6 +177,7 @@ namespace {
 // groups and the nodes in none. Among ready units the one that came first
 // in the graph goes first (a group counts at its last node), so nodes keep
 // their order unless they wait for a kernel that now makes their input.
+// Readers of a tensor an extern may write stay on their side of the call.
 // With `externs_in_order`, extern nodes (torch calls, which may mutate,
 // e.g. batch_norm's running statistics) also keep their order among
 // themselves. Empty when no order exists.
@@ -187,6 +188,10 @@ std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int
   auto depend = [&](int u, int on) {
     if (u != on && deps[u].insert(on).second) dependents[on].push_back(u);
   };
+  // Note [Extern writes] in schedule.cpp.
+  for (const auto& [before, after] : extern_order_edges(graph)) {
+    if (unit_of_node[before] >= 0 && unit_of_node[after] >= 0) depend(unit_of_node[after], unit_of_node[before]);
+  }
   int last_extern = -1;
   for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
     const int u = unit_of_node[n];

@@ -25,8 +25,9 @@ using prims::PrimNode;
 // one more kernel output (forward graphs that save activations for the
 // backward need this). Acyclic: a kernel runs once its every input is
 // ready, so no path may leave the group and come back (entering another
-// group counts as entering all of it); the nodes on such paths join with
-// the producer that closed them (layer_norm's var feeds rsqrt outside the
+// group counts as entering all of it; an extern call's orderings with the
+// readers of what it may write count as edges, Note [Extern writes]); the
+// nodes on such paths join with the producer that closed them (layer_norm's var feeds rsqrt outside the
 // group and back into its output) or, when one cannot, the producer stays
 // out. A producer refused now is tried again whenever the group has grown
 // (a [rows, 1] statistic fits only once a reduction has joined). Views fold only when every use
@@ -41,9 +42,15 @@ class Scheduler {
         count_(static_cast<int>(graph.nodes().size())),
         users_(graph.values().size()),
         group_of_(count_, -1),
-        outputs_(graph.outputs().begin(), graph.outputs().end()) {
+        outputs_(graph.outputs().begin(), graph.outputs().end()),
+        after_(count_),
+        before_(count_) {
     for (int n = 0; n < count_; ++n) {
       for (int value : node_reads(graph.node(n))) users_[value].push_back(n);
+    }
+    for (const auto& [first, second] : extern_order_edges(graph)) {
+      after_[first].push_back(second);
+      before_[second].push_back(first);
     }
   }
 
@@ -264,15 +271,18 @@ class Scheduler {
     auto reach = [&](bool forward) {
       std::vector<bool> seen(count_, false);
       std::vector<int> stack;
+      // Data edges and extern orderings (Note [Extern writes]) alike.
       auto neighbours = [&](int n) {
         if (forward) {
           for (int value : graph_.node(n).outputs) {
             for (int user : users_[value]) stack.push_back(user);
           }
+          stack.insert(stack.end(), after_[n].begin(), after_[n].end());
         } else {
           for (int value : node_reads(graph_.node(n))) {
             if (graph_.value(value).node >= 0) stack.push_back(graph_.value(value).node);
           }
+          stack.insert(stack.end(), before_[n].begin(), before_[n].end());
         }
       };
       for (int n : members_[g]) neighbours(n);
@@ -308,6 +318,8 @@ class Scheduler {
   std::set<int> outputs_;
   std::vector<std::vector<int>> members_;
   std::vector<int> also_joined_;
+  // Extern orderings: the nodes that must run after / before each node.
+  std::vector<std::vector<int>> after_, before_;
 };
 
 }  // namespace
@@ -324,6 +336,55 @@ std::vector<int> node_reads(const PrimNode& node) {
   for (const graph::Arg& arg : node.attrs.extern_args) collect(arg);
   for (const auto& kw : node.attrs.extern_kwargs) collect(kw.second);
   return out;
+}
+
+// Note [Extern writes]
+// Prim nodes compute fresh tensors, but an extern call (a torch op kept as
+// is: `x[0] = -1`, `y *= 2`, batch_norm's running statistics) may write any
+// tensor its arguments share storage with, and may return one of them. The
+// prim executor runs nodes in graph order, so a node reading such a tensor
+// sees it as it is at that point. A kernel reads its inputs from memory but
+// computes its members' values in registers: fusing `w = a + b` with a
+// reader of w after `w[0] = -1` would read the value before the write. So
+// every extern call is taken to write every tensor that may alias one of its
+// arguments (a view family prim's output aliases its input, an extern's
+// outputs alias its arguments), and nodes reading such a tensor are ordered
+// with the call: those before it run before it, those after it after it.
+// The scheduler treats these pairs as edges when it keeps groups acyclic
+// (no group can hold nodes on both sides of a write), and the kernel-node
+// graph keeps them when it orders kernels (Note [Kernel nodes]).
+std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
+  const int values = static_cast<int>(graph.values().size());
+  std::vector<int> parent(values);
+  for (int v = 0; v < values; ++v) parent[v] = v;
+  std::function<int(int)> find = [&](int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); };
+  auto unite = [&](int a, int b) { parent[find(a)] = find(b); };
+  const int count = static_cast<int>(graph.nodes().size());
+  std::vector<int> externs;
+  for (int n = 0; n < count; ++n) {
+    const PrimNode& node = graph.node(n);
+    const bool aliases = node.prim == prims::Prim::Extern || prims::prim_info(node.prim).family == prims::Family::View;
+    if (!aliases) continue;
+    if (node.prim == prims::Prim::Extern) externs.push_back(n);
+    for (int read : node_reads(node)) {
+      for (int made : node.outputs) unite(read, made);
+    }
+  }
+  std::vector<std::pair<int, int>> edges;
+  if (externs.empty()) return edges;
+  std::vector<std::vector<int>> reads(count);
+  for (int n = 0; n < count; ++n) {
+    for (int value : node_reads(graph.node(n))) reads[n].push_back(find(value));
+  }
+  for (int e : externs) {
+    const std::set<int> written(reads[e].begin(), reads[e].end());
+    for (int n = 0; n < count; ++n) {
+      if (n == e) continue;
+      const bool touches = std::any_of(reads[n].begin(), reads[n].end(), [&](int c) { return written.count(c) > 0; });
+      if (touches) edges.push_back(n < e ? std::make_pair(n, e) : std::make_pair(e, n));
+    }
+  }
+  return edges;
 }
 
 std::vector<KernelGroup> schedule_kernels(const PrimGraph& graph) { return Scheduler(graph).run(); }

@@ -94,9 +94,14 @@ int64_t output_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_
 }  // namespace
 
 void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads) {
+  // No output point when a kept dim is empty; an empty reduced dim still
+  // stores each kept point's reduction of nothing (sum 0, prod 1) and what
+  // is computed from it.
   int64_t numel = 1;
-  for (int64_t size : kernel.sizes) numel *= size;
-  if (numel == 0) return;
+  for (int d = 0; d < static_cast<int>(kernel.sizes.size()); ++d) {
+    if (kernel.sizes[d] == 0 && !is_reduced(kernel, d)) return;
+    numel *= kernel.sizes[d];
+  }
   const int dim = parallel_dim(kernel);
   const int64_t extent = dim < 0 ? 1 : kernel.sizes[dim];
   if (numel < kParallelMinElements || threads <= 1 || extent <= 1) {

@@ -207,3 +207,68 @@ def test_batch_norm_training_updates_running_stats_like_eager():
     torch.testing.assert_close(model[0].running_mean, reference[0].running_mean)
     torch.testing.assert_close(model[0].running_var, reference[0].running_var)
     assert kiln.stats()["kernels"] >= 1
+
+
+def _kernels_made(run):
+    before = kiln.stats()["kernels"]
+    result = run()
+    return result, kiln.stats()["kernels"] - before
+
+
+def test_reads_after_a_write_into_an_intermediate_see_the_write():
+    # Fuzzer seed 297: `w[0] = -1` is an extern writing w; the add that
+    # reads w afterwards must not be fused with the kernel that makes w.
+    def f(x, a):
+        w = a.clone()
+        w.add_(x, alpha=0.5)
+        w[0] = -1
+        out = x.clone()
+        out.add_(w, alpha=0.5)
+        return out
+
+    x, a = torch.randn(4, 5), torch.randn(4, 5)
+    result, kernels = _kernels_made(lambda: kiln.compile(f, backend="inductor")(x, a))
+    torch.testing.assert_close(result, f(x, a))
+    assert kernels >= 2
+
+
+def test_write_through_a_slice_view_then_read():
+    # Fuzzer seed 1229: `w[1:] -= -1` writes w through a view of it.
+    def f(x, a):
+        w = torch.tanh(x) + a
+        w[1:] -= -1
+        return [(w + q).clamp(-3.0, 3.0) for q in (x, a)]
+
+    x, a = torch.randn(4, 2), torch.randn(4, 2)
+    result, kernels = _kernels_made(lambda: kiln.compile(f, backend="inductor")(x, a))
+    torch.testing.assert_close(result, f(x, a))
+    assert kernels >= 2
+
+
+def test_reads_of_an_input_before_and_after_its_in_place_update():
+    # A read of x before x.add_(1) and one after cannot be one kernel.
+    def f(x):
+        y = x * 2
+        x.add_(1)
+        return torch.exp(x) + y
+
+    x = torch.randn(3, 4)
+    x_eager = x.clone()
+    result, kernels = _kernels_made(lambda: kiln.compile(f, backend="inductor")(x))
+    torch.testing.assert_close(result, f(x_eager))
+    torch.testing.assert_close(x, x_eager)
+    assert kernels >= 2
+
+
+def test_reductions_over_empty_dims():
+    # Fuzzer seed 3210: the sum of an empty mask selection, then pointwise
+    # work on it, stored nothing (the kernel was skipped as empty).
+    def f(t):
+        return (0.5 * t.sum() - 1e-3) * 1e-3 + 0.5, t.sum(1) + 1, t.prod(1, keepdim=True) * 2
+
+    compiled = kiln.compile(f, backend="inductor")
+    before = kiln.stats()["kernels"]
+    for shape in ((3, 0), (0, 4)):
+        t = torch.randn(shape)
+        torch.testing.assert_close(compiled(t), f(t))
+    assert kiln.stats()["kernels"] > before

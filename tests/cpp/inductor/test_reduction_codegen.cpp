@@ -53,7 +53,8 @@ constexpr const char* kTensors =
     "seven = torch.randn(7)\n"
     "long = torch.randn(1000003)\n"
     "wide = torch.randn(3, 1000003)\n"
-    "big = torch.randn(300, 257)\n";
+    "big = torch.randn(300, 257)\n"
+    "empty = torch.randn(5, 0)\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -211,6 +212,26 @@ TEST(ReductionCodegen, AllDimsMiddleDimAndOddSizes) {
   check({"f32"}, [](PrimBuilder& b, const std::vector<int>& in) {
           return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, false, graph::DType::Float64)}; },
         {"f32.sum(1, dtype=torch.float64)"}, tol);
+}
+
+// Reducing an empty dim: each kept point stores the reduction of nothing
+// (sum 0, prod 1, mean NaN) and what is computed from it, though the
+// iteration space has no point (fuzzer seed 3210: 0.5 * x[x > 0].sum()).
+TEST(ReductionCodegen, EmptyReducedDims) {
+  KILN_REQUIRE_LLVM();
+  const Tolerance tol{1e-6, 1e-6};
+  check({"empty"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.binary(Prim::Add, v(b.reduce(Prim::Sum, in[0], {1}, false)), f(0.5))}; },
+        {"empty.sum(1) + 0.5"}, tol);
+  check({"empty"}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Prod, in[0], {0, 1}, false)}; },
+        {"empty.prod()"}, tol);
+  check({"empty"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          auto [var, mean] = b.var_mean(in[0], {1}, 1, true);
+          return std::vector<int>{var, mean}; },
+        {"torch.var_mean(empty, 1, keepdim=True)[0]", "torch.var_mean(empty, 1, keepdim=True)[1]"}, tol);
+  // An empty kept dim: no output point, nothing stored.
+  check({"empty"}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)}; },
+        {"empty.sum(0)"}, tol);
 }
 
 // amax and amin of one tensor: one kernel (horizontal fusion), two outputs.

@@ -147,6 +147,45 @@ TEST(Schedule, NoGroupLeavesAndReentersItself) {
   EXPECT_NE(group_of[exp_node], group_of[add_node]);
 }
 
+TEST(Schedule, NoGroupHoldsReadersOnBothSidesOfAnExternWrite) {
+  // w = x + 1; w[0] = -1 (an extern that writes w); y = w * 2. y must read
+  // w from memory after the write, not w's value computed in the kernel
+  // that makes w, so add and mul are two kernels, ordered around the call.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({4, 5}));
+  const int w = b.binary(Prim::Add, v(x), PrimArg::of_scalar(Scalar::of_float(1)));
+  b.extern_call(Py_None, "operator.setitem", {graph::Arg::of_node(w)}, {}, {});
+  const int y = b.binary(Prim::Mul, v(w), PrimArg::of_scalar(Scalar::of_float(2)));
+  graph.set_outputs({y});
+  const int add_node = graph.value(w).node, mul_node = graph.value(y).node;
+  const int setitem_node = add_node + 1;
+  const auto edges = extern_order_edges(graph);
+  EXPECT_EQ(edges, (std::vector<std::pair<int, int>>{{setitem_node, mul_node}}));
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].nodes, std::vector<int>{add_node});
+  EXPECT_EQ(groups[1].nodes, std::vector<int>{mul_node});
+}
+
+TEST(Schedule, ExternWritesReachThroughViewsAndExternResults) {
+  // v = x.view(20); e = extern(v) (may return v itself); a reader of x
+  // before the call goes before it, one of e's alias x after it.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({4, 5}));
+  const int before = b.unary(Prim::Exp, x);
+  const int view = b.view(x, {20});
+  const int e = b.extern_call(Py_None, "operator.imul", {graph::Arg::of_node(view)}, {}, {f32({20})})[0];
+  (void)e;
+  const int after = b.unary(Prim::Neg, x);
+  const int call = graph.value(e).node;
+  const auto edges = extern_order_edges(graph);
+  const std::vector<std::pair<int, int>> want = {
+      {graph.value(before).node, call}, {graph.value(view).node, call}, {call, graph.value(after).node}};
+  EXPECT_EQ(edges, want);
+}
+
 TEST(Schedule, SiblingsReadingOneTensorMerge) {
   PrimGraph graph;
   PrimBuilder b(graph);
