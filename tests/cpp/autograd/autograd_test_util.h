@@ -15,19 +15,13 @@
 #include "prims/prim_builder.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/test_metas.h"
 
 namespace kiln::autograd::test {
 
 using kiln::test::PyRef;
 
-// Contiguous float64 metadata of these sizes.
-inline graph::TensorMeta f64(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.sizes = sizes;
-  meta.strides = graph::contiguous_strides(sizes);
-  meta.dtype = graph::DType::Float64;
-  return meta;
-}
+using kiln::test::f64;
 
 // The metadata of a live CPU tensor (sizes, strides, dtype).
 inline graph::TensorMeta meta_of(PyObject* tensor) {

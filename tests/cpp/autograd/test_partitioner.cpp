@@ -12,6 +12,7 @@
 #include "prims/prim_builder.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/test_metas.h"
 
 namespace kiln::autograd {
 namespace {
@@ -20,13 +21,7 @@ using prims::Prim;
 using prims::PrimArg;
 using test::PyRef;
 
-graph::TensorMeta f64(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.sizes = sizes;
-  meta.strides = graph::contiguous_strides(sizes);
-  meta.dtype = graph::DType::Float64;
-  return meta;
-}
+using test::f64;
 
 // Runs `graph` on `inputs`; returns new references to its outputs.
 std::vector<PyRef> run(const prims::PrimGraph& graph, const std::vector<PyObject*>& inputs) {

@@ -17,6 +17,7 @@
 #include "inductor/lower_pointwise.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
+#include "tests/cpp/inductor/cpu_test_util.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::inductor::cpu {
@@ -29,10 +30,6 @@ using prims::PrimGraph;
 using prims::Scalar;
 using test::PyRef;
 
-#define KILN_REQUIRE_LLVM()                                                             \
-  if (!cpu_codegen_available())                                                         \
-  GTEST_SKIP() << "kiln was built with KILN_WITH_LLVM=OFF (no LLVM 16 headers): CPU code " \
-                  "generation is not compiled"
 
 constexpr const char* kTensors =
     "import torch\n"

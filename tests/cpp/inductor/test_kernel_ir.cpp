@@ -8,6 +8,8 @@
 #include "inductor/lower_pointwise.h"
 #include "prims/prim_builder.h"
 
+#include "tests/cpp/test_metas.h"
+
 namespace kiln::inductor {
 namespace {
 
@@ -17,12 +19,7 @@ using prims::PrimBuilder;
 using prims::PrimGraph;
 using prims::Scalar;
 
-graph::TensorMeta f32(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.sizes = sizes;
-  meta.strides = graph::contiguous_strides(sizes);
-  return meta;
-}
+using test::f32;
 
 TEST(KernelIr, TextFormAndVerify) {
   Kernel k;

@@ -16,6 +16,7 @@
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
+#include "tests/cpp/inductor/cpu_test_util.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::inductor::cpu {
@@ -28,10 +29,6 @@ using prims::PrimGraph;
 using prims::Scalar;
 using test::PyRef;
 
-#define KILN_REQUIRE_LLVM()                                                             \
-  if (!cpu_codegen_available())                                                         \
-  GTEST_SKIP() << "kiln was built with KILN_WITH_LLVM=OFF (no LLVM 16 headers): CPU code " \
-                  "generation is not compiled"
 
 constexpr const char* kTensors =
     "import torch\n"

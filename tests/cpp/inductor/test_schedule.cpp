@@ -12,6 +12,8 @@
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 
+#include "tests/cpp/test_metas.h"
+
 namespace kiln::inductor {
 namespace {
 
@@ -21,18 +23,7 @@ using prims::PrimBuilder;
 using prims::PrimGraph;
 using prims::Scalar;
 
-graph::TensorMeta f32(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.dtype = graph::DType::Float32;
-  meta.sizes = sizes;
-  int64_t stride = 1;
-  meta.strides.assign(sizes.size(), 1);
-  for (size_t i = sizes.size(); i-- > 0;) {
-    meta.strides[i] = stride;
-    stride *= sizes[i];
-  }
-  return meta;
-}
+using test::f32;
 
 PrimArg v(int id) { return PrimArg::of_value(id); }
 
