@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "benchmarks/bench_support.h"
+#include "benchmarks/kernel_bench_support.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "inductor/lower_pointwise.h"
@@ -127,16 +128,7 @@ void BM_Gelu_KilnRun(benchmark::State& state) {
   GeluSetup* s = setup(state);
   if (s == nullptr) return;
   PyObject* inputs[] = {s->x.get(), s->y.get()};
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    PyObject* result = inductor::cpu::run_cpu_kernel(s->compiled, s->lowered.kernel, inputs, threads);
-    if (result == nullptr) {
-      PyErr_Print();
-      state.SkipWithError("run_cpu_kernel failed");
-      return;
-    }
-    Py_DECREF(result);
-  }
+  if (!time_kernel_runs(state, s->compiled, s->lowered.kernel, inputs)) return;
   set_bytes(state);
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "benchmarks/bench_support.h"
+#include "benchmarks/kernel_bench_support.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "inductor/schedule.h"
@@ -132,16 +133,7 @@ void BM_SoftmaxLayerNorm_KilnRun(benchmark::State& state) {
   SoftmaxLayerNormSetup* s = setup(state);
   if (s == nullptr) return;
   PyObject* inputs[] = {s->x.get(), s->w.get(), s->b.get()};
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    PyObject* result = inductor::cpu::run_cpu_kernel(s->compiled, s->lowered.kernel, inputs, threads);
-    if (result == nullptr) {
-      PyErr_Print();
-      state.SkipWithError("run_cpu_kernel failed");
-      return;
-    }
-    Py_DECREF(result);
-  }
+  if (!time_kernel_runs(state, s->compiled, s->lowered.kernel, inputs)) return;
   set_bytes(state);
 }
 
