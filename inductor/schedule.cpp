@@ -90,6 +90,17 @@ class Scheduler {
     // an output until a reduction has joined, so they are tried again
     // whenever the group has grown.
     std::vector<int> refused;
+    // Joins `producer` (through the value a member reads) or refuses it.
+    auto join = [&](int producer, int read) {
+      std::optional<bool> leaf = try_join(g, producer, read);
+      if (!leaf) {
+        refused.push_back(producer);
+        return;
+      }
+      leaf_view[producer] = *leaf;
+      work.push_back(producer);
+      work.insert(work.end(), also_joined_.begin(), also_joined_.end());
+    };
     for (;;) {
       while (!work.empty()) {
         const int m = work.back();
@@ -99,14 +110,7 @@ class Scheduler {
           if (!arg.is_value()) continue;
           const int producer = graph_.value(arg.value).node;
           if (producer < 0 || group_of_[producer] >= 0) continue;
-          std::optional<bool> leaf = try_join(g, producer, arg.value);
-          if (!leaf) {
-            refused.push_back(producer);
-            continue;
-          }
-          leaf_view[producer] = *leaf;
-          work.push_back(producer);
-          work.insert(work.end(), also_joined_.begin(), also_joined_.end());
+          join(producer, arg.value);
         }
       }
       std::vector<int> again;
@@ -120,14 +124,11 @@ class Scheduler {
             if (group_of_[user] == g) read = value;
           }
         }
-        std::optional<bool> leaf = read >= 0 ? try_join(g, producer, read) : std::nullopt;
-        if (!leaf) {
+        if (read >= 0) {
+          join(producer, read);
+        } else {
           refused.push_back(producer);
-          continue;
         }
-        leaf_view[producer] = *leaf;
-        work.push_back(producer);
-        work.insert(work.end(), also_joined_.begin(), also_joined_.end());
       }
       if (work.empty()) break;
     }
