@@ -238,6 +238,7 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
   for (const KernelGroup& group : groups) {
     try {
       LoweredKernel kernel = lower_group(graph, group);
+      KILN_LOG(kernels, format_kernel(kernel.kernel));
       bool compiled_now = false;
       entries.push_back(cached_kernel(kernel.kernel, &compiled_now));
       lowered.push_back(std::move(kernel));

@@ -288,7 +288,6 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
 // correction, 0), the two-pass form (torch uses Welford's; both are exact
 // to rounding, two passes is the more accurate).
 int ValueLowering::emit_reduction(int value, const IndexMap& map) {
-  if (auto found = reductions_.find(value); found != reductions_.end()) return found->second;
   const PrimNode& node = graph_.node(graph_.value(value).node);
   const int input = node.args[0].value;
   const graph::TensorMeta& in = graph_.value(input).meta;
@@ -310,6 +309,9 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     }
     ++j;
   }
+  // Checked before the memo: a result already emitted for its own kept
+  // point must not be handed to a read at another one.
+  if (auto found = reductions_.find(value); found != reductions_.end()) return found->second;
   IndexMap identity(rank);
   for (size_t d = 0; d < rank; ++d) identity[d] = static_cast<int>(d);
   int64_t count = 1;

@@ -19,7 +19,8 @@ namespace kiln::runtime {
   X(backend)                 \
   X(prims)                   \
   X(perf)                    \
-  X(cache)
+  X(cache)                   \
+  X(kernels)
 
 enum class LogChannel : int {
 #define KILN_LOG_ENUM(name) name,

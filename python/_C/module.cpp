@@ -290,6 +290,22 @@ PyObject* py_set_logs(PyObject*, PyObject* arg) {
   return PyUnicode_FromString(kiln::runtime::set_log_channels(spec).c_str());
 }
 
+// _C.log_channels() -> every channel's name, in order
+PyObject* py_log_channels(PyObject*, PyObject*) {
+  const int count = static_cast<int>(kiln::runtime::LogChannel::kCount);
+  PyObject* names = PyTuple_New(count);
+  if (!names) return nullptr;
+  for (int i = 0; i < count; ++i) {
+    PyObject* name = PyUnicode_FromString(kiln::runtime::log_channel_name(static_cast<kiln::runtime::LogChannel>(i)));
+    if (!name) {
+      Py_DECREF(names);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(names, i, name);
+  }
+  return names;
+}
+
 PyObject* py_set_unsupported_error(PyObject*, PyObject* type) {
   kiln::interpreter::set_unsupported_error(type);
   Py_RETURN_NONE;
@@ -355,6 +371,7 @@ PyMethodDef module_methods[] = {
     {"cpu_kernels_available", py_cpu_kernels_available, METH_NOARGS, "Whether this build can compile CPU kernels."},
     {"get_experimental_cpu_kernels", py_get_experimental_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
+    {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},
     {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -20,4 +20,4 @@ if _os.environ.get("KILN_LOGS"):
     _unknown = _C.set_logs(_os.environ["KILN_LOGS"])
     if _unknown:
         raise ValueError(f"KILN_LOGS names unknown channels: {_unknown} "
-                         "(known: bytecode, graph, guards, recompiles, breaks, backend, perf, all)")
+                         f"(known: {', '.join(_C.log_channels())}, all)")

@@ -4,6 +4,9 @@ decomposed into prims, pointwise groups run as LLVM-compiled CPU kernels
 go through kiln's autograd with kernels in both the forward and the
 backward. Compared with eager."""
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -272,3 +275,49 @@ def test_reductions_over_empty_dims():
         t = torch.randn(shape)
         torch.testing.assert_close(compiled(t), f(t))
     assert kiln.stats()["kernels"] > before
+
+
+def test_reduction_result_broadcast_onto_another_kept_point():
+    # Fuzzer seed 5676: mean over dim 1 of [4, 4, 6] is [4, 6]; broadcast
+    # against [4, 4, 6] it is read at (j, k) from point (i, j, k), another
+    # row's mean. Once the mean was also a kernel output, its value at the
+    # current point was reused for that read.
+    def f(t):
+        m = t.mean(dim=1)
+        return torch.minimum(m, t), m
+
+    compiled = kiln.compile(f, backend="inductor")
+    t = torch.randn(4, 4, 6)
+    torch.testing.assert_close(compiled(t), f(t))
+
+
+KERNEL_LOG_SCRIPT = """
+import torch, kiln
+kiln.config.experimental_cpu_kernels = True
+f = kiln.compile(lambda x: (x * 2).sum(1), backend="inductor")
+print(f(torch.ones(3, 4)).tolist())
+"""
+
+
+def _run_with_logs(logs):
+    env = dict(os.environ, KILN_LOGS=logs, KILN_CACHE_DIR="")
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", KERNEL_LOG_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_kernels_log_prints_the_loop_ir():
+    proc = _run_with_logs("kernels")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[8.0, 8.0, 8.0]"
+    assert "[kiln:kernels] kernel sum(3, 4) reduce=(1)" in proc.stderr, proc.stderr
+    assert "reduce_sum(" in proc.stderr
+
+
+def test_unknown_log_channel_names_every_known_one():
+    proc = _run_with_logs("kernel")
+    assert proc.returncode != 0
+    assert "unknown channels: kernel " in proc.stderr, proc.stderr
+    for name in ("dynamic", "prims", "cache", "kernels"):
+        assert name in proc.stderr.splitlines()[-1]
