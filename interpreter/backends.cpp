@@ -50,6 +50,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   stats().kernel_cache_hits_memory += after.memory_hits - before.memory_hits;
   stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
   stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
+  stats().kernel_buffers_reused += fused.reused_buffers;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
                                << " prims (" << fused.compiled << " compiled, the rest cached)\n"
                                << prims::format_prim_graph(*fused.graph));
@@ -111,10 +112,10 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name) {
-  // "inductor": aot_eager's pipeline with pointwise groups compiled to CPU
-  // kernels; without LLVM (or off the CPU) it replays the graph eagerly.
-  const bool kernels =
-      backend == "inductor" && experimental_cpu_kernels() && inductor::cpu_kernels_available();
+  // "inductor": aot_eager's pipeline with pointwise and reduction groups
+  // compiled to CPU kernels; with kernels off or without LLVM it replays the
+  // graph eagerly (kiln.compile warns once).
+  const bool kernels = backend == "inductor" && cpu_kernels() && inductor::cpu_kernels_available();
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);

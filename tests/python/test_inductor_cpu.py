@@ -1,4 +1,4 @@
-"""backend="inductor" with kiln.config.experimental_cpu_kernels: graphs are
+"""backend="inductor" with kiln.config.cpu_kernels (the default): graphs are
 decomposed into prims, pointwise groups run as LLVM-compiled CPU kernels
 (extern nodes of the prim graph), the rest through torch; training graphs
 go through kiln's autograd with kernels in both the forward and the
@@ -21,9 +21,10 @@ pytestmark = pytest.mark.skipif(not kiln._C.cpu_kernels_available(),
 
 @pytest.fixture(autouse=True)
 def cpu_kernels():
-    kiln.config.experimental_cpu_kernels = True
+    saved = kiln.config.cpu_kernels
+    kiln.config.cpu_kernels = True
     yield
-    kiln.config.experimental_cpu_kernels = False
+    kiln.config.cpu_kernels = saved
 
 
 def test_gelu_chain_is_one_kernel():
@@ -66,8 +67,8 @@ def test_mlp_inference_and_training_match_eager():
     assert s["autograd_graphs"] == 1 and s["kernels"] >= 2, s
 
 
-def test_off_by_default_inductor_replays_eagerly():
-    kiln.config.experimental_cpu_kernels = False
+def test_kernels_off_inductor_replays_eagerly():
+    kiln.config.cpu_kernels = False
     compiled = kiln.compile(lambda x: x.exp() + 1, backend="inductor")
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), x.exp() + 1)
@@ -183,7 +184,7 @@ def test_large_kernels_run_on_threads_and_match():
         for threads in (1, 2):
             torch.set_num_threads(threads)
             kiln.reset()
-            kiln.config.experimental_cpu_kernels = True
+            kiln.config.cpu_kernels = True
             compiled = kiln.compile(lambda x: (torch.softmax(x, -1), x.sum(0)), backend="inductor")
             with torch.no_grad():
                 results.append(compiled(x))
@@ -293,7 +294,7 @@ def test_reduction_result_broadcast_onto_another_kept_point():
 
 KERNEL_LOG_SCRIPT = """
 import torch, kiln
-kiln.config.experimental_cpu_kernels = True
+kiln.config.cpu_kernels = True
 f = kiln.compile(lambda x: (x * 2).sum(1), backend="inductor")
 print(f(torch.ones(3, 4)).tolist())
 """
@@ -321,3 +322,30 @@ def test_unknown_log_channel_names_every_known_one():
     assert "unknown channels: kernel " in proc.stderr, proc.stderr
     for name in ("dynamic", "prims", "cache", "kernels"):
         assert name in proc.stderr.splitlines()[-1]
+
+
+def test_kernel_outputs_reuse_dead_kernel_buffers():
+    # Kernels separated by matmuls: each kernel's output is dead once the
+    # next matmul has read it, so a later kernel writes into its buffer
+    # (Note [Buffer reuse]). Results stay right across calls, and a
+    # returned tensor that took a buffer is no view of anything.
+    def f(x, w):
+        a = torch.relu(x * 2 + 1)
+        c = torch.sigmoid(a @ w) * 3
+        e = torch.tanh(c @ w) + 1
+        g = (e @ w).exp() - 1
+        return g, e.sum(1)
+
+    compiled = kiln.compile(f, backend="inductor")
+    w = torch.randn(64, 64) / 8
+    kept = []
+    for _ in range(3):
+        x = torch.randn(32, 64)
+        got = compiled(x, w)
+        torch.testing.assert_close(got, f(x, w))
+        kept.append((x, got))
+    assert kiln.stats()["kernel_buffers_reused"] >= 1, kiln.stats()
+    assert all(t._base is None for _, got in kept for t in got)
+    # Results returned earlier were not overwritten by later calls.
+    for x, got in kept:
+        torch.testing.assert_close(got, f(x, w))
