@@ -81,18 +81,20 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
   try {
     autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
     autograd::Partition partition = autograd::partition_joint_graph(joint);
-    if (kernels) {
-      partition.forward = with_kernels(partition.forward, name + " (forward)");
-      partition.backward = with_kernels(partition.backward, name + " (backward)");
-    }
     KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
                                          << partition.saved_bytes << " bytes)\n"
                                          << prims::format_prim_graph(partition.forward)
                                          << "backward graph for " << name << "\n"
                                          << prims::format_prim_graph(partition.backward));
+    autograd::GraphPass finish;
+    if (kernels) {
+      finish = [name](const prims::PrimGraph& graph, const std::string& what) {
+        return with_kernels(graph, name + " (" + what + ")");
+      };
+    }
     auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
                                                      joint.forward_outputs,
-                                                     static_cast<int>(forward.values().size()));
+                                                     static_cast<int>(forward.values().size()), finish);
     stats().prim_graphs++;
     stats().autograd_graphs++;
     return executor;
