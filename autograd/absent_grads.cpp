@@ -22,8 +22,11 @@ namespace kiln::autograd {
 // absent contribution meets a present one, an add keeps the present one
 // (a - absent = a, absent - b = -b) when the result has its metadata, and
 // otherwise the absent side is zeros (cat of two gradients, broadcasts).
-// Backward outputs that end up absent are not computed; the caller gives
-// their inputs None, as eager does. Nodes only absent paths needed are
+// The caller names the backward outputs to produce: those some present
+// gradient reaches through a differentiable path (JointGraph::
+// input_grad_reach); one of them that only absent values made is zeros
+// (eager's gradient through sign), the others are not computed and their
+// inputs get None, as in eager. Nodes only absent paths needed are
 // dropped (prims::extract_subgraph).
 
 namespace {
@@ -46,9 +49,10 @@ void remap(graph::Arg& arg, const std::vector<int>& map) {
 }  // namespace
 
 prims::PrimGraph without_absent_grads(const prims::PrimGraph& backward, size_t first_grad,
-                                      const std::vector<bool>& absent, std::vector<int>* present_outputs) {
+                                      const std::vector<bool>& absent, const std::vector<bool>& keep) {
   const auto& inputs = backward.inputs();
   if (absent.size() != inputs.size()) throw std::invalid_argument("without_absent_grads: one flag per input");
+  if (keep.size() != backward.outputs().size()) throw std::invalid_argument("without_absent_grads: one flag per output");
   prims::PrimGraph out;
   prims::PrimBuilder b(out);
   const size_t count = backward.values().size();
@@ -115,12 +119,10 @@ prims::PrimGraph without_absent_grads(const prims::PrimGraph& backward, size_t f
     }
   }
   std::vector<int> outputs;
-  present_outputs->clear();
   for (size_t k = 0; k < backward.outputs().size(); ++k) {
     const int id = backward.outputs()[k];
-    if (is_absent[id]) continue;
-    outputs.push_back(map[id]);
-    present_outputs->push_back(static_cast<int>(k));
+    if (!keep[k]) continue;
+    outputs.push_back(is_absent[id] ? zeros_like(b, backward.value(id).meta) : map[id]);
   }
   out.set_outputs(outputs);
   std::string error;

@@ -9,6 +9,7 @@
 #include "autograd/absent_grads.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
+#include "runtime/log.h"
 #include "runtime/prim_executor.h"
 #include "runtime/py_ref.h"
 
@@ -90,6 +91,7 @@ std::string take_error_text() {
 struct BackwardVariants {
   std::shared_ptr<const prims::PrimGraph> backward;  // as partitioned, before `finish`
   size_t first_grad = 0;                             // the saved values come first
+  std::vector<std::vector<int>> deps;                // Partition::input_grad_deps
   GraphPass finish;
 };
 
@@ -117,10 +119,25 @@ PyObject* make_variant(PyObject* capsule, PyObject* missing) {
     }
     absent[variants->first_grad + static_cast<size_t>(k)] = true;
   }
+  std::vector<bool> keep;
+  std::vector<int> present;
+  for (size_t k = 0; k < variants->deps.size(); ++k) {
+    bool reached = false;
+    for (int d : variants->deps[k]) reached = reached || !absent[variants->first_grad + static_cast<size_t>(d)];
+    keep.push_back(reached);
+    if (reached) present.push_back(static_cast<int>(k));
+  }
   try {
-    std::vector<int> present;
-    prims::PrimGraph graph = without_absent_grads(*variants->backward, variants->first_grad, absent, &present);
-    if (variants->finish) graph = variants->finish(graph, "backward, some gradients absent");
+    prims::PrimGraph graph = without_absent_grads(*variants->backward, variants->first_grad, absent, keep);
+    if (variants->finish) {
+      // A pass that fails leaves the variant as it is (its prims run
+      // through torch), as a failing pass does for any graph.
+      try {
+        graph = variants->finish(graph, "backward, some gradients absent");
+      } catch (const std::exception& e) {
+        KILN_LOG(backend, "backward variant for absent gradients runs unfused: " << e.what());
+      }
+    }
     auto shared = std::make_shared<const prims::PrimGraph>(std::move(graph));
     PyRef call = make_executor_callable(std::make_unique<runtime::PrimExecutor>(shared), static_cast<int>(inputs));
     PyRef positions = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(present.size())));
@@ -300,6 +317,7 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   BackwardVariants variants;
   variants.backward = std::make_shared<const prims::PrimGraph>(partition.backward);
   variants.first_grad = static_cast<size_t>(partition.saved_count);
+  variants.deps = partition.input_grad_deps;
   variants.finish = finish;
   auto forward_graph = std::make_shared<const prims::PrimGraph>(finish ? finish(partition.forward, "forward")
                                                                        : std::move(partition.forward));

@@ -232,3 +232,18 @@ def test_amin_gradient_spreads_a_nan_like_eager():
     kiln.compile(f, backend="aot_eager")(x).sum().backward()
     f(x_ref).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True)
+
+
+def test_an_input_reached_only_through_sign_gets_zeros_not_none():
+    # Fuzzer seed 8816: sign's derivative is zeros, so eager gives y a zero
+    # gradient, even when the loss leaves the graph's other output unused.
+    def f(x, y):
+        return torch.sign(y.var(-1)), x * 2 + y
+
+    x = torch.randn(4, 4)
+    y = torch.randn(4, 4, requires_grad=True)
+    for backend in ("aot_eager", "inductor"):
+        kiln.reset()
+        out = kiln.compile(f, backend=backend)(x, y)
+        (g,) = torch.autograd.grad(out[0].sum(), y, allow_unused=True)
+        assert g is not None and torch.equal(g, torch.zeros_like(y)), g
