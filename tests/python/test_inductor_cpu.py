@@ -385,3 +385,17 @@ def test_amax_gradient_through_recomputed_math():
     kiln.compile(f, backend="inductor")(x, a).sum().backward()
     f(x, a_ref).sum().backward()
     torch.testing.assert_close(a.grad, a_ref.grad)
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pow_by_torchs_special_exponents_matches_eager_bit_for_bit(exponent, dtype):
+    # Note [Pow by a constant]: products, roots and reciprocals as torch's
+    # CPU kernel computes them, zeros, negative zero and infinity included.
+    x = torch.randn(1003, dtype=dtype) * 3
+    x[:4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")], dtype=dtype)
+    compiled = kiln.compile(lambda t: t.pow(exponent) * 1, backend="inductor")
+    before = kiln.stats()["kernels"]
+    got = compiled(x)
+    assert kiln.stats()["kernels"] > before
+    assert torch.equal(got.nan_to_num(7.0), x.pow(exponent).nan_to_num(7.0))
