@@ -12,6 +12,7 @@
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/eager_executor.h"
+#include "runtime/cuda_graph_executor.h"
 #include "runtime/log.h"
 #include "runtime/prim_executor.h"
 
@@ -111,9 +112,9 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 
 }  // namespace
 
-std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
-                                                      const std::string& backend,
-                                                      const std::string& name) {
+// The executor for `graph` under `backend`, before CUDA graphs.
+std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& graph, const std::string& backend,
+                                                         const std::string& name) {
   // "inductor": aot_eager's pipeline with pointwise and reduction groups
   // compiled to CPU kernels; with kernels off or without LLVM it replays the
   // graph eagerly (kiln.compile warns once).
@@ -145,6 +146,20 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
   } catch (const std::runtime_error& e) {
     return eager(graph, name, e.what());
   }
+}
+
+std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
+                                                      const std::string& backend,
+                                                      const std::string& name, bool cuda_graphs) {
+  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name);
+  if (!cuda_graphs) return executor;
+  const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));
+  if (!refusal.empty()) {
+    KILN_LOG(backend, "reduce-overhead: " << name << " runs without CUDA graphs: " << refusal);
+    return executor;
+  }
+  return runtime::make_cuda_graph_executor(std::move(executor), graph, name,
+                                           [] { stats().cuda_graphs_captured++; });
 }
 
 }  // namespace kiln::interpreter

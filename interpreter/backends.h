@@ -1,7 +1,9 @@
 // Picks and builds the executor a compiled graph runs through, per the
-// compile's backend: "eager" (and "inductor", until code generation lands)
-// replay the traced graph; "aot_eager" decomposes it into prims and runs
-// them (forward-only for now: graphs that need gradients stay eager).
+// compile's backend: "eager" replays the traced graph; "aot_eager"
+// decomposes it into prims (training graphs through kiln's autograd) and
+// runs them through torch; "inductor" does too, with fused kernels where it
+// can compile them. mode="reduce-overhead" wraps CUDA graphs in CUDA graph
+// capture and replay.
 #pragma once
 
 #include <memory>
@@ -12,11 +14,12 @@
 
 namespace kiln::interpreter {
 
-// Returns the executor for `graph` (which must outlive it) under `backend`.
+// Returns the executor for `graph` (which must outlive it) under `backend`,
+// captured as a CUDA graph when `cuda_graphs` and the graph allows it.
 // `name` labels log lines. Never fails: a graph aot_eager cannot take runs
 // eagerly, with a `backend` log line saying why.
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
-                                                      const std::string& name);
+                                                      const std::string& name, bool cuda_graphs = false);
 
 }  // namespace kiln::interpreter

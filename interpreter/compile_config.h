@@ -31,6 +31,9 @@ struct CompileConfig {
 
   uint64_t id = 0;
   std::string backend = "inductor";
+  // kiln.compile(mode="reduce-overhead"): CUDA graphs run as captured
+  // torch.cuda.CUDAGraphs (Note [CUDA graphs] in runtime/).
+  bool cuda_graphs = false;
   bool fullgraph = false;
   // kiln.compile(dynamic=...): None learns dynamic dims from recompiles,
   // True makes every argument dim dynamic, False keeps sizes static.
@@ -99,7 +102,8 @@ class ContextDepthScope {
   X(kernel_cache_hits_memory) \
   X(kernel_cache_hits_disk)   \
   X(kernel_cache_rejected)    \
-  X(kernel_buffers_reused)
+  X(kernel_buffers_reused)    \
+  X(cuda_graphs_captured)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

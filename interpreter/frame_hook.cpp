@@ -276,7 +276,8 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     entry->compiled->graph = std::move(result.graph);
     {
       ConfigScope untraced(nullptr);  // decomposing may call into Python
-      entry->compiled->executor = make_executor(*entry->compiled->graph, config.backend, code_name(code));
+      entry->compiled->executor = make_executor(*entry->compiled->graph, config.backend, code_name(code),
+                                                 config.cuda_graphs);
     }
     if (result.partial && config.fullgraph) {
       result.ok = false;  // fullgraph=True: a graph break is an error

@@ -150,7 +150,7 @@ std::string callable_name(PyObject* fn) {
   return name;
 }
 
-// _C.compiled(fn, backend, fullgraph, dynamic=None, name=None) -> callable
+// _C.compiled(fn, backend, fullgraph, dynamic=None, name=None, mode=None) -> callable
 // running fn under a new config; `name` labels it in kiln --report.
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
@@ -158,7 +158,8 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   int fullgraph;
   PyObject* dynamic = Py_None;
   const char* name = nullptr;
-  if (!PyArg_ParseTuple(args, "Osp|Oz", &fn, &backend, &fullgraph, &dynamic, &name)) return nullptr;
+  const char* mode = nullptr;
+  if (!PyArg_ParseTuple(args, "Osp|Ozz", &fn, &backend, &fullgraph, &dynamic, &name, &mode)) return nullptr;
   if (dynamic != Py_None && dynamic != Py_True && dynamic != Py_False) {
     PyErr_SetString(PyExc_TypeError, "dynamic must be None, True or False");
     return nullptr;
@@ -167,6 +168,7 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   config->id = kiln::interpreter::next_config_id();
   config->backend = backend;
   config->fullgraph = fullgraph;
+  config->cuda_graphs = mode != nullptr && std::string(mode) == "reduce-overhead";
   config->dynamic = dynamic == Py_None   ? CompileConfig::Dynamic::Automatic
                     : dynamic == Py_True ? CompileConfig::Dynamic::Always
                                          : CompileConfig::Dynamic::Never;

@@ -22,9 +22,9 @@ def _check_options(backend, mode, dynamic):
                          + ", ".join(repr(m) for m in MODES))
     if dynamic not in (None, True, False):
         raise ValueError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
-    if mode not in (None, "default"):
-        warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
-                      "generation)", RuntimeWarning, stacklevel=3)
+    if mode not in (None, "default", "reduce-overhead"):
+        warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (kiln does not tune kernel "
+                      "launches)", RuntimeWarning, stacklevel=3)
     if backend == "inductor" and not _warned_inductor:
         why = None
         if not config.cpu_kernels:
@@ -42,6 +42,9 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
 
     Usable as kiln.compile(f), @kiln.compile and @kiln.compile(fullgraph=True).
     Under `kiln --compile=none` it returns fn_or_module unchanged (run eagerly).
+    mode="reduce-overhead" replays graphs whose inputs are all CUDA tensors
+    (with static sizes, not recording gradients) as CUDA graphs from their
+    second call on; each call returns fresh copies of the outputs.
     """
     _check_options(backend, mode, dynamic)
     if fn_or_module is None:
@@ -55,8 +58,8 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     if isinstance(fn_or_module, torch.nn.Module):
         from .compiled_module import CompiledModule
         return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
-                                                        dynamic, policy.module_label(fn_or_module)))
-    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic)
+                                                        dynamic, policy.module_label(fn_or_module), mode))
+    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic, None, mode)
     _copy_metadata(wrapper, fn_or_module)
     return wrapper
 
