@@ -119,8 +119,10 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     for (size_t i = 0; i < in_grads.size() && i < view.inputs.size(); ++i) {
       if (wanted[i]) accumulate(view.inputs[i], in_grads[i]);
     }
-    for (size_t i = 0; i < view.inputs.size(); ++i) {
-      if (!wanted[i]) continue;
+    // A rule that gives an input no contribution (an extern whose torch
+    // autograd does not reach it: reshape_as's shape argument) is no path.
+    for (size_t i = 0; i < view.inputs.size() && i < in_grads.size(); ++i) {
+      if (!wanted[i] || in_grads[i] < 0) continue;
       for (int id : node.outputs) reach[view.inputs[i]].insert(reach[id].begin(), reach[id].end());
     }
   }

@@ -99,6 +99,15 @@ std::vector<int> decompose_ExpandAs(DecomposeCall& c) {
   return {c.b.expand(c.tensor("input"), c.b.meta(c.tensor("other")).sizes)};
 }
 
+// `other` gives only its sizes: no gradient reaches it (fuzz seed 11936).
+std::vector<int> decompose_ReshapeAs(DecomposeCall& c) {
+  return {c.b.reshape(c.tensor("input"), c.b.meta(c.tensor("other")).sizes)};
+}
+
+std::vector<int> decompose_ViewAs(DecomposeCall& c) {
+  return {c.b.view(c.tensor("input"), c.b.meta(c.tensor("other")).sizes)};
+}
+
 // contiguous() returns the tensor itself when it already is contiguous.
 std::vector<int> decompose_Contiguous(DecomposeCall& c) {
   const int x = c.tensor("input");

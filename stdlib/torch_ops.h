@@ -130,6 +130,8 @@ namespace kiln::stdlib {
   X(Squeeze, "torch.squeeze(input, dim=None)", "Tensor.squeeze(input, dim=None)")                  \
   X(Expand, "Tensor.expand(input, *size)")                                                         \
   X(ExpandAs, "Tensor.expand_as(input, other)")                                                    \
+  X(ReshapeAs, "Tensor.reshape_as(input, other)")                                                  \
+  X(ViewAs, "Tensor.view_as(input, other)")                                                        \
   X(Contiguous, "Tensor.contiguous(input)")                                                        \
   X(Clone, "torch.clone(input)", "Tensor.clone(input)")                                            \
   X(GetItem, "operator.getitem(input, index)", "Tensor.__getitem__(input, index)")                 \

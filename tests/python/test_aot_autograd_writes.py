@@ -247,3 +247,18 @@ def test_an_input_reached_only_through_sign_gets_zeros_not_none():
         out = kiln.compile(f, backend=backend)(x, y)
         (g,) = torch.autograd.grad(out[0].sum(), y, allow_unused=True)
         assert g is not None and torch.equal(g, torch.zeros_like(y)), g
+
+
+def test_shape_only_arguments_get_no_gradient():
+    # Fuzzer seed 11936: reshape_as/view_as/expand_as read only other's
+    # sizes; eager leaves other's gradient None.
+    def f(x, y):
+        return x.reshape_as(y) + x.view_as(y) * 2 + x.expand_as(y)
+
+    x = torch.randn(5, 5, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(5, 5, dtype=torch.float64, requires_grad=True)
+    for backend in ("aot_eager", "inductor"):
+        kiln.reset()
+        gx, gy = torch.autograd.grad(kiln.compile(f, backend=backend)(x, y).sum(), (x, y), allow_unused=True)
+        torch.testing.assert_close(gx, torch.full_like(x, 4.0))
+        assert gy is None
