@@ -5,6 +5,7 @@
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
 #include "inductor/cpu/kernel_cache.h"
+#include "inductor/cuda/cuda_kernel.h"
 #include "inductor/fuse_kernels.h"
 #include "prims/prim_error.h"
 
@@ -43,11 +44,17 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
 // kernels (inductor/fuse_kernels.h); logged and counted.
 prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name) {
   const inductor::cpu::KernelCacheCounts before = inductor::cpu::kernel_cache_counts();
-  inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph);
+  const inductor::cuda::CudaKernelCacheCounts cuda_before = inductor::cuda::cuda_kernel_cache_counts();
+  inductor::KernelTargets targets;
+  targets.cpu = experimental_cpu_kernels();
+  targets.cuda = experimental_cuda_kernels();
+  inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   const inductor::cpu::KernelCacheCounts after = inductor::cpu::kernel_cache_counts();
+  const inductor::cuda::CudaKernelCacheCounts cuda_after = inductor::cuda::cuda_kernel_cache_counts();
   stats().kernels += fused.kernels;
-  stats().kernels_compiled += after.compiled - before.compiled;
-  stats().kernel_cache_hits_memory += after.memory_hits - before.memory_hits;
+  stats().kernels_compiled += after.compiled - before.compiled + cuda_after.compiled - cuda_before.compiled;
+  stats().kernel_cache_hits_memory +=
+      after.memory_hits - before.memory_hits + cuda_after.memory_hits - cuda_before.memory_hits;
   stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
   stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
@@ -112,9 +119,11 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name) {
   // "inductor": aot_eager's pipeline with pointwise groups compiled to CPU
-  // kernels; without LLVM (or off the CPU) it replays the graph eagerly.
+  // kernels (or CUDA kernels); without LLVM (or NVRTC) it replays the graph
+  // eagerly.
   const bool kernels =
-      backend == "inductor" && experimental_cpu_kernels() && inductor::cpu_kernels_available();
+      backend == "inductor" && ((experimental_cpu_kernels() && inductor::cpu_kernels_available()) ||
+                                (experimental_cuda_kernels() && inductor::cuda_kernels_available()));
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);

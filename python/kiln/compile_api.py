@@ -25,11 +25,13 @@ def _check_options(backend, mode, dynamic):
     if mode not in (None, "default"):
         warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
                       "generation)", RuntimeWarning, stacklevel=3)
-    if backend == "inductor" and not _warned_inductor and not config.experimental_cpu_kernels:
+    if (backend == "inductor" and not _warned_inductor and not config.experimental_cpu_kernels
+            and not config.experimental_cuda_kernels):
         _warned_inductor = True
         warnings.warn("kiln: backend 'inductor' runs compiled graphs through the 'eager' backend "
                       "(replayed through torch) unless kiln.config.experimental_cpu_kernels is on "
-                      "(CPU kernels through LLVM)", RuntimeWarning, stacklevel=3)
+                      "(CPU kernels through LLVM) or kiln.config.experimental_cuda_kernels is on (CUDA "
+                      "kernels through NVRTC)", RuntimeWarning, stacklevel=3)
 
 
 def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):
