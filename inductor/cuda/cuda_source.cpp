@@ -611,8 +611,12 @@ std::string Writer::write_rows(const std::string& name) {
       for (int id : reductions) {
         const Expr& e = k_.exprs[id];
         const std::string acc = "a" + std::to_string(id);
-        row.code += row.indent + "  " + acc + " = " +
-                    combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, "kiln_shfl_xor(" + acc + ", m)") + ";\n";
+        // Every lane shuffles, unconditionally: combine_text may name its
+        // operand twice or short-circuit.
+        const std::string other = "o" + std::to_string(id);
+        row.code += row.indent + "  const " + value_type(e.dtype) + " " + other + " = kiln_shfl_xor(" + acc + ", m);\n";
+        row.code += row.indent + "  " + acc + " = " + combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, other) +
+                    ";\n";
       }
       row.code += row.indent + "}\n";
     }

@@ -82,6 +82,21 @@ std::vector<CudaSource> compile(const std::vector<TensorMeta>& metas,
 
 bool has(const CudaSource& source, const std::string& text) { return source.text.find(text) != std::string::npos; }
 
+// True when every warp shuffle of the source is a declaration's whole
+// initializer: every lane shuffles, never inside ?: or a short-circuit.
+bool shuffles_unconditionally(const CudaSource& source) {
+  size_t at = 0;
+  bool any = false;
+  while ((at = source.text.find("kiln_shfl_xor(a", at)) != std::string::npos) {
+    const size_t line = source.text.rfind('\n', at) + 1;
+    const std::string before = source.text.substr(line, at - line);
+    if (before.find("const ") == std::string::npos || before.find('?') != std::string::npos) return false;
+    any = true;
+    ++at;
+  }
+  return any;
+}
+
 // gelu(z), erf form, as torch's decomposition.
 int gelu(PrimBuilder& b, int z) {
   const int half = b.binary(Prim::Mul, v(z), f(0.5));
@@ -179,7 +194,13 @@ TEST(CudaSource, InnerReductionsUseWarpOrBlockRows) {
     });
     EXPECT_TRUE(has(sources[0], "__syncthreads"));
     EXPECT_TRUE(has(sources[0], "__shared__"));
+    EXPECT_TRUE(shuffles_unconditionally(sources[0])) << sources[0].text;
   }
+  // Bool rows (or-combined) of a warp each.
+  sources = compile({cuda_meta(DType::Bool, {40, 300})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Amax, in[0], {1}, false)};
+  });
+  EXPECT_TRUE(shuffles_unconditionally(sources[0])) << sources[0].text;
   // A full reduction of bools and of float16.
   compile({cuda_meta(DType::Bool, {7, 9}), cuda_meta(DType::Float16, {5000})},
           [](PrimBuilder& b, const std::vector<int>& in) {
