@@ -48,7 +48,10 @@ namespace kiln::inductor::cuda {
 // per thread ("persistent" rows: softmax, layer_norm over 4096 with 512
 // threads), the loops are unrolled and every value a later phase needs
 // again (the loaded row, exp(x - max)) stays in registers, so the row is
-// read from memory once.
+// read from memory once. Warp and block rows whose reduced dim is innermost
+// and contiguous in every operand that varies along it get a vector entry
+// too: each thread takes `width` consecutive points per access (a float4
+// of the row), loads them once, and loops over them in registers.
 // Semantics follow llvm_codegen.cpp op for op: float ops in the value's
 // dtype with CUDA's IEEE-accurate functions (expf/exp, erff, tanhf, ...,
 // no fast math), sigmoid 1 / (1 + exp(-x)), rsqrt 1 / sqrt(x), round half
@@ -322,6 +325,7 @@ struct Context {
   // phase, and whether this phase must keep what it computes.
   std::vector<std::string>* persisted = nullptr;
   const std::vector<bool>* keep = nullptr;
+  std::string slot = "k";  // the point's index in the persistent arrays
 };
 
 class Writer {
@@ -354,7 +358,8 @@ class Writer {
   std::string offset_terms(size_t op, const std::vector<int>& dims, const std::string& prefix) const;
   bool output_is_full(size_t i) const;
   std::string store(size_t i, const std::string& value, const std::string& at) const;
-  std::string write_rows(const std::string& name);
+  std::string write_rows(const std::string& name, int width);
+  int row_vector_width() const;
   std::string write_vector(const std::string& name, int width);
   int vector_width() const;
 
@@ -384,7 +389,7 @@ std::string Writer::value(int id, Context& c) {
   const std::string name = scope.prefix + std::to_string(id);
   scope.code += scope.indent + "const " + value_type(e.dtype) + " " + name + " = " + text + ";\n";
   if (at_point && c.keep != nullptr && (*c.keep)[id]) {
-    scope.code += scope.indent + "p" + std::to_string(id) + "[k] = " + name + ";\n";
+    scope.code += scope.indent + "p" + std::to_string(id) + "[" + c.slot + "] = " + name + ";\n";
   }
   scope.names[id] = name;
   return name;
@@ -471,8 +476,9 @@ std::string Writer::store(size_t i, const std::string& value, const std::string&
 }
 
 // The row kernel (Note [CUDA kernels]): pointwise kernels (rows of one
-// point) and every reduction.
-std::string Writer::write_rows(const std::string& name) {
+// point) and every reduction; with `width`, the row entry reading and
+// writing `width` consecutive row points per 16-byte access.
+std::string Writer::write_rows(const std::string& name, int width) {
   const int block = tpr_ * rpb_;
   const size_t count = k_.exprs.size();
   int phases = 0;
@@ -524,12 +530,16 @@ std::string Writer::write_rows(const std::string& name) {
 
   // One loop over the row's points of this thread; body(point context)
   // appends statements to the point scope. Returns the loop's text.
+  // Persistent rows: points (vectors of `width` points) per thread.
+  const int64_t lanes = width > 0 ? width : 1;
+  const int64_t items = items_ > 0 ? (row_points_ + tpr_ * lanes - 1) / (tpr_ * lanes) : 0;
+  const std::string w = std::to_string(width);
   auto loop = [&](int phase, const std::function<void(Context&, Scope&)>& body) {
     Scope point;
     point.prefix = 'w';
     point.names.assign(count, "");
-    const bool persistent = items_ > 0;
-    point.indent = row.indent + (persistent ? "    " : "  ");
+    const bool persistent = items > 0;
+    point.indent = row.indent + (persistent ? "    " : "  ") + (width > 0 ? "  " : "");
     std::vector<bool> keep_now(count, false);
     if (persistent) {
       for (size_t id = 0; id < count; ++id) {
@@ -545,9 +555,15 @@ std::string Writer::write_rows(const std::string& name) {
     c.varies = &varies_;
     c.persisted = persistent ? &persisted : nullptr;
     c.keep = persistent ? &keep_now : nullptr;
+    c.slot = width > 0 ? "k * " + w + " + j" : "k";
     c.load = [&](int input, bool at_point) {
       const std::string op = std::to_string(input);
       if (!at_point) return "in" + op + "[b" + op + "]";
+      if (width > 0) {
+        // Read once per vector, before the loop over its points.
+        point_offsets[input] = true;
+        return "x" + op + ".v[j]";
+      }
       if (!point_offsets[input]) {
         point_offsets[input] = true;
         point.code += point.indent + "const " + idx_ + " o" + op + " = b" + op +
@@ -558,27 +574,52 @@ std::string Writer::write_rows(const std::string& name) {
     body(c, point);
     std::string code;
     const std::string inner = point.indent;
+    const std::string r = width > 0 ? "r0" : "r";  // the first point of this iteration
+    // Vector rows: the loads before the loop over a vector's points, the
+    // full outputs' stores after it (Note [CUDA kernels]).
+    std::string vector_head, vector_tail;
+    if (width > 0) {
+      const std::string at = row.indent + (persistent ? "    " : "  ");
+      for (size_t op = 0; op < k_.inputs.size(); ++op) {
+        if (!point_offsets[op]) continue;
+        const std::string type = std::string("kiln_vec<") + storage_type(dtype(op)) + ", " + w + ">";
+        const std::string o = std::to_string(op);
+        vector_head += at + "const " + type + " x" + o + " = *reinterpret_cast<const " + type + "*>(in" + o + " + b" +
+                       o + " + r0);\n";
+      }
+      for (size_t i = 0; i < k_.outputs.size(); ++i) {
+        if (phase <= phases || !output_is_full(i)) continue;
+        const std::string type = std::string("kiln_vec<") + storage_type(k_.outputs[i].dtype) + ", " + w + ">";
+        const std::string o = std::to_string(i), op = std::to_string(k_.inputs.size() + i);
+        vector_head += at + type + " y" + o + ";\n";
+        vector_tail += at + "*reinterpret_cast<" + type + "*>(out" + o + " + b" + op + " + r0) = y" + o + ";\n";
+      }
+      vector_head += at + "#pragma unroll\n" + at + "for (int j = 0; j < " + w + "; ++j) {\n" + at + "  const " + idx_ +
+                     " r = r0 + j;\n";
+      vector_tail = at + "}\n" + vector_tail;
+    }
     const std::string decomposition = decompose(reduced_, "r", inner, "j");
     if (persistent) {
       // Arrays for values later phases read again, declared before the loop.
       for (size_t id = 0; id < count; ++id) {
         if (!keep_now[id] || point.names[id].empty()) continue;
         code += row.indent + value_type(k_.exprs[id].dtype) + " p" + std::to_string(id) + "[" +
-                std::to_string(items_) + "];\n";
-        persisted[id] = "p" + std::to_string(id) + "[k]";
+                std::to_string(items * lanes) + "];\n";
+        persisted[id] = "p" + std::to_string(id) + "[" + c.slot + "]";
       }
       code += row.indent + "#pragma unroll\n";
-      code += row.indent + "for (int k = 0; k < " + std::to_string(items_) + "; ++k) {\n";
-      code += row.indent + "  const " + idx_ + " r = kiln_t + (" + idx_ + ")k * " + std::to_string(tpr_) + ";\n";
-      const bool exact = static_cast<int64_t>(items_) * tpr_ == row_points_;
-      code += row.indent + "  if (" + (exact ? std::string("true") : "r < " + std::to_string(row_points_)) + ") {\n";
-      code += decomposition + point.code;
+      code += row.indent + "for (int k = 0; k < " + std::to_string(items) + "; ++k) {\n";
+      code += row.indent + "  const " + idx_ + " " + r + " = (kiln_t + (" + idx_ + ")k * " + std::to_string(tpr_) +
+              ")" + (width > 0 ? " * " + w : "") + ";\n";
+      const bool exact = items * tpr_ * lanes == row_points_;
+      code += row.indent + "  if (" + (exact ? std::string("true") : r + " < " + std::to_string(row_points_)) + ") {\n";
+      code += vector_head + decomposition + point.code + vector_tail;
       code += row.indent + "  }\n";
       code += row.indent + "}\n";
     } else {
-      code += row.indent + "for (" + idx_ + " r = kiln_t; r < " + std::to_string(row_points_) + "; r += " +
-              std::to_string(tpr_) + ") {\n";
-      code += decomposition + point.code;
+      code += row.indent + "for (" + idx_ + " " + r + " = (" + idx_ + ")kiln_t" + (width > 0 ? " * " + w : "") + "; " +
+              r + " < " + std::to_string(row_points_) + "; " + r + " += " + std::to_string(tpr_ * lanes) + ") {\n";
+      code += vector_head + decomposition + point.code + vector_tail;
       code += row.indent + "}\n";
     }
     return code;
@@ -667,7 +708,14 @@ std::string Writer::write_rows(const std::string& name) {
         if (!output_is_full(i)) continue;
         const std::string v = value(k_.outputs[i].value, c);
         const size_t op = k_.inputs.size() + i;
-        point.code += point.indent + store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
+        if (width > 0) {
+          const KernelOutput& out = k_.outputs[i];
+          std::string cast = cast_text(v, k_.exprs[out.value].dtype, out.dtype);
+          if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
+          point.code += point.indent + "y" + std::to_string(i) + ".v[j] = " + cast + ";\n";
+        } else {
+          point.code += point.indent + store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
+        }
       }
     });
   }
@@ -697,6 +745,37 @@ int Writer::vector_width() const {
     if (strides(op)[inner] != 1) continue;
     if (offset(op) % width != 0) return 0;
     for (int d = 0; d < inner; ++d) {
+      if (k_.sizes[d] > 1 && strides(op)[d] % width != 0) return 0;
+    }
+  }
+  return width;
+}
+
+// Points per 16-byte access along the rows of a warp- or block-row
+// reduction, or 0: the one reduced dim is innermost, every operand that
+// varies along it (inputs read there, outputs stored in the last pass) has
+// stride 1 there and row starts that are multiples of the width.
+int Writer::row_vector_width() const {
+  if (reduced_.size() != 1 || reduced_[0] != rank() - 1 || tpr_ < 32) return 0;
+  const int inner = rank() - 1;
+  std::vector<size_t> along;
+  for (size_t op = 0; op < k_.inputs.size(); ++op) {
+    if (k_.inputs[op].strides[inner] != 0 && k_.sizes[inner] > 1) along.push_back(op);
+  }
+  for (size_t i = 0; i < k_.outputs.size(); ++i) {
+    if (output_is_full(i)) along.push_back(k_.inputs.size() + i);
+  }
+  int64_t widest = 0;
+  for (size_t op : along) {
+    if (strides(op)[inner] != 1) return 0;
+    widest = std::max(widest, item_size(dtype(op)));
+  }
+  if (widest == 0) return 0;
+  const int width = static_cast<int>(16 / widest);
+  if (width < 2 || row_points_ % width != 0) return 0;
+  for (size_t op : along) {
+    if (offset(op) % width != 0) return 0;
+    for (int d : kept_) {
       if (k_.sizes[d] > 1 && strides(op)[d] % width != 0) return 0;
     }
   }
@@ -836,7 +915,16 @@ CudaSource Writer::write() {
   out.scalar.name = "kiln_kernel";
   out.scalar.block = tpr_ * rpb_;
   out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);
-  out.text += "\n" + write_rows(out.scalar.name);
+  out.text += "\n" + write_rows(out.scalar.name, 0);
+  if (const int width = row_vector_width(); width > 0) {
+    out.vector_width = width;
+    out.vector.name = "kiln_kernel_vec";
+    out.vector.block = out.scalar.block;
+    out.vector.grid = out.scalar.grid;
+    reduce_names_.assign(k_.exprs.size(), "");
+    out.text += "\n" + write_rows(out.vector.name, width);
+    return out;
+  }
   const int width = vector_width();
   if (width > 0) {
     out.vector_width = width;

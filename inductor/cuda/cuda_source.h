@@ -29,9 +29,10 @@ struct CudaEntry {
 // Note [CUDA kernel ABI]
 // Every entry takes one pointer per kernel input (its first element; the
 // Kernel's input offset is compiled in), then one per output, in order.
-// `vector` (pointwise kernels only) reads and writes 16 bytes per access and
-// may be launched only when every operand's pointer is aligned to
-// `vector_width` elements of its dtype; `scalar` runs everywhere.
+// `vector` (pointwise kernels, and row reductions whose rows are
+// contiguous) reads and writes 16 bytes per access and may be launched
+// only when the pointer of every operand whose innermost stride is 1 is
+// aligned to `vector_width` elements of its dtype; `scalar` runs everywhere.
 struct CudaSource {
   std::string text;       // the translation unit
   CudaEntry scalar;

@@ -60,6 +60,7 @@ constexpr const char* kTensors =
     "d100 = torch.randn(64, 100, dtype=torch.float64)\n"
     "k1 = torch.randn(5, 1000)\n"
     "k5 = torch.randn(4, 5000)\n"
+    "k20 = torch.randn(3, 20000)\n"
     "k4 = torch.randn(16, 4096)\n"
     "w4 = torch.randn(4096)\n"
     "nan = torch.randn(5, 9)\n"
@@ -284,8 +285,9 @@ TEST(CudaEmulated, EveryReductionKindDtypeAndDim) {
 TEST(CudaEmulated, LongRowsFullReductionsNanAndEmpty) {
   KILN_REQUIRE_HOST_COMPILER();
   const Tolerance tol{1e-4, 1e-5};
-  // Block rows: persistent (1000 points, 128 threads) and looped (5000).
-  for (const char* name : {"k1", "k5"}) {
+  // Block rows: persistent (1000 points, 128 threads; 5000, 1024 threads)
+  // and looped (20000), scalar and vector.
+  for (const char* name : {"k1", "k5", "k20"}) {
     const std::string t = name;
     check({name},
           [](PrimBuilder& b, const std::vector<int>& in) {

@@ -217,7 +217,7 @@ TEST(CudaSource, OuterReductionLoopsPerTilePoint) {
   });
   EXPECT_FALSE(has(sources[0], "kiln_shfl_xor(a"));
   EXPECT_FALSE(has(sources[0], "__syncthreads"));
-  EXPECT_TRUE(has(sources[0], "for (int r = kiln_t; r < 1000; r += 1)"));
+  EXPECT_TRUE(has(sources[0], "for (int r = (int)kiln_t; r < 1000; r += 1)"));
 }
 
 TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
@@ -239,6 +239,10 @@ TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 8; ++k)"));
   EXPECT_TRUE(has(sources[0], "[8];"));
   EXPECT_TRUE(has(sources[0], "if (kiln_t == 0)"));  // mean and rstd, once per row
+  // The vector entry reads the row as float4s: 2 per thread.
+  EXPECT_EQ(sources[0].vector_width, 4);
+  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 2; ++k)"));
+  EXPECT_TRUE(has(sources[0], "const kiln_vec<float, 4> x0 = "));
   // softmax over short rows: a warp per row, persistent too.
   const auto short_rows = compile({cuda_meta(DType::Float64, {64, 100})}, [](PrimBuilder& b, const std::vector<int>& in) {
     const int max = b.reduce(Prim::Amax, in[0], {1}, true);
