@@ -35,9 +35,13 @@ namespace kiln::inductor::cuda {
 //     rows: one block per row (128..1024 threads), combined by shuffles,
 //     then through shared memory;
 //   - reductions with a tile dim (outer reductions, e.g. a sum over dim 0
-//     of a row-major matrix): TPR 1, so neighbouring threads take
-//     neighbouring tile points and their loads coalesce; each thread loops
-//     over its reduced points alone.
+//     of a row-major matrix): neighbouring lanes take neighbouring tile
+//     points, so their loads coalesce. With at most 65536 rows of at least
+//     64 points, 8 threads share a row (lane l of warp w: row row0 + l,
+//     reduced points w, w + 8, ...), combined through shared memory; the
+//     block's row loop stays uniform for its __syncthreads, and lanes past
+//     the last row recompute it and store nothing. Otherwise TPR 1: each
+//     thread loops over its row alone.
 // Per row, as Note [Reduction kernels] says: phase k computes the Reduce
 // expressions of stage k (each thread its share of the reduced points,
 // then combined so every thread of the row holds the result), the outputs
@@ -69,6 +73,9 @@ constexpr int kTileBlock = 256;
 constexpr int64_t kSerialRow = 16;      // rows up to this many points: one thread each
 constexpr int64_t kWarpRow = 512;       // up to this: one warp each
 constexpr int kWarpRowsPerBlock = 8;
+constexpr int kSplitThreads = 8;            // split tile rows: threads per row
+constexpr int64_t kSplitMaxRows = 65536;    // ... when there are at most this many rows
+constexpr int64_t kSplitMinPoints = 64;     // ... of at least this many points
 constexpr int kPersistentItems = 8;     // points per thread of a persistent row
 constexpr int64_t kMaxGrid = int64_t{1} << 20;
 constexpr int64_t kInt32Limit = int64_t{1} << 30;
@@ -371,6 +378,7 @@ class Writer {
   std::vector<std::string> reduce_names_;
   int64_t rows_ = 1, row_points_ = 1;
   int tpr_ = 1, rpb_ = 1;
+  bool split_tile_ = false;  // tile rows shared by kSplitThreads threads (Note [CUDA kernels])
   int items_ = 0;  // persistent rows: points per thread; 0: looped
 };
 
@@ -486,23 +494,39 @@ std::string Writer::write_rows(const std::string& name, int width) {
   const bool block_rows = tpr_ > 32;
   const int warps = block / 32;
   std::string text = signature(name, block);
-  // Shared partials of each reduction (block rows).
-  if (block_rows) {
+  // Shared partials of each reduction (block rows: one per warp; split
+  // tile rows: one per thread).
+  if (block_rows || split_tile_) {
     for (size_t id = 0; id < count; ++id) {
       if (k_.exprs[id].kind != ExprKind::Reduce) continue;
       text += std::string("  __shared__ ") + value_type(k_.exprs[id].dtype) + " s" + std::to_string(id) + "[" +
-              std::to_string(warps) + "];\n";
+              std::to_string(split_tile_ ? block : warps) + "];\n";
     }
   }
-  const std::string t = tpr_ == 1 ? "0" : tpr_ == 32 ? "(int)(threadIdx.x & 31)" : "(int)threadIdx.x";
+  const std::string t = split_tile_ ? "(int)(threadIdx.x >> 5)"
+                        : tpr_ == 1 ? "0"
+                        : tpr_ == 32 ? "(int)(threadIdx.x & 31)"
+                                     : "(int)threadIdx.x";
   text += "  const int kiln_t = " + t + ";\n";
   text += "  (void)kiln_t;\n";
-  const std::string first_row = "(" + idx_ + ")blockIdx.x * " + std::to_string(rpb_) +
-                                (rpb_ == 1 ? "" : tpr_ == 1 ? " + threadIdx.x" : " + threadIdx.x / " + std::to_string(tpr_));
-  text += "  for (" + idx_ + " row = " + first_row + "; row < " + std::to_string(rows_) + "; row += (" + idx_ +
-          ")gridDim.x * " + std::to_string(rpb_) + ") {\n";
   Scope row;
   row.indent = "    ";
+  if (split_tile_) {
+    // Lane l of every warp takes row row0 + l, so loads coalesce along the
+    // tile dim; the block's loop is uniform (its __syncthreads), and lanes
+    // past the last row recompute the last row and store nothing.
+    const std::string rows = std::to_string(rows_);
+    text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * 32; row0 < " + rows + "; row0 += (" + idx_ +
+            ")gridDim.x * 32) {\n";
+    row.code += row.indent + "const bool kiln_valid = row0 + (threadIdx.x & 31) < " + rows + ";\n";
+    row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + (threadIdx.x & 31) : " +
+                std::to_string(rows_ - 1) + ";\n";
+  } else {
+    const std::string first_row = "(" + idx_ + ")blockIdx.x * " + std::to_string(rpb_) +
+                                  (rpb_ == 1 ? "" : tpr_ == 1 ? " + threadIdx.x" : " + threadIdx.x / " + std::to_string(tpr_));
+    text += "  for (" + idx_ + " row = " + first_row + "; row < " + std::to_string(rows_) + "; row += (" + idx_ +
+            ")gridDim.x * " + std::to_string(rpb_) + ") {\n";
+  }
   row.names.assign(count, "");
   row.prefix = 'v';
   row.code += decompose(kept_, "row", row.indent, "i");
@@ -646,7 +670,21 @@ std::string Writer::write_rows(const std::string& name, int width) {
     });
     row.code += accs + body;
     // Combine the row's threads: every thread ends with the row's result.
-    if (tpr_ > 1) {
+    if (split_tile_) {
+      for (int id : reductions) {
+        row.code += row.indent + "s" + std::to_string(id) + "[threadIdx.x] = a" + std::to_string(id) + ";\n";
+      }
+      row.code += row.indent + "__syncthreads();\n";
+      for (int id : reductions) {
+        const Expr& e = k_.exprs[id];
+        const std::string acc = "a" + std::to_string(id), sm = "s" + std::to_string(id);
+        row.code += row.indent + acc + " = " + sm + "[threadIdx.x & 31];\n";
+        row.code += row.indent + "for (int w = 1; w < " + std::to_string(tpr_) + "; ++w) " + acc + " = " +
+                    combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, sm + "[(threadIdx.x & 31) + 32 * w]") +
+                    ";\n";
+      }
+      row.code += row.indent + "__syncthreads();\n";
+    } else if (tpr_ > 1) {
       row.code += row.indent + "#pragma unroll\n";
       row.code += row.indent + "for (int m = 16; m > 0; m >>= 1) {\n";
       for (int id : reductions) {
@@ -700,7 +738,8 @@ std::string Writer::write_rows(const std::string& name, int width) {
     stores += row.indent + (tpr_ > 1 ? "  " : "") + store(i, v, "b" + std::to_string(k_.inputs.size() + i));
   }
   if (!stores.empty()) {
-    row.code += tpr_ > 1 ? row.indent + "if (kiln_t == 0) {\n" + stores + row.indent + "}\n" : stores;
+    const std::string only = split_tile_ ? "kiln_t == 0 && kiln_valid" : "kiln_t == 0";
+    row.code += tpr_ > 1 ? row.indent + "if (" + only + ") {\n" + stores + row.indent + "}\n" : stores;
   }
   if (any_full) {
     row.code += loop(phases + 1, [&](Context& c, Scope& point) {
@@ -714,7 +753,8 @@ std::string Writer::write_rows(const std::string& name, int width) {
           if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
           point.code += point.indent + "y" + std::to_string(i) + ".v[j] = " + cast + ";\n";
         } else {
-          point.code += point.indent + store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
+          point.code += point.indent + (split_tile_ ? "if (kiln_valid) " : "") +
+                        store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
         }
       }
     });
@@ -896,6 +936,10 @@ CudaSource Writer::write() {
   if (reduced_.empty()) {
     tpr_ = 1;
     rpb_ = kPointwiseBlock;
+  } else if (tile >= 0 && rows_ <= kSplitMaxRows && row_points_ >= kSplitMinPoints) {
+    split_tile_ = true;
+    tpr_ = kSplitThreads;
+    rpb_ = 32;
   } else if (tile >= 0 || row_points_ <= kSerialRow) {
     tpr_ = 1;
     rpb_ = kTileBlock;
@@ -914,7 +958,7 @@ CudaSource Writer::write() {
   out.text = kPrelude;
   out.scalar.name = "kiln_kernel";
   out.scalar.block = tpr_ * rpb_;
-  out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);
+  out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);  // split tile rows: rpb_ is 32
   out.text += "\n" + write_rows(out.scalar.name, 0);
   if (const int width = row_vector_width(); width > 0) {
     out.vector_width = width;

@@ -61,6 +61,7 @@ constexpr const char* kTensors =
     "k1 = torch.randn(5, 1000)\n"
     "k5 = torch.randn(4, 5000)\n"
     "k20 = torch.randn(3, 20000)\n"
+    "tall = torch.randn(2000, 45)\n"
     "k4 = torch.randn(16, 4096)\n"
     "w4 = torch.randn(4096)\n"
     "nan = torch.randn(5, 9)\n"
@@ -354,6 +355,24 @@ TEST(CudaEmulated, SoftmaxThenLayerNormWithStatistics) {
          "torch.softmax(k4, 1).mean(1, keepdim=True)",
          "(torch.softmax(k4, 1).var(1, unbiased=False, keepdim=True) + 1e-5).rsqrt()"},
         {2e-4, 1e-5});
+}
+
+TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
+  KILN_REQUIRE_HOST_COMPILER();
+  // 45 columns of 2000 points, 8 threads each (lanes past column 44 store
+  // nothing): sums, extremes, and softmax over dim 0 (a last pass).
+  check({"tall"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
+          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))};
+        },
+        {"torch.softmax(tall, 0)"}, {1e-5, 1e-6});
+  check({"tall"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false), b.reduce(Prim::Amin, in[0], {0}, true)};
+        },
+        {"tall.sum(0)", "tall.amin(0, keepdim=True)"}, {1e-5, 1e-5});
 }
 
 TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {

@@ -209,15 +209,24 @@ TEST(CudaSource, InnerReductionsUseWarpOrBlockRows) {
           2);
 }
 
-TEST(CudaSource, OuterReductionLoopsPerTilePoint) {
+TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
   KILN_REQUIRE_NVRTC();
   const auto sources = compile({cuda_meta(DType::Float32, {1000, 257})}, [](PrimBuilder& b, const std::vector<int>& in) {
     auto [var, mean] = b.var_mean(in[0], {0}, 1, false);
     return std::vector<int>{var, mean};
   });
+  // 257 columns of 1000 points: 8 threads a column, combined in shared memory.
   EXPECT_FALSE(has(sources[0], "kiln_shfl_xor(a"));
-  EXPECT_FALSE(has(sources[0], "__syncthreads"));
-  EXPECT_TRUE(has(sources[0], "for (int r = (int)kiln_t; r < 1000; r += 1)"));
+  EXPECT_TRUE(has(sources[0], "__syncthreads"));
+  EXPECT_TRUE(has(sources[0], "for (int r = (int)kiln_t; r < 1000; r += 8)"));
+  EXPECT_TRUE(has(sources[0], "if (kiln_t == 0 && kiln_valid)"));
+  EXPECT_EQ(sources[0].scalar.grid, 9);
+  // Many columns: one thread each, looping alone.
+  const auto wide = compile({cuda_meta(DType::Float32, {100, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
+  });
+  EXPECT_FALSE(has(wide[0], "__syncthreads"));
+  EXPECT_TRUE(has(wide[0], "r += 1)"));
 }
 
 TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
