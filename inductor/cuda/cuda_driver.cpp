@@ -156,13 +156,19 @@ void device_capability(int device, int* major, int* minor) {
         "cuDeviceGetAttribute");
 }
 
-CudaFunction load_function(const std::string& cubin, const std::string& name, int device) {
+CudaModule load_module(const std::string& cubin, int device) {
   const Driver& d = require_driver();
   ContextScope scope(d, device);
   CUmodule module = nullptr;
   check(d, d.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
+  return module;
+}
+
+CudaFunction module_function(CudaModule module, const std::string& name, int device) {
+  const Driver& d = require_driver();
+  ContextScope scope(d, device);
   CUfunction function = nullptr;
-  check(d, d.cuModuleGetFunction(&function, module, name.c_str()), "cuModuleGetFunction");
+  check(d, d.cuModuleGetFunction(&function, static_cast<CUmodule>(module), name.c_str()), "cuModuleGetFunction");
   return function;
 }
 

@@ -10,7 +10,9 @@
 
 namespace kiln::inductor::cuda {
 
-// A function of a loaded module (a CUfunction), valid for the process.
+// A loaded module (a CUmodule) and one of its functions (a CUfunction),
+// valid for the process.
+using CudaModule = void*;
 using CudaFunction = void*;
 
 // True when libcuda loads and cuInit succeeds; otherwise `why` (when
@@ -20,9 +22,12 @@ bool cuda_driver_available(std::string* why = nullptr);
 // Compute capability (major, minor) of device `device`. Throws CudaError.
 void device_capability(int device, int* major, int* minor);
 
-// Loads `cubin` into `device`'s primary context and returns its function
-// `name`. The module stays loaded for the process. Throws CudaError.
-CudaFunction load_function(const std::string& cubin, const std::string& name, int device);
+// Loads `cubin` into `device`'s primary context; the module stays loaded
+// for the process. Throws CudaError.
+CudaModule load_module(const std::string& cubin, int device);
+
+// The function `name` of `module` (loaded on `device`). Throws CudaError.
+CudaFunction module_function(CudaModule module, const std::string& name, int device);
 
 // Launches `function` of `device` on `stream` (a cudaStream_t, 0 for the
 // legacy default stream) with `grid` x `block` threads; `args[i]` points at

@@ -18,12 +18,17 @@ std::atomic<int64_t> g_memory_hits{0};
 CudaFunction CudaKernel::function(int device, bool vector) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (device < 0) throw CudaError("no CUDA device index given");
+  if (static_cast<size_t>(device) >= modules_.size()) {
+    modules_.resize(device + 1, nullptr);
+    scalar_.resize(device + 1, nullptr);
+    vector_.resize(device + 1, nullptr);
+  }
   std::vector<CudaFunction>& loaded = vector ? vector_ : scalar_;
-  if (static_cast<size_t>(device) >= loaded.size()) loaded.resize(device + 1, nullptr);
   if (loaded[device] == nullptr) {
     const std::string& name = vector ? source.vector.name : source.scalar.name;
     if (name.empty()) throw CudaError("this kernel has no vector entry");
-    loaded[device] = load_function(cubin, name, device);
+    if (modules_[device] == nullptr) modules_[device] = load_module(cubin, device);
+    loaded[device] = module_function(modules_[device], name, device);
   }
   return loaded[device];
 }

@@ -22,11 +22,13 @@ struct CudaKernel {
   std::string cubin;
 
   // The scalar (or, with `vector`, the vector) entry loaded on `device`;
-  // loads the module there on first use. Thread-safe. Throws CudaError.
+  // loads the module there on first use (once for both entries).
+  // Thread-safe. Throws CudaError.
   CudaFunction function(int device, bool vector) const;
 
  private:
   mutable std::mutex mutex_;
+  mutable std::vector<CudaModule> modules_;            // per device index
   mutable std::vector<CudaFunction> scalar_, vector_;  // per device index
 };
 

@@ -28,7 +28,9 @@ bool cuda_driver_available(std::string* why) {
 
 void device_capability(int, int*, int*) { throw CudaError(kWhy); }
 
-CudaFunction load_function(const std::string&, const std::string&, int) { throw CudaError(kWhy); }
+CudaModule load_module(const std::string&, int) { throw CudaError(kWhy); }
+
+CudaFunction module_function(CudaModule, const std::string&, int) { throw CudaError(kWhy); }
 
 void launch_function(CudaFunction, int, int64_t, int, void*, void**) { throw CudaError(kWhy); }
 
