@@ -550,7 +550,6 @@ std::string Writer::write_rows(const std::string& name, int width) {
     if (output_is_full(i)) need(k_.outputs[i].value, phases + 1);
   }
   std::vector<std::string> persisted(count, "");
-  std::vector<bool> keep(count, false);
 
   // One loop over the row's points of this thread; body(point context)
   // appends statements to the point scope. Returns the loop's text.
