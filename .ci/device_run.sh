@@ -10,6 +10,8 @@
 #     KILN_DEVICE_PART=build bash .ci/device_run.sh    configure, build, C++ tests
 #     KILN_DEVICE_PART=pytest bash .ci/device_run.sh   Python tests and goldens
 #     KILN_DEVICE_PART=bench bash .ci/device_run.sh    benchmarks
+#     KILN_DEVICE_PART=cuda_bench bash .ci/device_run.sh   CUDA kernel benchmarks
+#                                                          (benchmarks/inductor_cuda.py)
 #   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
 #   Python tests run (default tests/python); goldens are regenerated anyway.
 #
@@ -65,5 +67,9 @@ if want bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
   echo "== benchmarks/models/trace_time.py"
   "$PY" benchmarks/models/trace_time.py || status=1
 } >"$OUT/bench.txt" 2>&1; fi
+if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
+  "$PY" benchmarks/inductor_cuda.py >"$OUT/cuda_bench.txt" 2>&1 || status=1
+  cat "$OUT/cuda_bench.txt"
+fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
 exit $status

@@ -12,6 +12,10 @@
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
 #include "inductor/cpu/kernel_runner.h"
+#include "inductor/cuda/cuda_driver.h"
+#include "inductor/cuda/cuda_kernel.h"
+#include "inductor/cuda/cuda_kernel_runner.h"
+#include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
 #include "inductor/schedule.h"
@@ -33,7 +37,10 @@ namespace kiln::inductor {
 // the expected layout first rather than read the wrong elements. Compiled
 // kernels come from the kernel cache (inductor/cpu/kernel_cache.h), keyed
 // by their text without the name, so the 64 identical layers of a model
-// compile once, and a second process loads them from disk.
+// compile once, and a second process loads them from disk. On a graph whose
+// tensors are all on one CUDA device (with KernelTargets::cuda), the same
+// groups become CUDA kernels instead (inductor/cuda/, Note [CUDA kernels]),
+// kept in a memory cache keyed by source and architecture.
 
 namespace {
 
@@ -42,6 +49,8 @@ using runtime::PyRef;
 struct KernelEntry {
   Kernel kernel;
   cpu::CpuKernel compiled;
+  std::shared_ptr<const cuda::CudaKernel> cuda;  // set for a CUDA kernel
+  int device = -1;                                // its CUDA device
 };
 
 // A Python callable running one kernel: call(*inputs, *buffers) ->
@@ -69,11 +78,13 @@ PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
     PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(meta.strides[i]));
   }
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
+  PyRef device = PyRef::steal(PyObject_GetAttrString(tensor, "device"));
   PyRef empty = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "empty_strided")) : PyRef();
   PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
   PyRef kwargs = PyRef::steal(PyDict_New());
-  if (!empty || !args || !kwargs || !dtype) return PyRef();
+  if (!empty || !args || !kwargs || !dtype || !device) return PyRef();
   PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyDict_SetItemString(kwargs.get(), "device", device.get());
   PyRef out = PyRef::steal(PyObject_Call(empty.get(), args.get(), kwargs.get()));
   if (!out) return PyRef();
   PyRef copied = PyRef::steal(PyObject_CallMethod(out.get(), "copy_", "O", tensor));
@@ -108,8 +119,10 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   for (size_t i = 0; i < reuse.size(); ++i) {
     if ((*self->reuse)[i] >= 0) reuse[i] = args[ninputs + (*self->reuse)[i]];
   }
-  // run_cpu_kernel releases the GIL while the kernel runs.
-  PyObject* outputs = cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
+  // run_cpu_kernel releases the GIL while the kernel runs; a CUDA launch
+  // returns at once.
+  PyObject* outputs = entry.cuda ? cuda::run_cuda_kernel(*entry.cuda, entry.kernel, entry.device, inputs.data())
+                                 : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
   Py_INCREF(single);
@@ -159,9 +172,16 @@ PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<gra
 }
 
 // The kernel compiled, or taken from the kernel cache (memory, then disk:
-// inductor/cpu/kernel_cache.h).
-std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now) {
+// inductor/cpu/kernel_cache.h); for CUDA device `device` (>= 0), compiled
+// by NVRTC for it or taken from the CUDA memory cache.
+std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now, int device = -1) {
   auto entry = std::make_shared<KernelEntry>();
+  if (device >= 0) {
+    entry->cuda = cuda::compile_cuda_cached(kernel, cuda::device_arch(device), compiled_now);
+    entry->device = device;
+    entry->kernel = std::move(kernel);
+    return entry;
+  }
   cpu::KernelSource source = cpu::KernelSource::Compiled;
   entry->compiled = cpu::compile_cached(kernel, &source);
   *compiled_now = source == cpu::KernelSource::Compiled;
@@ -181,9 +201,32 @@ bool all_on_cpu(const prims::PrimGraph& graph) {
   return true;
 }
 
+// The CUDA device every tensor of the graph is on, or -1.
+int one_cuda_device(const prims::PrimGraph& graph) {
+  int device = -1;
+  for (const prims::PrimValue& value : graph.values()) {
+    if (value.meta.device_type != graph::DeviceType::CUDA || value.meta.device_index < 0) return -1;
+    if (device >= 0 && value.meta.device_index != device) return -1;
+    device = value.meta.device_index;
+  }
+  return device;
+}
+
 }  // namespace
 
 bool cpu_kernels_available() { return cpu::cpu_codegen_available(); }
+
+bool cuda_kernels_available() {
+  static const bool available = [] {
+    std::string why;
+    if (!cuda::nvrtc_available(&why) || !cuda::cuda_driver_available(&why)) {
+      KILN_LOG(prims, "CUDA kernels unavailable: " << why);
+      return false;
+    }
+    return true;
+  }();
+  return available;
+}
 
 namespace {
 
@@ -240,11 +283,14 @@ std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int
 
 }  // namespace
 
-FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
+FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets) {
   FusedGraph out;
   out.graph = std::make_shared<prims::PrimGraph>();
   std::vector<KernelGroup> groups;
-  if (cpu_kernels_available() && all_on_cpu(graph)) groups = schedule_kernels(graph);
+  // The target switch: CUDA kernels for a graph on one CUDA device.
+  const int device = targets.cuda ? one_cuda_device(graph) : -1;
+  const bool on_cuda = device >= 0 && cuda_kernels_available();
+  if ((targets.cpu && cpu_kernels_available() && all_on_cpu(graph)) || on_cuda) groups = schedule_kernels(graph);
   const int node_count = static_cast<int>(graph.nodes().size());
   std::vector<LoweredKernel> lowered;
   std::vector<std::shared_ptr<const KernelEntry>> entries;
@@ -254,7 +300,7 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
       LoweredKernel kernel = lower_group(graph, group);
       KILN_LOG(kernels, format_kernel(kernel.kernel));
       bool compiled_now = false;
-      entries.push_back(cached_kernel(kernel.kernel, &compiled_now));
+      entries.push_back(cached_kernel(kernel.kernel, &compiled_now, on_cuda ? device : -1));
       lowered.push_back(std::move(kernel));
       kept.push_back(&group);
       out.compiled += compiled_now ? 1 : 0;
@@ -293,7 +339,9 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
     if (unit < static_cast<int>(kept.size())) {
       plan_unit.reads = lowered[unit].inputs;
       plan_unit.outputs = lowered[unit].outputs;
-      plan_unit.kernel = true;
+      // CUDA kernels allocate through torch's caching allocator, which
+      // reuses memory already.
+      plan_unit.kernel = !on_cuda;
     } else {
       const prims::PrimNode& node = graph.node(node_of_unit[unit]);
       plan_unit.reads = node_reads(node);

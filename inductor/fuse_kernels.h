@@ -1,8 +1,9 @@
-// The CPU inductor's graph pass: every group the scheduler fuses
+// The inductor's graph pass: every group the scheduler fuses
 // (schedule_kernels: pointwise chains, reductions with their pointwise
 // inputs and epilogues) becomes one extern node calling a compiled LLVM
-// kernel; the rest of the graph is left to the prim executor. See Note
-// [Kernel nodes] in fuse_kernels.cpp.
+// kernel (CPU graphs) or NVRTC kernel (graphs on one CUDA device); the rest
+// of the graph is left to the prim executor. See Note [Kernel nodes] in
+// fuse_kernels.cpp.
 #pragma once
 
 #include <memory>
@@ -19,13 +20,23 @@ struct FusedGraph {
   int reused_buffers = 0; // kernel outputs written into a dead kernel output's buffer (Note [Buffer reuse])
 };
 
+// The targets kernels may be compiled for.
+struct KernelTargets {
+  bool cpu = true;    // graphs whose tensors are all on the CPU: LLVM
+  bool cuda = false;  // graphs whose tensors are all on one CUDA device: NVRTC
+};
+
 // Rewrites `graph` with compiled kernels where it can (reductions too,
-// despite the name, which the backend calls it by). A group that cannot
-// be lowered or compiled stays as it was (logged under `prims`). Never
-// throws for a graph the prim executor can run.
-FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph);
+// despite the name, which the backend calls it by), for the target of its
+// tensors when `targets` allows it. A group that cannot be lowered or
+// compiled stays as it was (logged under `prims`). Never throws for a graph
+// the prim executor can run.
+FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets = {});
 
 // True when this build and machine can compile CPU kernels.
 bool cpu_kernels_available();
+
+// True when NVRTC and the CUDA driver can be loaded (checked once).
+bool cuda_kernels_available();
 
 }  // namespace kiln::inductor

@@ -5,6 +5,7 @@
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
 #include "inductor/cpu/kernel_cache.h"
+#include "inductor/cuda/cuda_kernel.h"
 #include "inductor/fuse_kernels.h"
 #include "prims/prim_error.h"
 
@@ -31,6 +32,17 @@ bool needs_gradients(const graph::Graph& graph) {
   return false;
 }
 
+// True when some input of the graph is a CUDA tensor (its kernels would be
+// CUDA kernels).
+bool on_cuda(const graph::Graph& graph) {
+  for (int id : graph.inputs()) {
+    for (const graph::TensorMeta& meta : graph.node(id).metas) {
+      if (meta.device_type == graph::DeviceType::CUDA) return true;
+    }
+  }
+  return false;
+}
+
 std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const std::string& name,
                                               const std::string& why) {
   stats().prim_fallbacks++;
@@ -44,11 +56,17 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
 // kernels (inductor/fuse_kernels.h); logged and counted.
 prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name) {
   const inductor::cpu::KernelCacheCounts before = inductor::cpu::kernel_cache_counts();
-  inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph);
+  const inductor::cuda::CudaKernelCacheCounts cuda_before = inductor::cuda::cuda_kernel_cache_counts();
+  inductor::KernelTargets targets;
+  targets.cpu = cpu_kernels();
+  targets.cuda = experimental_cuda_kernels();
+  inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   const inductor::cpu::KernelCacheCounts after = inductor::cpu::kernel_cache_counts();
+  const inductor::cuda::CudaKernelCacheCounts cuda_after = inductor::cuda::cuda_kernel_cache_counts();
   stats().kernels += fused.kernels;
-  stats().kernels_compiled += after.compiled - before.compiled;
-  stats().kernel_cache_hits_memory += after.memory_hits - before.memory_hits;
+  stats().kernels_compiled += after.compiled - before.compiled + cuda_after.compiled - cuda_before.compiled;
+  stats().kernel_cache_hits_memory +=
+      after.memory_hits - before.memory_hits + cuda_after.memory_hits - cuda_before.memory_hits;
   stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
   stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
   stats().kernel_buffers_reused += fused.reused_buffers;
@@ -116,9 +134,12 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& graph, const std::string& backend,
                                                          const std::string& name) {
   // "inductor": aot_eager's pipeline with pointwise and reduction groups
-  // compiled to CPU kernels; with kernels off or without LLVM it replays the
-  // graph eagerly (kiln.compile warns once).
-  const bool kernels = backend == "inductor" && cpu_kernels() && inductor::cpu_kernels_available();
+  // compiled to kernels, CPU or CUDA by where the graph's inputs live; with
+  // that target's kernels off or unavailable it replays the graph eagerly
+  // (kiln.compile warns once for the CPU).
+  const bool kernels =
+      backend == "inductor" && (on_cuda(graph) ? experimental_cuda_kernels() && inductor::cuda_kernels_available()
+                                               : cpu_kernels() && inductor::cpu_kernels_available());
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);

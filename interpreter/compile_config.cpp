@@ -11,6 +11,7 @@ thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 std::atomic<bool> g_cpu_kernels{true};
+std::atomic<bool> g_experimental_cuda_kernels{false};
 
 std::mutex g_dead_mutex;
 std::unordered_set<uint64_t> g_dead_configs;
@@ -65,5 +66,9 @@ void set_cache_size_limit(int limit) { g_cache_size_limit = limit; }
 bool cpu_kernels() { return g_cpu_kernels; }
 
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
+
+bool experimental_cuda_kernels() { return g_experimental_cuda_kernels; }
+
+void set_experimental_cuda_kernels(bool enabled) { g_experimental_cuda_kernels = enabled; }
 
 }  // namespace kiln::interpreter

@@ -124,6 +124,12 @@ bool cpu_kernels();
 // Turns cpu_kernels() on or off for graphs compiled from now on.
 void set_cpu_kernels(bool enabled);
 
+// Whether backend "inductor" compiles graphs whose tensors are all on one
+// CUDA device to CUDA kernels through NVRTC
+// (kiln.config.experimental_cuda_kernels, off by default: new).
+bool experimental_cuda_kernels();
+void set_experimental_cuda_kernels(bool enabled);
+
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();
 void set_cache_size_limit(int limit);

@@ -277,6 +277,21 @@ PyObject* py_get_cpu_kernels(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::interpreter::cpu_kernels());
 }
 
+PyObject* py_set_experimental_cuda_kernels(PyObject*, PyObject* arg) {
+  const int enabled = PyObject_IsTrue(arg);
+  if (enabled < 0) return nullptr;
+  kiln::interpreter::set_experimental_cuda_kernels(enabled == 1);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_experimental_cuda_kernels(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::experimental_cuda_kernels());
+}
+
+PyObject* py_cuda_kernels_available(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::inductor::cuda_kernels_available());
+}
+
 PyObject* py_cpu_kernels_available(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::inductor::cpu_kernels_available());
 }
@@ -372,6 +387,9 @@ PyMethodDef module_methods[] = {
     {"set_cpu_kernels", py_set_cpu_kernels, METH_O, "Turns LLVM kernels for inductor on or off."},
     {"cpu_kernels_available", py_cpu_kernels_available, METH_NOARGS, "Whether this build can compile CPU kernels."},
     {"get_cpu_kernels", py_get_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
+    {"set_experimental_cuda_kernels", py_set_experimental_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
+    {"get_experimental_cuda_kernels", py_get_experimental_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
+    {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},
     {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},

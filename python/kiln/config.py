@@ -34,5 +34,20 @@ class _Config(_types.ModuleType):
             raise TypeError(f"cpu_kernels must be a bool, got {type(value).__name__}")
         _C.set_cpu_kernels(value)
 
+    @property
+    def experimental_cuda_kernels(self) -> bool:
+        """backend="inductor" decomposes graphs whose tensors are all on one
+        CUDA device into prims and compiles their fused pointwise and
+        reduction groups to CUDA kernels through NVRTC, launched on torch's
+        current stream (default False: this path is new; see
+        docs/architecture.md, "Inductor (CUDA)")."""
+        return _C.get_experimental_cuda_kernels()
+
+    @experimental_cuda_kernels.setter
+    def experimental_cuda_kernels(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"experimental_cuda_kernels must be a bool, got {type(value).__name__}")
+        _C.set_experimental_cuda_kernels(value)
+
 
 _sys.modules[__name__].__class__ = _Config

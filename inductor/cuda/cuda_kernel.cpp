@@ -1,0 +1,87 @@
+#include "inductor/cuda/cuda_kernel.h"
+
+#include <atomic>
+#include <map>
+#include <unordered_map>
+
+#include "inductor/cuda/nvrtc_compiler.h"
+#include "runtime/log.h"
+
+namespace kiln::inductor::cuda {
+namespace {
+
+std::atomic<int64_t> g_compiled{0};
+std::atomic<int64_t> g_memory_hits{0};
+
+}  // namespace
+
+CudaFunction CudaKernel::function(int device, bool vector) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (device < 0) throw CudaError("no CUDA device index given");
+  if (static_cast<size_t>(device) >= modules_.size()) {
+    modules_.resize(device + 1, nullptr);
+    scalar_.resize(device + 1, nullptr);
+    vector_.resize(device + 1, nullptr);
+  }
+  std::vector<CudaFunction>& loaded = vector ? vector_ : scalar_;
+  if (loaded[device] == nullptr) {
+    const std::string& name = vector ? source.vector.name : source.scalar.name;
+    if (name.empty()) throw CudaError("this kernel has no vector entry");
+    if (modules_[device] == nullptr) modules_[device] = load_module(cubin, device);
+    loaded[device] = module_function(modules_[device], name, device);
+  }
+  return loaded[device];
+}
+
+std::string arch_for_capability(int major, int minor) {
+  const std::string sm = "sm_" + std::to_string(major) + std::to_string(minor);
+  return major == 9 && minor == 0 ? sm + "a" : sm;
+}
+
+std::string device_arch(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::string> arches;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = arches.find(device);
+  if (found != arches.end()) return found->second;
+  int major = 0, minor = 0;
+  device_capability(device, &major, &minor);
+  return arches[device] = arch_for_capability(major, minor);
+}
+
+std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
+                                                      bool* compiled_now) {
+  static std::mutex mutex;
+  // Keyed by architecture and source text; never freed (modules stay loaded).
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const CudaKernel>>();
+  CudaSource source = generate_cuda_source(kernel);
+  const std::string key = arch + '\n' + source.text;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = cache->find(key);
+    if (found != cache->end()) {
+      ++g_memory_hits;
+      if (compiled_now != nullptr) *compiled_now = false;
+      return found->second;
+    }
+  }
+  KILN_LOG(kernels, "CUDA source of " << kernel.name << " for " << arch << ":\n" << source.text);
+  auto compiled = std::make_shared<CudaKernel>();
+  compiled->cubin = source.empty ? std::string() : compile_cubin(source.text, arch);
+  compiled->source = std::move(source);
+  compiled->arch = arch;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = cache->emplace(key, std::move(compiled));
+  if (inserted) ++g_compiled; else ++g_memory_hits;
+  if (compiled_now != nullptr) *compiled_now = inserted;
+  return it->second;
+}
+
+CudaKernelCacheCounts cuda_kernel_cache_counts() {
+  CudaKernelCacheCounts counts;
+  counts.compiled = g_compiled;
+  counts.memory_hits = g_memory_hits;
+  return counts;
+}
+
+}  // namespace kiln::inductor::cuda

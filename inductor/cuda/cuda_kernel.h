@@ -1,0 +1,58 @@
+// A Kernel compiled for a CUDA architecture, and the process's memory cache
+// of them: identical kernels (the same source for the same architecture)
+// compile once. No disk cache of cubins yet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "inductor/cuda/cuda_driver.h"
+#include "inductor/cuda/cuda_source.h"
+#include "inductor/kernel_ir.h"
+
+namespace kiln::inductor::cuda {
+
+// A kernel's source, its cubin, and its entries loaded per device.
+struct CudaKernel {
+  CudaSource source;
+  std::string arch;   // e.g. "sm_90a"
+  std::string cubin;
+
+  // The scalar (or, with `vector`, the vector) entry loaded on `device`;
+  // loads the module there on first use (once for both entries).
+  // Thread-safe. Throws CudaError.
+  CudaFunction function(int device, bool vector) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<CudaModule> modules_;            // per device index
+  mutable std::vector<CudaFunction> scalar_, vector_;  // per device index
+};
+
+// The NVRTC target of a device of compute capability major.minor: "sm_90a"
+// on Hopper (9.0, for its architecture-specific instructions), else "sm_XY".
+std::string arch_for_capability(int major, int minor);
+
+// The CUDA target of `device` (arch_for_capability of its compute
+// capability), asked once per device. Throws CudaError.
+std::string device_arch(int device);
+
+// `kernel` compiled for `arch`, from the memory cache when an identical
+// source was compiled for it before (`compiled_now` says which). Thread-safe.
+// Throws CudaError.
+std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
+                                                      bool* compiled_now = nullptr);
+
+// Counters of compile_cuda_cached since the process started.
+struct CudaKernelCacheCounts {
+  int64_t compiled = 0;
+  int64_t memory_hits = 0;
+};
+
+// A snapshot of the counters.
+CudaKernelCacheCounts cuda_kernel_cache_counts();
+
+}  // namespace kiln::inductor::cuda

@@ -1,0 +1,154 @@
+#include "inductor/cuda/cuda_kernel_runner.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/aten_bridge.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::inductor::cuda {
+namespace {
+
+using runtime::PyRef;
+
+PyRef int_tuple(const std::vector<int64_t>& values) {
+  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(values.size())));
+  if (!tuple) return tuple;
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject* item = PyLong_FromLongLong(values[i]);
+    if (item == nullptr) return PyRef();
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item);
+  }
+  return tuple;
+}
+
+// torch, imported once and kept for the process.
+PyObject* torch_module() {
+  static PyObject* torch = PyImport_ImportModule("torch");
+  return torch;
+}
+
+// The raw cudaStream_t of torch's current stream on `device`, through
+// torch._C._cuda_getCurrentRawStream (what torch.compile's kernels use)
+// or, where torch lacks it, torch.cuda.current_stream(device).cuda_stream.
+// False with a Python error set when neither answers.
+bool current_stream(int device, void** stream) {
+  static PyObject* raw = [] {
+    PyObject* c = PyImport_ImportModule("torch._C");
+    PyObject* fn = c ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : nullptr;
+    Py_XDECREF(c);
+    PyErr_Clear();
+    return fn;  // kept for the process
+  }();
+  PyRef handle;
+  if (raw != nullptr) {
+    handle = PyRef::steal(PyObject_CallFunction(raw, "i", device));
+  } else {
+    PyRef cuda = PyRef::steal(PyImport_ImportModule("torch.cuda"));
+    PyRef current = cuda ? PyRef::steal(PyObject_CallMethod(cuda.get(), "current_stream", "i", device)) : PyRef();
+    if (current) handle = PyRef::steal(PyObject_GetAttrString(current.get(), "cuda_stream"));
+  }
+  if (!handle) return false;
+  const unsigned long long value = PyLong_AsUnsignedLongLong(handle.get());
+  if (PyErr_Occurred()) return false;
+  *stream = reinterpret_cast<void*>(static_cast<uintptr_t>(value));
+  return true;
+}
+
+// torch.empty_strided(sizes, strides, dtype=..., device=device): a new
+// reference or null. The function, dtypes and devices are looked up once
+// (a kernel call allocates every time).
+PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType dtype,
+                        int device) {
+  static PyObject* function = [] {
+    PyObject* torch = torch_module();
+    return torch ? PyObject_GetAttrString(torch, "empty_strided") : nullptr;  // kept for the process
+  }();
+  static std::map<std::pair<DType, int>, PyObject*> kwargs_of;  // kept for the process; the GIL guards it
+  if (function == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kiln CUDA kernels: torch.empty_strided is unavailable");
+    return nullptr;
+  }
+  PyObject*& kwargs = kwargs_of[{dtype, device}];
+  if (kwargs == nullptr) {
+    PyRef type = PyRef::steal(PyObject_GetAttrString(torch_module(), graph::dtype_name(dtype)));
+    PyRef device_name = PyRef::steal(PyUnicode_FromString(("cuda:" + std::to_string(device)).c_str()));
+    PyRef dict = PyRef::steal(PyDict_New());
+    if (!type || !device_name || !dict || PyDict_SetItemString(dict.get(), "dtype", type.get()) < 0 ||
+        PyDict_SetItemString(dict.get(), "device", device_name.get()) < 0) {
+      return nullptr;
+    }
+    kwargs = dict.release();
+  }
+  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
+  if (!size_tuple || !stride_tuple) return nullptr;
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
+  if (!args) return nullptr;
+  return PyObject_Call(function, args.get(), kwargs);
+}
+
+// True when `pointer` is aligned for the vector entry's accesses of `dtype`.
+bool aligned(const char* pointer, DType dtype, int width) {
+  return reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(item_size(dtype) * width) == 0;
+}
+
+}  // namespace
+
+PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs) {
+  std::vector<char*> data;
+  for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+    if (!runtime::is_tensor(inputs[i])) {
+      PyErr_Format(PyExc_TypeError, "kernel %s: input %zu is not a tensor", kernel.name.c_str(), i);
+      return nullptr;
+    }
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(inputs[i], &meta);
+    if (meta.dtype != kernel.inputs[i].dtype || meta.device_type != graph::DeviceType::CUDA ||
+        meta.device_index != device) {
+      PyErr_Format(PyExc_TypeError, "kernel %s: input %zu must be a %s tensor on cuda:%d", kernel.name.c_str(), i,
+                   graph::dtype_name(kernel.inputs[i].dtype), device);
+      return nullptr;
+    }
+    data.push_back(runtime::tensor_data(inputs[i]));
+  }
+  PyRef result = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(kernel.outputs.size())));
+  if (!result) return nullptr;
+  for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+    const KernelOutput& out = kernel.outputs[i];
+    const std::vector<int64_t>& sizes = out.has_tensor_shape ? out.tensor_sizes : kernel.sizes;
+    const std::vector<int64_t>& strides = out.has_tensor_shape ? out.tensor_strides : out.strides;
+    PyObject* output = empty_strided(sizes, strides, out.dtype, device);
+    if (output == nullptr) return nullptr;
+    PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
+    data.push_back(runtime::tensor_data(output));
+  }
+  const CudaSource& source = compiled.source;
+  if (source.empty) return result.release();
+  // The vector entry when every operand read or written whole is aligned.
+  bool vector = !source.vector.name.empty();
+  const int rank = static_cast<int>(kernel.sizes.size());
+  for (size_t op = 0; vector && op < data.size(); ++op) {
+    const bool input = op < kernel.inputs.size();
+    const std::vector<int64_t>& strides = input ? kernel.inputs[op].strides : kernel.outputs[op - kernel.inputs.size()].strides;
+    const DType dtype = input ? kernel.inputs[op].dtype : kernel.outputs[op - kernel.inputs.size()].dtype;
+    const char* first = data[op] + (input ? kernel.inputs[op].offset * item_size(dtype) : 0);
+    if (strides[rank - 1] == 1 && !aligned(first, dtype, source.vector_width)) vector = false;
+  }
+  void* stream = nullptr;
+  if (!current_stream(device, &stream)) return nullptr;
+  std::vector<void*> args;
+  for (char*& pointer : data) args.push_back(&pointer);
+  try {
+    const CudaEntry& entry = vector ? source.vector : source.scalar;
+    launch_function(compiled.function(device, vector), device, entry.grid, entry.block, stream, args.data());
+  } catch (const CudaError& error) {
+    PyErr_Format(PyExc_RuntimeError, "kiln CUDA kernel %s: %s", kernel.name.c_str(), error.what());
+    return nullptr;
+  }
+  return result.release();
+}
+
+}  // namespace kiln::inductor::cuda

@@ -1,0 +1,37 @@
+// Stands in for nvrtc_compiler.cpp and cuda_driver.cpp in builds without
+// the CUDA toolkit's headers (KILN_WITH_CUDA=OFF): CUDA kernels are
+// unavailable, and asking for them says why.
+#include "inductor/cuda/cuda_driver.h"
+#include "inductor/cuda/cuda_source.h"
+#include "inductor/cuda/nvrtc_compiler.h"
+
+namespace kiln::inductor::cuda {
+namespace {
+
+constexpr const char* kWhy = "kiln was built without the CUDA toolkit (KILN_WITH_CUDA=OFF)";
+
+}  // namespace
+
+bool nvrtc_available(std::string* why) {
+  if (why != nullptr) *why = kWhy;
+  return false;
+}
+
+std::string nvrtc_version() { throw CudaError(kWhy); }
+
+std::string compile_cubin(const std::string&, const std::string&) { throw CudaError(kWhy); }
+
+bool cuda_driver_available(std::string* why) {
+  if (why != nullptr) *why = kWhy;
+  return false;
+}
+
+void device_capability(int, int*, int*) { throw CudaError(kWhy); }
+
+CudaModule load_module(const std::string&, int) { throw CudaError(kWhy); }
+
+CudaFunction module_function(CudaModule, const std::string&, int) { throw CudaError(kWhy); }
+
+void launch_function(CudaFunction, int, int64_t, int, void*, void**) { throw CudaError(kWhy); }
+
+}  // namespace kiln::inductor::cuda

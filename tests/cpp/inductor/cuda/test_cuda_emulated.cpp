@@ -1,0 +1,389 @@
+// Generated CUDA kernels run on the host (cuda_host_emulator.h: the source
+// compiled by g++ beside a shim, each CUDA thread a std::thread) over real
+// tensors, compared with torch: prim graphs are scheduled and lowered as
+// the inductor does, and both the scalar and, where there is one, the
+// 16-byte vector entry of each kernel run. This checks the kernels' logic
+// (indexing, broadcast, phases, warp and block combining, persistent rows,
+// stores) where no GPU is; tests/python/test_inductor_cuda.py runs them on
+// one.
+#include <Python.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "inductor/cuda/cuda_source.h"
+#include "inductor/lower_group.h"
+#include "inductor/schedule.h"
+#include "prims/prim_builder.h"
+#include "runtime/aten_bridge.h"
+#include "tests/cpp/inductor/cuda/cuda_host_emulator.h"
+#include "tests/cpp/runtime/python_test_util.h"
+
+namespace kiln::inductor::cuda {
+namespace {
+
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using prims::Scalar;
+using test::PyRef;
+
+#define KILN_REQUIRE_HOST_COMPILER() \
+  if (!test::host_compiler_available()) GTEST_SKIP() << "no g++ to compile kernels for the host"
+
+constexpr const char* kTensors =
+    "import torch\n"
+    "torch.manual_seed(2)\n"
+    "x = torch.randn(64, 33)\n"
+    "y = torch.randn(64, 33)\n"
+    "v1 = torch.randn(64, 64)\n"
+    "v2 = torch.randn(64, 64)\n"
+    "xt = torch.randn(33, 64).t()\n"
+    "col = torch.randn(64, 1)\n"
+    "row = torch.randn(1, 64)\n"
+    "i = torch.randint(-50, 50, (64, 64))\n"
+    "b = torch.rand(64, 64) > 0.5\n"
+    "h = torch.randn(64, 64, dtype=torch.float16)\n"
+    "bf = torch.randn(64, 64, dtype=torch.bfloat16)\n"
+    "f32 = torch.randn(37, 45)\n"
+    "f64 = torch.randn(37, 45, dtype=torch.float64)\n"
+    "i32 = torch.randint(-5, 6, (37, 45), dtype=torch.int32)\n"
+    "i64 = torch.randint(-5, 6, (37, 45))\n"
+    "b8 = torch.rand(37, 45) > 0.3\n"
+    "u8 = torch.randint(0, 255, (37, 45), dtype=torch.uint8)\n"
+    "cube = torch.randn(6, 7, 9)\n"
+    "big = torch.randn(300, 257)\n"
+    "d100 = torch.randn(64, 100, dtype=torch.float64)\n"
+    "k1 = torch.randn(5, 1000)\n"
+    "k5 = torch.randn(4, 5000)\n"
+    "k20 = torch.randn(3, 20000)\n"
+    "tall = torch.randn(2000, 45)\n"
+    "k4 = torch.randn(16, 4096)\n"
+    "w4 = torch.randn(4096)\n"
+    "nan = torch.randn(5, 9)\n"
+    "nan[1, 3] = float('nan')\n"
+    "nan[4, 0] = float('nan')\n"
+    "empty = torch.randn(5, 0)\n";
+
+PyRef tensors() {
+  static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
+  return *ns;
+}
+
+PrimArg v(int id) { return PrimArg::of_value(id); }
+PrimArg f(double value) { return PrimArg::of_scalar(Scalar::of_float(value)); }
+
+struct Tolerance {
+  double rtol = 0;  // 0 and atol 0: exact
+  double atol = 0;
+};
+
+std::string tuple_text(const std::vector<int64_t>& values) {
+  std::string text = "(";
+  for (int64_t value : values) text += std::to_string(value) + ",";
+  return text + ")";
+}
+
+// Compares `actual` with torch expression `expected` over the tensors.
+void expect_close(const PyRef& ns, PyObject* actual, const std::string& expected, Tolerance tol) {
+  PyRef want = PyRef::steal(PyRun_String(expected.c_str(), Py_eval_input, ns.get(), ns.get()));
+  ASSERT_TRUE(want) << test::take_error();
+  graph::TensorMeta a, e;
+  runtime::read_tensor_meta(actual, &a);
+  runtime::read_tensor_meta(want.get(), &e);
+  EXPECT_EQ(graph::format_tensor_meta(a), graph::format_tensor_meta(e));
+  PyDict_SetItemString(ns.get(), "_actual", actual);
+  PyDict_SetItemString(ns.get(), "_expected", want.get());
+  const std::string compare =
+      tol.rtol == 0 && tol.atol == 0
+          ? "torch.equal(_actual, _expected) or (_actual.is_floating_point() and "
+            "bool(((_actual == _expected) | (_actual.isnan() & _expected.isnan())).all()))"
+          : "torch.allclose(_actual.double(), _expected.double(), rtol=" + std::to_string(tol.rtol) +
+                ", atol=" + std::to_string(tol.atol) + ", equal_nan=True)";
+  PyRef same = PyRef::steal(PyRun_String(compare.c_str(), Py_eval_input, ns.get(), ns.get()));
+  ASSERT_TRUE(same) << test::take_error();
+  if (same.get() != Py_True) {
+    PyRef diff = PyRef::steal(PyRun_String(
+        "float((_actual.double() - _expected.double()).abs().nan_to_num(0).max()) if _actual.numel() else 0.0",
+        Py_eval_input, ns.get(), ns.get()));
+    ADD_FAILURE() << "values differ; max abs difference " << (diff ? PyFloat_AsDouble(diff.get()) : -1.0);
+  }
+}
+
+// Builds a graph over the named tensors whose outputs `build` returns,
+// schedules it (expecting `kernels` groups), runs each kernel's entries on
+// the host in graph order, and compares each graph output with the
+// matching torch expression.
+void check(const std::vector<std::string>& names,
+           const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
+           const std::vector<std::string>& torch_exprs, Tolerance tol = {}, size_t kernels = 1) {
+  SCOPED_TRACE(torch_exprs.front());
+  PyRef ns = tensors();
+  PrimGraph graph;
+  PrimBuilder builder(graph);
+  std::vector<PyRef> values;  // by prim value id, as computed
+  std::vector<int> ids;
+  for (const std::string& name : names) {
+    values.push_back(test::item(ns, name.c_str()));
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(values.back().get(), &meta);
+    ids.push_back(graph.add_input(meta));
+  }
+  const std::vector<int> outs = build(builder, ids);
+  graph.set_outputs(outs);
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), kernels) << prims::format_prim_graph(graph);
+  values.resize(graph.values().size());
+  std::vector<PyRef> vector_outputs(graph.values().size());  // what the vector entries computed
+  for (const KernelGroup& group : groups) {
+    const LoweredKernel lowered = lower_group(graph, group);
+    const Kernel& kernel = lowered.kernel;
+    SCOPED_TRACE(format_kernel(kernel));
+    const CudaSource source = generate_cuda_source(kernel);
+    std::string error;
+    std::unique_ptr<test::HostKernel> host;
+    if (!source.empty) {
+      host = test::HostKernel::compile(source, &error);
+      ASSERT_TRUE(host) << error << "\n" << source.text;
+    }
+    for (bool vector : {false, true}) {
+      if (vector && source.vector.name.empty()) continue;
+      std::vector<void*> pointers;
+      for (int value : lowered.inputs) {
+        ASSERT_TRUE(values[value]) << "kernel input %" << value << " is not computed";
+        pointers.push_back(runtime::tensor_data(values[value].get()));
+      }
+      std::vector<PyRef> outputs;
+      for (const KernelOutput& out : kernel.outputs) {
+        const std::string make = "torch.empty_strided(" +
+                                 tuple_text(out.has_tensor_shape ? out.tensor_sizes : kernel.sizes) + ", " +
+                                 tuple_text(out.has_tensor_shape ? out.tensor_strides : out.strides) +
+                                 ", dtype=torch." + graph::dtype_name(out.dtype) + ").fill_(77)";
+        outputs.push_back(PyRef::steal(PyRun_String(make.c_str(), Py_eval_input, ns.get(), ns.get())));
+        ASSERT_TRUE(outputs.back()) << test::take_error();
+        pointers.push_back(runtime::tensor_data(outputs.back().get()));
+      }
+      if (host) {
+        const CudaEntry& entry = vector ? source.vector : source.scalar;
+        host->run(vector, pointers.data(), static_cast<unsigned>(std::min<int64_t>(entry.grid, 3)),
+                  static_cast<unsigned>(entry.block));
+      }
+      for (size_t i = 0; i < lowered.outputs.size(); ++i) {
+        (vector ? vector_outputs : values)[lowered.outputs[i]] = outputs[i];
+      }
+    }
+  }
+  ASSERT_EQ(outs.size(), torch_exprs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    SCOPED_TRACE(torch_exprs[i]);
+    ASSERT_TRUE(values[outs[i]]) << "output %" << outs[i] << " was not computed by a kernel";
+    expect_close(ns, values[outs[i]].get(), torch_exprs[i], tol);
+    if (vector_outputs[outs[i]]) {
+      SCOPED_TRACE("vector entry");
+      expect_close(ns, vector_outputs[outs[i]].get(), torch_exprs[i], tol);
+    }
+  }
+}
+
+// gelu(z), erf form, as torch's decomposition.
+int gelu(PrimBuilder& b, int z) {
+  const int half = b.binary(Prim::Mul, v(z), f(0.5));
+  const int e = b.unary(Prim::Erf, b.binary(Prim::Mul, v(z), f(0.7071067811865476)));
+  return b.binary(Prim::Mul, v(half), v(b.binary(Prim::Add, v(e), f(1.0))));
+}
+
+TEST(CudaEmulated, GeluChainScalarAndVector) {
+  KILN_REQUIRE_HOST_COMPILER();
+  for (const char* pair : {"x,y", "v1,v2"}) {
+    const std::string p = pair;
+    const std::string a = p.substr(0, p.find(',')), c = p.substr(p.find(',') + 1);
+    check({a, c},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            const int z = b.binary(Prim::Add, v(b.binary(Prim::Mul, v(in[0]), v(in[1]))), f(1.0));
+            return std::vector<int>{b.binary(Prim::Mul, v(gelu(b, z)), f(0.5))};
+          },
+          {"torch.nn.functional.gelu(" + a + " * " + c + " + 1) * 0.5"}, {1e-6, 1e-6});
+  }
+}
+
+TEST(CudaEmulated, BroadcastTransposedWhereAndMixedDtypes) {
+  KILN_REQUIRE_HOST_COMPILER();
+  check({"col", "row", "v1"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{
+              b.binary(Prim::Sub, v(b.binary(Prim::Mul, v(in[0]), v(in[1]))), v(b.binary(Prim::Mul, v(in[2]), v(in[1]))))};
+        },
+        {"col * row - v1 * row"});
+  check({"xt", "x"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.binary(Prim::Maximum, v(in[0]), v(b.binary(Prim::Mul, v(in[1]), f(0.25))))};
+        },
+        {"torch.maximum(xt, x * 0.25)"});
+  check({"b", "i", "v1"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int scaled = b.binary(Prim::Mul, v(in[1]), v(in[2]));  // int64 * float32 -> float32
+          return std::vector<int>{b.where(in[0], v(scaled), v(b.unary(Prim::Neg, in[1]))),
+                                  b.binary(Prim::Gt, v(in[1]), PrimArg::of_scalar(Scalar::of_int(3)))};
+        },
+        {"torch.where(b, i * v1, -i)", "i > 3"});
+  // Integer arithmetic wraps and rounds as torch: abs, neg, floor, round half to even.
+  check({"i", "v1"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int r = b.unary(Prim::Round, b.binary(Prim::Mul, v(in[1]), f(2.5)));
+          return std::vector<int>{b.binary(Prim::Sub, v(b.binary(Prim::Mul, v(in[0]), v(in[0]))), v(b.unary(Prim::Abs, in[0]))),
+                                  b.binary(Prim::Add, v(r), v(b.unary(Prim::Floor, in[1])))};
+        },
+        {"i * i - i.abs()", "torch.round(v1 * 2.5) + torch.floor(v1)"}, {}, 2);
+}
+
+TEST(CudaEmulated, Float16AndBFloat16AreStorageTypes) {
+  KILN_REQUIRE_HOST_COMPILER();
+  for (const char* name : {"h", "bf"}) {
+    const std::string t = name;
+    check({name, "v1"},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            return std::vector<int>{b.unary(Prim::Sigmoid, in[0]), b.binary(Prim::Mul, v(in[0]), v(in[1]))};
+          },
+          {"torch.sigmoid(" + t + ".float()).to(" + t + ".dtype)", t + " * v1"}, {1e-2, 1e-3});
+  }
+}
+
+const char* torch_name(Prim prim) {
+  switch (prim) {
+    case Prim::Sum: return "sum";
+    case Prim::Prod: return "prod";
+    case Prim::Amax: return "amax";
+    default: return "amin";
+  }
+}
+
+TEST(CudaEmulated, EveryReductionKindDtypeAndDim) {
+  KILN_REQUIRE_HOST_COMPILER();
+  for (Prim prim : {Prim::Sum, Prim::Prod, Prim::Amax, Prim::Amin}) {
+    for (const char* name : {"f32", "f64", "i32", "i64", "b8", "u8"}) {
+      const std::string t = name;
+      if ((t == "b8" || t == "u8") && prim == Prim::Prod) continue;
+      for (int64_t dim : {0, 1}) {
+        const std::string input = prim == Prim::Prod && t[0] == 'f' ? "(" + t + " * 0.1 + 1)" : t;
+        check({name},
+              [&](PrimBuilder& b, const std::vector<int>& in) {
+                int x = in[0];
+                if (prim == Prim::Prod && t[0] == 'f') x = b.binary(Prim::Add, v(b.binary(Prim::Mul, v(x), f(0.1))), f(1));
+                return std::vector<int>{b.reduce(prim, x, {dim}, dim == 1)};
+              },
+              {"torch." + std::string(torch_name(prim)) + "(" + input + ", " + std::to_string(dim) +
+               (dim == 1 ? ", keepdim=True)" : ")")},
+              t[0] == 'f' ? Tolerance{1e-5, 1e-6} : Tolerance{});
+      }
+    }
+  }
+}
+
+TEST(CudaEmulated, LongRowsFullReductionsNanAndEmpty) {
+  KILN_REQUIRE_HOST_COMPILER();
+  const Tolerance tol{1e-4, 1e-5};
+  // Block rows: persistent (1000 points, 128 threads; 5000, 1024 threads)
+  // and looped (20000), scalar and vector.
+  for (const char* name : {"k1", "k5", "k20"}) {
+    const std::string t = name;
+    check({name},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            return std::vector<int>{b.reduce(Prim::Sum, b.unary(Prim::Exp, in[0]), {1}, false),
+                                    b.reduce(Prim::Amax, in[0], {1}, false)};
+          },
+          {t + ".exp().sum(1)", t + ".amax(1)"}, tol);
+  }
+  check({"cube"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {0, 1, 2}, false)};
+        },
+        {"cube.sum()"}, tol);
+  check({"nan"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Amax, in[0], {1}, false), b.reduce(Prim::Amin, in[0], {0}, false)};
+        },
+        {"nan.amax(1)", "nan.amin(0)"}, {}, 2);
+  check({"empty"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, true)};
+        },
+        {"empty.sum(1, keepdim=True)"});
+}
+
+TEST(CudaEmulated, SoftmaxAndLogSoftmaxInEveryRowMode) {
+  KILN_REQUIRE_HOST_COMPILER();
+  // big: warp rows, looped; d100: warp rows, persistent; k5: block rows;
+  // cube over its middle dim: tile mode with two phases.
+  for (const char* input : {"big", "d100", "k5", "cube", "xt"}) {
+    for (bool log : {false, true}) {
+      const std::string t = input;
+      check({input},
+            [&](PrimBuilder& b, const std::vector<int>& in) {
+              const int max = b.reduce(Prim::Amax, in[0], {1}, true);
+              const int shifted = b.binary(Prim::Sub, v(in[0]), v(max));
+              const int e = b.unary(Prim::Exp, shifted);
+              const int total = b.reduce(Prim::Sum, e, {1}, true);
+              return std::vector<int>{log ? b.binary(Prim::Sub, v(shifted), v(b.unary(Prim::Log, total)))
+                                          : b.binary(Prim::Div, v(e), v(total))};
+            },
+            {log ? "(" + t + " - " + t + ".amax(1, keepdim=True)) - (" + t + " - " + t +
+                       ".amax(1, keepdim=True)).exp().sum(1, keepdim=True).log()"
+                 : "(" + t + " - " + t + ".amax(1, keepdim=True)).exp() / (" + t + " - " + t +
+                       ".amax(1, keepdim=True)).exp().sum(1, keepdim=True)"},
+            {1e-5, 1e-6});
+    }
+  }
+}
+
+TEST(CudaEmulated, SoftmaxThenLayerNormWithStatistics) {
+  KILN_REQUIRE_HOST_COMPILER();
+  check({"k4", "w4"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int max = b.reduce(Prim::Amax, in[0], {1}, true);
+          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+          const int y = b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
+          auto [var, mean] = b.var_mean(y, {1}, 0, true);
+          const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(1e-5)));
+          const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(y), v(mean))), v(rstd));
+          return std::vector<int>{b.binary(Prim::Add, v(b.binary(Prim::Mul, v(out), v(in[1]))), f(0.5)), mean, rstd};
+        },
+        {"torch.nn.functional.layer_norm(torch.softmax(k4, 1), (4096,), w4, torch.full_like(w4, 0.5))",
+         "torch.softmax(k4, 1).mean(1, keepdim=True)",
+         "(torch.softmax(k4, 1).var(1, unbiased=False, keepdim=True) + 1e-5).rsqrt()"},
+        {2e-4, 1e-5});
+}
+
+TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
+  KILN_REQUIRE_HOST_COMPILER();
+  // 45 columns of 2000 points, 8 threads each (lanes past column 44 store
+  // nothing): sums, extremes, and softmax over dim 0 (a last pass).
+  check({"tall"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
+          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))};
+        },
+        {"torch.softmax(tall, 0)"}, {1e-5, 1e-6});
+  check({"tall"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false), b.reduce(Prim::Amin, in[0], {0}, true)};
+        },
+        {"tall.sum(0)", "tall.amin(0, keepdim=True)"}, {1e-5, 1e-5});
+}
+
+TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {
+  KILN_REQUIRE_HOST_COMPILER();
+  check({"big"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          auto [var, mean] = b.var_mean(in[0], {0}, 1, false);
+          return std::vector<int>{var, mean};
+        },
+        {"big.var(0)", "big.mean(0)"}, {1e-5, 1e-6});
+}
+
+}  // namespace
+}  // namespace kiln::inductor::cuda

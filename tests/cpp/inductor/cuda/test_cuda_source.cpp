@@ -1,0 +1,292 @@
+// Tests of CUDA source generation (inductor/cuda/cuda_source.h) and NVRTC
+// (nvrtc_compiler.h), which need no GPU: representative prim graphs are
+// scheduled and lowered as the inductor does, written as CUDA C, checked
+// for the parts that decide their shape (vector entries, warp or block
+// rows, persistent rows, shared memory), and compiled by the real NVRTC
+// for sm_90a. Running the kernels is tests/python/test_inductor_cuda.py's
+// job, on a GPU.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/tensor_meta.h"
+#include "inductor/cuda/cuda_source.h"
+#include "inductor/cuda/nvrtc_compiler.h"
+#include "inductor/kernel_ir.h"
+#include "inductor/lower_group.h"
+#include "inductor/schedule.h"
+#include "prims/prim_builder.h"
+#include "tests/cpp/test_metas.h"
+
+namespace kiln::inductor::cuda {
+namespace {
+
+using graph::DType;
+using graph::TensorMeta;
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using prims::Scalar;
+
+PrimArg v(int id) { return PrimArg::of_value(id); }
+PrimArg f(double value) { return PrimArg::of_scalar(Scalar::of_float(value)); }
+
+#define KILN_REQUIRE_NVRTC()                                              \
+  do {                                                                    \
+    std::string why;                                                      \
+    if (!nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC here: " << why; \
+  } while (0)
+
+TensorMeta cuda_meta(DType dtype, std::vector<int64_t> sizes) {
+  TensorMeta meta = test::contiguous_meta(dtype, std::move(sizes));
+  meta.device_type = graph::DeviceType::CUDA;
+  meta.device_index = 0;
+  return meta;
+}
+
+TensorMeta transposed(TensorMeta meta) {
+  std::swap(meta.sizes[0], meta.sizes[1]);
+  std::swap(meta.strides[0], meta.strides[1]);
+  return meta;
+}
+
+// The kernels of the graph `build` makes over inputs of `metas` (expecting
+// `kernels` groups), written as CUDA C and compiled for sm_90a.
+std::vector<CudaSource> compile(const std::vector<TensorMeta>& metas,
+                                const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
+                                size_t kernels = 1) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  std::vector<int> inputs;
+  for (const TensorMeta& meta : metas) inputs.push_back(graph.add_input(meta));
+  graph.set_outputs(build(b, inputs));
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  EXPECT_EQ(groups.size(), kernels) << prims::format_prim_graph(graph);
+  std::vector<CudaSource> sources;
+  for (const KernelGroup& group : groups) {
+    const LoweredKernel lowered = lower_group(graph, group);
+    CudaSource source = generate_cuda_source(lowered.kernel);
+    try {
+      const std::string cubin = compile_cubin(source.text, "sm_90a");
+      EXPECT_GT(cubin.size(), 100u);
+    } catch (const CudaError& error) {
+      ADD_FAILURE() << error.what() << "\n" << format_kernel(lowered.kernel) << "\n" << source.text;
+    }
+    sources.push_back(std::move(source));
+  }
+  return sources;
+}
+
+bool has(const CudaSource& source, const std::string& text) { return source.text.find(text) != std::string::npos; }
+
+// True when every warp shuffle of the source is a declaration's whole
+// initializer: every lane shuffles, never inside ?: or a short-circuit.
+bool shuffles_unconditionally(const CudaSource& source) {
+  size_t at = 0;
+  bool any = false;
+  while ((at = source.text.find("kiln_shfl_xor(a", at)) != std::string::npos) {
+    const size_t line = source.text.rfind('\n', at) + 1;
+    const std::string before = source.text.substr(line, at - line);
+    if (before.find("const ") == std::string::npos || before.find('?') != std::string::npos) return false;
+    any = true;
+    ++at;
+  }
+  return any;
+}
+
+// gelu(z), erf form, as torch's decomposition.
+int gelu(PrimBuilder& b, int z) {
+  const int half = b.binary(Prim::Mul, v(z), f(0.5));
+  const int e = b.unary(Prim::Erf, b.binary(Prim::Mul, v(z), f(0.7071067811865476)));
+  return b.binary(Prim::Mul, v(half), v(b.binary(Prim::Add, v(e), f(1.0))));
+}
+
+TEST(CudaSource, NvrtcReportsItsVersion) {
+  KILN_REQUIRE_NVRTC();
+  EXPECT_FALSE(nvrtc_version().empty());
+}
+
+TEST(CudaSource, ContiguousGeluReadsAndWrites16Bytes) {
+  KILN_REQUIRE_NVRTC();
+  const auto sources = compile({cuda_meta(DType::Float32, {64, 1024}), cuda_meta(DType::Float32, {64, 1024})},
+                               [](PrimBuilder& b, const std::vector<int>& in) {
+                                 const int z = b.binary(Prim::Add, v(b.binary(Prim::Mul, v(in[0]), v(in[1]))), f(1.0));
+                                 return std::vector<int>{b.binary(Prim::Mul, v(gelu(b, z)), f(0.5))};
+                               });
+  ASSERT_EQ(sources.size(), 1u);
+  EXPECT_EQ(sources[0].vector_width, 4);
+  EXPECT_FALSE(sources[0].vector.name.empty());
+  EXPECT_TRUE(has(sources[0], "kiln_vec<float, 4>"));
+  EXPECT_TRUE(has(sources[0], "erff("));
+  EXPECT_TRUE(has(sources[0], "int q ="));  // 32-bit indices suffice
+}
+
+TEST(CudaSource, BroadcastAndTransposedInputs) {
+  KILN_REQUIRE_NVRTC();
+  // A row broadcast along the inner dim keeps vector accesses; a column
+  // (inner stride 0) too, read once per vector.
+  auto sources = compile({cuda_meta(DType::Float32, {64, 32}), cuda_meta(DType::Float32, {1, 32}),
+                          cuda_meta(DType::Float32, {64, 1})},
+                         [](PrimBuilder& b, const std::vector<int>& in) {
+                           const int s = b.binary(Prim::Sub, v(in[0]), v(in[1]));
+                           return std::vector<int>{b.unary(Prim::Exp, b.binary(Prim::Mul, v(s), v(in[2])))};
+                         });
+  EXPECT_EQ(sources[0].vector_width, 4);
+  // A transposed input: scalar accesses only.
+  sources = compile({cuda_meta(DType::Float32, {33, 64}), transposed(cuda_meta(DType::Float32, {64, 33}))},
+                    [](PrimBuilder& b, const std::vector<int>& in) {
+                      return std::vector<int>{b.binary(Prim::Maximum, v(in[0]), v(in[1]))};
+                    });
+  EXPECT_TRUE(sources[0].vector.name.empty());
+  EXPECT_TRUE(has(sources[0], "kiln_fmax("));
+  // Sizes that need 64-bit indices.
+  sources = compile({cuda_meta(DType::Float32, {int64_t{1} << 31, 2})},
+                    [](PrimBuilder& b, const std::vector<int>& in) {
+                      return std::vector<int>{b.unary(Prim::Sigmoid, in[0])};
+                    });
+  EXPECT_TRUE(has(sources[0], "long long q ="));
+}
+
+TEST(CudaSource, MixedAndLowPrecisionDtypes) {
+  KILN_REQUIRE_NVRTC();
+  for (DType low : {DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(graph::dtype_name(low));
+    const auto sources = compile({cuda_meta(low, {16, 64}), cuda_meta(DType::Int64, {16, 64}),
+                                  cuda_meta(DType::Bool, {16, 64})},
+                                 [&](PrimBuilder& b, const std::vector<int>& in) {
+                                   const int x = b.binary(Prim::Mul, v(in[0]), v(in[1]));  // -> low
+                                   const int y = b.where(in[2], v(x), f(0.25));
+                                   return std::vector<int>{b.unary(Prim::Tanh, y)};
+                                 });
+    ASSERT_EQ(sources.size(), 1u);
+    EXPECT_TRUE(has(sources[0], low == DType::Float16 ? "kiln_h2f(" : "kiln_bf2f("));
+    EXPECT_TRUE(has(sources[0], low == DType::Float16 ? "kiln_f2h(" : "kiln_f2bf("));
+    EXPECT_EQ(sources[0].vector_width, 2);  // int64 is the widest operand
+  }
+  // Integer and bool arithmetic, rounding and math functions of doubles.
+  compile({cuda_meta(DType::Int32, {8, 8}), cuda_meta(DType::Float64, {8, 8}), cuda_meta(DType::UInt8, {8, 8})},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            const int i = b.binary(Prim::Mul, v(b.unary(Prim::Abs, b.unary(Prim::Neg, in[0]))), v(in[0]));
+            const int d = b.binary(Prim::Pow, v(b.unary(Prim::Round, in[1])), v(b.unary(Prim::Floor, in[1])));
+            const int u = b.binary(Prim::BitwiseXor, v(in[2]), v(in[2]));
+            return std::vector<int>{i, b.binary(Prim::Add, v(d), v(b.unary(Prim::Log1p, in[1]))), u,
+                                    b.binary(Prim::Minimum, v(in[0]), v(u))};
+          },
+          2);  // u feeds another output: the scheduler keeps it a kernel of its own
+}
+
+TEST(CudaSource, InnerReductionsUseWarpOrBlockRows) {
+  KILN_REQUIRE_NVRTC();
+  // 200 points a row: a warp per row, combined by shuffles.
+  auto sources = compile({cuda_meta(DType::Float32, {300, 200})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, b.unary(Prim::Exp, in[0]), {1}, false)};
+  });
+  EXPECT_TRUE(has(sources[0], "kiln_shfl_xor("));
+  EXPECT_FALSE(has(sources[0], "__syncthreads"));
+  // 100003 points a row, every integer kind of reduction: block rows,
+  // looped (too long to keep in registers).
+  for (Prim prim : {Prim::Sum, Prim::Prod, Prim::Amax, Prim::Amin}) {
+    sources = compile({cuda_meta(DType::Int32, {3, 100003})}, [&](PrimBuilder& b, const std::vector<int>& in) {
+      return std::vector<int>{b.reduce(prim, in[0], {1}, true)};
+    });
+    EXPECT_TRUE(has(sources[0], "__syncthreads"));
+    EXPECT_TRUE(has(sources[0], "__shared__"));
+    EXPECT_TRUE(shuffles_unconditionally(sources[0])) << sources[0].text;
+  }
+  // Bool rows (or-combined) of a warp each.
+  sources = compile({cuda_meta(DType::Bool, {40, 300})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Amax, in[0], {1}, false)};
+  });
+  EXPECT_TRUE(shuffles_unconditionally(sources[0])) << sources[0].text;
+  // A full reduction of bools and of float16.
+  compile({cuda_meta(DType::Bool, {7, 9}), cuda_meta(DType::Float16, {5000})},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            return std::vector<int>{b.reduce(Prim::Sum, in[0], {0, 1}, false), b.reduce(Prim::Amax, in[1], {0}, false)};
+          },
+          2);
+}
+
+TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
+  KILN_REQUIRE_NVRTC();
+  const auto sources = compile({cuda_meta(DType::Float32, {1000, 257})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    auto [var, mean] = b.var_mean(in[0], {0}, 1, false);
+    return std::vector<int>{var, mean};
+  });
+  // 257 columns of 1000 points: 8 threads a column, combined in shared memory.
+  EXPECT_FALSE(has(sources[0], "kiln_shfl_xor(a"));
+  EXPECT_TRUE(has(sources[0], "__syncthreads"));
+  EXPECT_TRUE(has(sources[0], "for (int r = (int)kiln_t; r < 1000; r += 8)"));
+  EXPECT_TRUE(has(sources[0], "if (kiln_t == 0 && kiln_valid)"));
+  EXPECT_EQ(sources[0].scalar.grid, 9);
+  // Many columns: one thread each, looping alone.
+  const auto wide = compile({cuda_meta(DType::Float32, {100, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
+  });
+  EXPECT_FALSE(has(wide[0], "__syncthreads"));
+  EXPECT_TRUE(has(wide[0], "r += 1)"));
+}
+
+TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
+  KILN_REQUIRE_NVRTC();
+  const auto sources = compile({cuda_meta(DType::Float32, {16384, 4096}), cuda_meta(DType::Float32, {4096})},
+                               [](PrimBuilder& b, const std::vector<int>& in) {
+                                 const int max = b.reduce(Prim::Amax, in[0], {1}, true);
+                                 const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+                                 const int y = b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
+                                 auto [var, mean] = b.var_mean(y, {1}, 0, true);
+                                 const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(1e-5)));
+                                 const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(y), v(mean))), v(rstd));
+                                 return std::vector<int>{b.binary(Prim::Mul, v(out), v(in[1])), mean, rstd};
+                               });
+  ASSERT_EQ(sources.size(), 1u);
+  // 512 threads, 8 points each, kept in registers across the phases.
+  EXPECT_EQ(sources[0].scalar.block, 512);
+  EXPECT_EQ(sources[0].scalar.grid, 16384);
+  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 8; ++k)"));
+  EXPECT_TRUE(has(sources[0], "[8];"));
+  EXPECT_TRUE(has(sources[0], "if (kiln_t == 0)"));  // mean and rstd, once per row
+  // The vector entry reads the row as float4s: 2 per thread.
+  EXPECT_EQ(sources[0].vector_width, 4);
+  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 2; ++k)"));
+  EXPECT_TRUE(has(sources[0], "const kiln_vec<float, 4> x0 = "));
+  // softmax over short rows: a warp per row, persistent too.
+  const auto short_rows = compile({cuda_meta(DType::Float64, {64, 100})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    const int max = b.reduce(Prim::Amax, in[0], {1}, true);
+    const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+    return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)))};
+  });
+  EXPECT_TRUE(has(short_rows[0], "for (int k = 0; k < 4; ++k)"));
+  EXPECT_EQ(short_rows[0].scalar.block, 256);
+}
+
+TEST(CudaSource, EmptyKeptDimLaunchesNothing) {
+  Kernel kernel;
+  kernel.sizes = {0, 5};
+  kernel.inputs.push_back(KernelInput{DType::Float32, {5, 1}, 0});
+  const int x = kernel.load(0);
+  kernel.add_output(KernelOutput{DType::Float32, {5, 1}, kernel.unary(UnaryOp::Exp, x)});
+  EXPECT_TRUE(generate_cuda_source(kernel).empty);
+}
+
+TEST(CudaSource, InvalidKernelsAreRefused) {
+  Kernel kernel;
+  kernel.sizes = {4};
+  kernel.inputs.push_back(KernelInput{DType::Complex64, {1}, 0});
+  EXPECT_THROW(generate_cuda_source(kernel), CudaError);
+}
+
+TEST(CudaSource, CompileErrorsCarryTheLog) {
+  KILN_REQUIRE_NVRTC();
+  try {
+    compile_cubin("extern \"C\" __global__ void k() { undefined_name(); }", "sm_90a");
+    FAIL() << "no error";
+  } catch (const CudaError& error) {
+    EXPECT_NE(std::string(error.what()).find("undefined_name"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::inductor::cuda

@@ -1,0 +1,197 @@
+"""backend="inductor" with kiln.config.experimental_cuda_kernels on CUDA
+tensors: graphs on one CUDA device are decomposed into prims, and their
+fused pointwise and reduction groups run as NVRTC-compiled CUDA kernels
+launched on torch's current stream; the rest runs through torch. Compared
+with eager. Needs a GPU: skipped where torch sees none."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def cuda_kernels():
+    assert kiln._C.cuda_kernels_available(), "a GPU but no NVRTC or CUDA driver for kiln"
+    kiln.config.experimental_cuda_kernels = True
+    yield
+    kiln.config.experimental_cuda_kernels = False
+
+
+def _check(fn, *args, rtol=1e-4, atol=1e-5, kernels=1):
+    """Compiles fn through inductor, compares it with eager on args, and
+    returns kiln's counters."""
+    compiled = kiln.compile(fn, backend="inductor")
+    got = compiled(*args)
+    want = fn(*args)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    s = kiln.stats()
+    assert s["kernels"] >= kernels, s
+    return s
+
+
+def test_gelu_chain_is_one_kernel_vector_and_scalar():
+    def f(x, y):
+        return F.gelu(x * y + 1) * 0.5
+
+    # 4096: vector entries; 1003 columns and an offset view: scalar.
+    for shape in ((64, 4096), (37, 1003), (5,)):
+        x = torch.randn(*shape, device="cuda")
+        y = torch.randn(*shape, device="cuda")
+        kiln.reset()
+        s = _check(f, x, y)
+        assert s["kernels"] == 1, s
+    big = torch.randn(1 << 20, device="cuda")
+    kiln.reset()
+    _check(f, big[1:], big[:-1])
+
+
+def test_broadcast_transposed_and_mixed_dtypes():
+    def f(a, b, n):
+        return torch.where(a > 0, a * 2, b.t() - n) + 1
+
+    a = torch.randn(40, 50, device="cuda")
+    b = torch.randn(50, 40, device="cuda")
+    n = torch.arange(50, device="cuda")
+    _check(f, a, b, n)
+
+    def g(x, row, col):
+        return torch.exp(x - row) * col
+
+    _check(g, torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda"),
+           torch.randn(64, 1, device="cuda"))
+
+
+def test_integer_bool_and_rounding_ops():
+    def f(i, x):
+        r = torch.round(x * 3.5)
+        return i * 3 - i.abs(), r, torch.floor(x) + torch.ceil(x) + torch.trunc(x), (x > 0) & (i > 0)
+
+    i = torch.randint(-50, 50, (33, 65), device="cuda", dtype=torch.int32)
+    x = torch.randn(33, 65, device="cuda")
+    x[0, :4] = torch.tensor([0.5, 1.5, 2.5, -0.5]) / 3.5
+    _check(f, i, x, rtol=0, atol=0)
+
+
+def test_maximum_minimum_propagate_nan():
+    def f(x, y):
+        return torch.maximum(x, y), torch.minimum(x, y), x.amax(1), x.amin(0)
+
+    x = torch.randn(8, 9, device="cuda")
+    y = torch.randn(8, 9, device="cuda")
+    x[1, 2] = float("nan")
+    y[3, 4] = float("nan")
+    _check(f, x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_inputs(dtype):
+    def f(x, y):
+        return torch.sigmoid(x) * y + x.float().sum(-1, keepdim=True).to(dtype)
+
+    x = torch.randn(32, 96, device="cuda", dtype=dtype)
+    y = torch.randn(32, 96, device="cuda", dtype=dtype)
+    _check(f, x, y, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "amax", "amin", "mean"])
+@pytest.mark.parametrize("dim", [0, -1, None])
+@pytest.mark.parametrize("shape", [(33, 47), (3, 70001), (2000, 5)])
+def test_reductions_inner_outer_and_all(op, dim, shape):
+    torch.manual_seed(0)
+    x = torch.rand(*shape, device="cuda") + 0.5
+    if op == "prod":
+        x = 0.5 + (x - 1) * 0.01  # x * 2 near 1: products stay finite
+
+    def f(x):
+        fn = getattr(torch, op)
+        if dim is None:
+            return fn(x * 2)
+        return fn(x * 2, dim)
+
+    _check(f, x, rtol=1e-3 if op == "prod" else 1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_reductions_are_exact(dtype):
+    x = torch.randint(-4, 5, (65, 300), device="cuda").to(dtype)
+
+    def f(x):
+        return x.sum(1), x.sum(0), x.amax(1) if dtype != torch.bool else x.any(1)
+
+    _check(f, x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 7), (64, 100), (128, 4096), (4, 20000), (3, 1000003)])
+def test_softmax_log_softmax_layer_norm(shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device="cuda")
+    w = torch.randn(shape[-1], device="cuda")
+    b = torch.randn(shape[-1], device="cuda")
+
+    def f(x, w, b):
+        s = torch.softmax(x, -1)
+        ls = F.log_softmax(x, -1)
+        ln = F.layer_norm(s, (x.shape[-1],), w, b)
+        return s, ls, ln
+
+    with torch.no_grad():
+        _check(f, x, w, b, rtol=2e-4, atol=1e-5)
+
+
+def test_softmax_over_a_middle_dim_and_var_mean():
+    x = torch.randn(6, 300, 9, device="cuda")
+
+    def f(x):
+        return torch.softmax(x, 1), torch.var_mean(x, dim=(0, 2), correction=1)
+
+    _check(f, x, rtol=1e-4, atol=1e-5)
+
+
+def test_mlp_training_step_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 10)).cuda()
+    reference = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="inductor")
+    x = torch.randn(32, 64, device="cuda")
+    target = torch.randint(0, 10, (32,), device="cuda")
+    for _ in range(2):
+        F.cross_entropy(compiled(x), target).backward()
+        F.cross_entropy(reference(x), target).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5)
+    s = kiln.stats()
+    assert s["autograd_graphs"] == 1 and s["kernels"] >= 2, s
+
+
+def test_identical_kernels_compile_once():
+    def f(x):
+        return torch.softmax(x, -1) * 2
+
+    x = torch.randn(16, 128, device="cuda")
+    _check(f, x)
+    compiled_before = kiln.stats()["kernels_compiled"]
+    kiln.reset()
+    _check(lambda x: torch.softmax(x, -1) * 2, x)
+    s = kiln.stats()
+    assert s["kernels_compiled"] == 0 and s["kernel_cache_hits_memory"] >= 1, (compiled_before, s)
+
+
+def test_runs_on_the_current_stream():
+    def f(x):
+        return (x * 2).sum(-1)
+
+    compiled = kiln.compile(f, backend="inductor")
+    stream = torch.cuda.Stream()
+    x = torch.randn(256, 1024, device="cuda")
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(1_000_000)  # keeps the stream busy: a launch elsewhere would finish first
+        y = torch.randn(256, 1024, device="cuda").copy_(x)
+        got = compiled(y)
+    stream.synchronize()
+    torch.testing.assert_close(got, f(x))
