@@ -22,6 +22,7 @@
 
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/llvm_module.h"
+#include "inductor/reduction_split.h"
 #include "prims/type_promotion.h"
 
 namespace kiln::inductor::cpu {
@@ -97,10 +98,25 @@ class Codegen {
   std::vector<Value*> emit_for(Value* lo, Value* hi, std::vector<Value*> accs,
                                const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body);
   void emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& body);
-  // The loops over kept dims d.. before the reduced ones.
-  void emit_kept(size_t d, const std::vector<Value*>& offsets);
+  // The loops over kept dims d.. before the reduced ones; `kept` is the
+  // kept point's index so far (row-major over the kept dims).
+  void emit_kept(size_t d, const std::vector<Value*>& offsets, Value* kept);
   // Per kept point: the phases over the reduced dims, then the outputs.
   void emit_row(const std::vector<Value*>& offsets);
+  // One phase's reductions over the reduced dims into reduced_.
+  void reduce_phase(int phase, const std::vector<Value*>& offsets);
+  // Stores the outputs constant along the reduced dims (`once`) and those
+  // varying along them (`full`, in a last pass) at a kept point.
+  void store_row_outputs(const std::vector<Value*>& offsets, bool once, bool full);
+  // Split kernels (Note [Split reductions]): the function body, one step
+  // of a kept point in the current chunk, and a combine step.
+  void emit_split();
+  void emit_split_row(const std::vector<Value*>& offsets);
+  void emit_combine(int phase);
+  Value* slot_pointer(Value* word);
+  void store_slot(Value* word, Value* value, DType dtype);
+  Value* load_slot(Value* word, DType dtype);
+  Value* final_word(Value* kept, int64_t slot);
   void emit_tile(const std::vector<Value*>& offsets);
   // Nested loops over the reduced dims from `level` with accumulators;
   // body(offsets, row index, accs) -> accs.
@@ -139,6 +155,13 @@ class Codegen {
   std::vector<Value*> stash_;           // per expression: its row buffer, or null
   std::vector<int> stash_phase_;        // per expression: the phase that wrote it, or 0
   std::vector<Value*> lanes_;           // per expression: a Reduce's tile accumulators
+  ReductionSplit split_;                // chunks == 0 unless split
+  Value* workspace_ = nullptr;          // split: the workspace's words
+  Value* chunk_ = nullptr;              // split: the chunk being computed
+  Value* chunk_begin_ = nullptr;        // split: its range of split_.dim
+  Value* chunk_end_ = nullptr;
+  Value* kept_point_ = nullptr;         // the kept point's index (emit_kept)
+  int split_phase_ = 0;                 // split: the partial step's phase, or 0 for the store step
 };
 
 // The lanes a tile-mode kernel accumulates at once (Note [Reduction kernels]).
@@ -392,7 +415,7 @@ void Codegen::plan_stash() {
   const size_t count = kernel_.exprs.size();
   stash_.assign(count, nullptr);
   stash_phase_.assign(count, 0);
-  if (kernel_.reduced.empty() || tile_dim(kernel_) >= 0) return;
+  if (kernel_.reduced.empty() || tile_dim(kernel_) >= 0 || split_.chunks > 0) return;
   // Which phases need each expression without any stash (phase p: the
   // operands of stage-p reductions; phases_ + 1: outputs varying along rows).
   std::vector<std::vector<bool>> needed(count, std::vector<bool>(phases_ + 2, false));
@@ -527,6 +550,10 @@ void Codegen::emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& 
 }
 
 std::pair<Value*, Value*> Codegen::dim_range(size_t d) {
+  if (split_.chunks > 0) {
+    if (static_cast<int>(d) == split_.dim) return {chunk_begin_, chunk_end_};
+    return {builder_.getInt64(0), sizes_[d]};
+  }
   if (static_cast<int>(d) == parallel_dim(kernel_)) return {begin_, end_};
   return {builder_.getInt64(0), sizes_[d]};
 }
@@ -613,7 +640,8 @@ std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<V
                                                std::vector<Value*> accs, const NestBody& body) {
   if (level == kernel_.reduced.size()) return body(offsets, row, accs);
   const size_t d = static_cast<size_t>(kernel_.reduced[level]);
-  return emit_for(builder_.getInt64(0), sizes_[d], std::move(accs),
+  auto [lo, hi] = dim_range(d);
+  return emit_for(lo, hi, std::move(accs),
                   [&](Value* i, const std::vector<Value*>& current) {
                     Value* inner_row = builder_.CreateAdd(
                         builder_.CreateMul(row, builder_.getInt64(kernel_.sizes[d]), "", true, true), i, "", true, true);
@@ -621,76 +649,212 @@ std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<V
                   });
 }
 
-void Codegen::emit_row(const std::vector<Value*>& offsets) {
+void Codegen::reduce_phase(int phase, const std::vector<Value*>& offsets) {
   const size_t count = kernel_.exprs.size();
-  reduced_.assign(count, nullptr);
-  std::fill(stash_phase_.begin(), stash_phase_.end(), 0);
-  for (int phase = 1; phase <= phases_; ++phase) {
-    std::vector<int> reductions;
-    std::vector<Value*> init;
-    for (size_t id = 0; id < count; ++id) {
-      const Expr& e = kernel_.exprs[id];
-      if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
-      reductions.push_back(static_cast<int>(id));
-      init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
-      const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
-                                                        static_cast<ReduceOp>(e.op) == ReduceOp::Min);
-      init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
-    }
-    std::vector<Value*> carried;
-    for (Value* v : init) {
-      if (v != nullptr) carried.push_back(v);
-    }
-    std::vector<Value*> finals = emit_reduced_nest(
-        0, offsets, builder_.getInt64(0), carried,
-        [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>& accs) {
-          Point point{pointers_at(point_offsets), phase, row, nullptr, std::vector<Value*>(count, nullptr)};
-          std::vector<Value*> next;
-          size_t slot = 0;
-          for (size_t r = 0; r < reductions.size(); ++r) {
-            const Expr& e = kernel_.exprs[reductions[r]];
-            Value* x = eval(e.operands[0], point);
-            next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
-            if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
-          }
-          return next;
-        });
-    size_t slot = 0;
-    for (size_t r = 0; r < reductions.size(); ++r) {
-      Value* value = finals[slot++];
-      if (init[2 * r + 1] != nullptr) {
-        Value* nan = llvm::ConstantFP::getNaN(value->getType());
-        value = builder_.CreateSelect(finals[slot++], nan, value);
-      }
-      reduced_[reductions[r]] = value;
-    }
+  std::vector<int> reductions;
+  std::vector<Value*> init;
+  for (size_t id = 0; id < count; ++id) {
+    const Expr& e = kernel_.exprs[id];
+    if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
+    reductions.push_back(static_cast<int>(id));
+    init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+    const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
+                                                      static_cast<ReduceOp>(e.op) == ReduceOp::Min);
+    init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
   }
+  std::vector<Value*> carried;
+  for (Value* v : init) {
+    if (v != nullptr) carried.push_back(v);
+  }
+  std::vector<Value*> finals = emit_reduced_nest(
+      0, offsets, builder_.getInt64(0), carried,
+      [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>& accs) {
+        Point point{pointers_at(point_offsets), phase, row, nullptr, std::vector<Value*>(count, nullptr)};
+        std::vector<Value*> next;
+        size_t slot = 0;
+        for (size_t r = 0; r < reductions.size(); ++r) {
+          const Expr& e = kernel_.exprs[reductions[r]];
+          Value* x = eval(e.operands[0], point);
+          next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
+          if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
+        }
+        return next;
+      });
+  size_t slot = 0;
+  for (size_t r = 0; r < reductions.size(); ++r) {
+    Value* value = finals[slot++];
+    if (init[2 * r + 1] != nullptr) {
+      Value* nan = llvm::ConstantFP::getNaN(value->getType());
+      value = builder_.CreateSelect(finals[slot++], nan, value);
+    }
+    reduced_[reductions[r]] = value;
+  }
+}
+
+void Codegen::store_row_outputs(const std::vector<Value*>& offsets, bool once, bool full) {
+  const size_t count = kernel_.exprs.size();
+  auto varies = [&](const KernelOutput& out) {
+    bool v = varies_[out.value];
+    for (int d : kernel_.reduced) v = v || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
+    return v;
+  };
   // Outputs constant along the reduced dims: once, at the row's start.
   bool any_full = false;
-  Point once{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(count, nullptr)};
+  Point at_start{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(count, nullptr)};
   for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
-    const KernelOutput& out = kernel_.outputs[i];
-    bool full = varies_[out.value];
-    for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
-    if (full) {
+    if (varies(kernel_.outputs[i])) {
       any_full = true;
-      continue;
+    } else if (once) {
+      store_output(i, eval(kernel_.outputs[i].value, at_start), at_start.pointers[kernel_.inputs.size() + i]);
     }
-    store_output(i, eval(out.value, once), once.pointers[kernel_.inputs.size() + i]);
   }
-  if (!any_full) return;
+  if (!any_full || !full) return;
   emit_reduced_nest(0, offsets, builder_.getInt64(0), {},
                     [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>&) {
                       Point point{pointers_at(point_offsets), phases_ + 1, row, nullptr,
                                   std::vector<Value*>(count, nullptr)};
                       for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
                         const KernelOutput& out = kernel_.outputs[i];
-                        bool full = varies_[out.value];
-                        for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
-                        if (full) store_output(i, eval(out.value, point), point.pointers[kernel_.inputs.size() + i]);
+                        if (varies(out)) store_output(i, eval(out.value, point), point.pointers[kernel_.inputs.size() + i]);
                       }
                       return std::vector<Value*>{};
                     });
+}
+
+void Codegen::emit_row(const std::vector<Value*>& offsets) {
+  if (split_.chunks > 0) {
+    emit_split_row(offsets);
+    return;
+  }
+  reduced_.assign(kernel_.exprs.size(), nullptr);
+  std::fill(stash_phase_.begin(), stash_phase_.end(), 0);
+  for (int phase = 1; phase <= phases_; ++phase) reduce_phase(phase, offsets);
+  store_row_outputs(offsets, /*once=*/true, /*full=*/true);
+}
+
+Value* Codegen::slot_pointer(Value* word) {
+  return builder_.CreateInBoundsGEP(builder_.getInt64Ty(), workspace_, word);
+}
+
+void Codegen::store_slot(Value* word, Value* value, DType dtype) {
+  if (dtype == DType::Bool) value = builder_.CreateZExt(value, builder_.getInt8Ty());
+  builder_.CreateStore(value, slot_pointer(word));
+}
+
+Value* Codegen::load_slot(Value* word, DType dtype) {
+  if (dtype == DType::Bool) {
+    return builder_.CreateICmpNE(builder_.CreateLoad(builder_.getInt8Ty(), slot_pointer(word)), builder_.getInt8(0));
+  }
+  return builder_.CreateLoad(value_type(dtype), slot_pointer(word));
+}
+
+Value* Codegen::final_word(Value* kept, int64_t slot) {
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  const int64_t base = kSplitHeaderWords + split_.chunks * split_.kept_points * slots + slot;
+  return builder_.CreateAdd(builder_.CreateMul(kept, builder_.getInt64(slots)), builder_.getInt64(base));
+}
+
+// A kept point of the current chunk in a partial step (split_phase_ > 0)
+// or the store step (Note [Split reductions]).
+void Codegen::emit_split_row(const std::vector<Value*>& offsets) {
+  reduced_.assign(kernel_.exprs.size(), nullptr);
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  const int wanted = split_phase_ == 0 ? phases_ : split_phase_ - 1;  // combined stages readable
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int id = split_.reductions[slot];
+    if (stage_[id] <= wanted) reduced_[id] = load_slot(final_word(kept_point_, slot), kernel_.exprs[id].dtype);
+  }
+  if (split_phase_ == 0) {
+    // Outputs constant along the reduced dims from chunk 0 only.
+    llvm::Function* function = builder_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* first = llvm::BasicBlock::Create(context_, "first_chunk", function);
+    llvm::BasicBlock* rest = llvm::BasicBlock::Create(context_, "chunk_rows", function);
+    builder_.CreateCondBr(builder_.CreateICmpEQ(chunk_, builder_.getInt64(0)), first, rest);
+    builder_.SetInsertPoint(first);
+    store_row_outputs(offsets, /*once=*/true, /*full=*/false);
+    builder_.CreateBr(rest);
+    builder_.SetInsertPoint(rest);
+    store_row_outputs(offsets, /*once=*/false, /*full=*/true);
+    return;
+  }
+  reduce_phase(split_phase_, offsets);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int id = split_.reductions[slot];
+    if (stage_[id] != split_phase_) continue;
+    // header + (chunk * kept_points + kept) * slots + slot
+    Value* point = builder_.CreateAdd(builder_.CreateMul(chunk_, builder_.getInt64(split_.kept_points)), kept_point_);
+    Value* word = builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
+                                     builder_.getInt64(kSplitHeaderWords + slot));
+    store_slot(word, reduced_[id], kernel_.exprs[id].dtype);
+  }
+}
+
+// Folds the chunks' partials of phase `phase` in chunk order, per kept point.
+void Codegen::emit_combine(int phase) {
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  std::vector<int64_t> mine;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    if (stage_[split_.reductions[slot]] == phase) mine.push_back(slot);
+  }
+  emit_for(builder_.getInt64(0), builder_.getInt64(split_.kept_points), [&](Value* kept) {
+    std::vector<Value*> init;
+    for (int64_t slot : mine) {
+      const Expr& e = kernel_.exprs[split_.reductions[slot]];
+      init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+    }
+    std::vector<Value*> totals = emit_for(
+        builder_.getInt64(0), builder_.getInt64(split_.chunks), init,
+        [&](Value* chunk, const std::vector<Value*>& accs) {
+          std::vector<Value*> next;
+          Value* point = builder_.CreateAdd(builder_.CreateMul(chunk, builder_.getInt64(split_.kept_points)), kept);
+          for (size_t j = 0; j < mine.size(); ++j) {
+            const Expr& e = kernel_.exprs[split_.reductions[mine[j]]];
+            Value* word = builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
+                                             builder_.getInt64(kSplitHeaderWords + mine[j]));
+            // In memory order, NaN winning: the same sum on any thread count.
+            next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[j], load_slot(word, e.dtype), false));
+          }
+          return next;
+        });
+    for (size_t j = 0; j < mine.size(); ++j) {
+      store_slot(final_word(kept, mine[j]), totals[j], kernel_.exprs[split_.reductions[mine[j]]].dtype);
+    }
+  });
+}
+
+void Codegen::emit_split() {
+  llvm::Function* function = builder_.GetInsertBlock()->getParent();
+  const size_t operands = kernel_.inputs.size() + kernel_.outputs.size();
+  Value* step = builder_.CreateLoad(builder_.getInt64Ty(), workspace_);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(context_, "done", function);
+  llvm::SwitchInst* dispatch = builder_.CreateSwitch(step, done, static_cast<unsigned>(split_steps(split_)));
+  for (int64_t s = 0; s < split_steps(split_); ++s) {
+    llvm::BasicBlock* block = llvm::BasicBlock::Create(context_, "step" + std::to_string(s), function);
+    dispatch->addCase(builder_.getInt64(static_cast<uint64_t>(s)), block);
+    builder_.SetInsertPoint(block);
+    const bool combine_step = s % 2 == 1;
+    if (combine_step) {
+      llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "combine", function);
+      llvm::BasicBlock* skip = llvm::BasicBlock::Create(context_, "combined", function);
+      builder_.CreateCondBr(builder_.CreateICmpEQ(begin_, builder_.getInt64(0)), run, skip);
+      builder_.SetInsertPoint(run);
+      emit_combine(static_cast<int>(s / 2 + 1));
+      builder_.CreateBr(skip);
+      builder_.SetInsertPoint(skip);
+    } else {
+      split_phase_ = s == 2 * phases_ ? 0 : static_cast<int>(s / 2 + 1);
+      emit_for(begin_, end_, [&](Value* chunk) {
+        chunk_ = chunk;
+        chunk_begin_ = builder_.CreateMul(chunk, builder_.getInt64(split_.chunk_size));
+        Value* stop = builder_.CreateAdd(chunk_begin_, builder_.getInt64(split_.chunk_size));
+        Value* extent = sizes_[split_.dim];
+        chunk_end_ = builder_.CreateSelect(builder_.CreateICmpSLT(stop, extent), stop, extent);
+        emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)), builder_.getInt64(0));
+      });
+    }
+    builder_.CreateBr(done);
+  }
+  builder_.SetInsertPoint(done);
 }
 
 void Codegen::emit_tile(const std::vector<Value*>& offsets) {
@@ -767,10 +931,11 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
   });
 }
 
-void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
+void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets, Value* kept) {
   const size_t rank = kernel_.sizes.size();
   const size_t stop = kernel_.reduced.empty() ? rank : static_cast<size_t>(kernel_.reduced.front());
   if (d == stop) {
+    kept_point_ = kept;
     if (!kernel_.reduced.empty()) {
       if (tile_dim(kernel_) >= 0) {
         emit_tile(offsets);
@@ -786,7 +951,10 @@ void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
     return;
   }
   auto [lo, hi] = dim_range(d);
-  emit_for(lo, hi, [&](Value* i) { emit_kept(d + 1, advance(offsets, d, i)); });
+  emit_for(lo, hi, [&](Value* i) {
+    Value* inner = builder_.CreateAdd(builder_.CreateMul(kept, sizes_[d]), i);
+    emit_kept(d + 1, advance(offsets, d, i), inner);
+  });
 }
 
 void Codegen::emit(const std::string& name) {
@@ -839,6 +1007,7 @@ void Codegen::emit(const std::string& name) {
   varies_ = expr_varies(kernel_);
   phases_ = 0;
   for (int s : stage_) phases_ = std::max(phases_, s);
+  split_ = split_reduction(kernel_);
   plan_stash();
   lanes_.assign(kernel_.exprs.size(), nullptr);
   if (tile_dim(kernel_) >= 0) {
@@ -847,17 +1016,21 @@ void Codegen::emit(const std::string& name) {
       lanes_[id] = builder_.CreateAlloca(value_type(kernel_.exprs[id].dtype), builder_.getInt64(kTileLanes), "lanes");
     }
   }
-  if (parallel_dim(kernel_) < 0) {
+  if (split_.chunks > 0) {
+    Value* slot = builder_.CreateConstInBoundsGEP1_64(ptr, data, operands);
+    workspace_ = builder_.CreateLoad(ptr, slot);
+    emit_split();
+  } else if (parallel_dim(kernel_) < 0) {
     // Nothing to split: the whole space, once, from the call that has 0.
     llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "run", function);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(context_, "done", function);
     builder_.CreateCondBr(builder_.CreateICmpEQ(begin_, builder_.getInt64(0)), run, done);
     builder_.SetInsertPoint(run);
-    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)), builder_.getInt64(0));
     builder_.CreateBr(done);
     builder_.SetInsertPoint(done);
   } else {
-    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)), builder_.getInt64(0));
   }
   builder_.CreateRetVoid();
 }

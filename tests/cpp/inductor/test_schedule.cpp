@@ -9,6 +9,7 @@
 
 #include "inductor/cpu/thread_pool.h"
 #include "inductor/kernel_ir.h"
+#include "inductor/reduction_split.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 
@@ -100,6 +101,53 @@ TEST(Schedule, SizeOneDimsDrop) {
   EXPECT_EQ(k.reduced, std::vector<int>{0});
   EXPECT_EQ(parallel_dim(k), 1);
   EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{1, 1, 32}));
+}
+
+// The lowered kernel of one reduction of an input of `meta`.
+Kernel reduction_kernel(const graph::TensorMeta& meta, Prim prim, std::vector<int64_t> dims) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph.set_outputs({b.reduce(prim, graph.add_input(meta), dims, false)});
+  return lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+}
+
+// Note [Split reductions]: which kernels split their reduced range, and
+// into which chunks (a function of the sizes alone).
+TEST(Schedule, FewKeptPointsSplitTheReducedRange) {
+  // x.sum() over 16M: 64 chunks of 262144.
+  const ReductionSplit all = split_reduction(reduction_kernel(f32({4096, 4096}), Prim::Sum, {}));
+  EXPECT_EQ(all.chunks, 64);
+  EXPECT_EQ(all.dim, 0);
+  EXPECT_EQ(all.chunk_size, 262144);
+  EXPECT_EQ(all.kept_points, 1);
+  EXPECT_EQ(all.phases, 1);
+  EXPECT_FALSE(all.store_pass);
+  // Two long rows: the row's dim splits, both rows per chunk.
+  const ReductionSplit rows = split_reduction(reduction_kernel(f32({2, 1000003}), Prim::Amax, {1}));
+  EXPECT_EQ(rows.dim, 1);
+  EXPECT_EQ(rows.kept_points, 2);
+  EXPECT_EQ(rows.chunks, (1000003 + rows.chunk_size - 1) / rows.chunk_size);
+  EXPECT_EQ(rows.chunk_size % 16, 0);
+  EXPECT_GE(rows.chunks, 2);
+  // Enough kept points to split those; too little work; an outer (tile)
+  // reduction: not split.
+  EXPECT_EQ(split_reduction(reduction_kernel(f32({64, 65536}), Prim::Sum, {1})).chunks, 0);
+  EXPECT_EQ(split_reduction(reduction_kernel(f32({30000}), Prim::Sum, {})).chunks, 0);
+  EXPECT_EQ(split_reduction(reduction_kernel(f32({1000000, 2}), Prim::Sum, {0})).chunks, 0);
+  // softmax over one long row: max, then sum, then the stored output.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({1 << 20}));
+  const int max = b.reduce(Prim::Amax, x, {0}, true);
+  const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(x), v(max)));
+  graph.set_outputs({b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))});
+  const ReductionSplit softmax = split_reduction(lower_group(graph, schedule_kernels(graph).at(0)).kernel);
+  EXPECT_EQ(softmax.chunks, 32);
+  EXPECT_EQ(softmax.phases, 2);
+  EXPECT_EQ(softmax.reductions.size(), 2u);
+  EXPECT_TRUE(softmax.store_pass);
+  EXPECT_EQ(split_steps(softmax), 5);
+  EXPECT_EQ(split_workspace_words(softmax), kSplitHeaderWords + 33 * 2);
 }
 
 TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
