@@ -84,8 +84,10 @@ std::string verify_expr(const Kernel& k, int id) {
   const int kind = static_cast<int>(e.kind);
   std::ostringstream why;
   why << "%" << id << " (" << kKinds[kind].name << "): ";
-  if (static_cast<int>(e.operands.size()) != kKinds[kind].operands) {
-    why << "takes " << kKinds[kind].operands << " operands, has " << e.operands.size();
+  const bool arg = e.kind == ExprKind::Reduce && e.op >= 0 && e.op < kReduceCount && is_arg_reduce(static_cast<ReduceOp>(e.op));
+  const int arity = arg ? 2 : kKinds[kind].operands;
+  if (static_cast<int>(e.operands.size()) != arity) {
+    why << "takes " << arity << " operands, has " << e.operands.size();
     return why.str();
   }
   for (int operand : e.operands) {
@@ -162,9 +164,18 @@ std::string verify_expr(const Kernel& k, int id) {
       if (operand_dtype(1) != operand_dtype(2) || e.dtype != operand_dtype(1))
         return why.str() + "branches and result must share a dtype";
       return "";
+    case ExprKind::Index:
+      if (e.strides.size() != k.sizes.size()) return why.str() + "strides rank differs";
+      if (e.dtype != DType::Int64) return why.str() + "is i64";
+      return "";
     case ExprKind::Reduce:
       if (e.op < 0 || e.op >= kReduceCount) return why.str() + "unknown op";
       if (k.reduced.empty()) return why.str() + "a reduction in a kernel without reduced dims";
+      if (arg) {
+        if (e.dtype != DType::Int64 || operand_dtype(1) != DType::Int64) return why.str() + "index and result are i64";
+        if (operand_dtype(0) == DType::Bool) return why.str() + "takes no bool values";
+        return "";
+      }
       if (operand_dtype(0) != e.dtype) return why.str() + "operand and result must share a dtype";
       return "";
   }
@@ -250,6 +261,23 @@ int Kernel::reduce(ReduceOp op, int operand) {
   return add(std::move(e));
 }
 
+int Kernel::index(std::vector<int64_t> strides) {
+  Expr e;
+  e.kind = ExprKind::Index;
+  e.dtype = DType::Int64;
+  e.strides = std::move(strides);
+  return add(std::move(e));
+}
+
+int Kernel::arg_reduce(ReduceOp op, int value, int index) {
+  Expr e;
+  e.kind = ExprKind::Reduce;
+  e.op = static_cast<int8_t>(op);
+  e.dtype = DType::Int64;
+  e.operands = {value, index};
+  return add(std::move(e));
+}
+
 int Kernel::add_input(KernelInput input) {
   inputs.push_back(std::move(input));
   return static_cast<int>(inputs.size()) - 1;
@@ -329,9 +357,10 @@ std::vector<bool> expr_varies(const Kernel& k) {
   for (size_t id = 0; id < k.exprs.size(); ++id) {
     const Expr& e = k.exprs[id];
     if (e.kind == ExprKind::Reduce) continue;
-    if (e.kind == ExprKind::Load) {
+    if (e.kind == ExprKind::Load || e.kind == ExprKind::Index) {
+      const std::vector<int64_t>& strides = e.kind == ExprKind::Load ? k.inputs[e.input].strides : e.strides;
       for (int d : k.reduced) {
-        if (k.inputs[e.input].strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
+        if (strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
       }
       continue;
     }
@@ -364,6 +393,9 @@ void coalesce_dims(Kernel& k) {
   std::vector<std::vector<int64_t>*> strides;
   for (KernelInput& in : k.inputs) strides.push_back(&in.strides);
   for (KernelOutput& out : k.outputs) strides.push_back(&out.strides);
+  for (Expr& e : k.exprs) {
+    if (e.kind == ExprKind::Index) strides.push_back(&e.strides);
+  }
   // Size-1 dims index nothing: drop them (one reduced dim stays, so a
   // reduction keeps its phases).
   for (int d = static_cast<int>(k.sizes.size()) - 1; d >= 0; --d) {
@@ -428,7 +460,12 @@ std::string format_kernel(const Kernel& k) {
       case ExprKind::Load: out << "load in" << e.input; break;
       case ExprKind::Constant: out << "const " << format_constant(e); break;
       case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
-      case ExprKind::Reduce: out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
+      case ExprKind::Index: out << "index strides=" << format_strides(e.strides); break;
+      case ExprKind::Reduce:
+        out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0];
+        if (e.operands.size() > 1) out << ", %" << e.operands[1];
+        out << ")";
+        break;
       case ExprKind::Unary: out << unary_op_name(static_cast<UnaryOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Binary:
       case ExprKind::Compare:
@@ -461,6 +498,8 @@ const char* unary_op_name(UnaryOp op) { return kUnary[static_cast<int>(op)].name
 const char* binary_op_name(BinaryOp op) { return kBinary[static_cast<int>(op)].name; }
 const char* compare_op_name(CompareOp op) { return kCompare[static_cast<int>(op)]; }
 const char* reduce_op_name(ReduceOp op) { return kReduce[static_cast<int>(op)]; }
+
+bool is_arg_reduce(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
 bool is_compute_dtype(DType d) { return d == DType::Bool || prims::is_integer(d) || is_float(d); }
 

@@ -62,6 +62,9 @@ void choose_loop_order(Kernel& k) {
   permute(k.sizes);
   for (KernelInput& in : k.inputs) permute(in.strides);
   for (KernelOutput& out : k.outputs) permute(out.strides);
+  for (Expr& e : k.exprs) {
+    if (e.kind == ExprKind::Index) permute(e.strides);
+  }
   k.reduced = new_reduced;
 }
 

@@ -109,11 +109,15 @@ bool is_kernel_reduction(const PrimGraph& graph, const PrimNode& node) {
     case Prim::Prod:
     case Prim::Amax:
     case Prim::Amin:
+    case Prim::Argmax:
+    case Prim::Argmin:
     case Prim::VarMean: break;
     default: return false;
   }
   if (node.args.size() != 1 || !node.args[0].is_value()) return false;
-  if (!kernel_dtype(graph.value(node.args[0].value).meta.dtype)) return false;
+  const DType in = graph.value(node.args[0].value).meta.dtype;
+  if (!kernel_dtype(in)) return false;
+  if ((node.prim == Prim::Argmax || node.prim == Prim::Argmin) && in == DType::Bool) return false;
   for (int out : node.outputs) {
     if (!kernel_dtype(graph.value(out).meta.dtype)) return false;
   }
@@ -286,7 +290,11 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
 // integer inputs, as torch), amax/amin in the input's; var_mean is two
 // reductions: mean = sum(x) / n, then var = sum((x - mean)^2) / max(n -
 // correction, 0), the two-pass form (torch uses Welford's; both are exact
-// to rounding, two passes is the more accurate).
+// to rounding, two passes is the more accurate). argmax/argmin are an
+// arg reduction of the input and of an Index counting the reduced dims in
+// the input's own dim order, row-major (torch's flat index over all dims,
+// or the index along the one dim), so the loop order is free; a 0-dim
+// input's index is 0.
 int ValueLowering::emit_reduction(int value, const IndexMap& map) {
   const PrimNode& node = graph_.node(graph_.value(value).node);
   const int input = node.args[0].value;
@@ -328,6 +336,18 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     reductions_[node.outputs[0]] = var;
     reductions_[node.outputs[1]] = mean;
     return reductions_.at(value);
+  }
+  if (node.prim == Prim::Argmax || node.prim == Prim::Argmin) {
+    const int x = cast_to(emit(input, identity), compute_dtype(in.dtype));
+    if (k.reduced.empty()) return reductions_[value] = k.constant(DType::Int64, 0);
+    std::vector<int64_t> strides(rank, 0);
+    int64_t step = 1;
+    for (auto d = dims.rbegin(); d != dims.rend(); ++d) {
+      strides[*d] = step;
+      step *= in.sizes[*d];
+    }
+    const ReduceOp op = node.prim == Prim::Argmax ? ReduceOp::ArgMax : ReduceOp::ArgMin;
+    return reductions_[value] = k.arg_reduce(op, x, k.index(std::move(strides)));
   }
   ReduceOp op = ReduceOp::Sum;
   switch (node.prim) {

@@ -66,7 +66,15 @@ constexpr const char* kTensors =
     "pair = torch.randn(2, 300007)\n"
     "pnan = torch.randn(2, 300007)\n"
     "pnan[1, 5] = float('nan')\n"
-    "sliced = torch.randn(300, 1000)[:, :999]\n";
+    "sliced = torch.randn(300, 1000)[:, :999]\n"
+    // argmax/argmin: ties, NaN (first NaN wins), infinities.
+    "ties = torch.randint(0, 3, (37, 45), dtype=torch.int32)\n"
+    "fties = ties.float()\n"
+    "tties = ties.t()\n"
+    "nans2 = torch.randn(3, 8)\n"
+    "nans2[0, 2] = nans2[0, 5] = nans2[1, 2] = nans2[2, 7] = float('nan')\n"
+    "ninf = torch.full((4, 6), float('-inf'))\n"
+    "pinf = torch.full((4, 6), float('inf'))\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -468,6 +476,43 @@ TEST(ReductionCodegen, SplitReductionsGiveTheSameBitsOnAnyThreadCount) {
       ASSERT_TRUE(same) << test::take_error();
       EXPECT_EQ(same.get(), Py_True) << threads << " threads";
     }
+  }
+}
+
+// argmax/argmin (Note [Arg reductions]): int64 indices of the first
+// extreme, the first NaN winning; inner dims (row mode), outer dims (tile
+// mode, over several 512-lane blocks), all dims of a transposed input
+// (torch's flat index, not memory order), keepdim, every dtype.
+TEST(ReductionCodegen, ArgmaxAndArgminMatchTorch) {
+  KILN_REQUIRE_LLVM();
+  for (Prim prim : {Prim::Argmax, Prim::Argmin}) {
+    const std::string op = prim == Prim::Argmax ? "argmax" : "argmin";
+    for (const char* input : {"f32", "f64", "i32", "i64", "u8", "h16", "ft", "cube", "ties", "fties", "tties",
+                              "nan", "nans2", "ninf", "pinf", "wide"}) {
+      for (int64_t dim : {0, 1, -1}) {
+        for (bool keepdim : {false, true}) {
+          if (dim == -1 && keepdim) continue;  // argmax(x, None, keepdim=True): no dim to keep
+          const std::string dims = dim < 0 ? "None" : std::to_string(dim);
+          check({input},
+                [&](PrimBuilder& b, const std::vector<int>& in) {
+                  return std::vector<int>{b.reduce(prim, in[0], dim < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim},
+                                                   keepdim)};
+                },
+                {"torch." + op + "(" + input + ", " + dims + ", keepdim=" + (keepdim ? "True" : "False") + ")"});
+        }
+      }
+    }
+  }
+}
+
+// torch.max(x, dim): amax and argmax of one tensor, one kernel.
+TEST(ReductionCodegen, MaxWithADimIsOneKernel) {
+  KILN_REQUIRE_LLVM();
+  for (int64_t dim : {0, 1}) {
+    check({"nans2"}, [&](PrimBuilder& b, const std::vector<int>& in) {
+            return std::vector<int>{b.reduce(Prim::Amax, in[0], {dim}, false), b.reduce(Prim::Argmax, in[0], {dim}, false)}; },
+          {"torch.max(nans2, " + std::to_string(dim) + ").values", "torch.max(nans2, " + std::to_string(dim) + ").indices"},
+          {1e-6, 0});
   }
 }
 

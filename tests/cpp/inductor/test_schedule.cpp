@@ -164,25 +164,26 @@ TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
 }
 
 TEST(Schedule, NoGroupLeavesAndReentersItself) {
-  // a = exp(x); s = sum(a) over rows; y = a / s; z = y * a. An extern-like
-  // boundary (argmax, not fusable) reads a and feeds z: the group holding z
-  // cannot also hold a, since argmax would run between them.
+  // a = exp(x); z = a + a @ w. A boundary that is not fusable (matmul)
+  // reads a and feeds z: the group holding z cannot also hold a, since the
+  // matmul would run between them.
   PrimGraph graph;
   PrimBuilder b(graph);
   const int x = graph.add_input(f32({4, 8}));
+  const int w = graph.add_input(f32({8, 1}));
   const int a = b.unary(Prim::Exp, x);
-  const int idx = b.reduce(Prim::Argmax, a, {1}, true);
-  const int z = b.binary(Prim::Add, v(a), v(b.convert(idx, graph::DType::Float32)));
+  const int product = b.matmul(a, w);
+  const int z = b.binary(Prim::Add, v(a), v(product));
   graph.set_outputs({z});
   const auto groups = schedule_kernels(graph);
   std::vector<int> group_of(graph.nodes().size(), -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int n : groups[g].nodes) group_of[n] = static_cast<int>(g);
   }
-  const int argmax_node = graph.value(idx).node;
+  const int matmul_node = graph.value(product).node;
   const int exp_node = graph.value(a).node;
   const int add_node = graph.value(z).node;
-  EXPECT_EQ(group_of[argmax_node], -1);
+  EXPECT_EQ(group_of[matmul_node], -1);
   EXPECT_NE(group_of[exp_node], group_of[add_node]);
 }
 
