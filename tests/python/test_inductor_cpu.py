@@ -257,6 +257,29 @@ def test_max_with_a_dim_is_one_kernel_of_values_and_indices():
     assert s["kernels"] == 2, s
 
 
+@pytest.mark.parametrize("layout", ["transposed", "channels_last", "permuted"])
+def test_pointwise_over_permuted_layouts_matches_eager(layout):
+    # Note [Loop order]: the kernel walks the result's memory order; values
+    # and the result's layout are eager's.
+    torch.manual_seed(0)
+    if layout == "transposed":
+        x = torch.randn(300, 257).t()
+    elif layout == "channels_last":
+        x = torch.randn(4, 6, 33, 35).to(memory_format=torch.channels_last)
+    else:
+        x = torch.randn(5, 7, 9).permute(2, 0, 1)
+    y = torch.randn(x.shape[-1])
+
+    def f(x, y):
+        return torch.sigmoid(x * 2 + y) - x
+
+    compiled = kiln.compile(f, backend="inductor")
+    got, want = compiled(x, y), f(x, y)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    assert kiln.stats()["kernels"] >= 1
+
+
 def test_batch_norm_training_updates_running_stats_like_eager():
     # var_mean over dims (0, 2) feeds both the kernels and the running
     # statistics' in-place update (an extern that must still run).

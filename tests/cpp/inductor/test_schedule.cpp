@@ -150,6 +150,40 @@ TEST(Schedule, FewKeptPointsSplitTheReducedRange) {
   EXPECT_EQ(split_workspace_words(softmax), kSplitHeaderWords + 33 * 2);
 }
 
+// Note [Loop order]: a pointwise kernel iterates in its first output's
+// memory order, so a transposed or channels-last result (laid out like its
+// inputs) becomes one contiguous dim.
+TEST(Schedule, PointwiseKernelsIterateInTheOutputsMemoryOrder) {
+  graph::TensorMeta transposed = f32({64, 32});
+  transposed.strides = {1, 64};
+  graph::TensorMeta channels_last = f32({2, 3, 4, 5});
+  channels_last.strides = {60, 1, 15, 3};
+  for (const graph::TensorMeta& meta : {transposed, channels_last}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const int x = graph.add_input(meta);
+    const int y = b.unary(Prim::Exp, b.binary(Prim::Mul, v(x), PrimArg::of_scalar(Scalar::of_float(2.0))));
+    graph.set_outputs({y});
+    ASSERT_EQ(graph.value(y).meta.strides, meta.strides);
+    const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+    EXPECT_EQ(k.sizes.size(), 1u) << format_kernel(k);
+    EXPECT_EQ(k.inputs[0].strides, std::vector<int64_t>{1});
+    EXPECT_EQ(k.outputs[0].strides, std::vector<int64_t>{1});
+    EXPECT_EQ(k.outputs[0].tensor_strides, meta.strides);
+  }
+  // A contiguous result over a transposed input: the output's order wins
+  // (stores in sequence), the input is read with a stride.
+  PrimGraph mixed;
+  PrimBuilder mb(mixed);
+  const int t = mixed.add_input(transposed);
+  const int c = mixed.add_input(f32({64, 32}));
+  mixed.set_outputs({mb.binary(Prim::Add, v(c), v(t))});
+  const Kernel k = lower_group(mixed, schedule_kernels(mixed).at(0)).kernel;
+  ASSERT_EQ(mixed.value(mixed.outputs()[0]).meta.strides, (std::vector<int64_t>{32, 1}));
+  EXPECT_EQ(k.outputs[0].strides, (std::vector<int64_t>{32, 1})) << format_kernel(k);
+  EXPECT_EQ(k.inputs[1].strides, (std::vector<int64_t>{1, 64})) << format_kernel(k);
+}
+
 TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
   PrimGraph graph;
   PrimBuilder b(graph);
