@@ -7,6 +7,7 @@ same run, 2 threads:
   gpt_step   forward + backward + SGD step of examples/gpt.py  target: kiln >= 1.2x eager
   sum        x.sum() over 16M float32 (a full reduction, split over threads)
   sum_rows   x.sum(1) over a [2, 8M] float32 (two long rows, split likewise)
+  argmax     x.argmax() over 16M float32 (index and value partials, split likewise)
   layers64   64 x (Linear(10,10) -> ReLU -> sigmoid -> Linear(10,10) -> ReLU):
              first call in a fresh process with an empty kernel cache (cold,
              target <= 1 s) and in a second fresh process with that cache
@@ -131,6 +132,17 @@ def bench_sum_rows(reps):
     return result
 
 
+def full_argmax(x):
+    return x.argmax()
+
+
+def bench_argmax(reps):
+    torch.manual_seed(0)
+    result = bench_pointwise("argmax", full_argmax, (torch.randn(16 * 1024 * 1024),), reps, rtol=0, atol=0)
+    result.update(label="x.argmax(), 16M float32", target=None)
+    return result
+
+
 def bench_gpt(reps):
     torch.manual_seed(0)
     data, vocab = dataset()
@@ -219,6 +231,7 @@ def bench_layers64(reps):
 
 
 BENCHMARKS = {"gelu": bench_gelu, "softmax_ln": bench_softmax_ln, "sum": bench_sum, "sum_rows": bench_sum_rows,
+              "argmax": bench_argmax,
               "gpt_step": bench_gpt, "layers64": bench_layers64}
 
 
@@ -283,6 +296,7 @@ def main():
     kiln.config.experimental_cpu_kernels = True
     reps = {"gelu": 5 if args.quick else 15, "softmax_ln": 3 if args.quick else 9,
             "sum": 10 if args.quick else 30, "sum_rows": 10 if args.quick else 30,
+            "argmax": 10 if args.quick else 30,
             "gpt_step": 10 if args.quick else 40, "layers64": 1 if args.quick else 5}
     load_before = os.getloadavg()
     results = []

@@ -84,10 +84,8 @@ std::string verify_expr(const Kernel& k, int id) {
   const int kind = static_cast<int>(e.kind);
   std::ostringstream why;
   why << "%" << id << " (" << kKinds[kind].name << "): ";
-  const bool arg = e.kind == ExprKind::Reduce && e.op >= 0 && e.op < kReduceCount && is_arg_reduce(static_cast<ReduceOp>(e.op));
-  const int arity = arg ? 2 : kKinds[kind].operands;
-  if (static_cast<int>(e.operands.size()) != arity) {
-    why << "takes " << arity << " operands, has " << e.operands.size();
+  if (static_cast<int>(e.operands.size()) != kKinds[kind].operands) {
+    why << "takes " << kKinds[kind].operands << " operands, has " << e.operands.size();
     return why.str();
   }
   for (int operand : e.operands) {
@@ -171,11 +169,6 @@ std::string verify_expr(const Kernel& k, int id) {
     case ExprKind::Reduce:
       if (e.op < 0 || e.op >= kReduceCount) return why.str() + "unknown op";
       if (k.reduced.empty()) return why.str() + "a reduction in a kernel without reduced dims";
-      if (arg) {
-        if (e.dtype != DType::Int64 || operand_dtype(1) != DType::Int64) return why.str() + "index and result are i64";
-        if (operand_dtype(0) == DType::Bool) return why.str() + "takes no bool values";
-        return "";
-      }
       if (operand_dtype(0) != e.dtype) return why.str() + "operand and result must share a dtype";
       return "";
   }
@@ -266,15 +259,6 @@ int Kernel::index(std::vector<int64_t> strides) {
   e.kind = ExprKind::Index;
   e.dtype = DType::Int64;
   e.strides = std::move(strides);
-  return add(std::move(e));
-}
-
-int Kernel::arg_reduce(ReduceOp op, int value, int index) {
-  Expr e;
-  e.kind = ExprKind::Reduce;
-  e.op = static_cast<int8_t>(op);
-  e.dtype = DType::Int64;
-  e.operands = {value, index};
   return add(std::move(e));
 }
 
@@ -461,11 +445,7 @@ std::string format_kernel(const Kernel& k) {
       case ExprKind::Constant: out << "const " << format_constant(e); break;
       case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
       case ExprKind::Index: out << "index strides=" << format_strides(e.strides); break;
-      case ExprKind::Reduce:
-        out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0];
-        if (e.operands.size() > 1) out << ", %" << e.operands[1];
-        out << ")";
-        break;
+      case ExprKind::Reduce: out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Unary: out << unary_op_name(static_cast<UnaryOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Binary:
       case ExprKind::Compare:
@@ -498,8 +478,6 @@ const char* unary_op_name(UnaryOp op) { return kUnary[static_cast<int>(op)].name
 const char* binary_op_name(BinaryOp op) { return kBinary[static_cast<int>(op)].name; }
 const char* compare_op_name(CompareOp op) { return kCompare[static_cast<int>(op)]; }
 const char* reduce_op_name(ReduceOp op) { return kReduce[static_cast<int>(op)]; }
-
-bool is_arg_reduce(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
 bool is_compute_dtype(DType d) { return d == DType::Bool || prims::is_integer(d) || is_float(d); }
 

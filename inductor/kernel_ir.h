@@ -80,15 +80,12 @@ using graph::DType;
   X(Gt, "gt")                      \
   X(Ge, "ge")
 
-// Reduction operators: X(enum name, text name). ArgMax and ArgMin take a
-// second operand, the point's index (Note [Kernel expressions]).
+// Reduction operators: X(enum name, text name)
 #define KILN_KERNEL_REDUCE_OPS(X) \
   X(Sum, "sum")                   \
   X(Prod, "prod")                 \
   X(Max, "max")                   \
-  X(Min, "min")                   \
-  X(ArgMax, "argmax")             \
-  X(ArgMin, "argmin")
+  X(Min, "min")
 
 enum class ExprKind : int8_t {
 #define KILN_KERNEL_ENUM(name, text, operands) name,
@@ -132,15 +129,11 @@ enum class ReduceOp : int8_t {
 // float32 before any arithmetic, and stores cast back. Index is the int64
 // sum over dims of the point's index times `strides` (one per dim,
 // permuted and merged with the dims like an input's): argmax's flat
-// position in the reduced dims of its input's own dim order.
+// position in the reduced dims of its input's own dim order (Note
+// [Reduction lowering]).
 // Reduce(x) applies ReduceOp `op` (in its dtype, x's) to x over every point
 // that shares the current point's kept (unreduced) dims: its value is
 // constant along the reduced dims (Note [Reduction kernels]).
-// Reduce(x, index) with ArgMax/ArgMin is int64: the index at a point where
-// x is largest/smallest, the smallest such index (torch's first
-// occurrence), where a NaN counts as larger and smaller than any number
-// (the first NaN wins, as torch). This rule does not depend on the order
-// in which points are visited.
 struct Expr {
   ExprKind kind = ExprKind::Constant;
   DType dtype = DType::Float32;  // the value's dtype
@@ -209,7 +202,6 @@ struct Kernel {
   int select(int cond, int a, int b);
   int reduce(ReduceOp op, int operand);
   int index(std::vector<int64_t> strides);
-  int arg_reduce(ReduceOp op, int value, int index);
   // Adds an input; returns its index.
   int add_input(KernelInput input);
   // Adds an output writing expression `value`; returns its index.
@@ -262,9 +254,6 @@ const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 const char* compare_op_name(CompareOp op);
 const char* reduce_op_name(ReduceOp op);
-
-// True for ArgMax and ArgMin (Reduce with an index operand).
-bool is_arg_reduce(ReduceOp op);
 
 // True for dtypes the kernel IR computes with (bool, integers, f32, f64).
 bool is_compute_dtype(DType dtype);

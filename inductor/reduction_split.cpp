@@ -33,10 +33,8 @@ namespace {
 // number of threads (though not the bits of the unsplit kernel, whose
 // float sums associate differently). Only row-mode kernels split (the
 // reduced dims innermost); a tile-mode kernel (an outer reduction over a
-// few columns) keeps splitting its kept dims, and a kernel with an arg
-// reduction (argmax, whose partials would be value and index pairs) runs
-// unsplit. Row stashes are not used by split kernels: a row's phases run
-// in different calls.
+// few columns) keeps splitting its kept dims. Row stashes are not used
+// by split kernels: a row's phases run in different calls.
 constexpr int64_t kMaxKeptPoints = 16;       // more kept points: split those across threads
 constexpr int64_t kMinChunkPoints = 32768;   // a chunk's work at least (kernel points)
 constexpr int64_t kMaxChunks = 64;           // partials per kept point at most
@@ -64,9 +62,6 @@ ReductionSplit split_reduction(const Kernel& k) {
   split.dim = dim;
   split.chunk_size = size;
   split.kept_points = kept;
-  for (const Expr& e : k.exprs) {
-    if (e.kind == ExprKind::Reduce && is_arg_reduce(static_cast<ReduceOp>(e.op))) return ReductionSplit{};
-  }
   const std::vector<int> stages = expr_stages(k);
   for (size_t id = 0; id < k.exprs.size(); ++id) {
     if (k.exprs[id].kind != ExprKind::Reduce) continue;

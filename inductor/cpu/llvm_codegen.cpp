@@ -125,11 +125,6 @@ class Codegen {
                                         std::vector<Value*> accs, const NestBody& body);
   Value* reduce_init(ReduceOp op, DType dtype);
   Value* combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_register);
-  // Arg reductions (Note [Arg reductions]): the starting value and index,
-  // and the better of (acc, acc_index) and (x, index).
-  std::pair<Value*, Value*> arg_init(ReduceOp op, DType dtype);
-  std::pair<Value*, Value*> combine_arg(ReduceOp op, DType dtype, Value* acc, Value* acc_index, Value* x,
-                                        Value* index);
   // Zero offsets for every operand (inputs, outputs, Index expressions).
   std::vector<Value*> origin();
   void plan_stash();
@@ -165,7 +160,6 @@ class Codegen {
   std::vector<Value*> stash_;           // per expression: its row buffer, or null
   std::vector<int> stash_phase_;        // per expression: the phase that wrote it, or 0
   std::vector<Value*> lanes_;           // per expression: a Reduce's tile accumulators
-  std::vector<Value*> arg_lanes_;       // per expression: an arg Reduce's tile values
   std::vector<int> index_exprs_;        // the Index expressions, as operands after the outputs
   std::vector<int> index_operand_;      // per expression: its operand, or -1
   ReductionSplit split_;                // chunks == 0 unless split
@@ -582,7 +576,6 @@ std::pair<Value*, Value*> Codegen::dim_range(size_t d) {
 }
 
 Value* Codegen::reduce_init(ReduceOp op, DType dtype) {
-  if (is_arg_reduce(op)) throw CodegenError("an arg reduction starts from arg_init");
   llvm::Type* type = value_type(dtype);
   if (is_float(dtype)) {
     const double inf = std::numeric_limits<double>::infinity();
@@ -591,8 +584,6 @@ Value* Codegen::reduce_init(ReduceOp op, DType dtype) {
       case ReduceOp::Prod: return llvm::ConstantFP::get(type, 1.0);
       case ReduceOp::Max: return llvm::ConstantFP::get(type, -inf);
       case ReduceOp::Min: return llvm::ConstantFP::get(type, inf);
-      case ReduceOp::ArgMax:
-      case ReduceOp::ArgMin: break;
     }
   }
   const unsigned bits = type->getIntegerBitWidth();
@@ -604,8 +595,6 @@ Value* Codegen::reduce_init(ReduceOp op, DType dtype) {
       return llvm::ConstantInt::get(context_, u ? llvm::APInt::getMinValue(bits) : llvm::APInt::getSignedMinValue(bits));
     case ReduceOp::Min:
       return llvm::ConstantInt::get(context_, u ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits));
-    case ReduceOp::ArgMax:
-    case ReduceOp::ArgMin: break;
   }
   throw CodegenError("unknown reduction");
 }
@@ -620,7 +609,6 @@ Value* Codegen::reduce_init(ReduceOp op, DType dtype) {
 // propagate NaN. In tile mode accumulators live in memory, one per lane,
 // and each combines in order with a NaN-propagating select.
 Value* Codegen::combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_register) {
-  if (is_arg_reduce(op)) throw CodegenError("an arg reduction combines through combine_arg");
   if (is_float(dtype)) {
     llvm::FastMathFlags flags;
     switch (op) {
@@ -648,8 +636,6 @@ Value* Codegen::combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_
                                         max ? builder_.CreateFCmpOGE(acc, x) : builder_.CreateFCmpOLE(acc, x));
         return builder_.CreateSelect(keep, acc, x);
       }
-      case ReduceOp::ArgMax:
-      case ReduceOp::ArgMin: break;
     }
   }
   const bool boolean = dtype == DType::Bool;
@@ -663,45 +649,8 @@ Value* Codegen::combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_
     case ReduceOp::Min:
       if (boolean) return builder_.CreateAnd(acc, x);
       return intrinsic(u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, acc, x);
-    case ReduceOp::ArgMax:
-    case ReduceOp::ArgMin: break;
   }
   throw CodegenError("unknown reduction");
-}
-
-// Note [Arg reductions]
-// argmax/argmin carry the best value seen and its index. A candidate wins
-// when it is better (larger for argmax), or NaN over a number, or equal
-// (both NaN counting as equal) at a smaller index: torch's first
-// occurrence, with the first NaN winning. The rule picks the same point in
-// any visiting order (tile lanes, loop order by strides), since the index
-// is the input's own flat index. The start is the worst value (-inf for a
-// float argmax) at index INT64_MAX, so even an all -inf row picks its
-// first point. These loops do not vectorize.
-std::pair<Value*, Value*> Codegen::arg_init(ReduceOp op, DType dtype) {
-  return {reduce_init(op == ReduceOp::ArgMax ? ReduceOp::Max : ReduceOp::Min, dtype),
-          builder_.getInt64(std::numeric_limits<int64_t>::max())};
-}
-
-std::pair<Value*, Value*> Codegen::combine_arg(ReduceOp op, DType dtype, Value* acc, Value* acc_index, Value* x,
-                                               Value* index) {
-  const bool max = op == ReduceOp::ArgMax;
-  Value* better = nullptr;
-  Value* equal = nullptr;
-  if (is_float(dtype)) {
-    Value* x_nan = builder_.CreateFCmpUNO(x, x);
-    Value* acc_nan = builder_.CreateFCmpUNO(acc, acc);
-    better = builder_.CreateOr(max ? builder_.CreateFCmpOGT(x, acc) : builder_.CreateFCmpOLT(x, acc),
-                               builder_.CreateAnd(x_nan, builder_.CreateNot(acc_nan)));
-    equal = builder_.CreateOr(builder_.CreateFCmpOEQ(x, acc), builder_.CreateAnd(x_nan, acc_nan));
-  } else {
-    const bool u = is_unsigned(dtype);
-    better = max ? builder_.CreateICmp(u ? llvm::CmpInst::ICMP_UGT : llvm::CmpInst::ICMP_SGT, x, acc)
-                 : builder_.CreateICmp(u ? llvm::CmpInst::ICMP_ULT : llvm::CmpInst::ICMP_SLT, x, acc);
-    equal = builder_.CreateICmpEQ(x, acc);
-  }
-  Value* take = builder_.CreateOr(better, builder_.CreateAnd(equal, builder_.CreateICmpSLT(index, acc_index)));
-  return {builder_.CreateSelect(take, x, acc), builder_.CreateSelect(take, index, acc_index)};
 }
 
 std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<Value*>& offsets, Value* row,
@@ -725,15 +674,9 @@ void Codegen::reduce_phase(int phase, const std::vector<Value*>& offsets) {
     const Expr& e = kernel_.exprs[id];
     if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
     reductions.push_back(static_cast<int>(id));
-    const ReduceOp op = static_cast<ReduceOp>(e.op);
-    if (is_arg_reduce(op)) {
-      auto [value, index] = arg_init(op, kernel_.exprs[e.operands[0]].dtype);
-      init.push_back(value);
-      init.push_back(index);
-      continue;
-    }
-    init.push_back(reduce_init(op, e.dtype));
-    const bool float_extreme = is_float(e.dtype) && (op == ReduceOp::Max || op == ReduceOp::Min);
+    init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+    const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
+                                                      static_cast<ReduceOp>(e.op) == ReduceOp::Min);
     init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
   }
   std::vector<Value*> carried;
@@ -749,14 +692,6 @@ void Codegen::reduce_phase(int phase, const std::vector<Value*>& offsets) {
         for (size_t r = 0; r < reductions.size(); ++r) {
           const Expr& e = kernel_.exprs[reductions[r]];
           Value* x = eval(e.operands[0], point);
-          if (is_arg_reduce(static_cast<ReduceOp>(e.op))) {
-            auto [value, index] = combine_arg(static_cast<ReduceOp>(e.op), kernel_.exprs[e.operands[0]].dtype,
-                                              accs[slot], accs[slot + 1], x, eval(e.operands[1], point));
-            next.push_back(value);
-            next.push_back(index);
-            slot += 2;
-            continue;
-          }
           next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
           if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
         }
@@ -764,11 +699,6 @@ void Codegen::reduce_phase(int phase, const std::vector<Value*>& offsets) {
       });
   size_t slot = 0;
   for (size_t r = 0; r < reductions.size(); ++r) {
-    if (is_arg_reduce(static_cast<ReduceOp>(kernel_.exprs[reductions[r]].op))) {
-      reduced_[reductions[r]] = finals[slot + 1];  // the index
-      slot += 2;
-      continue;
-    }
     Value* value = finals[slot++];
     if (init[2 * r + 1] != nullptr) {
       Value* nan = llvm::ConstantFP::getNaN(value->getType());
@@ -970,15 +900,8 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
       emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
         for (int id : reductions) {
           const Expr& e = kernel_.exprs[id];
-          const ReduceOp op = static_cast<ReduceOp>(e.op);
-          if (is_arg_reduce(op)) {
-            const DType dtype = kernel_.exprs[e.operands[0]].dtype;
-            auto [value, index] = arg_init(op, dtype);
-            builder_.CreateStore(value, builder_.CreateInBoundsGEP(value_type(dtype), arg_lanes_[id], t));
-            builder_.CreateStore(index, builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], t));
-            continue;
-          }
-          builder_.CreateStore(reduce_init(op, e.dtype), builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], t));
+          builder_.CreateStore(reduce_init(static_cast<ReduceOp>(e.op), e.dtype),
+                               builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], t));
         }
       });
       emit_reduced_nest(0, base, builder_.getInt64(0), {},
@@ -986,21 +909,10 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
                           lane_loop(at, phase, [&](Point& point) {
                             for (int id : reductions) {
                               const Expr& e = kernel_.exprs[id];
-                              const ReduceOp op = static_cast<ReduceOp>(e.op);
                               Value* x = eval(e.operands[0], point);
                               Value* slot = builder_.CreateInBoundsGEP(value_type(e.dtype), lanes_[id], point.lane);
                               Value* acc = builder_.CreateLoad(value_type(e.dtype), slot);
-                              if (is_arg_reduce(op)) {
-                                const DType dtype = kernel_.exprs[e.operands[0]].dtype;
-                                Value* value_slot =
-                                    builder_.CreateInBoundsGEP(value_type(dtype), arg_lanes_[id], point.lane);
-                                Value* best = builder_.CreateLoad(value_type(dtype), value_slot);
-                                auto [value, index] = combine_arg(op, dtype, best, acc, x, eval(e.operands[1], point));
-                                builder_.CreateStore(value, value_slot);
-                                builder_.CreateStore(index, slot);
-                                continue;
-                              }
-                              builder_.CreateStore(combine(op, e.dtype, acc, x, false), slot);
+                              builder_.CreateStore(combine(static_cast<ReduceOp>(e.op), e.dtype, acc, x, false), slot);
                             }
                           });
                           return std::vector<Value*>{};
@@ -1120,16 +1032,10 @@ void Codegen::emit(const std::string& name) {
   split_ = split_reduction(kernel_);
   plan_stash();
   lanes_.assign(kernel_.exprs.size(), nullptr);
-  arg_lanes_.assign(kernel_.exprs.size(), nullptr);
   if (tile_dim(kernel_) >= 0) {
     for (size_t id = 0; id < kernel_.exprs.size(); ++id) {
       if (kernel_.exprs[id].kind != ExprKind::Reduce) continue;
-      const Expr& e = kernel_.exprs[id];
-      lanes_[id] = builder_.CreateAlloca(value_type(e.dtype), builder_.getInt64(kTileLanes), "lanes");
-      if (is_arg_reduce(static_cast<ReduceOp>(e.op))) {
-        arg_lanes_[id] = builder_.CreateAlloca(value_type(kernel_.exprs[e.operands[0]].dtype),
-                                               builder_.getInt64(kTileLanes), "arg_lanes");
-      }
+      lanes_[id] = builder_.CreateAlloca(value_type(kernel_.exprs[id].dtype), builder_.getInt64(kTileLanes), "lanes");
     }
   }
   if (split_.chunks > 0) {

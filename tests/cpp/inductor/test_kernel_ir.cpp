@@ -67,30 +67,29 @@ TEST(KernelIr, VerifyRejects) {
   EXPECT_NE(verify(mixed).find("share a dtype"), std::string::npos) << verify(mixed);
 }
 
-// argmax: an arg reduction of a value and an Index (Note [Kernel
-// expressions]); Index strides merge with the dims like an input's.
-TEST(KernelIr, ArgReductionTakesAnIndex) {
+// An Index expression (argmax's flat position, Note [Kernel expressions]):
+// int64, varies along the dims it counts, and its strides merge with the
+// dims like an input's.
+TEST(KernelIr, IndexStridesMergeWithTheDims) {
   Kernel k;
-  k.name = "argmax";
+  k.name = "first";
   k.sizes = {6, 4, 5};
   k.reduced = {1, 2};
   const int x = k.load(k.add_input({DType::Float32, {20, 5, 1}, 0}));
-  const int arg = k.arg_reduce(ReduceOp::ArgMax, x, k.index({0, 5, 1}));
-  k.add_output({DType::Int64, {1, 0, 0}, arg});
+  const int at = k.index({0, 5, 1});
+  const int hit = k.compare(CompareOp::Gt, x, k.constant(DType::Float32, 0));
+  const int first = k.reduce(ReduceOp::Min, k.select(hit, at, k.constant(DType::Int64, 20)));
+  k.add_output({DType::Int64, {1, 0, 0}, first});
   EXPECT_EQ(verify(k), "");
   const std::string text = format_kernel(k);
   EXPECT_NE(text.find("%1 = index strides=(0, 5, 1) : i64"), std::string::npos) << text;
-  EXPECT_NE(text.find("%2 = reduce_argmax(%0, %1) : i64"), std::string::npos) << text;
-  EXPECT_EQ(expr_varies(k)[1], true);
+  EXPECT_TRUE(expr_varies(k)[at]);
   coalesce_dims(k);
   EXPECT_EQ(k.sizes, (std::vector<int64_t>{6, 20}));
-  EXPECT_EQ(k.exprs[1].strides, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(k.exprs[at].strides, (std::vector<int64_t>{0, 1}));
 
-  Kernel bad = k;
-  bad.exprs[2].operands = {0};  // no index
-  EXPECT_NE(verify(bad).find("takes 2 operands"), std::string::npos) << verify(bad);
   Kernel wrong_index = k;
-  wrong_index.exprs[1].strides = {1};
+  wrong_index.exprs[at].strides = {1};
   EXPECT_NE(verify(wrong_index).find("strides rank differs"), std::string::npos) << verify(wrong_index);
 }
 

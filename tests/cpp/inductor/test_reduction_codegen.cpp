@@ -410,6 +410,15 @@ TEST(ReductionCodegen, SplitReductionsAgreeWithTorch) {
   check({"pair"}, reduce(Prim::Amax, {1}, true), {"pair.amax(1, keepdim=True)"});
   check({"pnan"}, reduce(Prim::Amax, {1}), {"pnan.amax(1)"}, {1e-6, 0});
   check({"pnan"}, reduce(Prim::Amin, {1}), {"pnan.amin(1)"}, {1e-6, 0});
+  // argmax/argmin: index and value partials; first occurrence, first NaN.
+  for (const char* op : {"argmax", "argmin"}) {
+    const Prim prim = std::string(op) == "argmax" ? Prim::Argmax : Prim::Argmin;
+    for (const char* input : {"huge", "hnan", "hi32", "ties"}) {
+      check({input}, reduce(prim, {}), {std::string("torch.") + op + "(" + input + ")"});
+    }
+    check({"pnan"}, reduce(prim, {1}), {std::string("torch.") + op + "(pnan, 1)"});
+    check({"pair"}, reduce(prim, {1}, true), {std::string("torch.") + op + "(pair, 1, keepdim=True)"});
+  }
   // Two reduced dims that cannot merge (a slice): the outer one splits.
   check({"sliced"}, reduce(Prim::Sum, {}), {"sliced.sum()"}, sum_tol);
   // Multi-phase: the mean before the squared deviations.
@@ -453,7 +462,7 @@ TEST(ReductionCodegen, SplitReductionsGiveTheSameBitsOnAnyThreadCount) {
     const int in = graph.add_input(meta);
     const int64_t dim = static_cast<int64_t>(meta.sizes.size()) - 1;
     auto [var, mean] = b.var_mean(in, {dim}, 1, false);
-    graph.set_outputs({var, mean, b.reduce(Prim::Amax, in, {dim}, false)});
+    graph.set_outputs({var, mean, b.reduce(Prim::Amax, in, {dim}, false), b.reduce(Prim::Argmin, in, {dim}, false)});
     const auto groups = schedule_kernels(graph);
     ASSERT_EQ(groups.size(), 1u);
     const LoweredKernel lowered = lower_group(graph, groups[0]);
@@ -503,6 +512,25 @@ TEST(ReductionCodegen, ArgmaxAndArgminMatchTorch) {
       }
     }
   }
+}
+
+// argmax's two passes (the max, then the smallest matching index) both
+// vectorize: a float max and an int64 min over vector lanes.
+TEST(ReductionCodegen, ArgmaxVectorizes) {
+  KILN_REQUIRE_LLVM();
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph::TensorMeta meta;
+  meta.sizes = {64, 4096};
+  meta.strides = {4096, 1};
+  graph.set_outputs({b.reduce(Prim::Argmax, graph.add_input(meta), {1}, false)});
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  const LoweredKernel lowered = lower_group(graph, groups[0]);
+  const CpuKernel compiled = compile_cpu_kernel(lowered.kernel, /*keep_ir=*/true);
+  const std::string& ir = compiled.optimized_llvm_ir;
+  EXPECT_NE(ir.find("@llvm.maxnum.v"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("@llvm.smin.v"), std::string::npos) << ir;
 }
 
 // torch.max(x, dim): amax and argmax of one tensor, one kernel.

@@ -148,6 +148,13 @@ TEST(Schedule, FewKeptPointsSplitTheReducedRange) {
   EXPECT_TRUE(softmax.store_pass);
   EXPECT_EQ(split_steps(softmax), 5);
   EXPECT_EQ(split_workspace_words(softmax), kSplitHeaderWords + 33 * 2);
+  // argmax: the max, then the smallest index holding it; two phases.
+  const Kernel argmax = reduction_kernel(f32({1 << 20}), Prim::Argmax, {});
+  const ReductionSplit arg = split_reduction(argmax);
+  EXPECT_EQ(arg.chunks, 32);
+  EXPECT_EQ(arg.phases, 2);
+  EXPECT_NE(format_kernel(argmax).find("reduce_max"), std::string::npos) << format_kernel(argmax);
+  EXPECT_NE(format_kernel(argmax).find("reduce_min"), std::string::npos) << format_kernel(argmax);
 }
 
 // Note [Loop order]: a pointwise kernel iterates in its first output's
