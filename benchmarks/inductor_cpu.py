@@ -7,6 +7,7 @@ same run, 2 threads:
   gpt_step   forward + backward + SGD step of examples/gpt.py  target: kiln >= 1.2x eager
   sum        x.sum() over 16M float32 (a full reduction, split over threads)
   sum_rows   x.sum(1) over a [2, 8M] float32 (two long rows, split likewise)
+  sum_cols   x.sum(0) over an [8M, 2] float32 (an outer reduction over two columns, split likewise)
   argmax     x.argmax() over 16M float32 (index and value partials, split likewise)
   layers64   64 x (Linear(10,10) -> ReLU -> sigmoid -> Linear(10,10) -> ReLU):
              first call in a fresh process with an empty kernel cache (cold,
@@ -132,6 +133,17 @@ def bench_sum_rows(reps):
     return result
 
 
+def column_sums(x):
+    return x.sum(0)
+
+
+def bench_sum_cols(reps):
+    torch.manual_seed(0)
+    result = bench_pointwise("sum_cols", column_sums, (torch.randn(8 * 1024 * 1024, 2),), reps, rtol=1e-3, atol=1e-1)
+    result.update(label="x.sum(0), [8M, 2] float32", target=None)
+    return result
+
+
 def full_argmax(x):
     return x.argmax()
 
@@ -231,7 +243,7 @@ def bench_layers64(reps):
 
 
 BENCHMARKS = {"gelu": bench_gelu, "softmax_ln": bench_softmax_ln, "sum": bench_sum, "sum_rows": bench_sum_rows,
-              "argmax": bench_argmax,
+              "sum_cols": bench_sum_cols, "argmax": bench_argmax,
               "gpt_step": bench_gpt, "layers64": bench_layers64}
 
 
@@ -296,7 +308,7 @@ def main():
     kiln.config.experimental_cpu_kernels = True
     reps = {"gelu": 5 if args.quick else 15, "softmax_ln": 3 if args.quick else 9,
             "sum": 10 if args.quick else 30, "sum_rows": 10 if args.quick else 30,
-            "argmax": 10 if args.quick else 30,
+            "sum_cols": 10 if args.quick else 30, "argmax": 10 if args.quick else 30,
             "gpt_step": 10 if args.quick else 40, "layers64": 1 if args.quick else 5}
     load_before = os.getloadavg()
     results = []

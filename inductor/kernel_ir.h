@@ -181,7 +181,8 @@ struct KernelOutput {
 // "tile" dim, which makes an outer reduction (e.g. a sum over dim 0 of a
 // row-major matrix) accumulate many columns at once with unit-stride loads.
 // Every kept dim is parallel; the code generator splits the first one
-// (parallel_dim) across threads.
+// (parallel_dim) across threads, or, for a kernel with few kept points,
+// the outermost reduced dim (Note [Split reductions] in reduction_split.cpp).
 struct Kernel {
   std::string name = "kernel";
   std::vector<int64_t> sizes;  // the iteration space

@@ -31,10 +31,10 @@ namespace {
 // own. Chunks depend only on the kernel's sizes, never on the thread
 // count, and combine in one order, so a result is the same bits on any
 // number of threads (though not the bits of the unsplit kernel, whose
-// float sums associate differently). Only row-mode kernels split (the
-// reduced dims innermost); a tile-mode kernel (an outer reduction over a
-// few columns) keeps splitting its kept dims. Row stashes are not used
-// by split kernels: a row's phases run in different calls.
+// float sums associate differently). A tile-mode kernel (an outer
+// reduction over a few columns, e.g. [8M, 2].sum(0)) splits the same way,
+// each lane's accumulator a partial of its own kept point. Row stashes are
+// not used by split kernels: a row's phases run in different calls.
 constexpr int64_t kMaxKeptPoints = 16;       // more kept points: split those across threads
 constexpr int64_t kMinChunkPoints = 32768;   // a chunk's work at least (kernel points)
 constexpr int64_t kMaxChunks = 64;           // partials per kept point at most
@@ -44,7 +44,7 @@ constexpr int64_t kChunkAlign = 16;          // chunk starts aligned for vector 
 
 ReductionSplit split_reduction(const Kernel& k) {
   ReductionSplit split;
-  if (k.reduced.empty() || tile_dim(k) >= 0) return split;
+  if (k.reduced.empty()) return split;
   int64_t kept = 1, reduced = 1;
   for (int d = 0; d < static_cast<int>(k.sizes.size()); ++d) {
     (is_reduced(k, d) ? reduced : kept) *= k.sizes[d];

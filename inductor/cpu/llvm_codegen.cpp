@@ -117,6 +117,7 @@ class Codegen {
   void store_slot(Value* word, Value* value, DType dtype);
   Value* load_slot(Value* word, DType dtype);
   Value* final_word(Value* kept, int64_t slot);
+  Value* partial_word(Value* kept, int64_t slot);  // of the current chunk
   void emit_tile(const std::vector<Value*>& offsets);
   // Nested loops over the reduced dims from `level` with accumulators;
   // body(offsets, row index, accs) -> accs.
@@ -771,6 +772,14 @@ Value* Codegen::final_word(Value* kept, int64_t slot) {
   return builder_.CreateAdd(builder_.CreateMul(kept, builder_.getInt64(slots)), builder_.getInt64(base));
 }
 
+Value* Codegen::partial_word(Value* kept, int64_t slot) {
+  // header + (chunk * kept_points + kept) * slots + slot
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  Value* point = builder_.CreateAdd(builder_.CreateMul(chunk_, builder_.getInt64(split_.kept_points)), kept);
+  return builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
+                            builder_.getInt64(kSplitHeaderWords + slot));
+}
+
 // A kept point of the current chunk in a partial step (split_phase_ > 0)
 // or the store step (Note [Split reductions]).
 void Codegen::emit_split_row(const std::vector<Value*>& offsets) {
@@ -798,11 +807,7 @@ void Codegen::emit_split_row(const std::vector<Value*>& offsets) {
   for (int64_t slot = 0; slot < slots; ++slot) {
     const int id = split_.reductions[slot];
     if (stage_[id] != split_phase_) continue;
-    // header + (chunk * kept_points + kept) * slots + slot
-    Value* point = builder_.CreateAdd(builder_.CreateMul(chunk_, builder_.getInt64(split_.kept_points)), kept_point_);
-    Value* word = builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
-                                     builder_.getInt64(kSplitHeaderWords + slot));
-    store_slot(word, reduced_[id], kernel_.exprs[id].dtype);
+    store_slot(partial_word(kept_point_, slot), reduced_[id], kernel_.exprs[id].dtype);
   }
 }
 
@@ -892,7 +897,29 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
         body(point);
       });
     };
-    for (int phase = 1; phase <= phases_; ++phase) {
+    // Split (Note [Split reductions]): one phase or the store step per call;
+    // a lane's kept point is the row's kept point times the tile, plus j0 + t.
+    const bool split = split_.chunks > 0;
+    auto lane_point = [&](Value* t) {
+      return builder_.CreateAdd(builder_.CreateMul(kept_point_, sizes_[tile]), builder_.CreateAdd(j0, t));
+    };
+    auto lane_slot = [&](int id, Value* t) {
+      return builder_.CreateInBoundsGEP(value_type(kernel_.exprs[id].dtype), lanes_[id], t);
+    };
+    if (split) {
+      const int readable = split_phase_ == 0 ? phases_ : split_phase_ - 1;  // combined stages
+      emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+        for (size_t slot = 0; slot < split_.reductions.size(); ++slot) {
+          const int id = split_.reductions[slot];
+          if (stage_[id] > readable) continue;
+          builder_.CreateStore(load_slot(final_word(lane_point(t), static_cast<int64_t>(slot)), kernel_.exprs[id].dtype),
+                               lane_slot(id, t));
+        }
+      });
+    }
+    const int first_phase = split ? split_phase_ : 1;
+    const int last_phase = split ? split_phase_ : phases_;
+    for (int phase = std::max(first_phase, 1); phase <= last_phase; ++phase) {
       std::vector<int> reductions;
       for (size_t id = 0; id < count; ++id) {
         if (kernel_.exprs[id].kind == ExprKind::Reduce && stage_[id] == phase) reductions.push_back(static_cast<int>(id));
@@ -917,7 +944,18 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
                           });
                           return std::vector<Value*>{};
                         });
+      if (split) {
+        emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+          for (size_t slot = 0; slot < split_.reductions.size(); ++slot) {
+            const int id = split_.reductions[slot];
+            if (stage_[id] != phase) continue;
+            Value* value = builder_.CreateLoad(value_type(kernel_.exprs[id].dtype), lane_slot(id, t));
+            store_slot(partial_word(lane_point(t), static_cast<int64_t>(slot)), value, kernel_.exprs[id].dtype);
+          }
+        });
+      }
     }
+    if (split && split_phase_ != 0) return;  // a partial step stores no output
     std::vector<size_t> once, full;
     for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
       const KernelOutput& out = kernel_.outputs[i];
@@ -926,11 +964,24 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
       (varies ? full : once).push_back(i);
     }
     if (!once.empty()) {
+      // Split: chunk 0 stores them.
+      llvm::BasicBlock* after = nullptr;
+      if (split) {
+        llvm::Function* function = builder_.GetInsertBlock()->getParent();
+        llvm::BasicBlock* first = llvm::BasicBlock::Create(context_, "first_chunk", function);
+        after = llvm::BasicBlock::Create(context_, "stored_once", function);
+        builder_.CreateCondBr(builder_.CreateICmpEQ(chunk_, builder_.getInt64(0)), first, after);
+        builder_.SetInsertPoint(first);
+      }
       lane_loop(base, 0, [&](Point& point) {
         for (size_t i : once) {
           store_output(i, eval(kernel_.outputs[i].value, point), point.pointers[kernel_.inputs.size() + i]);
         }
       });
+      if (after != nullptr) {
+        builder_.CreateBr(after);
+        builder_.SetInsertPoint(after);
+      }
     }
     if (!full.empty()) {
       emit_reduced_nest(0, base, builder_.getInt64(0), {},

@@ -129,11 +129,16 @@ TEST(Schedule, FewKeptPointsSplitTheReducedRange) {
   EXPECT_EQ(rows.chunks, (1000003 + rows.chunk_size - 1) / rows.chunk_size);
   EXPECT_EQ(rows.chunk_size % 16, 0);
   EXPECT_GE(rows.chunks, 2);
-  // Enough kept points to split those; too little work; an outer (tile)
-  // reduction: not split.
+  // Enough kept points to split those, or too little work: not split.
   EXPECT_EQ(split_reduction(reduction_kernel(f32({64, 65536}), Prim::Sum, {1})).chunks, 0);
   EXPECT_EQ(split_reduction(reduction_kernel(f32({30000}), Prim::Sum, {})).chunks, 0);
-  EXPECT_EQ(split_reduction(reduction_kernel(f32({1000000, 2}), Prim::Sum, {0})).chunks, 0);
+  // An outer (tile-mode) reduction over two columns: the rows split.
+  const Kernel tall = reduction_kernel(f32({1000000, 2}), Prim::Sum, {0});
+  ASSERT_EQ(tile_dim(tall), 1);
+  const ReductionSplit columns = split_reduction(tall);
+  EXPECT_EQ(columns.dim, 0);
+  EXPECT_EQ(columns.kept_points, 2);
+  EXPECT_EQ(columns.chunks, 61);
   // softmax over one long row: max, then sum, then the stored output.
   PrimGraph graph;
   PrimBuilder b(graph);
