@@ -50,14 +50,16 @@ std::vector<int> vjp_reduction(prims::PrimBuilder& b, const NodeView& view,
       return out;
     case Prim::Amax:
     case Prim::Amin: {
-      // Shared evenly among the elements equal to the extreme, as torch does.
+      // Shared evenly among the elements equal to the extreme, as torch does:
+      // (g / count) * mask, a product, so a NaN gradient reaches every
+      // element as in eager (a select would give the others 0).
       const int y = expand_reduced(b, view.outputs[0], attrs.dims, attrs.keepdim, xm.sizes);
-      const int hit = b.binary(Prim::Eq, v(x), v(y));
+      const int mask = b.convert(b.binary(Prim::Eq, v(x), v(y)), xm.dtype);
       std::vector<int64_t> dims = attrs.dims;
-      const int count = b.reduce(Prim::Sum, b.convert(hit, xm.dtype), dims, true);
+      const int count = b.reduce(Prim::Sum, mask, dims, true);
       const int g = expand_reduced(b, grads[0], attrs.dims, attrs.keepdim, xm.sizes);
       const int share = b.binary(Prim::Div, v(g), v(b.expand(count, xm.sizes)));
-      out[0] = b.where(hit, v(share), f(0));
+      out[0] = b.binary(Prim::Mul, v(share), v(mask));
       return out;
     }
     case Prim::VarMean: {

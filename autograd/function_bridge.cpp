@@ -6,8 +6,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/absent_grads.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
+#include "runtime/log.h"
 #include "runtime/prim_executor.h"
 #include "runtime/py_ref.h"
 
@@ -82,6 +84,81 @@ std::string take_error_text() {
   Py_XDECREF(traceback);
   PyErr_Clear();
   return out;
+}
+
+// What a backward variant for absent gradients is built from (Note
+// [Absent gradients]), held by a capsule behind make_variant.
+struct BackwardVariants {
+  std::shared_ptr<const prims::PrimGraph> backward;  // as partitioned, before `finish`
+  size_t first_grad = 0;                             // the saved values come first
+  std::vector<std::vector<int>> deps;                // Partition::input_grad_deps
+  GraphPass finish;
+};
+
+constexpr const char* kVariantsCapsule = "kiln.BackwardVariants";
+
+void variants_capsule_free(PyObject* capsule) {
+  delete static_cast<BackwardVariants*>(PyCapsule_GetPointer(capsule, kVariantsCapsule));
+}
+
+// make_variant((k, ...)) -> (backward callable, positions of the backward's
+// outputs it returns), for the gradient inputs k (positions among the
+// gradients) that did not arrive. CompiledFunction caches the result.
+PyObject* make_variant(PyObject* capsule, PyObject* missing) {
+  auto* variants = static_cast<BackwardVariants*>(PyCapsule_GetPointer(capsule, kVariantsCapsule));
+  if (!variants) return nullptr;
+  PyRef items = PyRef::steal(PySequence_Fast(missing, "kiln: absent gradients must be a sequence"));
+  if (!items) return nullptr;
+  const size_t inputs = variants->backward->inputs().size();
+  std::vector<bool> absent(inputs, false);
+  for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(items.get()); ++j) {
+    const long k = PyLong_AsLong(PySequence_Fast_GET_ITEM(items.get(), j));
+    if (k < 0 || variants->first_grad + static_cast<size_t>(k) >= inputs) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "kiln: absent gradient position out of range");
+      return nullptr;
+    }
+    absent[variants->first_grad + static_cast<size_t>(k)] = true;
+  }
+  std::vector<bool> keep;
+  std::vector<int> present;
+  for (size_t k = 0; k < variants->deps.size(); ++k) {
+    bool reached = false;
+    for (int d : variants->deps[k]) reached = reached || !absent[variants->first_grad + static_cast<size_t>(d)];
+    keep.push_back(reached);
+    if (reached) present.push_back(static_cast<int>(k));
+  }
+  try {
+    prims::PrimGraph graph = without_absent_grads(*variants->backward, variants->first_grad, absent, keep);
+    if (variants->finish) {
+      // A pass that fails leaves the variant as it is (its prims run
+      // through torch), as a failing pass does for any graph.
+      try {
+        graph = variants->finish(graph, "backward, some gradients absent");
+      } catch (const std::exception& e) {
+        KILN_LOG(backend, "backward variant for absent gradients runs unfused: " << e.what());
+      }
+    }
+    auto shared = std::make_shared<const prims::PrimGraph>(std::move(graph));
+    PyRef call = make_executor_callable(std::make_unique<runtime::PrimExecutor>(shared), static_cast<int>(inputs));
+    PyRef positions = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(present.size())));
+    if (!call || !positions) return nullptr;
+    for (size_t j = 0; j < present.size(); ++j) PyTuple_SET_ITEM(positions.get(), j, PyLong_FromLong(present[j]));
+    return PyTuple_Pack(2, call.get(), positions.get());
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: cannot build the backward for absent gradients: %s", e.what());
+    return nullptr;
+  }
+}
+
+PyRef make_variant_function(BackwardVariants variants) {
+  static PyMethodDef def = {"make_variant", make_variant, METH_O, "A backward graph without absent gradients."};
+  auto* owned = new BackwardVariants(std::move(variants));
+  PyRef capsule = PyRef::steal(PyCapsule_New(owned, kVariantsCapsule, variants_capsule_free));
+  if (!capsule) {
+    delete owned;
+    return PyRef();
+  }
+  return PyRef::steal(PyCFunction_New(&def, capsule.get()));
 }
 
 // Note [Outputs that alias]
@@ -233,12 +310,19 @@ class AutogradExecutor final : public runtime::GraphExecutor {
 
 std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partition, graph::Arg output,
                                                                std::vector<int> forward_outputs,
-                                                               int value_count) {
+                                                               int value_count, GraphPass finish) {
   const int input_count = static_cast<int>(partition.forward.inputs().size());
   std::vector<ViewOf> view_of = resolve_output_views(partition.forward, partition.forward_output_count);
   const int backward_inputs = static_cast<int>(partition.backward.inputs().size());
-  auto forward_graph = std::make_shared<const prims::PrimGraph>(std::move(partition.forward));
-  auto backward_graph = std::make_shared<const prims::PrimGraph>(std::move(partition.backward));
+  BackwardVariants variants;
+  variants.backward = std::make_shared<const prims::PrimGraph>(partition.backward);
+  variants.first_grad = static_cast<size_t>(partition.saved_count);
+  variants.deps = partition.input_grad_deps;
+  variants.finish = finish;
+  auto forward_graph = std::make_shared<const prims::PrimGraph>(finish ? finish(partition.forward, "forward")
+                                                                       : std::move(partition.forward));
+  auto backward_graph = std::make_shared<const prims::PrimGraph>(finish ? finish(partition.backward, "backward")
+                                                                        : std::move(partition.backward));
   PyRef forward = make_executor_callable(std::make_unique<runtime::PrimExecutor>(forward_graph), input_count);
   PyRef backward = forward ? make_executor_callable(std::make_unique<runtime::PrimExecutor>(backward_graph), backward_inputs)
                            : PyRef();
@@ -267,8 +351,12 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   }
   PyRef count = PyRef::steal(PyLong_FromLong(partition.forward_output_count));
   PyRef saved = PyRef::steal(PyLong_FromLong(partition.saved_count));
-  PyRef runner = PyRef::steal(
-      PyTuple_Pack(7, forward.get(), backward.get(), has_grad.get(), slots.get(), count.get(), saved.get(), deps.get()));
+  PyRef make = make_variant_function(std::move(variants));
+  PyRef cache = PyRef::steal(PyDict_New());
+  PyRef runner = make && cache ? PyRef::steal(PyTuple_Pack(9, forward.get(), backward.get(), has_grad.get(),
+                                                           slots.get(), count.get(), saved.get(), deps.get(),
+                                                           make.get(), cache.get()))
+                               : PyRef();
   if (!runner) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
   std::vector<bool> detach;
   for (int slot : partition.input_grad_slot) detach.push_back(slot < 0);

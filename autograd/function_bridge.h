@@ -3,7 +3,9 @@
 // kiln's backward graph and fills .grad of parameters and inputs.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "autograd/partitioner.h"
@@ -12,15 +14,21 @@
 
 namespace kiln::autograd {
 
+// A rewrite of a graph before it runs (the inductor's kernels); `what`
+// names the graph for logs ("forward", "backward").
+using GraphPass = std::function<prims::PrimGraph(const prims::PrimGraph& graph, const std::string& what)>;
+
 // An executor that calls CompiledFunction.apply with the partition's
-// forward and backward graphs (each run by a PrimExecutor) and builds
-// `output` (Node refs: value ids among `forward_outputs`, the joint's
-// forward outputs in order) from the function's outputs. `value_count` is
-// the number of values of the graph those ids belong to. Throws
-// runtime::PrimExecutorError or std::runtime_error (with the Python error's
-// text) when a graph cannot be prepared.
+// forward and backward graphs (each run by a PrimExecutor, after `finish`
+// when given) and builds `output` (Node refs: value ids among
+// `forward_outputs`, the joint's forward outputs in order) from the
+// function's outputs. `value_count` is the number of values of the graph
+// those ids belong to. Calls where some output gradients never arrive run
+// a backward variant without them, built on first need (Note [Absent
+// gradients]). Throws runtime::PrimExecutorError or std::runtime_error
+// (with the Python error's text) when a graph cannot be prepared.
 std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partition, graph::Arg output,
                                                                std::vector<int> forward_outputs,
-                                                               int value_count);
+                                                               int value_count, GraphPass finish = nullptr);
 
 }  // namespace kiln::autograd

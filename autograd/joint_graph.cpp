@@ -1,5 +1,7 @@
 #include "autograd/joint_graph.h"
 
+#include <set>
+
 #include "autograd/derivatives.h"
 #include "prims/prim_builder.h"
 #include "prims/type_promotion.h"
@@ -81,6 +83,8 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
                                   : b.binary(prims::Prim::Add, prims::PrimArg::of_value(grad[value]),
                                              prims::PrimArg::of_value(contribution));
   };
+  std::vector<std::set<int>> reach(forward.values().size());
+  int with_grad = 0;
   for (int out : forward.outputs()) {
     if (!needs_grad[out]) {
       joint.grad_inputs.push_back(-1);
@@ -89,6 +93,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     const int incoming = g.add_input(contiguous(forward.value(out).meta));
     joint.grad_inputs.push_back(incoming);
     accumulate(out, incoming);
+    reach[out].insert(with_grad++);
   }
   for (size_t n = forward.nodes().size(); n-- > 0;) {
     const prims::PrimNode& node = forward.node(static_cast<int>(n));
@@ -114,12 +119,17 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     for (size_t i = 0; i < in_grads.size() && i < view.inputs.size(); ++i) {
       if (wanted[i]) accumulate(view.inputs[i], in_grads[i]);
     }
+    for (size_t i = 0; i < view.inputs.size(); ++i) {
+      if (!wanted[i]) continue;
+      for (int id : node.outputs) reach[view.inputs[i]].insert(reach[id].begin(), reach[id].end());
+    }
   }
   std::vector<int> outputs = joint.forward_outputs;
   for (size_t i = 0; i < forward.inputs().size(); ++i) {
     const int id = forward.inputs()[i];
     const int input_grad = needs_grad[id] ? grad[id] : -1;
     joint.input_grads.push_back(input_grad);
+    joint.input_grad_reach.emplace_back(reach[id].begin(), reach[id].end());
     if (input_grad >= 0) outputs.push_back(input_grad);
   }
   g.set_outputs(std::move(outputs));

@@ -20,6 +20,11 @@ struct JointGraph {
   // Per forward input: the value id of its gradient, or -1 (no gradient
   // wanted, or the outputs do not depend on it).
   std::vector<int> input_grads;
+  // Per forward input: the outputs (positions among those with a gradient
+  // input) from which a differentiable path reaches it, ascending. Eager
+  // autograd gives the input a gradient tensor (zeros, through sign) when
+  // any of them receives one, and None when none does.
+  std::vector<std::vector<int>> input_grad_reach;
 };
 
 // Builds the joint graph of `forward`; `requires_grad[i]` says whether

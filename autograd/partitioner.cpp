@@ -308,14 +308,8 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   }
   result.backward = prims::extract_subgraph(g, backward_inputs, backward_outputs, &error);
   if (!error.empty()) throw std::runtime_error("partition: backward graph: " + error);
-  const std::vector<int>& grads_in = result.backward.inputs();
-  for (int out : result.backward.outputs()) {
-    const std::vector<bool> live = prims::live_values(result.backward, {out});
-    std::vector<int> deps;
-    for (size_t k = saved.size(); k < grads_in.size(); ++k) {
-      if (live[grads_in[k]]) deps.push_back(static_cast<int>(k - saved.size()));
-    }
-    result.input_grad_deps.push_back(std::move(deps));
+  for (size_t i = 0; i < joint.input_grads.size(); ++i) {
+    if (joint.input_grads[i] >= 0) result.input_grad_deps.push_back(joint.input_grad_reach[i]);
   }
   return result;
 }

@@ -32,9 +32,10 @@ struct Partition {
   std::vector<bool> output_has_grad;
   // Per forward input: its position among the backward's outputs, or -1.
   std::vector<int> input_grad_slot;
-  // Per backward output: the output gradients it reads (positions among the
-  // backward's gradient inputs). When none of them flows back in a call the
-  // input's gradient is None, as in eager, rather than zeros.
+  // Per backward output: the output gradients whose paths reach its input
+  // (positions among the backward's gradient inputs; JointGraph::
+  // input_grad_reach). When none of them flows back in a call the input's
+  // gradient is None, as in eager, and otherwise a tensor.
   std::vector<std::vector<int>> input_grad_deps;
 };
 

@@ -1,5 +1,5 @@
 """Issue 5's CPU inductor benchmarks, kiln (backend="inductor" with
-kiln.config.experimental_cpu_kernels) side by side with torch eager in the
+kiln.config.cpu_kernels) side by side with torch eager in the
 same run, 2 threads:
 
   gelu       gelu(x*y + 1) * 0.5 over 16M float32             target: kiln >= 4x eager
@@ -194,7 +194,7 @@ torch_imported = time.perf_counter()
 import kiln
 kiln_imported = time.perf_counter()
 torch.set_num_threads(%(threads)d)
-kiln.config.experimental_cpu_kernels = True
+kiln.config.cpu_kernels = True
 torch.manual_seed(0)
 model = nn.Sequential(*[nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Sigmoid(), nn.Linear(10, 10),
                                       nn.ReLU()) for _ in range(64)])
@@ -305,7 +305,7 @@ def main():
     if not kiln._C.cpu_kernels_available():
         sys.exit("this kiln build has no LLVM code generation (KILN_WITH_LLVM=OFF)")
     torch.set_num_threads(THREADS)
-    kiln.config.experimental_cpu_kernels = True
+    kiln.config.cpu_kernels = True
     reps = {"gelu": 5 if args.quick else 15, "softmax_ln": 3 if args.quick else 9,
             "sum": 10 if args.quick else 30, "sum_rows": 10 if args.quick else 30,
             "sum_cols": 10 if args.quick else 30, "argmax": 10 if args.quick else 30,

@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "inductor/buffer_plan.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
 #include "inductor/cpu/kernel_runner.h"
@@ -43,11 +44,15 @@ struct KernelEntry {
   cpu::CpuKernel compiled;
 };
 
-// A Python callable running one kernel: call(*inputs) -> output(s).
+// A Python callable running one kernel: call(*inputs, *buffers) ->
+// output(s), where buffers are dead tensors whose storage outputs reuse
+// (Note [Buffer reuse]).
 struct KernelCall {
   PyObject_HEAD
   std::shared_ptr<const KernelEntry>* entry;  // owned
   std::vector<graph::TensorMeta>* expected;   // owned: the inputs' metas
+  std::vector<int>* reuse;                    // owned: per output, its buffer's index among the buffers, or -1
+  size_t buffers;                             // how many buffer arguments follow the inputs
   vectorcallfunc vectorcall;
 };
 
@@ -81,14 +86,15 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   auto* self = reinterpret_cast<KernelCall*>(callable);
   const KernelEntry& entry = **self->entry;
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (kwnames || nargs != static_cast<Py_ssize_t>(self->expected->size())) {
+  const Py_ssize_t ninputs = static_cast<Py_ssize_t>(self->expected->size());
+  if (kwnames || nargs != ninputs + static_cast<Py_ssize_t>(self->buffers)) {
     PyErr_Format(PyExc_TypeError, "kiln kernel %s takes %zu tensors, got %zd", entry.kernel.name.c_str(),
-                 self->expected->size(), nargs);
+                 self->expected->size() + self->buffers, nargs);
     return nullptr;
   }
   std::vector<PyRef> held;
   std::vector<PyObject*> inputs;
-  for (Py_ssize_t i = 0; i < nargs; ++i) {
+  for (Py_ssize_t i = 0; i < ninputs; ++i) {
     if (!runtime::is_tensor(args[i])) {
       PyErr_Format(PyExc_TypeError, "kiln kernel %s: input %zd is not a tensor", entry.kernel.name.c_str(), i);
       return nullptr;
@@ -98,8 +104,12 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
     inputs.push_back(laid_out.get());
     held.push_back(std::move(laid_out));
   }
+  std::vector<PyObject*> reuse(self->reuse->size(), nullptr);
+  for (size_t i = 0; i < reuse.size(); ++i) {
+    if ((*self->reuse)[i] >= 0) reuse[i] = args[ninputs + (*self->reuse)[i]];
+  }
   // run_cpu_kernel releases the GIL while the kernel runs.
-  PyObject* outputs = cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data());
+  PyObject* outputs = cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
   Py_INCREF(single);
@@ -111,6 +121,7 @@ void kernel_call_dealloc(PyObject* callable) {
   auto* self = reinterpret_cast<KernelCall*>(callable);
   delete self->entry;
   delete self->expected;
+  delete self->reuse;
   Py_TYPE(callable)->tp_free(callable);
 }
 
@@ -133,13 +144,16 @@ PyTypeObject* kernel_call_type() {
   return type;
 }
 
-PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<graph::TensorMeta> expected) {
+PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<graph::TensorMeta> expected,
+                       std::vector<int> reuse) {
   PyTypeObject* type = kernel_call_type();
   if (!type) return PyRef();
   auto* self = PyObject_New(KernelCall, type);
   if (!self) return PyRef();
+  self->buffers = static_cast<size_t>(std::count_if(reuse.begin(), reuse.end(), [](int b) { return b >= 0; }));
   self->entry = new std::shared_ptr<const KernelEntry>(std::move(entry));
   self->expected = new std::vector<graph::TensorMeta>(std::move(expected));
+  self->reuse = new std::vector<int>(std::move(reuse));
   self->vectorcall = kernel_call;
   return PyRef::steal(reinterpret_cast<PyObject*>(self));
 }
@@ -272,9 +286,30 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
     if (order.empty()) throw std::runtime_error("kernel groups form a cycle");
   }
 
+  // Note [Buffer reuse] in buffer_plan.cpp.
+  std::vector<PlanUnit> plan_units;
+  for (int unit : order) {
+    PlanUnit plan_unit;
+    if (unit < static_cast<int>(kept.size())) {
+      plan_unit.reads = lowered[unit].inputs;
+      plan_unit.outputs = lowered[unit].outputs;
+      plan_unit.kernel = true;
+    } else {
+      const prims::PrimNode& node = graph.node(node_of_unit[unit]);
+      plan_unit.reads = node_reads(node);
+      plan_unit.outputs = node.outputs;
+      const prims::Family family = prims::prim_info(node.prim).family;
+      plan_unit.may_alias_reads =
+          family == prims::Family::View || family == prims::Family::Extern || family == prims::Family::Convert;
+    }
+    plan_units.push_back(std::move(plan_unit));
+  }
+  const std::vector<std::vector<int>> buffers = plan_buffer_reuse(graph, plan_units);
+
   std::vector<int> map(graph.values().size(), -1);
   for (int id : graph.inputs()) map[id] = out.graph->add_input(graph.value(id).meta);
-  for (int unit : order) {
+  for (size_t step = 0; step < order.size(); ++step) {
+    const int unit = order[step];
     if (unit < static_cast<int>(kept.size())) {
       const LoweredKernel& kernel = lowered[unit];
       std::vector<graph::TensorMeta> expected;
@@ -283,9 +318,22 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph) {
         expected.push_back(graph.value(id).meta);
         args.push_back(graph::Arg::of_node(map[id]));
       }
+      // Dead buffers the outputs reuse follow the inputs.
+      std::vector<int> reuse(kernel.outputs.size(), -1);
+      int buffer_args = 0;
+      for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+        const int donor = buffers[step][i];
+        if (donor < 0) continue;
+        reuse[i] = buffer_args++;
+        args.push_back(graph::Arg::of_node(map[donor]));
+        KILN_LOG(kernels, "kernel " << entries[unit]->kernel.name << " output " << i << " reuses the buffer of %"
+                                    << map[donor] << " (" << tensor_span_bytes(graph.value(kernel.outputs[i]).meta)
+                                    << " bytes)");
+      }
+      out.reused_buffers += buffer_args;
       std::vector<graph::TensorMeta> metas;
       for (int id : kernel.outputs) metas.push_back(graph.value(id).meta);
-      PyRef call = make_kernel_call(entries[unit], std::move(expected));
+      PyRef call = make_kernel_call(entries[unit], std::move(expected), std::move(reuse));
       if (!call) {
         PyErr_Clear();
         throw std::runtime_error("cannot make a kernel callable");

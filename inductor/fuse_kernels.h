@@ -16,6 +16,7 @@ struct FusedGraph {
   int kernels = 0;        // kernel nodes in `graph`
   int fused_prims = 0;    // prims they replaced
   int compiled = 0;       // kernels compiled now (the others came from the cache)
+  int reused_buffers = 0; // kernel outputs written into a dead kernel output's buffer (Note [Buffer reuse])
 };
 
 // Rewrites `graph` with compiled kernels where it can (reductions too,

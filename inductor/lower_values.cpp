@@ -234,12 +234,34 @@ int ValueLowering::emit_node(int value, const IndexMap& map) {
       return out_->kernel.unary(*op, operand(node.args[0], sizes, map, result));
     }
     const BinaryOp op = *binary_op(node.prim);
+    if (op == BinaryOp::Pow && !node.args[1].is_value() && (result == DType::Float32 || result == DType::Float64)) {
+      if (std::optional<int> special = emit_pow_special(operand(node.args[0], sizes, map, result),
+                                                        node.args[1].scalar.as_double(), result)) {
+        return *special;
+      }
+    }
     const bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr || op == BinaryOp::LogicalXor;
     const DType in = logical ? DType::Bool : result;
     const int a = operand(node.args[0], sizes, map, in);
     const int b = operand(node.args[1], sizes, map, in);
     return out_->kernel.binary(op, a, b);
   }
+
+// Note [Pow by a constant]
+// torch's CPU kernel computes x ** c for c in {2, 3, 0.5, -0.5, -1, -2} as
+// products, square roots and reciprocals, not with pow(); kernels do the
+// same, so their results agree with eager to the bit (and run faster).
+std::optional<int> ValueLowering::emit_pow_special(int x, double exponent, DType dtype) {
+  Kernel& k = out_->kernel;
+  auto one = [&] { return k.constant(dtype, 1.0); };
+  if (exponent == 2) return k.binary(BinaryOp::Mul, x, x);
+  if (exponent == 3) return k.binary(BinaryOp::Mul, k.binary(BinaryOp::Mul, x, x), x);
+  if (exponent == 0.5) return k.unary(UnaryOp::Sqrt, x);
+  if (exponent == -0.5) return k.unary(UnaryOp::Rsqrt, x);
+  if (exponent == -1) return k.binary(BinaryOp::Div, one(), x);
+  if (exponent == -2) return k.binary(BinaryOp::Div, one(), k.binary(BinaryOp::Mul, x, x));
+  return std::nullopt;
+}
 
 int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
     const int input = node.args[0].value;

@@ -76,6 +76,9 @@ class ValueLowering {
   int emit_node(int value, const IndexMap& map);
   int emit_view(const prims::PrimNode& node, const IndexMap& map);
   int emit_reduction(int value, const IndexMap& map);
+  // x ** exponent as torch's CPU kernel computes it for the exponents it
+  // special-cases (Note [Pow by a constant]), or nullopt.
+  std::optional<int> emit_pow_special(int x, double exponent, DType dtype);
 
   const prims::PrimGraph& graph_;
   std::set<int> members_;

@@ -50,6 +50,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   stats().kernel_cache_hits_memory += after.memory_hits - before.memory_hits;
   stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
   stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
+  stats().kernel_buffers_reused += fused.reused_buffers;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
                                << " prims (" << fused.compiled << " compiled, the rest cached)\n"
                                << prims::format_prim_graph(*fused.graph));
@@ -80,18 +81,20 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
   try {
     autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
     autograd::Partition partition = autograd::partition_joint_graph(joint);
-    if (kernels) {
-      partition.forward = with_kernels(partition.forward, name + " (forward)");
-      partition.backward = with_kernels(partition.backward, name + " (backward)");
-    }
     KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
                                          << partition.saved_bytes << " bytes)\n"
                                          << prims::format_prim_graph(partition.forward)
                                          << "backward graph for " << name << "\n"
                                          << prims::format_prim_graph(partition.backward));
+    autograd::GraphPass finish;
+    if (kernels) {
+      finish = [name](const prims::PrimGraph& graph, const std::string& what) {
+        return with_kernels(graph, name + " (" + what + ")");
+      };
+    }
     auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
                                                      joint.forward_outputs,
-                                                     static_cast<int>(forward.values().size()));
+                                                     static_cast<int>(forward.values().size()), finish);
     stats().prim_graphs++;
     stats().autograd_graphs++;
     return executor;
@@ -111,10 +114,10 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name) {
-  // "inductor": aot_eager's pipeline with pointwise groups compiled to CPU
-  // kernels; without LLVM (or off the CPU) it replays the graph eagerly.
-  const bool kernels =
-      backend == "inductor" && experimental_cpu_kernels() && inductor::cpu_kernels_available();
+  // "inductor": aot_eager's pipeline with pointwise and reduction groups
+  // compiled to CPU kernels; with kernels off or without LLVM it replays the
+  // graph eagerly (kiln.compile warns once).
+  const bool kernels = backend == "inductor" && cpu_kernels() && inductor::cpu_kernels_available();
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);

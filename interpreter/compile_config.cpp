@@ -10,7 +10,7 @@ thread_local const CompileConfig* t_current_config = nullptr;
 thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
-std::atomic<bool> g_experimental_cpu_kernels{false};
+std::atomic<bool> g_cpu_kernels{true};
 
 std::mutex g_dead_mutex;
 std::unordered_set<uint64_t> g_dead_configs;
@@ -62,8 +62,8 @@ int cache_size_limit() { return g_cache_size_limit; }
 
 void set_cache_size_limit(int limit) { g_cache_size_limit = limit; }
 
-bool experimental_cpu_kernels() { return g_experimental_cpu_kernels; }
+bool cpu_kernels() { return g_cpu_kernels; }
 
-void set_experimental_cpu_kernels(bool enabled) { g_experimental_cpu_kernels = enabled; }
+void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
 }  // namespace kiln::interpreter

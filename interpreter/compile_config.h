@@ -98,7 +98,8 @@ class ContextDepthScope {
   X(kernels_compiled)   \
   X(kernel_cache_hits_memory) \
   X(kernel_cache_hits_disk)   \
-  X(kernel_cache_rejected)
+  X(kernel_cache_rejected)    \
+  X(kernel_buffers_reused)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};
@@ -112,11 +113,12 @@ Stats& stats();
 // Zeroes every counter.
 void reset_stats();
 
-// Whether backend "inductor" compiles pointwise kernels through LLVM
-// (kiln.config.experimental_cpu_kernels, off by default: the prims
-// pipeline under it still fails the differential fuzzer).
-bool experimental_cpu_kernels();
-void set_experimental_cpu_kernels(bool enabled);
+// Whether backend "inductor" compiles its CPU graphs' pointwise and
+// reduction work to kernels through LLVM (kiln.config.cpu_kernels, on by
+// default; off, or in builds without LLVM, inductor replays through torch).
+bool cpu_kernels();
+// Turns cpu_kernels() on or off for graphs compiled from now on.
+void set_cpu_kernels(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

@@ -3,8 +3,10 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <optional>
 #include <sstream>
 
 namespace kiln::runtime {
@@ -29,6 +31,24 @@ DType to_kiln_dtype(c10::ScalarType type) {
     case c10::ScalarType::ComplexFloat: return DType::Complex64;
     case c10::ScalarType::ComplexDouble: return DType::Complex128;
     default: return DType::Other;
+  }
+}
+
+std::optional<c10::ScalarType> to_scalar_type(DType type) {
+  switch (type) {
+    case DType::Bool: return c10::ScalarType::Bool;
+    case DType::UInt8: return c10::ScalarType::Byte;
+    case DType::Int8: return c10::ScalarType::Char;
+    case DType::Int16: return c10::ScalarType::Short;
+    case DType::Int32: return c10::ScalarType::Int;
+    case DType::Int64: return c10::ScalarType::Long;
+    case DType::Float16: return c10::ScalarType::Half;
+    case DType::BFloat16: return c10::ScalarType::BFloat16;
+    case DType::Float32: return c10::ScalarType::Float;
+    case DType::Float64: return c10::ScalarType::Double;
+    case DType::Complex64: return c10::ScalarType::ComplexFloat;
+    case DType::Complex128: return c10::ScalarType::ComplexDouble;
+    default: return std::nullopt;
   }
 }
 
@@ -153,6 +173,31 @@ char* tensor_data(PyObject* tensor) {
 }
 
 const void* tensor_storage(PyObject* tensor) { return THPVariable_Unpack(tensor).storage().data(); }
+
+PyObject* tensor_over_storage(PyObject* base, DType dtype, const std::vector<int64_t>& sizes,
+                              const std::vector<int64_t>& strides) {
+  const at::Tensor& t = THPVariable_Unpack(base);
+  const std::optional<c10::ScalarType> scalar = to_scalar_type(dtype);
+  if (!scalar) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: no torch dtype for %s", graph::dtype_name(dtype));
+    return nullptr;
+  }
+  const caffe2::TypeMeta meta = c10::scalarTypeToTypeMeta(*scalar);
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) extent = 0;
+    if (extent > 0) extent += (sizes[d] - 1) * strides[d];
+  }
+  const int64_t need = extent * static_cast<int64_t>(meta.itemsize());
+  if (static_cast<int64_t>(t.storage().nbytes()) < need) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: a reused buffer of %lld bytes is smaller than the %lld bytes needed",
+                 static_cast<long long>(t.storage().nbytes()), static_cast<long long>(need));
+    return nullptr;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), meta);
+  impl->set_sizes_and_strides(sizes, strides);
+  return THPVariable_Wrap(at::Tensor(std::move(impl)));
+}
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 

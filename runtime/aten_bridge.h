@@ -6,6 +6,7 @@
 #include <Python.h>
 
 #include <string>
+#include <vector>
 
 #include "graph/tensor_meta.h"
 
@@ -38,6 +39,14 @@ char* tensor_data(PyObject* tensor);
 // The start of the tensor's storage: two tensors share memory exactly when
 // these agree. Precondition: is_tensor(tensor).
 const void* tensor_storage(PyObject* tensor);
+
+// A new tensor of `dtype` with `sizes` and `strides` over `base`'s storage
+// from its start: not a view of `base` (its own version counter, no _base),
+// for a buffer kiln hands from a dead tensor to a new one. Returns null
+// with a RuntimeError set when the storage is smaller than the tensor's
+// span or `dtype` has no torch equivalent. Precondition: is_tensor(base).
+PyObject* tensor_over_storage(PyObject* base, graph::DType dtype, const std::vector<int64_t>& sizes,
+                              const std::vector<int64_t>& strides);
 
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();

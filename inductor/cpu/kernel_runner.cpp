@@ -148,7 +148,8 @@ void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* cons
   });
 }
 
-PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs, int threads) {
+PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs, int threads,
+                         PyObject* const* reuse) {
   std::vector<char*> data;
   for (size_t i = 0; i < kernel.inputs.size(); ++i) {
     graph::TensorMeta meta;
@@ -171,11 +172,18 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
     const bool own_shape = out.has_tensor_shape;
     const std::vector<int64_t>& sizes = own_shape ? out.tensor_sizes : kernel.sizes;
     const std::vector<int64_t>& strides = own_shape ? out.tensor_strides : out.strides;
-    PyObject* output = empty_strided(sizes, strides, out);
+    const bool reused = reuse != nullptr && reuse[i] != nullptr;
+    if (reused && !runtime::is_tensor(reuse[i])) {
+      PyErr_Format(PyExc_TypeError, "kernel %s: the buffer for output %zu is not a tensor", kernel.name.c_str(), i);
+      return nullptr;
+    }
+    PyObject* output = reused ? runtime::tensor_over_storage(reuse[i], out.dtype, sizes, strides)
+                              : empty_strided(sizes, strides, out);
     if (output == nullptr) return nullptr;
     PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
     data.push_back(runtime::tensor_data(output));
-    advise_huge_pages(data.back(), output_bytes(sizes, strides, out.dtype));
+    // A reused buffer's pages are already mapped (and advised when it was new).
+    if (!reused) advise_huge_pages(data.back(), output_bytes(sizes, strides, out.dtype));
   }
   int64_t numel = 1;
   for (int64_t size : kernel.sizes) numel *= size;

@@ -17,9 +17,11 @@ namespace kiln::inductor::cpu {
 // the input's strides reach. Returns a new reference to the tuple of
 // outputs (each output's tensor sizes, strides and dtype), or null with a
 // Python error set (TypeError for a wrong input). `threads` <= 0: as many
-// as torch.get_num_threads().
+// as torch.get_num_threads(). With `reuse`, output i is written into the
+// storage of the dead tensor reuse[i] where that is not null (Note [Buffer
+// reuse] in inductor/buffer_plan.cpp), else allocated.
 PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObject* const* inputs,
-                         int threads = 0);
+                         int threads = 0, PyObject* const* reuse = nullptr);
 
 // Calls `compiled` over the whole iteration space on `data`, split into
 // up to `threads` ranges of its parallel dim run on kiln's thread pool

@@ -37,7 +37,13 @@ using llvm::Value;
 // "vector-function-abi-variant" naming glibc's libmvec AVX2 variant
 // (_ZGVdN8v_expf: 8 floats; _ZGVdN4v_exp: 4 doubles), which the JIT loads,
 // so the loop vectorizer can widen the call; without AVX2 or libmvec the
-// calls stay scalar. The callees are declared memory(none): kernels do not
+// calls stay scalar. With libmvec, a call the vectorizer leaves scalar (a
+// loop's remainder, a strided loop, a reduction's epilogue) computes lane 0
+// of the vector function, not libm's scalar function: the two differ in the
+// last bit, and an element's value must not depend on where a loop puts it.
+// Backward graphs compare recomputed values for equality (amax's gradient
+// goes to the elements equal to the maximum, recomputed in another kernel
+// than the one that found it), and one bit off loses the gradient. The callees are declared memory(none): kernels do not
 // promise errno. sqrt, floor, ceil, trunc, round (half to even) and fabs
 // are LLVM intrinsics (single instructions on x86); sigmoid is
 // 1 / (1 + exp(-x)) and rsqrt 1 / sqrt(x), as torch computes them.
@@ -245,35 +251,55 @@ Value* Codegen::math_call(const char* name, DType dtype, std::vector<Value*> arg
   llvm::Type* type = value_type(dtype);
   std::vector<llvm::Type*> params(args.size(), type);
   llvm::FunctionType* signature = llvm::FunctionType::get(type, params, false);
-  llvm::Function* callee = module_.getFunction(scalar_name);
-  if (callee == nullptr) {
-    callee = llvm::Function::Create(signature, llvm::Function::ExternalLinkage, scalar_name, module_);
-    callee->setDoesNotAccessMemory();
-    callee->setDoesNotThrow();
-    callee->addFnAttr(llvm::Attribute::WillReturn);
-  }
-  llvm::CallInst* call = builder_.CreateCall(callee, args);
-  call->setDoesNotAccessMemory();
-  if (vector_math_available()) {
-    const int lanes = single ? 8 : 4;
-    const std::string params_code(args.size(), 'v');
-    const std::string vector_name =
-        "_ZGVdN" + std::to_string(lanes) + params_code + "_" + scalar_name;
-    if (module_.getFunction(vector_name) == nullptr) {
-      llvm::Type* vector = llvm::FixedVectorType::get(type, lanes);
-      std::vector<llvm::Type*> vector_params(args.size(), vector);
-      llvm::Function* variant = llvm::Function::Create(
-          llvm::FunctionType::get(vector, vector_params, false), llvm::Function::ExternalLinkage,
-          vector_name, module_);
-      variant->setDoesNotAccessMemory();
-      variant->setDoesNotThrow();
-      // Kept until the vectorizer has looked for it (as InjectTLIMappings does).
-      llvm::appendToCompilerUsed(module_, {variant});
+  if (!vector_math_available()) {
+    llvm::Function* callee = module_.getFunction(scalar_name);
+    if (callee == nullptr) {
+      callee = llvm::Function::Create(signature, llvm::Function::ExternalLinkage, scalar_name, module_);
+      callee->setDoesNotAccessMemory();
+      callee->setDoesNotThrow();
+      callee->addFnAttr(llvm::Attribute::WillReturn);
     }
-    const std::string abi = "_ZGV_LLVM_N" + std::to_string(lanes) + params_code + "_" +
-                            scalar_name + "(" + vector_name + ")";
-    call->addFnAttr(llvm::Attribute::get(context_, "vector-function-abi-variant", abi));
+    llvm::CallInst* call = builder_.CreateCall(callee, args);
+    call->setDoesNotAccessMemory();
+    return call;
   }
+  const int lanes = single ? 8 : 4;
+  const std::string params_code(args.size(), 'v');
+  const std::string vector_name = "_ZGVdN" + std::to_string(lanes) + params_code + "_" + scalar_name;
+  llvm::Type* vector = llvm::FixedVectorType::get(type, lanes);
+  llvm::Function* variant = module_.getFunction(vector_name);
+  if (variant == nullptr) {
+    std::vector<llvm::Type*> vector_params(args.size(), vector);
+    variant = llvm::Function::Create(llvm::FunctionType::get(vector, vector_params, false),
+                                     llvm::Function::ExternalLinkage, vector_name, module_);
+    variant->setDoesNotAccessMemory();
+    variant->setDoesNotThrow();
+    // Kept until the vectorizer has looked for it (as InjectTLIMappings does).
+    llvm::appendToCompilerUsed(module_, {variant});
+  }
+  // The scalar form computes lane 0 of the vector function (Note [Kernel
+  // math functions]): not inlined, so the vectorizer still sees one call
+  // it can widen to `variant`.
+  const std::string lane_name = "kiln.lane." + scalar_name;
+  llvm::Function* lane = module_.getFunction(lane_name);
+  if (lane == nullptr) {
+    lane = llvm::Function::Create(signature, llvm::Function::InternalLinkage, lane_name, module_);
+    lane->setDoesNotAccessMemory();
+    lane->setDoesNotThrow();
+    lane->addFnAttr(llvm::Attribute::WillReturn);
+    lane->addFnAttr(llvm::Attribute::NoInline);
+    llvm::IRBuilder<> body(llvm::BasicBlock::Create(context_, "entry", lane));
+    std::vector<Value*> vector_args;
+    for (llvm::Argument& arg : lane->args()) {
+      vector_args.push_back(body.CreateInsertElement(llvm::Constant::getNullValue(vector), &arg, uint64_t{0}));
+    }
+    body.CreateRet(body.CreateExtractElement(body.CreateCall(variant, vector_args), uint64_t{0}));
+  }
+  llvm::CallInst* call = builder_.CreateCall(lane, args);
+  call->setDoesNotAccessMemory();
+  const std::string abi =
+      "_ZGV_LLVM_N" + std::to_string(lanes) + params_code + "_" + lane_name + "(" + vector_name + ")";
+  call->addFnAttr(llvm::Attribute::get(context_, "vector-function-abi-variant", abi));
   return call;
 }
 

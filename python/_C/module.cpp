@@ -264,15 +264,15 @@ PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-PyObject* py_set_experimental_cpu_kernels(PyObject*, PyObject* arg) {
+PyObject* py_set_cpu_kernels(PyObject*, PyObject* arg) {
   const int enabled = PyObject_IsTrue(arg);
   if (enabled < 0) return nullptr;
-  kiln::interpreter::set_experimental_cpu_kernels(enabled == 1);
+  kiln::interpreter::set_cpu_kernels(enabled == 1);
   Py_RETURN_NONE;
 }
 
-PyObject* py_get_experimental_cpu_kernels(PyObject*, PyObject*) {
-  return PyBool_FromLong(kiln::interpreter::experimental_cpu_kernels());
+PyObject* py_get_cpu_kernels(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::cpu_kernels());
 }
 
 PyObject* py_cpu_kernels_available(PyObject*, PyObject*) {
@@ -367,9 +367,9 @@ PyMethodDef module_methods[] = {
     {"stats", py_stats, METH_NOARGS, "Returns the counters as a dict."},
     {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "Sets entries allowed per code object."},
     {"get_cache_size_limit", py_get_cache_size_limit, METH_NOARGS, "Returns entries allowed per code object."},
-    {"set_experimental_cpu_kernels", py_set_experimental_cpu_kernels, METH_O, "Turns LLVM kernels for inductor on or off."},
+    {"set_cpu_kernels", py_set_cpu_kernels, METH_O, "Turns LLVM kernels for inductor on or off."},
     {"cpu_kernels_available", py_cpu_kernels_available, METH_NOARGS, "Whether this build can compile CPU kernels."},
-    {"get_experimental_cpu_kernels", py_get_experimental_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
+    {"get_cpu_kernels", py_get_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},
     {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},

@@ -9,17 +9,21 @@ class CompiledFunction(torch.autograd.Function):
     """apply(runner, *inputs) -> tuple of outputs.
 
     runner = (forward, backward, output_has_grad, input_grad_slots, n_outputs,
-    n_saved, grad_deps): forward(*inputs) returns outputs + saved + the
-    results of calls with effects (kept only so that they run);
-    backward(*saved, *grads of the outputs that carry one) returns the
-    gradients of the inputs that get one, input_grad_slots[i] being input i's
-    position among them or -1; grad_deps[slot] lists the output gradients
-    (positions among those passed to backward) that gradient reads.
+    n_saved, grad_deps, make_variant, variants): forward(*inputs) returns
+    outputs + saved + the results of calls with effects (kept only so that
+    they run); backward(*saved, *grads of the outputs that carry one)
+    returns the gradients of the inputs that get one, input_grad_slots[i]
+    being input i's position among them or -1; grad_deps[slot] lists the
+    output gradients (positions among those passed to backward) that
+    gradient reads. When some of those gradients do not arrive (None),
+    make_variant(positions) gives (backward without them, the positions of
+    the gradients it returns), cached in the dict `variants` (Note [Absent
+    gradients] in autograd/absent_grads.cpp).
     """
 
     @staticmethod
     def forward(ctx, runner, *inputs):
-        forward, _, output_has_grad, _, n_outputs, n_saved, _ = runner
+        forward, _, output_has_grad, _, n_outputs, n_saved = runner[:6]
         values = forward(*inputs)
         outputs, saved = values[:n_outputs], values[n_outputs:n_outputs + n_saved]
         ctx.runner = runner
@@ -27,7 +31,6 @@ class CompiledFunction(torch.autograd.Function):
         # Gradients that do not flow back arrive as None, so that an input
         # reached only through them gets None, as eager autograd gives it.
         ctx.set_materialize_grads(False)
-        ctx.metas = [(out.shape, out.dtype, out.device) for out, has in zip(outputs, output_has_grad) if has]
         no_grad = [out for out, has in zip(outputs, output_has_grad) if not has]
         if no_grad:
             ctx.mark_non_differentiable(*no_grad)
@@ -35,16 +38,17 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        _, backward, output_has_grad, input_grad_slots, _, _, grad_deps = ctx.runner
+        _, backward, output_has_grad, input_grad_slots, _, _, grad_deps, make_variant, variants = ctx.runner
         flowing = [g for g, has in zip(grads, output_has_grad) if has]
-        missing = [k for k, g in enumerate(flowing) if g is None]
+        missing = tuple(k for k, g in enumerate(flowing) if g is None)
         if missing:
-            for k in missing:
-                shape, dtype, device = ctx.metas[k]
-                flowing[k] = torch.zeros(shape, dtype=dtype, device=device)
-        input_grads = backward(*ctx.saved_tensors, *flowing)
-        if missing:
-            absent = set(missing)
-            input_grads = [None if deps and absent.issuperset(deps) else g
-                           for g, deps in zip(input_grads, grad_deps)]
+            variant = variants.get(missing)
+            if variant is None:
+                variant = variants[missing] = make_variant(missing)
+            call, present = variant
+            input_grads = [None] * len(grad_deps)
+            for position, g in zip(present, call(*ctx.saved_tensors, *flowing)):
+                input_grads[position] = g
+        else:
+            input_grads = backward(*ctx.saved_tensors, *flowing)
         return (None,) + tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)

@@ -25,11 +25,16 @@ def _check_options(backend, mode, dynamic):
     if mode not in (None, "default"):
         warnings.warn(f"kiln.compile: mode {mode!r} has no effect yet (it needs kiln's own code "
                       "generation)", RuntimeWarning, stacklevel=3)
-    if backend == "inductor" and not _warned_inductor and not config.experimental_cpu_kernels:
-        _warned_inductor = True
-        warnings.warn("kiln: backend 'inductor' runs compiled graphs through the 'eager' backend "
-                      "(replayed through torch) unless kiln.config.experimental_cpu_kernels is on "
-                      "(CPU kernels through LLVM)", RuntimeWarning, stacklevel=3)
+    if backend == "inductor" and not _warned_inductor:
+        why = None
+        if not config.cpu_kernels:
+            why = "kiln.config.cpu_kernels is off"
+        elif not _C.cpu_kernels_available():
+            why = "this build of kiln has no LLVM code generation"
+        if why:
+            _warned_inductor = True
+            warnings.warn(f"kiln: backend 'inductor' runs compiled CPU graphs through the 'eager' "
+                          f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
 
 
 def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):

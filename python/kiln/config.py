@@ -21,18 +21,18 @@ class _Config(_types.ModuleType):
 
 
     @property
-    def experimental_cpu_kernels(self) -> bool:
-        """backend="inductor" decomposes graphs into prims and compiles their
-        pointwise parts to CPU kernels through LLVM (default False: this path
-        is new and still fails kiln's differential fuzzer; see
-        docs/architecture.md)."""
-        return _C.get_experimental_cpu_kernels()
+    def cpu_kernels(self) -> bool:
+        """backend="inductor" decomposes CPU graphs into prims and compiles
+        their pointwise and reduction parts to kernels through LLVM (default
+        True). False makes inductor replay graphs through torch, like the
+        eager backend. Read when a graph is compiled."""
+        return _C.get_cpu_kernels()
 
-    @experimental_cpu_kernels.setter
-    def experimental_cpu_kernels(self, value: bool) -> None:
+    @cpu_kernels.setter
+    def cpu_kernels(self, value: bool) -> None:
         if not isinstance(value, bool):
-            raise TypeError(f"experimental_cpu_kernels must be a bool, got {type(value).__name__}")
-        _C.set_experimental_cpu_kernels(value)
+            raise TypeError(f"cpu_kernels must be a bool, got {type(value).__name__}")
+        _C.set_cpu_kernels(value)
 
 
 _sys.modules[__name__].__class__ = _Config

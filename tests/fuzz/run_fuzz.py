@@ -19,8 +19,8 @@ with its seed. Every failure gets a folder in the report directory with the
 program, its inputs and what went wrong; rerun one with --repro SEED.
 
 KILN_FUZZ_BACKEND picks the backend (default "inductor"), and
-KILN_FUZZ_CPU_KERNELS=1 turns on the inductor backend's CPU kernels
-(kiln.config.experimental_cpu_kernels).
+KILN_FUZZ_CPU_KERNELS=0 turns off the inductor backend's CPU kernels
+(kiln.config.cpu_kernels, on by default).
 
 The last line printed is the summary:
     fuzz: N programs, M traced fully, K fell back, F failures
@@ -417,7 +417,7 @@ def check_program(prog, source=None, verbose=False):
     """Runs one program; returns a result dict (never raises for program errors)."""
     import torch
     import kiln
-    kiln.config.experimental_cpu_kernels = os.environ.get("KILN_FUZZ_CPU_KERNELS", "") == "1"
+    kiln.config.cpu_kernels = os.environ.get("KILN_FUZZ_CPU_KERNELS", "1") != "0"
     res = {"seed": prog.seed, "status": "ok", "features": prog.features}
     fn, ns_e = load_program(prog, source, real_kiln=False)
     fn_c, ns_c = load_program(prog, source)

@@ -35,23 +35,23 @@ STAT_KEYS = (
 )
 
 
-# KILN_TEST_CPU_KERNELS=1 runs the whole corpus with the inductor backend's
-# CPU kernels on (kiln.config.experimental_cpu_kernels), the backend most
-# tests get by default.
-CPU_KERNELS = os.environ.get("KILN_TEST_CPU_KERNELS", "") == "1"
+# The inductor backend, which most tests get by default, compiles CPU
+# kernels (kiln.config.cpu_kernels); KILN_TEST_CPU_KERNELS=0 runs the whole
+# corpus with them off (inductor then replays graphs through torch).
+CPU_KERNELS = os.environ.get("KILN_TEST_CPU_KERNELS", "1") != "0"
 
 
 @pytest.fixture(autouse=True)
 def kiln_clean():
     """Drop all compiled code and counters before each test; restore config after."""
     saved_limit = kiln.config.cache_size_limit
-    saved_kernels = kiln.config.experimental_cpu_kernels
-    kiln.config.experimental_cpu_kernels = CPU_KERNELS or saved_kernels
+    saved_kernels = kiln.config.cpu_kernels
+    kiln.config.cpu_kernels = CPU_KERNELS
     kiln.reset()
     torch.manual_seed(0)
     yield
     kiln.config.cache_size_limit = saved_limit
-    kiln.config.experimental_cpu_kernels = saved_kernels
+    kiln.config.cpu_kernels = saved_kernels
     kiln.reset()
 
 

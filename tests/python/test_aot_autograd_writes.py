@@ -184,3 +184,66 @@ def test_in_place_op_on_the_result_of_an_in_place_extern_stays_in_place():
 
     y = torch.randn(6)
     torch.testing.assert_close(kiln.compile(f, backend="aot_eager")(y), f(y))
+
+
+def test_outputs_whose_gradient_never_arrives_are_skipped_like_eager():
+    # Fuzzer seed 5537: the loss uses one output; the other's backward meets
+    # an infinity (sqrt at 0). Zeros for its gradient would make 0 * inf =
+    # NaN; eager never runs that path (Note [Absent gradients]).
+    def f(x):
+        return x.sin() * 2, (x * 0).sqrt() + x
+
+    for backend in ("aot_eager", "inductor"):
+        compiled = kiln.compile(f, backend=backend)
+        for _ in range(2):  # the second call reuses the cached variant
+            x = torch.randn(5, requires_grad=True)
+            x_ref = x.detach().clone().requires_grad_()
+            (gx,) = torch.autograd.grad(compiled(x)[0].sum(), x)
+            (gref,) = torch.autograd.grad(f(x_ref)[0].sum(), x_ref)
+            torch.testing.assert_close(gx, gref)
+            # Both outputs: the full backward.
+            out = compiled(x)
+            (gx,) = torch.autograd.grad(out[0].sum() + out[1].sum(), x)
+            ref = f(x_ref)
+            (gref,) = torch.autograd.grad(ref[0].sum() + ref[1].sum(), x_ref)
+            torch.testing.assert_close(gx, gref, equal_nan=True)
+
+
+def test_an_input_only_absent_gradients_reach_gets_none():
+    def f(x, y):
+        return x * 3, y.exp() + x
+
+    compiled = kiln.compile(f, backend="aot_eager")
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3, requires_grad=True)
+    gx, gy = torch.autograd.grad(compiled(x, y)[0].sum(), (x, y), allow_unused=True)
+    torch.testing.assert_close(gx, torch.full((3,), 3.0))
+    assert gy is None
+
+
+def test_amin_gradient_spreads_a_nan_like_eager():
+    # Fuzzer seed 6904: std over one element is NaN; torch's amin backward
+    # multiplies by the mask, so every element's gradient is NaN.
+    def f(t):
+        return t.amin(0, True).std(dim=0, keepdim=True)
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    kiln.compile(f, backend="aot_eager")(x).sum().backward()
+    f(x_ref).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True)
+
+
+def test_an_input_reached_only_through_sign_gets_zeros_not_none():
+    # Fuzzer seed 8816: sign's derivative is zeros, so eager gives y a zero
+    # gradient, even when the loss leaves the graph's other output unused.
+    def f(x, y):
+        return torch.sign(y.var(-1)), x * 2 + y
+
+    x = torch.randn(4, 4)
+    y = torch.randn(4, 4, requires_grad=True)
+    for backend in ("aot_eager", "inductor"):
+        kiln.reset()
+        out = kiln.compile(f, backend=backend)(x, y)
+        (g,) = torch.autograd.grad(out[0].sum(), y, allow_unused=True)
+        assert g is not None and torch.equal(g, torch.zeros_like(y)), g

@@ -310,11 +310,16 @@ def test_inductor_says_when_it_replays_eagerly(monkeypatch):
 
     from kiln import compile_api
 
-    for kernels, expected in ((True, 0), (False, 1)):
+    available = kiln._C.cpu_kernels_available()
+    for kernels in (True, False):
         monkeypatch.setattr(compile_api, "_warned_inductor", False)
-        monkeypatch.setattr(kiln.config, "experimental_cpu_kernels", kernels)
+        monkeypatch.setattr(kiln.config, "cpu_kernels", kernels)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             kiln.compile(lambda x: x + 1, backend="inductor")
-        mentions = [w for w in caught if "experimental_cpu_kernels" in str(w.message)]
-        assert len(mentions) == expected, (kernels, [str(w.message) for w in caught])
+        mentions = [str(w.message) for w in caught if "replayed through torch" in str(w.message)]
+        if kernels and available:
+            assert mentions == [], mentions
+        else:
+            assert len(mentions) == 1, [str(w.message) for w in caught]
+            assert ("cpu_kernels is off" if not kernels else "no LLVM") in mentions[0]

@@ -7,8 +7,9 @@ kiln is reported with its seed instead of killing pytest. Any failure
 fullgraph inconsistency) fails the test; the failing programs are written
 under the test's tmp_path and listed in the assertion message.
 
-It runs once per backend configuration: the default backend, aot_eager
-(prims and kiln's autograd), and inductor with its CPU kernels on.
+It runs once per backend configuration: the default backend (inductor,
+with its CPU kernels), aot_eager (prims and kiln's autograd, replayed
+through torch) and eager (graphs replayed through torch as traced).
 
 Environment: KILN_FUZZ_SEEDS=LO:HI to change the range, KILN_FUZZ_EXCLUDE=a,b
 to leave generator features out (see tests/fuzz/README.md).
@@ -28,7 +29,7 @@ SUMMARY = re.compile(r"fuzz: (\d+) programs, (\d+) traced fully, (\d+) fell back
 CONFIGS = {
     "default": {},
     "aot_eager": {"KILN_FUZZ_BACKEND": "aot_eager"},
-    "cpu_kernels": {"KILN_FUZZ_BACKEND": "inductor", "KILN_FUZZ_CPU_KERNELS": "1"},
+    "eager": {"KILN_FUZZ_BACKEND": "eager"},
 }
 
 

@@ -1,4 +1,4 @@
-"""backend="inductor" with kiln.config.experimental_cpu_kernels: graphs are
+"""backend="inductor" with kiln.config.cpu_kernels (the default): graphs are
 decomposed into prims, pointwise groups run as LLVM-compiled CPU kernels
 (extern nodes of the prim graph), the rest through torch; training graphs
 go through kiln's autograd with kernels in both the forward and the
@@ -21,9 +21,10 @@ pytestmark = pytest.mark.skipif(not kiln._C.cpu_kernels_available(),
 
 @pytest.fixture(autouse=True)
 def cpu_kernels():
-    kiln.config.experimental_cpu_kernels = True
+    saved = kiln.config.cpu_kernels
+    kiln.config.cpu_kernels = True
     yield
-    kiln.config.experimental_cpu_kernels = False
+    kiln.config.cpu_kernels = saved
 
 
 def test_gelu_chain_is_one_kernel():
@@ -66,8 +67,8 @@ def test_mlp_inference_and_training_match_eager():
     assert s["autograd_graphs"] == 1 and s["kernels"] >= 2, s
 
 
-def test_off_by_default_inductor_replays_eagerly():
-    kiln.config.experimental_cpu_kernels = False
+def test_kernels_off_inductor_replays_eagerly():
+    kiln.config.cpu_kernels = False
     compiled = kiln.compile(lambda x: x.exp() + 1, backend="inductor")
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), x.exp() + 1)
@@ -183,7 +184,7 @@ def test_large_kernels_run_on_threads_and_match():
         for threads in (1, 2):
             torch.set_num_threads(threads)
             kiln.reset()
-            kiln.config.experimental_cpu_kernels = True
+            kiln.config.cpu_kernels = True
             compiled = kiln.compile(lambda x: (torch.softmax(x, -1), x.sum(0)), backend="inductor")
             with torch.no_grad():
                 results.append(compiled(x))
@@ -377,7 +378,7 @@ def test_reduction_result_broadcast_onto_another_kept_point():
 
 KERNEL_LOG_SCRIPT = """
 import torch, kiln
-kiln.config.experimental_cpu_kernels = True
+kiln.config.cpu_kernels = True
 f = kiln.compile(lambda x: (x * 2).sum(1), backend="inductor")
 print(f(torch.ones(3, 4)).tolist())
 """
@@ -405,3 +406,80 @@ def test_unknown_log_channel_names_every_known_one():
     assert "unknown channels: kernel " in proc.stderr, proc.stderr
     for name in ("dynamic", "prims", "cache", "kernels"):
         assert name in proc.stderr.splitlines()[-1]
+
+
+def test_kernel_outputs_reuse_dead_kernel_buffers():
+    # Kernels separated by matmuls: each kernel's output is dead once the
+    # next matmul has read it, so a later kernel writes into its buffer
+    # (Note [Buffer reuse]). Results stay right across calls, and a
+    # returned tensor that took a buffer is no view of anything.
+    def f(x, w):
+        a = torch.relu(x * 2 + 1)
+        c = torch.sigmoid(a @ w) * 3
+        e = torch.tanh(c @ w) + 1
+        g = (e @ w).exp() - 1
+        return g, e.sum(1)
+
+    compiled = kiln.compile(f, backend="inductor")
+    w = torch.randn(64, 64) / 8
+    kept = []
+    for _ in range(3):
+        x = torch.randn(32, 64)
+        got = compiled(x, w)
+        torch.testing.assert_close(got, f(x, w))
+        kept.append((x, got))
+    assert kiln.stats()["kernel_buffers_reused"] >= 1, kiln.stats()
+    assert all(t._base is None for _, got in kept for t in got)
+    # Results returned earlier were not overwritten by later calls.
+    for x, got in kept:
+        torch.testing.assert_close(got, f(x, w))
+
+
+def test_math_is_the_same_wherever_a_loop_puts_an_element():
+    # An element's exp/erf/pow must not depend on whether the vectorized
+    # body, its remainder or a strided scalar loop computed it: backward
+    # graphs compare recomputed values for equality (fuzzer seed 9873,
+    # amax's gradient lost by a last-bit difference).
+    def f(x):
+        return x.exp() + torch.erf(x) * x.pow(2.5)
+
+    # Static shapes: every size compiles its own kernels (dynamic graphs
+    # run through torch, whose math differs from the kernels' in last bits).
+    compiled = kiln.compile(f, backend="inductor", dynamic=False)
+    for dtype in (torch.float32, torch.float64):
+        base = torch.rand(2 * 21, dtype=dtype) * 4
+        contiguous = base[::2].contiguous()
+        before = kiln.stats()["kernels"]
+        # 21 elements: a vector body and a remainder; the strided view runs
+        # another loop shape; 16 elements, vector bodies only. Element for
+        # element, bit for bit.
+        assert torch.equal(compiled(contiguous), compiled(base[::2]))
+        assert torch.equal(compiled(contiguous[5:]), compiled(contiguous)[5:])
+        assert torch.equal(compiled(contiguous[:3]), compiled(contiguous)[:3])
+        assert kiln.stats()["kernels"] - before >= 4
+
+
+def test_amax_gradient_through_recomputed_math():
+    def f(x, a):
+        return (x + a).exp().amax(dim=0)
+
+    x = torch.randn(4, 4, 3, dtype=torch.float64)
+    a = torch.randn(4, 4, 3, requires_grad=True)
+    a_ref = a.detach().clone().requires_grad_()
+    kiln.compile(f, backend="inductor")(x, a).sum().backward()
+    f(x, a_ref).sum().backward()
+    torch.testing.assert_close(a.grad, a_ref.grad)
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pow_by_torchs_special_exponents_matches_eager_bit_for_bit(exponent, dtype):
+    # Note [Pow by a constant]: products, roots and reciprocals as torch's
+    # CPU kernel computes them, zeros, negative zero and infinity included.
+    x = torch.randn(1003, dtype=dtype) * 3
+    x[:4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")], dtype=dtype)
+    compiled = kiln.compile(lambda t: t.pow(exponent) * 1, backend="inductor")
+    before = kiln.stats()["kernels"]
+    got = compiled(x)
+    assert kiln.stats()["kernels"] > before
+    assert torch.equal(got.nan_to_num(7.0), x.pow(exponent).nan_to_num(7.0))

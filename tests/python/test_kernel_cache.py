@@ -26,7 +26,7 @@ MODEL = textwrap.dedent("""
     import json, sys
     import torch, torch.nn as nn
     import kiln
-    kiln.config.experimental_cpu_kernels = True
+    kiln.config.cpu_kernels = True
     torch.manual_seed(0)
     layers, training = int(sys.argv[1]), sys.argv[2] == "train"
     model = nn.Sequential(*[nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Sigmoid(),
