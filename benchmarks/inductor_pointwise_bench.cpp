@@ -10,6 +10,15 @@
 //   BM_Gelu_KilnRun       the kernel through run_cpu_kernel (allocates its output
 //                         with torch.empty_strided, as eager does)
 //
+// x * y + 1 over two transposed 4096 x 4096 float32 views (x.t(), y.t();
+// the result is transposed too, as TensorIterator lays it out), through
+// the scheduler and lower_group as graphs run (Note [Loop order]):
+//
+//   BM_TransposedMulAdd_TorchEager   torch: two ops, each a pass in memory order
+//   BM_TransposedMulAdd_KilnKernel   the one kernel, output preallocated
+//   BM_TransposedMulAdd_KilnRun      the kernel through run_cpu_kernel (a fresh
+//                                    output per call, as eager)
+//
 // Skipped in builds without LLVM.
 
 #include <Python.h>
@@ -22,7 +31,9 @@
 #include "benchmarks/kernel_bench_support.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_runner.h"
+#include "inductor/lower_group.h"
 #include "inductor/lower_pointwise.h"
+#include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
@@ -132,9 +143,98 @@ void BM_Gelu_KilnRun(benchmark::State& state) {
   set_bytes(state);
 }
 
+// x.t() * y.t() + 1 and its kernel, made once.
+struct TransposedSetup {
+  PyRef x, y, out, eager;
+  inductor::LoweredKernel lowered;
+  inductor::cpu::CpuKernel compiled;
+  bool ok = false;
+
+  TransposedSetup() {
+    x = PyRef::steal(eval("torch.randn(4096, 4096).t()"));
+    y = PyRef::steal(eval("torch.randn(4096, 4096).t()"));
+    eager = PyRef::steal(Py_CompileString("_tx * _ty + 1", "<bench>", Py_eval_input));
+    if (!x || !y || !eager) return;
+    PyDict_SetItemString(namespace_dict(), "_tx", x.get());
+    PyDict_SetItemString(namespace_dict(), "_ty", y.get());
+    out = PyRef::steal(PyEval_EvalCode(eager.get(), namespace_dict(), namespace_dict()));
+    if (!out) return;
+    prims::PrimGraph graph;
+    prims::PrimBuilder b(graph);
+    graph::TensorMeta xm, ym;
+    runtime::read_tensor_meta(x.get(), &xm);
+    runtime::read_tensor_meta(y.get(), &ym);
+    const int xv = graph.add_input(xm), yv = graph.add_input(ym);
+    auto v = PrimArg::of_value;
+    graph.set_outputs({b.binary(Prim::Add, v(b.binary(Prim::Mul, v(xv), v(yv))),
+                                PrimArg::of_scalar(prims::Scalar::of_float(1.0)))});
+    const auto groups = inductor::schedule_kernels(graph);
+    if (groups.size() != 1) return;
+    lowered = inductor::lower_group(graph, groups[0]);
+    compiled = inductor::cpu::compile_cpu_kernel(lowered.kernel);
+    graph::TensorMeta om;
+    runtime::read_tensor_meta(out.get(), &om);
+    ok = lowered.inputs == std::vector<int>{xv, yv} && lowered.kernel.outputs[0].tensor_strides == om.strides;
+  }
+};
+
+TransposedSetup* transposed_setup(benchmark::State& state) {
+  if (!inductor::cpu::cpu_codegen_available()) {
+    state.SkipWithError("kiln was built without LLVM (KILN_WITH_LLVM=OFF)");
+    return nullptr;
+  }
+  static TransposedSetup* made = new TransposedSetup();  // kept: 192 MiB reused by every run
+  if (!made->ok) {
+    PyErr_Clear();
+    state.SkipWithError("setting up the transposed benchmark failed");
+    return nullptr;
+  }
+  return set_threads(state) ? made : nullptr;
+}
+
+void BM_TransposedMulAdd_TorchEager(benchmark::State& state) {
+  TransposedSetup* s = transposed_setup(state);
+  if (s == nullptr) return;
+  for (auto _ : state) {
+    PyObject* result = PyEval_EvalCode(s->eager.get(), namespace_dict(), namespace_dict());
+    if (result == nullptr) {
+      PyErr_Print();
+      state.SkipWithError("torch raised");
+      return;
+    }
+    Py_DECREF(result);
+  }
+  set_bytes(state);
+}
+
+void BM_TransposedMulAdd_KilnKernel(benchmark::State& state) {
+  TransposedSetup* s = transposed_setup(state);
+  if (s == nullptr) return;
+  const int threads = static_cast<int>(state.range(0));
+  char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->y.get()),
+                  runtime::tensor_data(s->out.get())};
+  for (auto _ : state) {
+    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state);
+}
+
+void BM_TransposedMulAdd_KilnRun(benchmark::State& state) {
+  TransposedSetup* s = transposed_setup(state);
+  if (s == nullptr) return;
+  PyObject* inputs[] = {s->x.get(), s->y.get()};
+  if (!time_kernel_runs(state, s->compiled, s->lowered.kernel, inputs)) return;
+  set_bytes(state);
+}
+
 BENCHMARK(BM_Gelu_TorchEager)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gelu_KilnKernel)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gelu_KilnRun)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK(BM_TransposedMulAdd_TorchEager)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TransposedMulAdd_KilnKernel)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TransposedMulAdd_KilnRun)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kiln::bench

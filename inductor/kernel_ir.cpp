@@ -162,6 +162,10 @@ std::string verify_expr(const Kernel& k, int id) {
       if (operand_dtype(1) != operand_dtype(2) || e.dtype != operand_dtype(1))
         return why.str() + "branches and result must share a dtype";
       return "";
+    case ExprKind::Index:
+      if (e.strides.size() != k.sizes.size()) return why.str() + "strides rank differs";
+      if (e.dtype != DType::Int64) return why.str() + "is i64";
+      return "";
     case ExprKind::Reduce:
       if (e.op < 0 || e.op >= kReduceCount) return why.str() + "unknown op";
       if (k.reduced.empty()) return why.str() + "a reduction in a kernel without reduced dims";
@@ -250,6 +254,14 @@ int Kernel::reduce(ReduceOp op, int operand) {
   return add(std::move(e));
 }
 
+int Kernel::index(std::vector<int64_t> strides) {
+  Expr e;
+  e.kind = ExprKind::Index;
+  e.dtype = DType::Int64;
+  e.strides = std::move(strides);
+  return add(std::move(e));
+}
+
 int Kernel::add_input(KernelInput input) {
   inputs.push_back(std::move(input));
   return static_cast<int>(inputs.size()) - 1;
@@ -329,9 +341,10 @@ std::vector<bool> expr_varies(const Kernel& k) {
   for (size_t id = 0; id < k.exprs.size(); ++id) {
     const Expr& e = k.exprs[id];
     if (e.kind == ExprKind::Reduce) continue;
-    if (e.kind == ExprKind::Load) {
+    if (e.kind == ExprKind::Load || e.kind == ExprKind::Index) {
+      const std::vector<int64_t>& strides = e.kind == ExprKind::Load ? k.inputs[e.input].strides : e.strides;
       for (int d : k.reduced) {
-        if (k.inputs[e.input].strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
+        if (strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
       }
       continue;
     }
@@ -364,6 +377,9 @@ void coalesce_dims(Kernel& k) {
   std::vector<std::vector<int64_t>*> strides;
   for (KernelInput& in : k.inputs) strides.push_back(&in.strides);
   for (KernelOutput& out : k.outputs) strides.push_back(&out.strides);
+  for (Expr& e : k.exprs) {
+    if (e.kind == ExprKind::Index) strides.push_back(&e.strides);
+  }
   // Size-1 dims index nothing: drop them (one reduced dim stays, so a
   // reduction keeps its phases).
   for (int d = static_cast<int>(k.sizes.size()) - 1; d >= 0; --d) {
@@ -428,6 +444,7 @@ std::string format_kernel(const Kernel& k) {
       case ExprKind::Load: out << "load in" << e.input; break;
       case ExprKind::Constant: out << "const " << format_constant(e); break;
       case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
+      case ExprKind::Index: out << "index strides=" << format_strides(e.strides); break;
       case ExprKind::Reduce: out << "reduce_" << reduce_op_name(static_cast<ReduceOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Unary: out << unary_op_name(static_cast<UnaryOp>(e.op)) << "(%" << e.operands[0] << ")"; break;
       case ExprKind::Binary:

@@ -25,6 +25,7 @@ using graph::DType;
   X(Binary, "binary", 2)          \
   X(Compare, "cmp", 2)            \
   X(Select, "select", 3)           \
+  X(Index, "index", 0)            \
   X(Reduce, "reduce", 1)
 
 // Unary operators: X(enum name, text name, floating only)
@@ -125,7 +126,11 @@ enum class ReduceOp : int8_t {
 // Unary, Binary and Compare apply `op` in their operands' dtype (Compare
 // yields bool); Select(cond, a, b) picks a where the bool cond holds.
 // Float16/BFloat16 are storage types only: loads of them are cast to
-// float32 before any arithmetic, and stores cast back.
+// float32 before any arithmetic, and stores cast back. Index is the int64
+// sum over dims of the point's index times `strides` (one per dim,
+// permuted and merged with the dims like an input's): argmax's flat
+// position in the reduced dims of its input's own dim order (Note
+// [Reduction lowering]).
 // Reduce(x) applies ReduceOp `op` (in its dtype, x's) to x over every point
 // that shares the current point's kept (unreduced) dims: its value is
 // constant along the reduced dims (Note [Reduction kernels]).
@@ -137,6 +142,7 @@ struct Expr {
   double constant = 0;           // Constant of a floating dtype
   int64_t integer = 0;           // Constant of an integer or bool dtype
   std::vector<int> operands;     // expression ids
+  std::vector<int64_t> strides;  // Index: per dim of the iteration space
 };
 
 // A tensor the kernel reads: element (i0, ..., in) lives at
@@ -175,7 +181,8 @@ struct KernelOutput {
 // "tile" dim, which makes an outer reduction (e.g. a sum over dim 0 of a
 // row-major matrix) accumulate many columns at once with unit-stride loads.
 // Every kept dim is parallel; the code generator splits the first one
-// (parallel_dim) across threads.
+// (parallel_dim) across threads, or, for a kernel with few kept points,
+// the outermost reduced dim (Note [Split reductions] in reduction_split.cpp).
 struct Kernel {
   std::string name = "kernel";
   std::vector<int64_t> sizes;  // the iteration space
@@ -195,6 +202,7 @@ struct Kernel {
   int compare(CompareOp op, int a, int b);
   int select(int cond, int a, int b);
   int reduce(ReduceOp op, int operand);
+  int index(std::vector<int64_t> strides);
   // Adds an input; returns its index.
   int add_input(KernelInput input);
   // Adds an output writing expression `value`; returns its index.

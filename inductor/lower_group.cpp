@@ -19,10 +19,44 @@ using prims::PrimNode;
 // 0 of a row-major matrix) that dim becomes the tile dim, innermost, so
 // many results accumulate at once along unit-stride rows (Note [Reduction
 // kernels]); otherwise the reduced dims are innermost and each kept point
-// reduces a contiguous row. Pointwise kernels keep the result's dim order.
+// reduces a contiguous row. A pointwise kernel's dims follow its first
+// output's strides, largest outside (stable, so ties keep the result's
+// order): a transposed or channels-last result (whose layout TensorIterator
+// takes from the inputs) is written, and mostly read, in memory order, and
+// coalesce_dims then merges what became contiguous into one long dim.
+
+// Reorders k's dims: new dim i is old dim order[i] (sizes, strides of the
+// inputs, outputs and Index expressions; not the reduced list).
+void permute_dims(Kernel& k, const std::vector<int>& order) {
+  auto permute = [&](std::vector<int64_t>& values) {
+    std::vector<int64_t> old = values;
+    for (size_t i = 0; i < order.size(); ++i) values[i] = old[order[i]];
+  };
+  permute(k.sizes);
+  for (KernelInput& in : k.inputs) permute(in.strides);
+  for (KernelOutput& out : k.outputs) permute(out.strides);
+  for (Expr& e : k.exprs) {
+    if (e.kind == ExprKind::Index) permute(e.strides);
+  }
+}
+
+void choose_pointwise_order(Kernel& k) {
+  if (k.outputs.empty()) return;
+  const std::vector<int64_t>& strides = k.outputs[0].strides;
+  std::vector<int> order(k.sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto magnitude = [&](int d) { return strides[d] < 0 ? -strides[d] : strides[d]; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return magnitude(a) > magnitude(b); });
+  permute_dims(k, order);
+}
+
 void choose_loop_order(Kernel& k) {
   const int rank = static_cast<int>(k.sizes.size());
-  if (k.reduced.empty() || k.inputs.empty()) return;
+  if (k.reduced.empty()) {
+    choose_pointwise_order(k);
+    return;
+  }
+  if (k.inputs.empty()) return;
   int reference = 0, best = -1;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     int count = 0;
@@ -55,13 +89,7 @@ void choose_loop_order(Kernel& k) {
     order.push_back(d);
   }
   if (tile >= 0) order.push_back(tile);
-  auto permute = [&](std::vector<int64_t>& values) {
-    std::vector<int64_t> old = values;
-    for (int i = 0; i < rank; ++i) values[i] = old[order[i]];
-  };
-  permute(k.sizes);
-  for (KernelInput& in : k.inputs) permute(in.strides);
-  for (KernelOutput& out : k.outputs) permute(out.strides);
+  permute_dims(k, order);
   k.reduced = new_reduced;
 }
 

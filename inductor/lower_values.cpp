@@ -109,11 +109,15 @@ bool is_kernel_reduction(const PrimGraph& graph, const PrimNode& node) {
     case Prim::Prod:
     case Prim::Amax:
     case Prim::Amin:
+    case Prim::Argmax:
+    case Prim::Argmin:
     case Prim::VarMean: break;
     default: return false;
   }
   if (node.args.size() != 1 || !node.args[0].is_value()) return false;
-  if (!kernel_dtype(graph.value(node.args[0].value).meta.dtype)) return false;
+  const DType in = graph.value(node.args[0].value).meta.dtype;
+  if (!kernel_dtype(in)) return false;
+  if ((node.prim == Prim::Argmax || node.prim == Prim::Argmin) && in == DType::Bool) return false;
   for (int out : node.outputs) {
     if (!kernel_dtype(graph.value(out).meta.dtype)) return false;
   }
@@ -308,7 +312,16 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
 // integer inputs, as torch), amax/amin in the input's; var_mean is two
 // reductions: mean = sum(x) / n, then var = sum((x - mean)^2) / max(n -
 // correction, 0), the two-pass form (torch uses Welford's; both are exact
-// to rounding, two passes is the more accurate).
+// to rounding, two passes is the more accurate). argmax/argmin are two
+// reductions as well, both of which vectorize and split: m = max(x) (NaN
+// when x holds one), then the smallest Index where x == m (where x is NaN
+// when m is; elsewhere the count of reduced points, past every index),
+// over an Index counting the reduced dims row-major in the
+// input's own dim order (torch's flat index over all dims, or the index
+// along the one dim), so the loop order is free. The smallest index is
+// torch's first occurrence and its first NaN; a 0-dim input's index is 0.
+// (One pass carrying a value and an index does not vectorize: 4x slower
+// than torch over 16M floats.)
 int ValueLowering::emit_reduction(int value, const IndexMap& map) {
   const PrimNode& node = graph_.node(graph_.value(value).node);
   const int input = node.args[0].value;
@@ -350,6 +363,26 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     reductions_[node.outputs[0]] = var;
     reductions_[node.outputs[1]] = mean;
     return reductions_.at(value);
+  }
+  if (node.prim == Prim::Argmax || node.prim == Prim::Argmin) {
+    const DType dtype = compute_dtype(in.dtype);
+    const int x = cast_to(emit(input, identity), dtype);
+    if (k.reduced.empty()) return reductions_[value] = k.constant(DType::Int64, 0);
+    std::vector<int64_t> strides(rank, 0);
+    int64_t step = 1;
+    for (auto d = dims.rbegin(); d != dims.rend(); ++d) {
+      strides[*d] = step;
+      step *= in.sizes[*d];
+    }
+    const int extreme = k.reduce(node.prim == Prim::Argmax ? ReduceOp::Max : ReduceOp::Min, x);
+    int match = k.compare(CompareOp::Eq, x, extreme);
+    if (dtype == DType::Float32 || dtype == DType::Float64) {
+      const int both_nan = k.binary(BinaryOp::LogicalAnd, k.unary(UnaryOp::IsNan, x), k.unary(UnaryOp::IsNan, extreme));
+      match = k.binary(BinaryOp::LogicalOr, match, both_nan);
+    }
+    const int none = k.constant(DType::Int64, static_cast<double>(step));  // past every index
+    const int candidate = k.select(match, k.index(std::move(strides)), none);
+    return reductions_[value] = k.reduce(ReduceOp::Min, candidate);
   }
   ReduceOp op = ReduceOp::Sum;
   switch (node.prim) {

@@ -1,5 +1,5 @@
 // Decompositions of reductions: sum, mean, amax/amin, max/min (with and
-// without a dim), var, std, var_mean.
+// without a dim), argmax/argmin, var, std, var_mean.
 #include <cmath>
 
 #include "prims/decompositions.h"
@@ -34,6 +34,13 @@ std::vector<int> extreme(DecomposeCall& c, Prim elementwise, Prim reduce, Prim a
   return {c.b.reduce(reduce, x, {dim}, keepdim), c.b.reduce(arg, x, {dim}, keepdim)};
 }
 
+// argmax/argmin over one dim, or over the flattened tensor when dim is None.
+std::vector<int> arg_extreme(DecomposeCall& c, Prim arg) {
+  const int x = c.tensor("input");
+  const std::vector<int64_t> dims = c.given("dim") ? std::vector<int64_t>{c.integer("dim")} : std::vector<int64_t>{};
+  return {c.b.reduce(arg, x, dims, c.flag("keepdim"))};
+}
+
 }  // namespace
 
 std::vector<int> decompose_Sum(DecomposeCall& c) {
@@ -57,6 +64,9 @@ std::vector<int> decompose_Amin(DecomposeCall& c) {
 
 std::vector<int> decompose_Max(DecomposeCall& c) { return extreme(c, Prim::Maximum, Prim::Amax, Prim::Argmax); }
 std::vector<int> decompose_Min(DecomposeCall& c) { return extreme(c, Prim::Minimum, Prim::Amin, Prim::Argmin); }
+
+std::vector<int> decompose_Argmax(DecomposeCall& c) { return arg_extreme(c, Prim::Argmax); }
+std::vector<int> decompose_Argmin(DecomposeCall& c) { return arg_extreme(c, Prim::Argmin); }
 
 std::vector<int> decompose_Var(DecomposeCall& c) { return {var_mean_of(c).first}; }
 

@@ -111,6 +111,8 @@ namespace kiln::stdlib {
   X(Amax, "torch.amax(input, dim=(), keepdim=False)", "Tensor.amax(input, dim=(), keepdim=False)") \
   X(Amin, "torch.amin(input, dim=(), keepdim=False)", "Tensor.amin(input, dim=(), keepdim=False)") \
   X(Max, "torch.max(input, dim=None, keepdim=False)", "Tensor.max(input, dim=None, keepdim=False)") \
+  X(Argmax, "torch.argmax(input, dim=None, keepdim=False)", "Tensor.argmax(input, dim=None, keepdim=False)") \
+  X(Argmin, "torch.argmin(input, dim=None, keepdim=False)", "Tensor.argmin(input, dim=None, keepdim=False)") \
   X(Min, "torch.min(input, dim=None, keepdim=False)", "Tensor.min(input, dim=None, keepdim=False)") \
   X(Var, "torch.var(input, dim=None, unbiased=None, keepdim=False, *, correction=None)",           \
     "Tensor.var(input, dim=None, unbiased=None, keepdim=False, *, correction=None)")               \

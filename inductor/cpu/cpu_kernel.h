@@ -24,6 +24,11 @@ namespace kiln::inductor::cpu {
 // at once on several threads (run_cpu_kernel splits large kernels so, Note
 // [Kernel threads]). A kernel without a parallel dim (every dim reduced)
 // computes everything in the call with begin == 0 and nothing otherwise.
+// A split reduction (split_reduction(kernel).chunks > 0, Note [Split
+// reductions]) instead takes one more data pointer after the outputs, its
+// int64 workspace (split_workspace_words words), whose word 0 names the
+// step a call runs; [begin, end) are chunk indices; the runner calls the
+// steps in order, each finished before the next.
 // Kernels keep no state; their scratch (row stash, tile accumulators) is
 // on the calling thread's stack, at most ~600 KiB. Outputs must not overlap
 // inputs or each other.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "inductor/cpu/thread_pool.h"
+#include "inductor/reduction_split.h"
 
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
@@ -91,6 +92,27 @@ int64_t output_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_
   return extent * item_size(dtype);
 }
 
+// Runs a split kernel's steps (Note [Split reductions]): partial steps and
+// the store step (when outputs vary along the reduced dims) over the
+// chunks on the pool, combine steps on this thread.
+void call_split_kernel(const CpuKernel& compiled, const Kernel& kernel, const ReductionSplit& split,
+                       char* const* data, int threads) {
+  std::vector<int64_t> workspace(static_cast<size_t>(split_workspace_words(split)), 0);
+  const size_t operands = kernel.inputs.size() + kernel.outputs.size();
+  std::vector<char*> bound(data, data + operands);
+  bound.push_back(reinterpret_cast<char*>(workspace.data()));
+  const int chunks = static_cast<int>(split.chunks);
+  for (int64_t step = 0; step < split_steps(split); ++step) {
+    workspace[0] = step;  // read by every call of this step; written between steps only
+    const bool store = step == split_steps(split) - 1;
+    if (step % 2 == 1 || (store && !split.store_pass)) {
+      compiled.fn(bound.data(), kernel.sizes.data(), 0, 1);
+    } else {
+      parallel_run(chunks, threads, [&](int chunk) { compiled.fn(bound.data(), kernel.sizes.data(), chunk, chunk + 1); });
+    }
+  }
+}
+
 }  // namespace
 
 void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads) {
@@ -101,6 +123,11 @@ void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* cons
   for (int d = 0; d < static_cast<int>(kernel.sizes.size()); ++d) {
     if (kernel.sizes[d] == 0 && !is_reduced(kernel, d)) return;
     numel *= kernel.sizes[d];
+  }
+  const ReductionSplit split = split_reduction(kernel);
+  if (split.chunks > 0) {
+    call_split_kernel(compiled, kernel, split, data, threads);
+    return;
   }
   const int dim = parallel_dim(kernel);
   const int64_t extent = dim < 0 ? 1 : kernel.sizes[dim];

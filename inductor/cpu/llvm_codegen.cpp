@@ -22,6 +22,7 @@
 
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/llvm_module.h"
+#include "inductor/reduction_split.h"
 #include "prims/type_promotion.h"
 
 namespace kiln::inductor::cpu {
@@ -103,10 +104,26 @@ class Codegen {
   std::vector<Value*> emit_for(Value* lo, Value* hi, std::vector<Value*> accs,
                                const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body);
   void emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& body);
-  // The loops over kept dims d.. before the reduced ones.
-  void emit_kept(size_t d, const std::vector<Value*>& offsets);
+  // The loops over kept dims d.. before the reduced ones; `kept` is the
+  // kept point's index so far (row-major over the kept dims).
+  void emit_kept(size_t d, const std::vector<Value*>& offsets, Value* kept);
   // Per kept point: the phases over the reduced dims, then the outputs.
   void emit_row(const std::vector<Value*>& offsets);
+  // One phase's reductions over the reduced dims into reduced_.
+  void reduce_phase(int phase, const std::vector<Value*>& offsets);
+  // Stores the outputs constant along the reduced dims (`once`) and those
+  // varying along them (`full`, in a last pass) at a kept point.
+  void store_row_outputs(const std::vector<Value*>& offsets, bool once, bool full);
+  // Split kernels (Note [Split reductions]): the function body, one step
+  // of a kept point in the current chunk, and a combine step.
+  void emit_split();
+  void emit_split_row(const std::vector<Value*>& offsets);
+  void emit_combine(int phase);
+  Value* slot_pointer(Value* word);
+  void store_slot(Value* word, Value* value, DType dtype);
+  Value* load_slot(Value* word, DType dtype);
+  Value* final_word(Value* kept, int64_t slot);
+  Value* partial_word(Value* kept, int64_t slot);  // of the current chunk
   void emit_tile(const std::vector<Value*>& offsets);
   // Nested loops over the reduced dims from `level` with accumulators;
   // body(offsets, row index, accs) -> accs.
@@ -115,13 +132,18 @@ class Codegen {
                                         std::vector<Value*> accs, const NestBody& body);
   Value* reduce_init(ReduceOp op, DType dtype);
   Value* combine(ReduceOp op, DType dtype, Value* acc, Value* x, bool in_register);
+  // Zero offsets for every operand (inputs, outputs, Index expressions).
+  std::vector<Value*> origin();
   void plan_stash();
   std::pair<Value*, Value*> dim_range(size_t d);
 
+  // Operands are the inputs, the outputs, then each Index expression
+  // (whose "offset" is its value; it has no pointer).
   int64_t operand_stride(size_t operand, size_t d) const {
-    return operand < kernel_.inputs.size()
-               ? kernel_.inputs[operand].strides[d]
-               : kernel_.outputs[operand - kernel_.inputs.size()].strides[d];
+    const size_t inputs = kernel_.inputs.size(), outputs = kernel_.outputs.size();
+    if (operand < inputs) return kernel_.inputs[operand].strides[d];
+    if (operand < inputs + outputs) return kernel_.outputs[operand - inputs].strides[d];
+    return kernel_.exprs[index_exprs_[operand - inputs - outputs]].strides[d];
   }
   DType operand_dtype(size_t operand) const {
     return operand < kernel_.inputs.size() ? kernel_.inputs[operand].dtype
@@ -145,6 +167,15 @@ class Codegen {
   std::vector<Value*> stash_;           // per expression: its row buffer, or null
   std::vector<int> stash_phase_;        // per expression: the phase that wrote it, or 0
   std::vector<Value*> lanes_;           // per expression: a Reduce's tile accumulators
+  std::vector<int> index_exprs_;        // the Index expressions, as operands after the outputs
+  std::vector<int> index_operand_;      // per expression: its operand, or -1
+  ReductionSplit split_;                // chunks == 0 unless split
+  Value* workspace_ = nullptr;          // split: the workspace's words
+  Value* chunk_ = nullptr;              // split: the chunk being computed
+  Value* chunk_begin_ = nullptr;        // split: its range of split_.dim
+  Value* chunk_end_ = nullptr;
+  Value* kept_point_ = nullptr;         // the kept point's index (emit_kept)
+  int split_phase_ = 0;                 // split: the partial step's phase, or 0 for the store step
 };
 
 // The lanes a tile-mode kernel accumulates at once (Note [Reduction kernels]).
@@ -400,6 +431,7 @@ Value* Codegen::compute(int id, Point& point) {
       Value* a = operand(1);
       return builder_.CreateSelect(c, a, operand(2));
     }
+    case ExprKind::Index: return point.pointers[index_operand_[id]];
     case ExprKind::Reduce: break;
   }
   throw CodegenError("a reduction evaluated before its phase");
@@ -418,7 +450,7 @@ void Codegen::plan_stash() {
   const size_t count = kernel_.exprs.size();
   stash_.assign(count, nullptr);
   stash_phase_.assign(count, 0);
-  if (kernel_.reduced.empty() || tile_dim(kernel_) >= 0) return;
+  if (kernel_.reduced.empty() || tile_dim(kernel_) >= 0 || split_.chunks > 0) return;
   // Which phases need each expression without any stash (phase p: the
   // operands of stage-p reductions; phases_ + 1: outputs varying along rows).
   std::vector<std::vector<bool>> needed(count, std::vector<bool>(phases_ + 2, false));
@@ -429,7 +461,8 @@ void Codegen::plan_stash() {
     for (int operand : kernel_.exprs[id].operands) need(operand, phase);
   };
   for (size_t id = 0; id < count; ++id) {
-    if (kernel_.exprs[id].kind == ExprKind::Reduce) need(kernel_.exprs[id].operands[0], stage_[id]);
+    if (kernel_.exprs[id].kind != ExprKind::Reduce) continue;
+    for (int operand : kernel_.exprs[id].operands) need(operand, stage_[id]);
   }
   for (const KernelOutput& out : kernel_.outputs) {
     if (varies_[out.value]) need(out.value, phases_ + 1);
@@ -441,7 +474,9 @@ void Codegen::plan_stash() {
                           builder_.GetInsertBlock()->getParent()->getEntryBlock().begin());
   for (size_t id = 0; id < count; ++id) {
     const Expr& e = kernel_.exprs[id];
-    if (!varies_[id] || e.kind == ExprKind::Load || e.kind == ExprKind::Constant || e.dtype == DType::Bool) continue;
+    if (!varies_[id] || e.kind == ExprKind::Load || e.kind == ExprKind::Constant || e.kind == ExprKind::Index ||
+        e.dtype == DType::Bool)
+      continue;
     if (e.kind == ExprKind::Cast && kernel_.exprs[e.operands[0]].kind == ExprKind::Load) continue;
     int phases = 0;
     for (bool n : needed[id]) phases += n ? 1 : 0;
@@ -491,11 +526,17 @@ void Codegen::store_output(size_t i, Value* value, Value* pointer) {
 }
 
 std::vector<Value*> Codegen::pointers_at(const std::vector<Value*>& offsets) {
-  std::vector<Value*> pointers(bases_.size());
-  for (size_t k = 0; k < bases_.size(); ++k) {
-    pointers[k] = builder_.CreateInBoundsGEP(storage_type(operand_dtype(k)), bases_[k], offsets[k]);
+  std::vector<Value*> pointers(offsets.size());
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    pointers[k] = k < bases_.size()
+                      ? builder_.CreateInBoundsGEP(storage_type(operand_dtype(k)), bases_[k], offsets[k])
+                      : offsets[k];  // an Index expression's value
   }
   return pointers;
+}
+
+std::vector<Value*> Codegen::origin() {
+  return std::vector<Value*>(bases_.size() + index_exprs_.size(), builder_.getInt64(0));
 }
 
 std::vector<Value*> Codegen::advance(const std::vector<Value*>& offsets, size_t d, Value* i) {
@@ -553,6 +594,10 @@ void Codegen::emit_for(Value* lo, Value* hi, const std::function<void(Value*)>& 
 }
 
 std::pair<Value*, Value*> Codegen::dim_range(size_t d) {
+  if (split_.chunks > 0) {
+    if (static_cast<int>(d) == split_.dim) return {chunk_begin_, chunk_end_};
+    return {builder_.getInt64(0), sizes_[d]};
+  }
   if (static_cast<int>(d) == parallel_dim(kernel_)) return {begin_, end_};
   return {builder_.getInt64(0), sizes_[d]};
 }
@@ -639,7 +684,8 @@ std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<V
                                                std::vector<Value*> accs, const NestBody& body) {
   if (level == kernel_.reduced.size()) return body(offsets, row, accs);
   const size_t d = static_cast<size_t>(kernel_.reduced[level]);
-  return emit_for(builder_.getInt64(0), sizes_[d], std::move(accs),
+  auto [lo, hi] = dim_range(d);
+  return emit_for(lo, hi, std::move(accs),
                   [&](Value* i, const std::vector<Value*>& current) {
                     Value* inner_row = builder_.CreateAdd(
                         builder_.CreateMul(row, builder_.getInt64(kernel_.sizes[d]), "", true, true), i, "", true, true);
@@ -647,76 +693,215 @@ std::vector<Value*> Codegen::emit_reduced_nest(size_t level, const std::vector<V
                   });
 }
 
-void Codegen::emit_row(const std::vector<Value*>& offsets) {
+void Codegen::reduce_phase(int phase, const std::vector<Value*>& offsets) {
   const size_t count = kernel_.exprs.size();
-  reduced_.assign(count, nullptr);
-  std::fill(stash_phase_.begin(), stash_phase_.end(), 0);
-  for (int phase = 1; phase <= phases_; ++phase) {
-    std::vector<int> reductions;
-    std::vector<Value*> init;
-    for (size_t id = 0; id < count; ++id) {
-      const Expr& e = kernel_.exprs[id];
-      if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
-      reductions.push_back(static_cast<int>(id));
-      init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
-      const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
-                                                        static_cast<ReduceOp>(e.op) == ReduceOp::Min);
-      init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
-    }
-    std::vector<Value*> carried;
-    for (Value* v : init) {
-      if (v != nullptr) carried.push_back(v);
-    }
-    std::vector<Value*> finals = emit_reduced_nest(
-        0, offsets, builder_.getInt64(0), carried,
-        [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>& accs) {
-          Point point{pointers_at(point_offsets), phase, row, nullptr, std::vector<Value*>(count, nullptr)};
-          std::vector<Value*> next;
-          size_t slot = 0;
-          for (size_t r = 0; r < reductions.size(); ++r) {
-            const Expr& e = kernel_.exprs[reductions[r]];
-            Value* x = eval(e.operands[0], point);
-            next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
-            if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
-          }
-          return next;
-        });
-    size_t slot = 0;
-    for (size_t r = 0; r < reductions.size(); ++r) {
-      Value* value = finals[slot++];
-      if (init[2 * r + 1] != nullptr) {
-        Value* nan = llvm::ConstantFP::getNaN(value->getType());
-        value = builder_.CreateSelect(finals[slot++], nan, value);
-      }
-      reduced_[reductions[r]] = value;
-    }
+  std::vector<int> reductions;
+  std::vector<Value*> init;
+  for (size_t id = 0; id < count; ++id) {
+    const Expr& e = kernel_.exprs[id];
+    if (e.kind != ExprKind::Reduce || stage_[id] != phase) continue;
+    reductions.push_back(static_cast<int>(id));
+    init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+    const bool float_extreme = is_float(e.dtype) && (static_cast<ReduceOp>(e.op) == ReduceOp::Max ||
+                                                      static_cast<ReduceOp>(e.op) == ReduceOp::Min);
+    init.push_back(float_extreme ? builder_.getFalse() : nullptr);  // the NaN flag
   }
+  std::vector<Value*> carried;
+  for (Value* v : init) {
+    if (v != nullptr) carried.push_back(v);
+  }
+  std::vector<Value*> finals = emit_reduced_nest(
+      0, offsets, builder_.getInt64(0), carried,
+      [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>& accs) {
+        Point point{pointers_at(point_offsets), phase, row, nullptr, std::vector<Value*>(count, nullptr)};
+        std::vector<Value*> next;
+        size_t slot = 0;
+        for (size_t r = 0; r < reductions.size(); ++r) {
+          const Expr& e = kernel_.exprs[reductions[r]];
+          Value* x = eval(e.operands[0], point);
+          next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[slot++], x, true));
+          if (init[2 * r + 1] != nullptr) next.push_back(builder_.CreateOr(accs[slot++], builder_.CreateFCmpUNO(x, x)));
+        }
+        return next;
+      });
+  size_t slot = 0;
+  for (size_t r = 0; r < reductions.size(); ++r) {
+    Value* value = finals[slot++];
+    if (init[2 * r + 1] != nullptr) {
+      Value* nan = llvm::ConstantFP::getNaN(value->getType());
+      value = builder_.CreateSelect(finals[slot++], nan, value);
+    }
+    reduced_[reductions[r]] = value;
+  }
+}
+
+void Codegen::store_row_outputs(const std::vector<Value*>& offsets, bool once, bool full) {
+  const size_t count = kernel_.exprs.size();
+  auto varies = [&](const KernelOutput& out) {
+    bool v = varies_[out.value];
+    for (int d : kernel_.reduced) v = v || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
+    return v;
+  };
   // Outputs constant along the reduced dims: once, at the row's start.
   bool any_full = false;
-  Point once{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(count, nullptr)};
+  Point at_start{pointers_at(offsets), 0, nullptr, nullptr, std::vector<Value*>(count, nullptr)};
   for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
-    const KernelOutput& out = kernel_.outputs[i];
-    bool full = varies_[out.value];
-    for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
-    if (full) {
+    if (varies(kernel_.outputs[i])) {
       any_full = true;
-      continue;
+    } else if (once) {
+      store_output(i, eval(kernel_.outputs[i].value, at_start), at_start.pointers[kernel_.inputs.size() + i]);
     }
-    store_output(i, eval(out.value, once), once.pointers[kernel_.inputs.size() + i]);
   }
-  if (!any_full) return;
+  if (!any_full || !full) return;
   emit_reduced_nest(0, offsets, builder_.getInt64(0), {},
                     [&](const std::vector<Value*>& point_offsets, Value* row, const std::vector<Value*>&) {
                       Point point{pointers_at(point_offsets), phases_ + 1, row, nullptr,
                                   std::vector<Value*>(count, nullptr)};
                       for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
                         const KernelOutput& out = kernel_.outputs[i];
-                        bool full = varies_[out.value];
-                        for (int d : kernel_.reduced) full = full || (out.strides[d] != 0 && kernel_.sizes[d] > 1);
-                        if (full) store_output(i, eval(out.value, point), point.pointers[kernel_.inputs.size() + i]);
+                        if (varies(out)) store_output(i, eval(out.value, point), point.pointers[kernel_.inputs.size() + i]);
                       }
                       return std::vector<Value*>{};
                     });
+}
+
+void Codegen::emit_row(const std::vector<Value*>& offsets) {
+  if (split_.chunks > 0) {
+    emit_split_row(offsets);
+    return;
+  }
+  reduced_.assign(kernel_.exprs.size(), nullptr);
+  std::fill(stash_phase_.begin(), stash_phase_.end(), 0);
+  for (int phase = 1; phase <= phases_; ++phase) reduce_phase(phase, offsets);
+  store_row_outputs(offsets, /*once=*/true, /*full=*/true);
+}
+
+Value* Codegen::slot_pointer(Value* word) {
+  return builder_.CreateInBoundsGEP(builder_.getInt64Ty(), workspace_, word);
+}
+
+void Codegen::store_slot(Value* word, Value* value, DType dtype) {
+  if (dtype == DType::Bool) value = builder_.CreateZExt(value, builder_.getInt8Ty());
+  builder_.CreateStore(value, slot_pointer(word));
+}
+
+Value* Codegen::load_slot(Value* word, DType dtype) {
+  if (dtype == DType::Bool) {
+    return builder_.CreateICmpNE(builder_.CreateLoad(builder_.getInt8Ty(), slot_pointer(word)), builder_.getInt8(0));
+  }
+  return builder_.CreateLoad(value_type(dtype), slot_pointer(word));
+}
+
+Value* Codegen::final_word(Value* kept, int64_t slot) {
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  const int64_t base = kSplitHeaderWords + split_.chunks * split_.kept_points * slots + slot;
+  return builder_.CreateAdd(builder_.CreateMul(kept, builder_.getInt64(slots)), builder_.getInt64(base));
+}
+
+Value* Codegen::partial_word(Value* kept, int64_t slot) {
+  // header + (chunk * kept_points + kept) * slots + slot
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  Value* point = builder_.CreateAdd(builder_.CreateMul(chunk_, builder_.getInt64(split_.kept_points)), kept);
+  return builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
+                            builder_.getInt64(kSplitHeaderWords + slot));
+}
+
+// A kept point of the current chunk in a partial step (split_phase_ > 0)
+// or the store step (Note [Split reductions]).
+void Codegen::emit_split_row(const std::vector<Value*>& offsets) {
+  reduced_.assign(kernel_.exprs.size(), nullptr);
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  const int wanted = split_phase_ == 0 ? phases_ : split_phase_ - 1;  // combined stages readable
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int id = split_.reductions[slot];
+    if (stage_[id] <= wanted) reduced_[id] = load_slot(final_word(kept_point_, slot), kernel_.exprs[id].dtype);
+  }
+  if (split_phase_ == 0) {
+    // Outputs constant along the reduced dims from chunk 0 only.
+    llvm::Function* function = builder_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* first = llvm::BasicBlock::Create(context_, "first_chunk", function);
+    llvm::BasicBlock* rest = llvm::BasicBlock::Create(context_, "chunk_rows", function);
+    builder_.CreateCondBr(builder_.CreateICmpEQ(chunk_, builder_.getInt64(0)), first, rest);
+    builder_.SetInsertPoint(first);
+    store_row_outputs(offsets, /*once=*/true, /*full=*/false);
+    builder_.CreateBr(rest);
+    builder_.SetInsertPoint(rest);
+    store_row_outputs(offsets, /*once=*/false, /*full=*/true);
+    return;
+  }
+  reduce_phase(split_phase_, offsets);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int id = split_.reductions[slot];
+    if (stage_[id] != split_phase_) continue;
+    store_slot(partial_word(kept_point_, slot), reduced_[id], kernel_.exprs[id].dtype);
+  }
+}
+
+// Folds the chunks' partials of phase `phase` in chunk order, per kept point.
+void Codegen::emit_combine(int phase) {
+  const int64_t slots = static_cast<int64_t>(split_.reductions.size());
+  std::vector<int64_t> mine;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    if (stage_[split_.reductions[slot]] == phase) mine.push_back(slot);
+  }
+  emit_for(builder_.getInt64(0), builder_.getInt64(split_.kept_points), [&](Value* kept) {
+    std::vector<Value*> init;
+    for (int64_t slot : mine) {
+      const Expr& e = kernel_.exprs[split_.reductions[slot]];
+      init.push_back(reduce_init(static_cast<ReduceOp>(e.op), e.dtype));
+    }
+    std::vector<Value*> totals = emit_for(
+        builder_.getInt64(0), builder_.getInt64(split_.chunks), init,
+        [&](Value* chunk, const std::vector<Value*>& accs) {
+          std::vector<Value*> next;
+          Value* point = builder_.CreateAdd(builder_.CreateMul(chunk, builder_.getInt64(split_.kept_points)), kept);
+          for (size_t j = 0; j < mine.size(); ++j) {
+            const Expr& e = kernel_.exprs[split_.reductions[mine[j]]];
+            Value* word = builder_.CreateAdd(builder_.CreateMul(point, builder_.getInt64(slots)),
+                                             builder_.getInt64(kSplitHeaderWords + mine[j]));
+            // In memory order, NaN winning: the same sum on any thread count.
+            next.push_back(combine(static_cast<ReduceOp>(e.op), e.dtype, accs[j], load_slot(word, e.dtype), false));
+          }
+          return next;
+        });
+    for (size_t j = 0; j < mine.size(); ++j) {
+      store_slot(final_word(kept, mine[j]), totals[j], kernel_.exprs[split_.reductions[mine[j]]].dtype);
+    }
+  });
+}
+
+void Codegen::emit_split() {
+  llvm::Function* function = builder_.GetInsertBlock()->getParent();
+  Value* step = builder_.CreateLoad(builder_.getInt64Ty(), workspace_);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(context_, "done", function);
+  llvm::SwitchInst* dispatch = builder_.CreateSwitch(step, done, static_cast<unsigned>(split_steps(split_)));
+  for (int64_t s = 0; s < split_steps(split_); ++s) {
+    llvm::BasicBlock* block = llvm::BasicBlock::Create(context_, "step" + std::to_string(s), function);
+    dispatch->addCase(builder_.getInt64(static_cast<uint64_t>(s)), block);
+    builder_.SetInsertPoint(block);
+    const bool combine_step = s % 2 == 1;
+    if (combine_step) {
+      llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "combine", function);
+      llvm::BasicBlock* skip = llvm::BasicBlock::Create(context_, "combined", function);
+      builder_.CreateCondBr(builder_.CreateICmpEQ(begin_, builder_.getInt64(0)), run, skip);
+      builder_.SetInsertPoint(run);
+      emit_combine(static_cast<int>(s / 2 + 1));
+      builder_.CreateBr(skip);
+      builder_.SetInsertPoint(skip);
+    } else {
+      split_phase_ = s == 2 * phases_ ? 0 : static_cast<int>(s / 2 + 1);
+      emit_for(begin_, end_, [&](Value* chunk) {
+        chunk_ = chunk;
+        chunk_begin_ = builder_.CreateMul(chunk, builder_.getInt64(split_.chunk_size));
+        Value* stop = builder_.CreateAdd(chunk_begin_, builder_.getInt64(split_.chunk_size));
+        Value* extent = sizes_[split_.dim];
+        chunk_end_ = builder_.CreateSelect(builder_.CreateICmpSLT(stop, extent), stop, extent);
+        emit_kept(0, origin(), builder_.getInt64(0));
+      });
+    }
+    builder_.CreateBr(done);
+  }
+  builder_.SetInsertPoint(done);
 }
 
 void Codegen::emit_tile(const std::vector<Value*>& offsets) {
@@ -738,7 +923,29 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
         body(point);
       });
     };
-    for (int phase = 1; phase <= phases_; ++phase) {
+    // Split (Note [Split reductions]): one phase or the store step per call;
+    // a lane's kept point is the row's kept point times the tile, plus j0 + t.
+    const bool split = split_.chunks > 0;
+    auto lane_point = [&](Value* t) {
+      return builder_.CreateAdd(builder_.CreateMul(kept_point_, sizes_[tile]), builder_.CreateAdd(j0, t));
+    };
+    auto lane_slot = [&](int id, Value* t) {
+      return builder_.CreateInBoundsGEP(value_type(kernel_.exprs[id].dtype), lanes_[id], t);
+    };
+    if (split) {
+      const int readable = split_phase_ == 0 ? phases_ : split_phase_ - 1;  // combined stages
+      emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+        for (size_t slot = 0; slot < split_.reductions.size(); ++slot) {
+          const int id = split_.reductions[slot];
+          if (stage_[id] > readable) continue;
+          builder_.CreateStore(load_slot(final_word(lane_point(t), static_cast<int64_t>(slot)), kernel_.exprs[id].dtype),
+                               lane_slot(id, t));
+        }
+      });
+    }
+    const int first_phase = split ? split_phase_ : 1;
+    const int last_phase = split ? split_phase_ : phases_;
+    for (int phase = std::max(first_phase, 1); phase <= last_phase; ++phase) {
       std::vector<int> reductions;
       for (size_t id = 0; id < count; ++id) {
         if (kernel_.exprs[id].kind == ExprKind::Reduce && stage_[id] == phase) reductions.push_back(static_cast<int>(id));
@@ -763,7 +970,18 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
                           });
                           return std::vector<Value*>{};
                         });
+      if (split) {
+        emit_for(builder_.getInt64(0), lanes, [&](Value* t) {
+          for (size_t slot = 0; slot < split_.reductions.size(); ++slot) {
+            const int id = split_.reductions[slot];
+            if (stage_[id] != phase) continue;
+            Value* value = builder_.CreateLoad(value_type(kernel_.exprs[id].dtype), lane_slot(id, t));
+            store_slot(partial_word(lane_point(t), static_cast<int64_t>(slot)), value, kernel_.exprs[id].dtype);
+          }
+        });
+      }
     }
+    if (split && split_phase_ != 0) return;  // a partial step stores no output
     std::vector<size_t> once, full;
     for (size_t i = 0; i < kernel_.outputs.size(); ++i) {
       const KernelOutput& out = kernel_.outputs[i];
@@ -772,11 +990,24 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
       (varies ? full : once).push_back(i);
     }
     if (!once.empty()) {
+      // Split: chunk 0 stores them.
+      llvm::BasicBlock* after = nullptr;
+      if (split) {
+        llvm::Function* function = builder_.GetInsertBlock()->getParent();
+        llvm::BasicBlock* first = llvm::BasicBlock::Create(context_, "first_chunk", function);
+        after = llvm::BasicBlock::Create(context_, "stored_once", function);
+        builder_.CreateCondBr(builder_.CreateICmpEQ(chunk_, builder_.getInt64(0)), first, after);
+        builder_.SetInsertPoint(first);
+      }
       lane_loop(base, 0, [&](Point& point) {
         for (size_t i : once) {
           store_output(i, eval(kernel_.outputs[i].value, point), point.pointers[kernel_.inputs.size() + i]);
         }
       });
+      if (after != nullptr) {
+        builder_.CreateBr(after);
+        builder_.SetInsertPoint(after);
+      }
     }
     if (!full.empty()) {
       emit_reduced_nest(0, base, builder_.getInt64(0), {},
@@ -793,10 +1024,11 @@ void Codegen::emit_tile(const std::vector<Value*>& offsets) {
   });
 }
 
-void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
+void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets, Value* kept) {
   const size_t rank = kernel_.sizes.size();
   const size_t stop = kernel_.reduced.empty() ? rank : static_cast<size_t>(kernel_.reduced.front());
   if (d == stop) {
+    kept_point_ = kept;
     if (!kernel_.reduced.empty()) {
       if (tile_dim(kernel_) >= 0) {
         emit_tile(offsets);
@@ -812,7 +1044,10 @@ void Codegen::emit_kept(size_t d, const std::vector<Value*>& offsets) {
     return;
   }
   auto [lo, hi] = dim_range(d);
-  emit_for(lo, hi, [&](Value* i) { emit_kept(d + 1, advance(offsets, d, i)); });
+  emit_for(lo, hi, [&](Value* i) {
+    Value* inner = builder_.CreateAdd(builder_.CreateMul(kept, sizes_[d]), i);
+    emit_kept(d + 1, advance(offsets, d, i), inner);
+  });
 }
 
 void Codegen::emit(const std::string& name) {
@@ -859,12 +1094,19 @@ void Codegen::emit(const std::string& name) {
     }
     bases_.push_back(base);
   }
+  index_operand_.assign(kernel_.exprs.size(), -1);
+  for (size_t id = 0; id < kernel_.exprs.size(); ++id) {
+    if (kernel_.exprs[id].kind != ExprKind::Index) continue;
+    index_operand_[id] = static_cast<int>(operands + index_exprs_.size());
+    index_exprs_.push_back(static_cast<int>(id));
+  }
   // Sizes are compiled in (the ABI's sizes must equal them).
   for (int64_t size : kernel_.sizes) sizes_.push_back(builder_.getInt64(size));
   stage_ = expr_stages(kernel_);
   varies_ = expr_varies(kernel_);
   phases_ = 0;
   for (int s : stage_) phases_ = std::max(phases_, s);
+  split_ = split_reduction(kernel_);
   plan_stash();
   lanes_.assign(kernel_.exprs.size(), nullptr);
   if (tile_dim(kernel_) >= 0) {
@@ -873,17 +1115,21 @@ void Codegen::emit(const std::string& name) {
       lanes_[id] = builder_.CreateAlloca(value_type(kernel_.exprs[id].dtype), builder_.getInt64(kTileLanes), "lanes");
     }
   }
-  if (parallel_dim(kernel_) < 0) {
+  if (split_.chunks > 0) {
+    Value* slot = builder_.CreateConstInBoundsGEP1_64(ptr, data, operands);
+    workspace_ = builder_.CreateLoad(ptr, slot);
+    emit_split();
+  } else if (parallel_dim(kernel_) < 0) {
     // Nothing to split: the whole space, once, from the call that has 0.
     llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "run", function);
     llvm::BasicBlock* done = llvm::BasicBlock::Create(context_, "done", function);
     builder_.CreateCondBr(builder_.CreateICmpEQ(begin_, builder_.getInt64(0)), run, done);
     builder_.SetInsertPoint(run);
-    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+    emit_kept(0, origin(), builder_.getInt64(0));
     builder_.CreateBr(done);
     builder_.SetInsertPoint(done);
   } else {
-    emit_kept(0, std::vector<Value*>(operands, builder_.getInt64(0)));
+    emit_kept(0, origin(), builder_.getInt64(0));
   }
   builder_.CreateRetVoid();
 }

@@ -197,6 +197,90 @@ def test_large_kernels_run_on_threads_and_match():
         torch.set_num_threads(old)
 
 
+def test_full_reductions_split_over_threads_with_the_same_bits():
+    # Note [Split reductions]: a few kept points split the reduced range;
+    # chunks are fixed by the sizes, so 1 and 2 threads agree bit for bit.
+    torch.manual_seed(0)
+    x = torch.randn(1 << 20)
+    rows = torch.randn(2, 300007)
+    rows[1, 17] = float("nan")
+
+    def f(x, rows):
+        var, mean = torch.var_mean(x)
+        return x.sum(), x.amax(), var, mean, torch.softmax(x, 0), rows.amax(1), rows.sum(1)
+
+    old = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            kiln.reset()
+            kiln.config.experimental_cpu_kernels = True
+            with torch.no_grad():
+                results.append(kiln.compile(f, backend="inductor")(x, rows))
+            assert kiln.stats()["kernels"] >= 2  # x's reductions and softmax fuse into one
+        torch.testing.assert_close(results[0], results[1], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(results[1], f(x, rows), rtol=1e-4, atol=1e-4, equal_nan=True)
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8])
+@pytest.mark.parametrize("dim", [0, -1, None])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_argmin_match_eager(op, dtype, dim, keepdim):
+    # Ties (first occurrence wins), NaN (the first NaN wins), transposed.
+    torch.manual_seed(0)
+    x = torch.randint(0, 4, (33, 47)).to(dtype)
+    if dtype.is_floating_point:
+        x[3, 5] = x[3, 9] = x[20, 5] = float("nan")
+        x[7] = float("-inf") if op == "argmax" else float("inf")
+
+    def f(x):
+        return getattr(torch, op)(x, dim, keepdim=keepdim)
+
+    for t in (x, x.t()):
+        assert _kernel_prims(f, t)["kernels"] >= 1
+
+
+def test_max_with_a_dim_is_one_kernel_of_values_and_indices():
+    torch.manual_seed(0)
+    x = torch.randn(300, 257)
+
+    def f(x):
+        values, indices = torch.max(x, 0)
+        low = torch.min(x, 1, keepdim=True)
+        return values, indices, low.values, low.indices
+
+    with torch.no_grad():
+        s = _kernel_prims(f, x)
+    assert s["kernels"] == 2, s
+
+
+@pytest.mark.parametrize("layout", ["transposed", "channels_last", "permuted"])
+def test_pointwise_over_permuted_layouts_matches_eager(layout):
+    # Note [Loop order]: the kernel walks the result's memory order; values
+    # and the result's layout are eager's.
+    torch.manual_seed(0)
+    if layout == "transposed":
+        x = torch.randn(300, 257).t()
+    elif layout == "channels_last":
+        x = torch.randn(4, 6, 33, 35).to(memory_format=torch.channels_last)
+    else:
+        x = torch.randn(5, 7, 9).permute(2, 0, 1)
+    y = torch.randn(x.shape[-1])
+
+    def f(x, y):
+        return torch.sigmoid(x * 2 + y) - x
+
+    compiled = kiln.compile(f, backend="inductor")
+    got, want = compiled(x, y), f(x, y)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    assert kiln.stats()["kernels"] >= 1
+
+
 def test_batch_norm_training_updates_running_stats_like_eager():
     # var_mean over dims (0, 2) feeds both the kernels and the running
     # statistics' in-place update (an extern that must still run).

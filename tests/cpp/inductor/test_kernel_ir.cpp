@@ -67,6 +67,32 @@ TEST(KernelIr, VerifyRejects) {
   EXPECT_NE(verify(mixed).find("share a dtype"), std::string::npos) << verify(mixed);
 }
 
+// An Index expression (argmax's flat position, Note [Kernel expressions]):
+// int64, varies along the dims it counts, and its strides merge with the
+// dims like an input's.
+TEST(KernelIr, IndexStridesMergeWithTheDims) {
+  Kernel k;
+  k.name = "first";
+  k.sizes = {6, 4, 5};
+  k.reduced = {1, 2};
+  const int x = k.load(k.add_input({DType::Float32, {20, 5, 1}, 0}));
+  const int at = k.index({0, 5, 1});
+  const int hit = k.compare(CompareOp::Gt, x, k.constant(DType::Float32, 0));
+  const int first = k.reduce(ReduceOp::Min, k.select(hit, at, k.constant(DType::Int64, 20)));
+  k.add_output({DType::Int64, {1, 0, 0}, first});
+  EXPECT_EQ(verify(k), "");
+  const std::string text = format_kernel(k);
+  EXPECT_NE(text.find("%1 = index strides=(0, 5, 1) : i64"), std::string::npos) << text;
+  EXPECT_TRUE(expr_varies(k)[at]);
+  coalesce_dims(k);
+  EXPECT_EQ(k.sizes, (std::vector<int64_t>{6, 20}));
+  EXPECT_EQ(k.exprs[at].strides, (std::vector<int64_t>{0, 1}));
+
+  Kernel wrong_index = k;
+  wrong_index.exprs[at].strides = {1};
+  EXPECT_NE(verify(wrong_index).find("strides rank differs"), std::string::npos) << verify(wrong_index);
+}
+
 TEST(LowerPointwise, ChainIsOneKernelWithBroadcastAndScalars) {
   PrimGraph graph;
   PrimBuilder b(graph);

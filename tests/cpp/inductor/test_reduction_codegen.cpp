@@ -7,12 +7,14 @@
 #include <Python.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_runner.h"
+#include "inductor/reduction_split.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
@@ -51,7 +53,31 @@ constexpr const char* kTensors =
     "long = torch.randn(1000003)\n"
     "wide = torch.randn(3, 1000003)\n"
     "big = torch.randn(300, 257)\n"
-    "empty = torch.randn(5, 0)\n";
+    "empty = torch.randn(5, 0)\n"
+    // Split reductions (Note [Split reductions]): few kept points, long rows.
+    "huge = torch.randn(1 << 20)\n"
+    "hnan = torch.randn(1 << 20)\n"
+    "hnan[777777] = float('nan')\n"
+    "hnan[900001] = float('nan')\n"
+    "hf64 = torch.randn(1 << 18, dtype=torch.float64)\n"
+    "near1 = 1 + torch.randn(1 << 18, dtype=torch.float64) * 1e-3\n"
+    "hi32 = torch.randint(-5, 6, (1 << 18,), dtype=torch.int32)\n"
+    "hb8 = torch.rand(1 << 18) > 0.5\n"
+    "pair = torch.randn(2, 300007)\n"
+    "pnan = torch.randn(2, 300007)\n"
+    "pnan[1, 5] = float('nan')\n"
+    "sliced = torch.randn(300, 1000)[:, :999]\n"
+    "tall = torch.randn(300007, 3)\n"
+    "tnan = torch.randn(300007, 3)\n"
+    "tnan[200000, 1] = tnan[250000, 1] = float('nan')\n"
+    // argmax/argmin: ties, NaN (first NaN wins), infinities.
+    "ties = torch.randint(0, 3, (37, 45), dtype=torch.int32)\n"
+    "fties = ties.float()\n"
+    "tties = ties.t()\n"
+    "nans2 = torch.randn(3, 8)\n"
+    "nans2[0, 2] = nans2[0, 5] = nans2[1, 2] = nans2[2, 7] = float('nan')\n"
+    "ninf = torch.full((4, 6), float('-inf'))\n"
+    "pinf = torch.full((4, 6), float('inf'))\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -65,6 +91,13 @@ struct Tolerance {
   double rtol = 0;  // 0 and atol 0: exact
   double atol = 0;
 };
+
+// A tolerance as Python reads it (std::to_string would print 1e-10 as 0.000000).
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
 
 // Builds a graph over the named tensors whose outputs `build` returns,
 // schedules it (expecting `kernels` groups, all lowered and run in graph
@@ -131,8 +164,8 @@ void check(const std::vector<std::string>& names,
     const std::string compare =
         tol.rtol == 0 && tol.atol == 0
             ? "torch.equal(_actual, _expected)"
-            : "torch.allclose(_actual.double(), _expected.double(), rtol=" + std::to_string(tol.rtol) +
-                  ", atol=" + std::to_string(tol.atol) + ", equal_nan=True)";
+            : "torch.allclose(_actual.double(), _expected.double(), rtol=" + number(tol.rtol) +
+                  ", atol=" + number(tol.atol) + ", equal_nan=True)";
     PyRef same = PyRef::steal(PyRun_String(compare.c_str(), Py_eval_input, ns.get(), ns.get()));
     ASSERT_TRUE(same) << test::take_error();
     if (same.get() != Py_True) {
@@ -353,6 +386,183 @@ TEST(ReductionCodegen, RowReductionVectorizes) {
   EXPECT_NE(ir.find("fadd reassoc <"), std::string::npos) << ir;
   EXPECT_NE(ir.find("@llvm.maxnum.v"), std::string::npos) << ir;
   EXPECT_NE(ir.find("alloca"), std::string::npos) << "exp(x - max) should be stashed\n" << ir;
+}
+
+// Full reductions and a few long rows split their reduced range over
+// threads (Note [Split reductions]): every kind and dtype, NaN, several
+// reduced dims, and multi-phase kernels (var_mean, softmax) agree with torch.
+TEST(ReductionCodegen, SplitReductionsAgreeWithTorch) {
+  KILN_REQUIRE_LLVM();
+  auto reduce = [](Prim prim, std::vector<int64_t> dims, bool keepdim = false) {
+    return [=](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(prim, in[0], dims, keepdim)}; };
+  };
+  const Tolerance sum_tol{1e-4, 1e-2};  // ~1M floats: lanes and chunks reassociate
+  check({"huge"}, reduce(Prim::Sum, {}), {"huge.sum()"}, sum_tol);
+  check({"huge"}, reduce(Prim::Amax, {0}), {"huge.amax(0)"});
+  check({"huge"}, reduce(Prim::Amin, {}), {"huge.amin()"});
+  check({"hnan"}, reduce(Prim::Amax, {}), {"hnan.amax()"}, {1e-6, 0});
+  check({"hnan"}, reduce(Prim::Amin, {0}, true), {"hnan.amin(0, keepdim=True)"}, {1e-6, 0});
+  check({"hf64"}, reduce(Prim::Sum, {}), {"hf64.sum()"}, {1e-12, 1e-12});
+  check({"near1"}, reduce(Prim::Prod, {}), {"near1.prod()"}, {1e-12, 0});
+  for (const char* op : {"sum", "amax", "amin"}) {
+    const Prim prim = std::string(op) == "sum" ? Prim::Sum : std::string(op) == "amax" ? Prim::Amax : Prim::Amin;
+    check({"hi32"}, reduce(prim, {}), {std::string("torch.") + op + "(hi32" + (prim == Prim::Sum ? ")" : ", 0)")});
+    check({"hb8"}, reduce(prim, {}), {std::string("torch.") + op + "(hb8" + (prim == Prim::Sum ? ")" : ", 0)")});
+  }
+  check({"pair"}, reduce(Prim::Sum, {1}), {"pair.sum(1)"}, sum_tol);
+  check({"pair"}, reduce(Prim::Amax, {1}, true), {"pair.amax(1, keepdim=True)"});
+  check({"pnan"}, reduce(Prim::Amax, {1}), {"pnan.amax(1)"}, {1e-6, 0});
+  check({"pnan"}, reduce(Prim::Amin, {1}), {"pnan.amin(1)"}, {1e-6, 0});
+  // argmax/argmin: index and value partials; first occurrence, first NaN.
+  for (const char* op : {"argmax", "argmin"}) {
+    const Prim prim = std::string(op) == "argmax" ? Prim::Argmax : Prim::Argmin;
+    for (const char* input : {"huge", "hnan", "hi32", "ties"}) {
+      check({input}, reduce(prim, {}), {std::string("torch.") + op + "(" + input + ")"});
+    }
+    check({"pnan"}, reduce(prim, {1}), {std::string("torch.") + op + "(pnan, 1)"});
+    check({"pair"}, reduce(prim, {1}, true), {std::string("torch.") + op + "(pair, 1, keepdim=True)"});
+  }
+  // Outer reductions over a few columns (tile mode): each lane a kept point.
+  check({"tall"}, reduce(Prim::Sum, {0}), {"tall.sum(0)"}, sum_tol);
+  check({"tall"}, reduce(Prim::Amax, {0}, true), {"tall.amax(0, keepdim=True)"});
+  check({"tnan"}, reduce(Prim::Amin, {0}), {"tnan.amin(0)"}, {1e-6, 0});
+  check({"tnan"}, reduce(Prim::Argmax, {0}), {"tnan.argmax(0)"});
+  check({"tall"}, reduce(Prim::Argmin, {0}, true), {"tall.argmin(0, keepdim=True)"});
+  check({"tall"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          auto [var, mean] = b.var_mean(in[0], {0}, 1, false);
+          return std::vector<int>{var, mean}; },
+        {"tall.var(0)", "tall.mean(0)"}, {1e-4, 1e-6});
+  check({"tall"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
+          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))}; },
+        {"torch.softmax(tall, 0)"}, {1e-4, 1e-9});
+  // Two reduced dims that cannot merge (a slice): the outer one splits.
+  check({"sliced"}, reduce(Prim::Sum, {}), {"sliced.sum()"}, sum_tol);
+  // Multi-phase: the mean before the squared deviations.
+  check({"huge"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          auto [var, mean] = b.var_mean(in[0], {}, 1, false);
+          return std::vector<int>{var, mean}; },
+        {"huge.var()", "huge.mean()"}, {1e-4, 1e-6});
+  // Stored outputs that vary along the split range: each chunk its own.
+  check({"pair"}, [](PrimBuilder& b, const std::vector<int>& in) {
+          const int s = b.reduce(Prim::Sum, in[0], {1}, true);
+          return std::vector<int>{b.binary(Prim::Sub, v(in[0]), v(s)), s}; },
+        {"pair - pair.sum(1, keepdim=True)", "pair.sum(1, keepdim=True)"}, {1e-4, 1e-2});
+  for (const char* input : {"huge", "pair"}) {
+    const int64_t dim = std::string(input) == "huge" ? 0 : 1;
+    for (bool log : {false, true}) {
+      check({input}, [&](PrimBuilder& b, const std::vector<int>& in) {
+              const int max = b.reduce(Prim::Amax, in[0], {dim}, true);
+              const int shifted = b.binary(Prim::Sub, v(in[0]), v(max));
+              const int e = b.unary(Prim::Exp, shifted);
+              const int total = b.reduce(Prim::Sum, e, {dim}, true);
+              return std::vector<int>{log ? b.binary(Prim::Sub, v(shifted), v(b.unary(Prim::Log, total)))
+                                          : b.binary(Prim::Div, v(e), v(total))}; },
+            {std::string("torch.") + (log ? "log_softmax(" : "softmax(") + input + ", " + std::to_string(dim) + ")"},
+            {1e-4, 1e-9});
+    }
+  }
+}
+
+// A split kernel's chunks depend on its sizes only and combine in one
+// order: 1, 2, 3 and 4 threads give the same bits.
+TEST(ReductionCodegen, SplitReductionsGiveTheSameBitsOnAnyThreadCount) {
+  KILN_REQUIRE_LLVM();
+  PyRef ns = tensors();
+  for (const char* name : {"huge", "hnan", "pair", "tnan"}) {
+    SCOPED_TRACE(name);
+    PyRef x = test::item(ns, name);
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(x.get(), &meta);
+    const int in = graph.add_input(meta);
+    const int64_t dim = std::string(name) == "tnan" ? 0 : static_cast<int64_t>(meta.sizes.size()) - 1;
+    auto [var, mean] = b.var_mean(in, {dim}, 1, false);
+    graph.set_outputs({var, mean, b.reduce(Prim::Amax, in, {dim}, false), b.reduce(Prim::Argmin, in, {dim}, false)});
+    const auto groups = schedule_kernels(graph);
+    ASSERT_EQ(groups.size(), 1u);
+    const LoweredKernel lowered = lower_group(graph, groups[0]);
+    ASSERT_GE(split_reduction(lowered.kernel).chunks, 2) << format_kernel(lowered.kernel);
+    const CpuKernel compiled = compile_cpu_kernel(lowered.kernel, /*keep_ir=*/true);
+    // Each chunk's partial sums still vectorize (row mode; tile lanes
+    // accumulate in memory, one sequence each).
+    if (tile_dim(lowered.kernel) < 0) {
+      EXPECT_NE(compiled.optimized_llvm_ir.find("fadd reassoc <"), std::string::npos) << compiled.optimized_llvm_ir;
+    }
+    PyObject* inputs[] = {x.get()};
+    PyRef first = PyRef::steal(run_cpu_kernel(compiled, lowered.kernel, inputs, 1));
+    ASSERT_TRUE(first) << test::take_error();
+    PyDict_SetItemString(ns.get(), "_first", first.get());
+    for (int threads : {2, 3, 4}) {
+      PyRef again = PyRef::steal(run_cpu_kernel(compiled, lowered.kernel, inputs, threads));
+      ASSERT_TRUE(again) << test::take_error();
+      PyDict_SetItemString(ns.get(), "_again", again.get());
+      PyRef same = PyRef::steal(PyRun_String(
+          "all(torch.equal(a.nan_to_num(0), b.nan_to_num(0)) and torch.equal(a.isnan(), b.isnan()) "
+          "for a, b in zip(_first, _again))",
+          Py_eval_input, ns.get(), ns.get()));
+      ASSERT_TRUE(same) << test::take_error();
+      EXPECT_EQ(same.get(), Py_True) << threads << " threads";
+    }
+  }
+}
+
+// argmax/argmin (Note [Arg reductions]): int64 indices of the first
+// extreme, the first NaN winning; inner dims (row mode), outer dims (tile
+// mode, over several 512-lane blocks), all dims of a transposed input
+// (torch's flat index, not memory order), keepdim, every dtype.
+TEST(ReductionCodegen, ArgmaxAndArgminMatchTorch) {
+  KILN_REQUIRE_LLVM();
+  for (Prim prim : {Prim::Argmax, Prim::Argmin}) {
+    const std::string op = prim == Prim::Argmax ? "argmax" : "argmin";
+    for (const char* input : {"f32", "f64", "i32", "i64", "u8", "h16", "ft", "cube", "ties", "fties", "tties",
+                              "nan", "nans2", "ninf", "pinf", "wide"}) {
+      for (int64_t dim : {0, 1, -1}) {
+        for (bool keepdim : {false, true}) {
+          if (dim == -1 && keepdim) continue;  // argmax(x, None, keepdim=True): no dim to keep
+          const std::string dims = dim < 0 ? "None" : std::to_string(dim);
+          check({input},
+                [&](PrimBuilder& b, const std::vector<int>& in) {
+                  return std::vector<int>{b.reduce(prim, in[0], dim < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim},
+                                                   keepdim)};
+                },
+                {"torch." + op + "(" + input + ", " + dims + ", keepdim=" + (keepdim ? "True" : "False") + ")"});
+        }
+      }
+    }
+  }
+}
+
+// argmax's two passes (the max, then the smallest matching index) both
+// vectorize: a float max and an int64 min over vector lanes.
+TEST(ReductionCodegen, ArgmaxVectorizes) {
+  KILN_REQUIRE_LLVM();
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph::TensorMeta meta;
+  meta.sizes = {64, 4096};
+  meta.strides = {4096, 1};
+  graph.set_outputs({b.reduce(Prim::Argmax, graph.add_input(meta), {1}, false)});
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 1u);
+  const LoweredKernel lowered = lower_group(graph, groups[0]);
+  const CpuKernel compiled = compile_cpu_kernel(lowered.kernel, /*keep_ir=*/true);
+  const std::string& ir = compiled.optimized_llvm_ir;
+  EXPECT_NE(ir.find("@llvm.maxnum.v"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("@llvm.smin.v"), std::string::npos) << ir;
+}
+
+// torch.max(x, dim): amax and argmax of one tensor, one kernel.
+TEST(ReductionCodegen, MaxWithADimIsOneKernel) {
+  KILN_REQUIRE_LLVM();
+  for (int64_t dim : {0, 1}) {
+    check({"nans2"}, [&](PrimBuilder& b, const std::vector<int>& in) {
+            return std::vector<int>{b.reduce(Prim::Amax, in[0], {dim}, false), b.reduce(Prim::Argmax, in[0], {dim}, false)}; },
+          {"torch.max(nans2, " + std::to_string(dim) + ").values", "torch.max(nans2, " + std::to_string(dim) + ").indices"},
+          {1e-6, 0});
+  }
 }
 
 }  // namespace

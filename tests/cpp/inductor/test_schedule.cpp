@@ -9,6 +9,7 @@
 
 #include "inductor/cpu/thread_pool.h"
 #include "inductor/kernel_ir.h"
+#include "inductor/reduction_split.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 
@@ -102,6 +103,99 @@ TEST(Schedule, SizeOneDimsDrop) {
   EXPECT_EQ(k.outputs[0].tensor_sizes, (std::vector<int64_t>{1, 1, 32}));
 }
 
+// The lowered kernel of one reduction of an input of `meta`.
+Kernel reduction_kernel(const graph::TensorMeta& meta, Prim prim, std::vector<int64_t> dims) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  graph.set_outputs({b.reduce(prim, graph.add_input(meta), dims, false)});
+  return lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+}
+
+// Note [Split reductions]: which kernels split their reduced range, and
+// into which chunks (a function of the sizes alone).
+TEST(Schedule, FewKeptPointsSplitTheReducedRange) {
+  // x.sum() over 16M: 64 chunks of 262144.
+  const ReductionSplit all = split_reduction(reduction_kernel(f32({4096, 4096}), Prim::Sum, {}));
+  EXPECT_EQ(all.chunks, 64);
+  EXPECT_EQ(all.dim, 0);
+  EXPECT_EQ(all.chunk_size, 262144);
+  EXPECT_EQ(all.kept_points, 1);
+  EXPECT_EQ(all.phases, 1);
+  EXPECT_FALSE(all.store_pass);
+  // Two long rows: the row's dim splits, both rows per chunk.
+  const ReductionSplit rows = split_reduction(reduction_kernel(f32({2, 1000003}), Prim::Amax, {1}));
+  EXPECT_EQ(rows.dim, 1);
+  EXPECT_EQ(rows.kept_points, 2);
+  EXPECT_EQ(rows.chunks, (1000003 + rows.chunk_size - 1) / rows.chunk_size);
+  EXPECT_EQ(rows.chunk_size % 16, 0);
+  EXPECT_GE(rows.chunks, 2);
+  // Enough kept points to split those, or too little work: not split.
+  EXPECT_EQ(split_reduction(reduction_kernel(f32({64, 65536}), Prim::Sum, {1})).chunks, 0);
+  EXPECT_EQ(split_reduction(reduction_kernel(f32({30000}), Prim::Sum, {})).chunks, 0);
+  // An outer (tile-mode) reduction over two columns: the rows split.
+  const Kernel tall = reduction_kernel(f32({1000000, 2}), Prim::Sum, {0});
+  ASSERT_EQ(tile_dim(tall), 1);
+  const ReductionSplit columns = split_reduction(tall);
+  EXPECT_EQ(columns.dim, 0);
+  EXPECT_EQ(columns.kept_points, 2);
+  EXPECT_EQ(columns.chunks, 61);
+  // softmax over one long row: max, then sum, then the stored output.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({1 << 20}));
+  const int max = b.reduce(Prim::Amax, x, {0}, true);
+  const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(x), v(max)));
+  graph.set_outputs({b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))});
+  const ReductionSplit softmax = split_reduction(lower_group(graph, schedule_kernels(graph).at(0)).kernel);
+  EXPECT_EQ(softmax.chunks, 32);
+  EXPECT_EQ(softmax.phases, 2);
+  EXPECT_EQ(softmax.reductions.size(), 2u);
+  EXPECT_TRUE(softmax.store_pass);
+  EXPECT_EQ(split_steps(softmax), 5);
+  EXPECT_EQ(split_workspace_words(softmax), kSplitHeaderWords + 33 * 2);
+  // argmax: the max, then the smallest index holding it; two phases.
+  const Kernel argmax = reduction_kernel(f32({1 << 20}), Prim::Argmax, {});
+  const ReductionSplit arg = split_reduction(argmax);
+  EXPECT_EQ(arg.chunks, 32);
+  EXPECT_EQ(arg.phases, 2);
+  EXPECT_NE(format_kernel(argmax).find("reduce_max"), std::string::npos) << format_kernel(argmax);
+  EXPECT_NE(format_kernel(argmax).find("reduce_min"), std::string::npos) << format_kernel(argmax);
+}
+
+// Note [Loop order]: a pointwise kernel iterates in its first output's
+// memory order, so a transposed or channels-last result (laid out like its
+// inputs) becomes one contiguous dim.
+TEST(Schedule, PointwiseKernelsIterateInTheOutputsMemoryOrder) {
+  graph::TensorMeta transposed = f32({64, 32});
+  transposed.strides = {1, 64};
+  graph::TensorMeta channels_last = f32({2, 3, 4, 5});
+  channels_last.strides = {60, 1, 15, 3};
+  for (const graph::TensorMeta& meta : {transposed, channels_last}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const int x = graph.add_input(meta);
+    const int y = b.unary(Prim::Exp, b.binary(Prim::Mul, v(x), PrimArg::of_scalar(Scalar::of_float(2.0))));
+    graph.set_outputs({y});
+    ASSERT_EQ(graph.value(y).meta.strides, meta.strides);
+    const Kernel k = lower_group(graph, schedule_kernels(graph).at(0)).kernel;
+    EXPECT_EQ(k.sizes.size(), 1u) << format_kernel(k);
+    EXPECT_EQ(k.inputs[0].strides, std::vector<int64_t>{1});
+    EXPECT_EQ(k.outputs[0].strides, std::vector<int64_t>{1});
+    EXPECT_EQ(k.outputs[0].tensor_strides, meta.strides);
+  }
+  // A contiguous result over a transposed input: the output's order wins
+  // (stores in sequence), the input is read with a stride.
+  PrimGraph mixed;
+  PrimBuilder mb(mixed);
+  const int t = mixed.add_input(transposed);
+  const int c = mixed.add_input(f32({64, 32}));
+  mixed.set_outputs({mb.binary(Prim::Add, v(c), v(t))});
+  const Kernel k = lower_group(mixed, schedule_kernels(mixed).at(0)).kernel;
+  ASSERT_EQ(mixed.value(mixed.outputs()[0]).meta.strides, (std::vector<int64_t>{32, 1}));
+  EXPECT_EQ(k.outputs[0].strides, (std::vector<int64_t>{32, 1})) << format_kernel(k);
+  EXPECT_EQ(k.inputs[1].strides, (std::vector<int64_t>{1, 64})) << format_kernel(k);
+}
+
 TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
   PrimGraph graph;
   PrimBuilder b(graph);
@@ -116,25 +210,26 @@ TEST(Schedule, ReductionsOverOtherDimsStaySeparate) {
 }
 
 TEST(Schedule, NoGroupLeavesAndReentersItself) {
-  // a = exp(x); s = sum(a) over rows; y = a / s; z = y * a. An extern-like
-  // boundary (argmax, not fusable) reads a and feeds z: the group holding z
-  // cannot also hold a, since argmax would run between them.
+  // a = exp(x); z = a + a @ w. A boundary that is not fusable (matmul)
+  // reads a and feeds z: the group holding z cannot also hold a, since the
+  // matmul would run between them.
   PrimGraph graph;
   PrimBuilder b(graph);
   const int x = graph.add_input(f32({4, 8}));
+  const int w = graph.add_input(f32({8, 1}));
   const int a = b.unary(Prim::Exp, x);
-  const int idx = b.reduce(Prim::Argmax, a, {1}, true);
-  const int z = b.binary(Prim::Add, v(a), v(b.convert(idx, graph::DType::Float32)));
+  const int product = b.matmul(a, w);
+  const int z = b.binary(Prim::Add, v(a), v(product));
   graph.set_outputs({z});
   const auto groups = schedule_kernels(graph);
   std::vector<int> group_of(graph.nodes().size(), -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int n : groups[g].nodes) group_of[n] = static_cast<int>(g);
   }
-  const int argmax_node = graph.value(idx).node;
+  const int matmul_node = graph.value(product).node;
   const int exp_node = graph.value(a).node;
   const int add_node = graph.value(z).node;
-  EXPECT_EQ(group_of[argmax_node], -1);
+  EXPECT_EQ(group_of[matmul_node], -1);
   EXPECT_NE(group_of[exp_node], group_of[add_node]);
 }
 
