@@ -429,6 +429,7 @@ std::string Writer::compute(int id, Context& c) {
       const std::string a = operand(1);
       return "(" + cond + " ? " + a + " : " + operand(2) + ")";
     }
+    case ExprKind::Index:  // refused by generate_cuda_source
     case ExprKind::Reduce: break;
   }
   throw CudaError("a reduction computed as a value");
@@ -982,6 +983,13 @@ CudaSource Writer::write() {
 
 }  // namespace
 
-CudaSource generate_cuda_source(const Kernel& kernel) { return Writer(kernel).write(); }
+CudaSource generate_cuda_source(const Kernel& kernel) {
+  // Index expressions (argmax/argmin's flat index) are generated for the
+  // CPU only so far: such a group stays with torch on CUDA.
+  for (const Expr& e : kernel.exprs) {
+    if (e.kind == ExprKind::Index) throw CudaError("index expressions (argmax/argmin) have no CUDA code yet");
+  }
+  return Writer(kernel).write();
+}
 
 }  // namespace kiln::inductor::cuda
