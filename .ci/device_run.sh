@@ -10,8 +10,9 @@
 #     KILN_DEVICE_PART=build bash .ci/device_run.sh    configure, build, C++ tests
 #     KILN_DEVICE_PART=pytest bash .ci/device_run.sh   Python tests and goldens
 #     KILN_DEVICE_PART=bench bash .ci/device_run.sh    benchmarks
-#     KILN_DEVICE_PART=cuda_bench bash .ci/device_run.sh   CUDA kernel benchmarks
-#                                                          (benchmarks/inductor_cuda.py)
+#     KILN_DEVICE_PART=cuda_bench bash .ci/device_run.sh   CUDA benchmarks
+#                                                          (benchmarks/inductor_cuda.py,
+#                                                          benchmarks/cuda_overhead.py)
 #   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
 #   Python tests run (default tests/python); goldens are regenerated anyway.
 #
@@ -69,6 +70,7 @@ if want bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
 } >"$OUT/bench.txt" 2>&1; fi
 if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
   "$PY" benchmarks/inductor_cuda.py >"$OUT/cuda_bench.txt" 2>&1 || status=1
+  "$PY" benchmarks/cuda_overhead.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   cat "$OUT/cuda_bench.txt"
 fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
