@@ -194,4 +194,6 @@ def test_runs_on_the_current_stream():
         y = torch.randn(256, 1024, device="cuda").copy_(x)
         got = compiled(y)
     stream.synchronize()
-    torch.testing.assert_close(got, f(x))
+    # A row sum of 1024 in another order than torch's: rounding differs (a launch
+    # on the wrong stream would read the copy unfinished: far off).
+    torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-4)
