@@ -44,9 +44,11 @@ class Scheduler {
         group_of_(count_, -1),
         outputs_(graph.outputs().begin(), graph.outputs().end()),
         after_(count_),
-        before_(count_) {
+        before_(count_),
+        reads_of_(count_) {
     for (int n = 0; n < count_; ++n) {
-      for (int value : node_reads(graph.node(n))) users_[value].push_back(n);
+      reads_of_[n] = node_reads(graph.node(n));
+      for (int value : reads_of_[n]) users_[value].push_back(n);
     }
     for (const auto& [first, second] : extern_order_edges(graph)) {
       after_[first].push_back(second);
@@ -138,7 +140,7 @@ class Scheduler {
   std::set<int> reads(int g) const {
     std::set<int> out;
     for (int n : members_[g]) {
-      for (int value : node_reads(graph_.node(n))) {
+      for (int value : reads_of_[n]) {
         const int producer = graph_.value(value).node;
         if (producer < 0 || group_of_[producer] != g) out.insert(value);
       }
@@ -280,7 +282,7 @@ class Scheduler {
           }
           stack.insert(stack.end(), after_[n].begin(), after_[n].end());
         } else {
-          for (int value : node_reads(graph_.node(n))) {
+          for (int value : reads_of_[n]) {
             if (graph_.value(value).node >= 0) stack.push_back(graph_.value(value).node);
           }
           stack.insert(stack.end(), before_[n].begin(), before_[n].end());
@@ -321,6 +323,7 @@ class Scheduler {
   std::vector<int> also_joined_;
   // Extern orderings: the nodes that must run after / before each node.
   std::vector<std::vector<int>> after_, before_;
+  std::vector<std::vector<int>> reads_of_;  // node_reads per node, computed once
 };
 
 }  // namespace
