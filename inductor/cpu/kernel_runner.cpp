@@ -12,23 +12,13 @@
 
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
+#include "runtime/py_tuple.h"
 
 namespace kiln::inductor::cpu {
 namespace {
 
 using runtime::PyRef;
-
-// A tuple of Python ints.
-PyRef int_tuple(const std::vector<int64_t>& values) {
-  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(values.size())));
-  if (!tuple) return tuple;
-  for (size_t i = 0; i < values.size(); ++i) {
-    PyObject* item = PyLong_FromLongLong(values[i]);
-    if (item == nullptr) return PyRef();
-    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item);
-  }
-  return tuple;
-}
+using runtime::int_tuple;
 
 // torch.get_num_threads(), or 1 when it cannot be asked. Needs the GIL.
 int torch_threads() {
