@@ -125,13 +125,9 @@ void BM_Gelu_TorchEager(benchmark::State& state) {
 void BM_Gelu_KilnKernel(benchmark::State& state) {
   GeluSetup* s = setup(state);
   if (s == nullptr) return;
-  const int threads = static_cast<int>(state.range(0));
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->y.get()),
                   runtime::tensor_data(s->out.get())};
-  for (auto _ : state) {
-    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
-    benchmark::ClobberMemory();
-  }
+  time_kernel_calls(state, s->compiled, s->lowered.kernel, data);
   set_bytes(state);
 }
 
@@ -210,13 +206,9 @@ void BM_TransposedMulAdd_TorchEager(benchmark::State& state) {
 void BM_TransposedMulAdd_KilnKernel(benchmark::State& state) {
   TransposedSetup* s = transposed_setup(state);
   if (s == nullptr) return;
-  const int threads = static_cast<int>(state.range(0));
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->y.get()),
                   runtime::tensor_data(s->out.get())};
-  for (auto _ : state) {
-    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
-    benchmark::ClobberMemory();
-  }
+  time_kernel_calls(state, s->compiled, s->lowered.kernel, data);
   set_bytes(state);
 }
 

@@ -129,11 +129,7 @@ void BM_SoftmaxLayerNorm_KilnKernel(benchmark::State& state) {
   if (s == nullptr) return;
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->w.get()),
                   runtime::tensor_data(s->b.get()), runtime::tensor_data(s->out.get())};
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
-    benchmark::ClobberMemory();
-  }
+  time_kernel_calls(state, s->compiled, s->lowered.kernel, data);
   set_bytes(state);
 }
 
@@ -220,11 +216,7 @@ void sum_kernel(benchmark::State& state, bool full) {
   SumSetup* s = sum_setup(state, full);
   if (s == nullptr) return;
   char* data[] = {runtime::tensor_data(s->x.get()), runtime::tensor_data(s->out.get())};
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    inductor::cpu::call_cpu_kernel(s->compiled, s->lowered.kernel, data, threads);
-    benchmark::ClobberMemory();
-  }
+  time_kernel_calls(state, s->compiled, s->lowered.kernel, data);
   state.SetBytesProcessed(state.iterations() * 16 * 1024 * 1024 * 4);
 }
 

@@ -1,5 +1,6 @@
-// What the inductor kernel benchmarks share: the timed loop over
-// run_cpu_kernel (inputs bound, outputs allocated per call, as a graph runs).
+// What the inductor kernel benchmarks share: the timed loops over
+// call_cpu_kernel (preallocated outputs) and run_cpu_kernel (inputs bound,
+// outputs allocated per call, as a graph runs).
 #pragma once
 
 #include <Python.h>
@@ -26,6 +27,16 @@ inline bool time_kernel_runs(benchmark::State& state, const inductor::cpu::CpuKe
     Py_DECREF(result);
   }
   return true;
+}
+
+// Times call_cpu_kernel over preallocated `data` on state.range(0) threads.
+inline void time_kernel_calls(benchmark::State& state, const inductor::cpu::CpuKernel& compiled,
+                              const inductor::Kernel& kernel, char* const* data) {
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    inductor::cpu::call_cpu_kernel(compiled, kernel, data, threads);
+    benchmark::ClobberMemory();
+  }
 }
 
 }  // namespace kiln::bench
