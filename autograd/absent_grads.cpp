@@ -41,11 +41,6 @@ void collect_nodes(const graph::Arg& arg, std::vector<int>* out) {
   for (const graph::Arg& item : arg.items) collect_nodes(item, out);
 }
 
-void remap(graph::Arg& arg, const std::vector<int>& map) {
-  if (arg.kind == graph::Arg::Kind::Node) arg.node = map[arg.node];
-  for (graph::Arg& item : arg.items) remap(item, map);
-}
-
 }  // namespace
 
 prims::PrimGraph without_absent_grads(const prims::PrimGraph& backward, size_t first_grad,
@@ -103,20 +98,8 @@ prims::PrimGraph without_absent_grads(const prims::PrimGraph& backward, size_t f
         made_zeros[r] = true;
       }
     }
-    std::vector<prims::PrimArg> args = node.args;
-    for (prims::PrimArg& arg : args) {
-      if (arg.is_value()) arg.value = map[arg.value];
-    }
-    prims::PrimAttrs attrs = node.attrs;
-    for (graph::Arg& arg : attrs.extern_args) remap(arg, map);
-    for (auto& kw : attrs.extern_kwargs) remap(kw.second, map);
-    std::vector<graph::TensorMeta> metas;
-    for (int o : node.outputs) metas.push_back(backward.value(o).meta);
-    const std::vector<int> made = out.add_node(node.prim, std::move(args), std::move(attrs), metas);
-    for (size_t k = 0; k < made.size(); ++k) {
-      map[node.outputs[k]] = made[k];
-      if (backward.value(node.outputs[k]).grad_stopped) out.stop_grad(made[k]);
-    }
+    const std::vector<int> made = prims::copy_node(out, backward, node, map);
+    for (size_t k = 0; k < made.size(); ++k) map[node.outputs[k]] = made[k];
   }
   std::vector<int> outputs;
   for (size_t k = 0; k < backward.outputs().size(); ++k) {

@@ -19,6 +19,7 @@
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
 #include "inductor/schedule.h"
+#include "prims/subgraph.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/log.h"
 #include "runtime/py_ref.h"
@@ -187,11 +188,6 @@ std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_n
   *compiled_now = source == cpu::KernelSource::Compiled;
   entry->kernel = std::move(kernel);
   return entry;
-}
-
-void remap_arg(graph::Arg& arg, const std::vector<int>& map) {
-  if (arg.kind == graph::Arg::Kind::Node) arg.node = map[arg.node];
-  for (graph::Arg& item : arg.items) remap_arg(item, map);
 }
 
 bool all_on_cpu(const prims::PrimGraph& graph) {
@@ -397,16 +393,7 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
       continue;
     }
     const prims::PrimNode& node = graph.node(node_of_unit[unit]);
-    std::vector<prims::PrimArg> args = node.args;
-    for (prims::PrimArg& arg : args) {
-      if (arg.is_value()) arg.value = map[arg.value];
-    }
-    prims::PrimAttrs attrs = node.attrs;
-    for (graph::Arg& arg : attrs.extern_args) remap_arg(arg, map);
-    for (auto& kw : attrs.extern_kwargs) remap_arg(kw.second, map);
-    std::vector<graph::TensorMeta> metas;
-    for (int id : node.outputs) metas.push_back(graph.value(id).meta);
-    std::vector<int> made = out.graph->add_node(node.prim, std::move(args), std::move(attrs), metas);
+    const std::vector<int> made = prims::copy_node(*out.graph, graph, node, map);
     for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
   }
   std::vector<int> outputs;

@@ -28,6 +28,24 @@ void remap_arg(graph::Arg& a, const std::vector<int>& map) {
 
 }  // namespace
 
+std::vector<int> copy_node(PrimGraph& into, const PrimGraph& from, const PrimNode& node,
+                           const std::vector<int>& map) {
+  std::vector<PrimArg> args = node.args;
+  for (PrimArg& arg : args) {
+    if (arg.is_value()) arg.value = map[arg.value];
+  }
+  PrimAttrs attrs = node.attrs;
+  for (graph::Arg& a : attrs.extern_args) remap_arg(a, map);
+  for (auto& kw : attrs.extern_kwargs) remap_arg(kw.second, map);
+  std::vector<graph::TensorMeta> metas;
+  for (int id : node.outputs) metas.push_back(from.value(id).meta);
+  std::vector<int> made = into.add_node(node.prim, std::move(args), std::move(attrs), metas);
+  for (size_t i = 0; i < made.size(); ++i) {
+    if (from.value(node.outputs[i]).grad_stopped) into.stop_grad(made[i]);
+  }
+  return made;
+}
+
 std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs) {
   std::vector<bool> live(graph.values().size(), false);
   for (int id : outputs) live[id] = true;
@@ -80,20 +98,10 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     if (!node_needed[n]) continue;
     const PrimNode& node = graph.node(static_cast<int>(n));
-    std::vector<PrimArg> args = node.args;
-    for (PrimArg& arg : args) {
-      if (arg.is_value()) arg.value = map[arg.value];
-    }
-    PrimAttrs attrs = node.attrs;
-    for (graph::Arg& a : attrs.extern_args) remap_arg(a, map);
-    for (auto& kw : attrs.extern_kwargs) remap_arg(kw.second, map);
-    std::vector<graph::TensorMeta> metas;
-    for (int id : node.outputs) metas.push_back(graph.value(id).meta);
-    std::vector<int> made = out.add_node(node.prim, std::move(args), std::move(attrs), metas);
+    const std::vector<int> made = copy_node(out, graph, node, map);
     for (size_t i = 0; i < made.size(); ++i) {
       // An output also listed as an input keeps the input.
       if (map[node.outputs[i]] < 0) map[node.outputs[i]] = made[i];
-      if (graph.value(node.outputs[i]).grad_stopped) out.stop_grad(made[i]);
     }
   }
   std::vector<int> mapped;

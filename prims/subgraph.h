@@ -19,6 +19,12 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
                            const std::vector<int>& outputs, std::string* error,
                            const std::vector<int>& roots = {});
 
+// Appends to `into` a copy of `node` (a node of `from`), its argument value
+// ids read through `map` (from's ids to into's), its outputs keeping their
+// metadata and grad_stopped marks. Returns the new output ids, in order.
+std::vector<int> copy_node(PrimGraph& into, const PrimGraph& from, const PrimNode& node,
+                           const std::vector<int>& map);
+
 // The values of `graph` the given outputs depend on (all of them when a
 // value is needed), as a per-value flag.
 std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs);
