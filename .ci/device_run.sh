@@ -15,6 +15,8 @@
 #                                                          benchmarks/cuda_overhead.py)
 #   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
 #   Python tests run (default tests/python); goldens are regenerated anyway.
+#   KILN_TEST_DEVICE=cuda runs the Python tests on CUDA tensors (see
+#   tests/python/conftest.py); goldens are then not regenerated.
 #
 # .carry/pylib holds pytest and its pure-Python dependencies, copied from
 # Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
@@ -57,8 +59,12 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 if want pytest; then
   # shellcheck disable=SC2086  # a list of test paths
   "$PY" -m pytest ${KILN_DEVICE_PYTEST:-tests/python} -q -W ignore -p no:cacheprovider >"$OUT/pytest.txt" 2>&1 || status=1
-  KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
-  tar -cf "$OUT/traces.tar" tests/traces
+  # Goldens record CPU traces; a corpus run on another device
+  # (KILN_TEST_DEVICE) leaves them alone.
+  if [ -z "${KILN_TEST_DEVICE:-}" ]; then
+    KILN_UPDATE_GOLDEN=1 "$PY" -m pytest tests/python/test_traces.py -q -W ignore >>"$LOG" 2>&1 || status=1
+    tar -cf "$OUT/traces.tar" tests/traces
+  fi
 fi
 # KILN_DEVICE_BENCH=0 skips the benchmarks (a tests-only run).
 if want bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
@@ -71,6 +77,7 @@ if want bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then {
 if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
   "$PY" benchmarks/inductor_cuda.py >"$OUT/cuda_bench.txt" 2>&1 || status=1
   "$PY" benchmarks/cuda_overhead.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
+  "$PY" benchmarks/cuda_compile_time.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   cat "$OUT/cuda_bench.txt"
 fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null

@@ -133,6 +133,15 @@ void GuardSet::add_default_dtype(graph::DType dtype) {
   indexed_ = false;
 }
 
+void GuardSet::add_default_device(graph::DeviceType type, int8_t index) {
+  if (has(GuardKind::DefaultDevice, -1)) return;
+  Guard guard{.kind = GuardKind::DefaultDevice};
+  guard.meta.device_type = type;
+  guard.meta.device_index = index;
+  guards_.push_back(std::move(guard));
+  indexed_ = false;
+}
+
 void GuardSet::add_no_module_hooks(int source) {
   if (has(GuardKind::NoModuleHooks, source)) return;
   guards_.push_back({.kind = GuardKind::NoModuleHooks, .source = source});
@@ -188,6 +197,12 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       return runtime::grad_mode_enabled() == guard.flag;
     case GuardKind::DefaultDtype:
       return runtime::default_dtype() == guard.meta.dtype;
+    case GuardKind::DefaultDevice: {
+      graph::DeviceType type;
+      int8_t index;
+      runtime::default_device(&type, &index);
+      return type == guard.meta.device_type && index == guard.meta.device_index;
+    }
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
   }
@@ -228,6 +243,14 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
         << graph::dtype_name(guard.meta.dtype);
     return out.str();
   }
+  if (guard.kind == GuardKind::DefaultDevice) {
+    graph::DeviceType type;
+    int8_t index;
+    runtime::default_device(&type, &index);
+    out << "the default device is " << graph::device_name(type, index) << ", expected "
+        << graph::device_name(guard.meta.device_type, guard.meta.device_index);
+    return out.str();
+  }
   if (!value) {
     out << where << " no longer exists";
     return out.str();
@@ -262,6 +285,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       break;
     case GuardKind::GradMode:
     case GuardKind::DefaultDtype:
+    case GuardKind::DefaultDevice:
       break;
     case GuardKind::NoModuleHooks:
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
@@ -387,6 +411,9 @@ std::string GuardSet::describe(const Guard& guard) const {
       break;
     case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
     case GuardKind::DefaultDtype: out << " " << graph::dtype_name(guard.meta.dtype); break;
+    case GuardKind::DefaultDevice:
+      out << " " << graph::device_name(guard.meta.device_type, guard.meta.device_index);
+      break;
     case GuardKind::NoModuleHooks: break;
   }
   return out.str();

@@ -22,6 +22,7 @@ namespace kiln::guards {
   X(LengthMatch, "a tuple or list of exactly this type and length")          \
   X(GradMode, "torch.is_grad_enabled() has this value (no source)")         \
   X(DefaultDtype, "torch.get_default_dtype() is this dtype (no source)")    \
+  X(DefaultDevice, "torch's default device is this device (no source)")      \
   X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks")
 
 enum class GuardKind : uint8_t {
@@ -36,13 +37,13 @@ constexpr int kMaxGuardSymbols = 16;
 // One guard over one source.
 struct Guard {
   GuardKind kind;
-  int source = -1;             // -1 for GradMode and DefaultDtype
+  int source = -1;             // -1 for GradMode, DefaultDtype and DefaultDevice
   // Owned: the type or constant; for IdMatch a weak reference to the object
   // when it supports them (so guards never keep a model alive), else the
   // object itself.
   PyObject* expected = nullptr;
   bool weak = false;  // IdMatch: `expected` is a weakref
-  graph::TensorMeta meta;      // TensorMatch; DefaultDtype: meta.dtype
+  graph::TensorMeta meta;      // TensorMatch; DefaultDtype: meta.dtype; DefaultDevice: its device
   // TensorMatch with dynamic dims: per dim, the symbol its size binds (-1:
   // static). Dynamic dims accept any size >= 2, equal for equal symbols,
   // and the tensor must be contiguous. Empty: every dim static.
@@ -72,6 +73,7 @@ class GuardSet {
   void add_length_match(int source, PyObject* sequence);
   void add_grad_mode(bool enabled);
   void add_default_dtype(graph::DType dtype);
+  void add_default_device(graph::DeviceType type, int8_t index);
   void add_no_module_hooks(int source);
 
   // The hot path: fetches every source into `values` and checks every

@@ -1,5 +1,6 @@
 #include "runtime/aten_bridge.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
@@ -8,6 +9,8 @@
 
 #include <optional>
 #include <sstream>
+
+#include "runtime/py_ref.h"
 
 namespace kiln::runtime {
 namespace {
@@ -202,6 +205,29 @@ PyObject* tensor_over_storage(PyObject* base, DType dtype, const std::vector<int
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
 graph::DType default_dtype() { return to_kiln_dtype(c10::get_default_dtype_as_scalartype()); }
+
+void default_device(graph::DeviceType* type, int8_t* index) {
+  *type = graph::DeviceType::CPU;
+  *index = -1;
+  // torch.set_default_device is a torch-function mode (DeviceContext); with
+  // no mode on this thread's stack the default is the CPU, read without
+  // entering Python.
+  if (at::impl::PythonTorchFunctionTLS::stack_len() == 0) return;
+  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+  PyRef getter = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "get_default_device")) : PyRef();
+  PyRef device = getter ? PyRef::steal(PyObject_CallNoArgs(getter.get())) : PyRef();
+  PyRef name = device ? PyRef::steal(PyObject_GetAttrString(device.get(), "type")) : PyRef();
+  PyRef at = device ? PyRef::steal(PyObject_GetAttrString(device.get(), "index")) : PyRef();
+  if (!name || !at || !PyUnicode_Check(name.get())) {
+    // A torch without get_default_device has no set_default_device either.
+    PyErr_Clear();
+    return;
+  }
+  const std::string text = PyUnicode_AsUTF8(name.get());
+  *type = text == "cpu" ? graph::DeviceType::CPU : text == "cuda" ? graph::DeviceType::CUDA
+        : text == "meta" ? graph::DeviceType::Meta : graph::DeviceType::Other;
+  *index = at.get() == Py_None ? -1 : static_cast<int8_t>(PyLong_AsLong(at.get()));
+}
 
 void set_grad_mode(bool enabled) { at::GradMode::set_enabled(enabled); }
 

@@ -54,6 +54,11 @@ bool grad_mode_enabled();
 // torch.get_default_dtype(): the dtype of factories and Python floats.
 graph::DType default_dtype();
 
+// Where torch factories put tensors without device=: CPU unless a
+// torch.set_default_device (torch >= 2.0) is in effect on this thread.
+// Fast when no torch-function mode is active, which is the common case.
+void default_device(graph::DeviceType* type, int8_t* index);
+
 // Sets whether autograd records (torch._C._set_grad_enabled).
 void set_grad_mode(bool enabled);
 

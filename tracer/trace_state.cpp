@@ -627,7 +627,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
                                 bool factory) {
   const stdlib::TorchApi* api = stdlib::torch_api();
   // Where results live: an explicit device= wins, then the first tensor
-  // argument's device, then the CPU (torch's default).
+  // argument's device, then torch's default device (guarded when read).
   DeviceType device_type = DeviceType::CPU;
   int device_index = -1;
   bool device_found = false;
@@ -652,6 +652,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       parse_device(arg->obj.get(), *api, &device_type, &device_index);
       has_device = true;
     }
+  }
+  const bool default_device = !device_found && !has_device;
+  if (default_device) {
+    int8_t index = -1;
+    runtime::default_device(&device_type, &index);
+    device_index = index;
   }
   // A dynamic op runs at every sample point (Note [Dynamic shapes]).
   std::vector<PyRef> results;
@@ -697,6 +703,10 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     results.push_back(std::move(result));
   }
   PyObject* out = results[0].get();
+  // Tensors placed by torch's default device hold only while it stays.
+  if (default_device && (runtime::is_tensor(out) || is_tensor_sequence(out))) {
+    guards_->add_default_device(device_type, static_cast<int8_t>(device_index));
+  }
   if (runtime::is_tensor(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     ValuePtr value = wrap_result(node, out, device_type, device_index);

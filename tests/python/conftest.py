@@ -40,18 +40,49 @@ STAT_KEYS = (
 # corpus with them off (inductor then replays graphs through torch).
 CPU_KERNELS = os.environ.get("KILN_TEST_CPU_KERNELS", "1") != "0"
 
+# KILN_TEST_DEVICE=cuda runs the corpus on CUDA tensors (issue 6): torch's
+# default device becomes CUDA, so the tensors the tests make are CUDA
+# tensors, and the inductor backend compiles CUDA kernels for them.
+TEST_DEVICE = os.environ.get("KILN_TEST_DEVICE", "cpu")
+if TEST_DEVICE != "cpu":
+    if not hasattr(torch, "set_default_device"):
+        raise RuntimeError(f"KILN_TEST_DEVICE={TEST_DEVICE} needs torch >= 2.0 "
+                           f"(torch.set_default_device); this is torch {torch.__version__}")
+    torch.set_default_device(TEST_DEVICE)
+CUDA_KERNELS = TEST_DEVICE == "cuda"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cpu_semantics(why): the test checks CPU-only behaviour (CPU autocast, an "
+        "out-of-bounds index raising at the call, numpy, CPU graphs); under KILN_TEST_DEVICE its "
+        "tensors are still made on the CPU")
+
+
+@pytest.fixture(autouse=True)
+def cpu_semantics_device(request):
+    """Run a cpu_semantics test with the CPU as torch's default device."""
+    if TEST_DEVICE == "cpu" or request.node.get_closest_marker("cpu_semantics") is None:
+        yield
+        return
+    with torch.device("cpu"):
+        yield
+
 
 @pytest.fixture(autouse=True)
 def kiln_clean():
     """Drop all compiled code and counters before each test; restore config after."""
     saved_limit = kiln.config.cache_size_limit
     saved_kernels = kiln.config.cpu_kernels
+    saved_cuda_kernels = kiln.config.experimental_cuda_kernels
     kiln.config.cpu_kernels = CPU_KERNELS
+    kiln.config.experimental_cuda_kernels = CUDA_KERNELS
     kiln.reset()
     torch.manual_seed(0)
     yield
     kiln.config.cache_size_limit = saved_limit
     kiln.config.cpu_kernels = saved_kernels
+    kiln.config.experimental_cuda_kernels = saved_cuda_kernels
     kiln.reset()
 
 

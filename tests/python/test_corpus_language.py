@@ -2,6 +2,7 @@
 issue that the topical test files cover only inside larger programs: one
 small function per item, compared with eager over several calls, traced
 into one graph (check_compiled) unless the case is about a graph break."""
+import pytest
 import torch
 import torch.nn as nn
 
@@ -295,6 +296,7 @@ def test_branch_on_tensor_value_breaks_and_stays_correct():
     assert stats()["graph_breaks"] >= 1 and stats()["unsupported"] == 0
 
 
+@pytest.mark.cpu_semantics("Tensor.numpy() needs CPU tensors")
 def test_numpy_breaks_and_stays_correct():
     def fn(x):
         y = x * 2

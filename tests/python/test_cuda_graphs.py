@@ -18,6 +18,7 @@ def mlp(width=64):
     return nn.Sequential(*layers)
 
 
+@pytest.mark.cpu_semantics("its subject is graphs on CPU tensors")
 def test_cpu_graphs_run_as_without_the_mode():
     model = mlp()
     compiled = kiln.compile(model, mode="reduce-overhead")

@@ -216,6 +216,7 @@ def test_guard_failure_explains_dynamic_dims(capfd):
     assert stats()["traces"] == 3
 
 
+@pytest.mark.cpu_semantics("the expected text prints CPU tensors")
 def test_dynamic_graph_names_symbols():
     def fn(x, w):
         return torch.cat([x, x]) * x.shape[0], x @ w

@@ -486,6 +486,41 @@ def test_channels_last_input_recompiles_and_keeps_layout():
     assert stats()["recompiles"] == 1
 
 
+def test_factories_guard_the_default_device():
+    def with_factory(x):
+        return x + torch.ones(3)
+
+    def without_factory(x):
+        return x * 2
+
+    from kiln import _C
+    _, text = _C.trace_dump(with_factory, (torch.randn(3),), {}, False, False)
+    assert f"DefaultDevice {torch.empty(0).device}" in text, text
+    _, text = _C.trace_dump(without_factory, (torch.randn(3),), {}, False, False)
+    assert "DefaultDevice" not in text, text
+
+
+@pytest.mark.skipif(not hasattr(torch, "set_default_device") or not torch.cuda.is_available(),
+                    reason="torch.set_default_device (torch >= 2.0) and a CUDA device")
+def test_default_device_change_recompiles():
+    def make(n):
+        return torch.arange(n) * 2.0
+
+    compiled = kiln.compile(make)
+    previous = torch.get_default_device()
+    try:
+        torch.set_default_device("cpu")
+        assert_same(compiled(4), make(4))
+        torch.set_default_device("cuda")
+        out = compiled(4)
+        assert out.device.type == "cuda"
+        assert_same(out, make(4))
+    finally:
+        torch.set_default_device(previous)
+    assert stats()["recompiles"] == 1
+
+
+@pytest.mark.cpu_semantics("torch.autocast('cpu')")
 def test_inference_mode_autocast_and_default_dtype_respected():
     def mm(x, w):
         return x @ w

@@ -228,6 +228,7 @@ def test_autocast_blocks_traced_with_autocast_dtypes(fn):
     assert not torch.is_autocast_cpu_enabled()
 
 
+@pytest.mark.cpu_semantics("torch.autocast('cpu')")
 def test_autocast_graph_enters_and_leaves():
     graphs = kiln.explain(autocast_block)(torch.randn(4, 3), torch.randn(3, 5)).graphs
     text = "\n".join(str(g) for g in graphs)
@@ -241,6 +242,7 @@ def autocast_raises_at_runtime(x, idx):
     return y
 
 
+@pytest.mark.cpu_semantics("torch.autocast('cpu'); an out-of-bounds index raises at the call")
 def test_error_inside_autocast_block_restores_state():
     compiled = kiln.compile(autocast_raises_at_runtime)
     x = torch.randn(3, 2)
@@ -257,6 +259,7 @@ def autocast_with_break(x, w):
     return y
 
 
+@pytest.mark.cpu_semantics("torch.autocast('cpu')")
 def test_trace_stopping_inside_autocast_leaves_it(capsys):
     compiled = kiln.compile(autocast_with_break)
     x, w = torch.randn(2, 3), torch.randn(3, 3)
