@@ -56,7 +56,9 @@ print(json.dumps({"first_call": first, "steady_call": statistics.median(times), 
 
 def run_process(compiler, mode):
     with tempfile.TemporaryDirectory(prefix="kiln-cuda-compile-") as cache_dir:
-        env = dict(os.environ, KILN_CACHE_DIR=cache_dir, TORCHINDUCTOR_CACHE_DIR=cache_dir)
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+        path = os.pathsep.join(p for p in (python_dir, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, KILN_CACHE_DIR=cache_dir, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=path)
         env.pop("KILN_LOGS", None)
         done = subprocess.run([sys.executable, "-c", SCRIPT, compiler, mode], env=env,
                               capture_output=True, text=True, timeout=600)
