@@ -13,6 +13,7 @@ from kiln import goldens
 TRACES = pathlib.Path(__file__).resolve().parent.parent / "traces"
 
 
+@pytest.mark.cpu_semantics("golden files record traces of CPU tensors")
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.txt")), ids=lambda p: p.stem)
 def test_golden_trace(path):
     result = goldens.check_file(path, update=os.environ.get("KILN_UPDATE_GOLDEN") == "1")
