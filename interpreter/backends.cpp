@@ -67,8 +67,11 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   stats().kernels_compiled += after.compiled - before.compiled + cuda_after.compiled - cuda_before.compiled;
   stats().kernel_cache_hits_memory +=
       after.memory_hits - before.memory_hits + cuda_after.memory_hits - cuda_before.memory_hits;
-  stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
-  stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
+  stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits + cuda_after.disk_hits - cuda_before.disk_hits;
+  stats().kernel_cache_rejected +=
+      after.disk_rejected - before.disk_rejected + cuda_after.disk_rejected - cuda_before.disk_rejected;
+  stats().cuda_kernels_compiled += cuda_after.compiled - cuda_before.compiled;
+  stats().cuda_kernel_cache_hits_disk += cuda_after.disk_hits - cuda_before.disk_hits;
   stats().kernel_buffers_reused += fused.reused_buffers;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
                                << " prims (" << fused.compiled << " compiled, the rest cached)\n"

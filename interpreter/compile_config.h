@@ -103,6 +103,8 @@ class ContextDepthScope {
   X(kernel_cache_hits_disk)   \
   X(kernel_cache_rejected)    \
   X(kernel_buffers_reused)    \
+  X(cuda_kernels_compiled)    \
+  X(cuda_kernel_cache_hits_disk) \
   X(cuda_graphs_captured)
 
 struct Stats {

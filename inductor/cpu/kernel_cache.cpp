@@ -7,13 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
-#include "inductor/cpu/kernel_cache_file.h"
 #include "inductor/cpu/llvm_jit.h"
+#include "inductor/kernel_cache_file.h"
 #include "runtime/log.h"
 
 namespace kiln::inductor::cpu {
@@ -122,44 +121,16 @@ struct DigestHash {
   }
 };
 
-// The process's cache state; leaked like the JIT it points into.
+// The process's memory cache; leaked like the JIT it points into. The
+// directory is kernel_cache_dir()'s, shared with the CUDA cache.
 struct Cache {
   std::mutex mutex;
   std::unordered_map<Sha256Digest, CpuKernel, DigestHash> memory;
-  bool dir_resolved = false;
-  std::string dir;  // "" when the disk cache is off
 };
 
 Cache& the_cache() {
   static Cache* made = new Cache();
   return *made;
-}
-
-// Decides the directory under the cache's lock.
-std::string use_dir_locked(Cache& cache, const std::string& dir) {
-  cache.dir_resolved = true;
-  cache.dir.clear();
-  if (dir.empty()) {
-    KILN_LOG(cache, "disk cache off (KILN_CACHE_DIR is set but empty, or there is no home directory)");
-    return "";
-  }
-  std::string problem = prepare_cache_dir(dir);
-  if (!problem.empty()) {
-    KILN_LOG(cache, "disk cache off: " << problem);
-    return problem;
-  }
-  // Absolute, so that a later chdir does not move the cache.
-  char* resolved = ::realpath(dir.c_str(), nullptr);
-  cache.dir = resolved ? resolved : dir;
-  std::free(resolved);
-  KILN_LOG(cache, "disk cache in " << cache.dir);
-  return "";
-}
-
-std::string current_dir(Cache& cache) {
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  if (!cache.dir_resolved) use_dir_locked(cache, cache_dir_from_environment());
-  return cache.dir;
 }
 
 // Records `kernel` (fn and symbol only) unless another thread was first;
@@ -213,16 +184,17 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
       return found->second;
     }
   }
-  const std::string dir = current_dir(cache);
+  const std::string dir = kernel_cache_dir();
+  constexpr CacheEntryKind kKind = CacheEntryKind::CpuObject;
   const auto start = std::chrono::steady_clock::now();
   if (!dir.empty()) {
     CacheEntry entry;
-    const EntryStatus status = read_cache_entry(dir, key, &entry);
+    const EntryStatus status = read_cache_entry(dir, kKind, key, &entry);
     if (status == EntryStatus::Ok) {
       try {
         CpuKernel loaded;
-        loaded.symbol = entry.symbol;
-        loaded.fn = reinterpret_cast<CpuKernelFn>(jit_load_object(entry.object, entry.symbol));
+        loaded.symbol = entry.name;
+        loaded.fn = reinterpret_cast<CpuKernelFn>(jit_load_object(entry.payload, entry.name));
         ++count.disk_hits;
         if (source) *source = KernelSource::Disk;
         KILN_LOG(cache, "disk hit " << to_hex(key) << " (" << kernel.name << "), read and loaded in "
@@ -230,11 +202,12 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
         return remember(cache, key, loaded);
       } catch (const JitError& error) {
         ++count.disk_rejected;
-        KILN_LOG(cache, "entry " << cache_entry_path(dir, key) << " does not load, recompiling: " << error.what());
+        KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " does not load, recompiling: "
+                                 << error.what());
       }
     } else if (status != EntryStatus::Missing) {
       ++count.disk_rejected;
-      KILN_LOG(cache, "entry " << cache_entry_path(dir, key) << " rejected (" << entry_status_name(status)
+      KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " rejected (" << entry_status_name(status)
                                << "), recompiling");
     }
   }
@@ -244,10 +217,10 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
   ++count.compiled;
   if (source) *source = KernelSource::Compiled;
   if (!dir.empty()) {
-    const std::string problem = write_cache_entry(dir, key, CacheEntry{compiled.symbol, compiled.object});
+    const std::string problem = write_cache_entry(dir, kKind, key, CacheEntry{compiled.symbol, compiled.object});
     if (problem.empty()) {
       ++count.disk_writes;
-      KILN_LOG(cache, "stored " << cache_entry_path(dir, key) << " (" << kernel.name << ", "
+      KILN_LOG(cache, "stored " << cache_entry_path(dir, kKind, key) << " (" << kernel.name << ", "
                                 << compiled.object.size() << " bytes of object code, compiled in "
                                 << compile_ms << " ms)");
     } else {
@@ -256,14 +229,6 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
     }
   }
   return remember(cache, key, compiled);
-}
-
-std::string kernel_cache_dir() { return current_dir(the_cache()); }
-
-std::string set_kernel_cache_dir(const std::string& dir) {
-  Cache& cache = the_cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  return use_dir_locked(cache, dir);
 }
 
 void clear_kernel_memory_cache() {

@@ -1,7 +1,8 @@
 // The CPU kernel cache: compiled kernels in memory for the process and on
 // disk across processes, keyed by a SHA-256 of everything that decides the
 // machine code (Note [Kernel cache keys] in kernel_cache.cpp). The disk
-// files and the directory rules are in kernel_cache_file.h. No LLVM here:
+// files, the directory and its rules are inductor/kernel_cache_file.h's,
+// shared with the CUDA cubin cache. No LLVM here:
 // without LLVM (KILN_WITH_LLVM=OFF) compile_cached throws CodegenError as
 // compile_cpu_kernel does.
 #pragma once
@@ -10,8 +11,8 @@
 #include <string>
 
 #include "inductor/cpu/cpu_kernel.h"
-#include "inductor/cpu/sha256.h"
 #include "inductor/kernel_ir.h"
+#include "inductor/sha256.h"
 
 namespace kiln::inductor::cpu {
 
@@ -28,17 +29,6 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source = nullptr);
 // The key `kernel` is cached under in this process (its name is left out:
 // identical kernels share an entry).
 Sha256Digest kernel_cache_key(const Kernel& kernel);
-
-// The disk cache's directory, "" when the disk cache is off. Resolved on
-// first use from the environment (cache_dir_from_environment) unless
-// set_kernel_cache_dir chose one.
-std::string kernel_cache_dir();
-
-// Uses `dir` for the disk cache from now on ("" turns it off). Returns ""
-// when the directory is in use (or the cache is off), else why it was
-// refused (prepare_cache_dir); a refused directory leaves the cache in
-// memory only.
-std::string set_kernel_cache_dir(const std::string& dir);
 
 // Forgets the memory cache's entries (the kernels stay loaded, so pointers
 // handed out stay valid): the next compile_cached of each goes to the disk.

@@ -4,14 +4,25 @@
 #include <map>
 #include <unordered_map>
 
-#include "inductor/cuda/nvrtc_compiler.h"
+#include "inductor/cuda/cubin_cache.h"
 #include "runtime/log.h"
 
 namespace kiln::inductor::cuda {
 namespace {
 
-std::atomic<int64_t> g_compiled{0};
 std::atomic<int64_t> g_memory_hits{0};
+
+// The memory cache, keyed by architecture and source text; never freed
+// (modules stay loaded).
+struct MemoryCache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<const CudaKernel>> kernels;
+};
+
+MemoryCache& memory_cache() {
+  static MemoryCache* made = new MemoryCache();
+  return *made;
+}
 
 }  // namespace
 
@@ -51,15 +62,13 @@ std::string device_arch(int device) {
 
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now) {
-  static std::mutex mutex;
-  // Keyed by architecture and source text; never freed (modules stay loaded).
-  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<const CudaKernel>>();
+  MemoryCache& cache = memory_cache();
   CudaSource source = generate_cuda_source(kernel);
   const std::string key = arch + '\n' + source.text;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto found = cache->find(key);
-    if (found != cache->end()) {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto found = cache.kernels.find(key);
+    if (found != cache.kernels.end()) {
       ++g_memory_hits;
       if (compiled_now != nullptr) *compiled_now = false;
       return found->second;
@@ -67,20 +76,31 @@ std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, cons
   }
   KILN_LOG(kernels, "CUDA source of " << kernel.name << " for " << arch << ":\n" << source.text);
   auto compiled = std::make_shared<CudaKernel>();
-  compiled->cubin = source.empty ? std::string() : compile_cubin(source.text, arch);
+  CubinOrigin origin = CubinOrigin::Disk;
+  compiled->cubin = source.empty ? std::string() : cached_cubin(source.text, source.scalar.name, arch, &origin);
   compiled->source = std::move(source);
   compiled->arch = arch;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, inserted] = cache->emplace(key, std::move(compiled));
-  if (inserted) ++g_compiled; else ++g_memory_hits;
-  if (compiled_now != nullptr) *compiled_now = inserted;
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  // A thread that lost the race returns the winner's kernel; its NVRTC run
+  // or disk read is still counted by the cubin cache.
+  auto [it, inserted] = cache.kernels.emplace(key, std::move(compiled));
+  if (compiled_now != nullptr) *compiled_now = inserted && origin == CubinOrigin::Compiled;
   return it->second;
 }
 
+void clear_cuda_kernel_memory_cache() {
+  MemoryCache& cache = memory_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.kernels.clear();
+}
+
 CudaKernelCacheCounts cuda_kernel_cache_counts() {
+  const CubinCacheCounts cubins = cubin_cache_counts();
   CudaKernelCacheCounts counts;
-  counts.compiled = g_compiled;
+  counts.compiled = cubins.compiled;
   counts.memory_hits = g_memory_hits;
+  counts.disk_hits = cubins.disk_hits;
+  counts.disk_rejected = cubins.disk_rejected;
   return counts;
 }
 

@@ -1,6 +1,7 @@
 // A Kernel compiled for a CUDA architecture, and the process's memory cache
 // of them: identical kernels (the same source for the same architecture)
-// compile once. No disk cache of cubins yet.
+// compile once; a memory miss takes the cubin from the disk cache
+// (cubin_cache.h) or NVRTC.
 #pragma once
 
 #include <cstdint>
@@ -40,16 +41,26 @@ std::string arch_for_capability(int major, int minor);
 // capability), asked once per device. Throws CudaError.
 std::string device_arch(int device);
 
-// `kernel` compiled for `arch`, from the memory cache when an identical
-// source was compiled for it before (`compiled_now` says which). Thread-safe.
-// Throws CudaError.
+// `kernel` compiled for `arch`: from the memory cache when an identical
+// source was compiled for it before, else its cubin from the disk cache or
+// NVRTC (cached_cubin); `compiled_now` says whether NVRTC ran for it in this
+// call. Thread-safe. Throws CudaError.
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now = nullptr);
 
-// Counters of compile_cuda_cached since the process started.
+// Forgets the memory cache's kernels (those handed out stay valid): the
+// next compile_cuda_cached of each goes to the disk cache, as in a new
+// process.
+void clear_cuda_kernel_memory_cache();
+
+// Counters of compile_cuda_cached since the process started (the disk and
+// NVRTC ones are cubin_cache_counts()'s, so they include direct calls of
+// cached_cubin).
 struct CudaKernelCacheCounts {
-  int64_t compiled = 0;
+  int64_t compiled = 0;       // NVRTC runs
   int64_t memory_hits = 0;
+  int64_t disk_hits = 0;
+  int64_t disk_rejected = 0;  // damaged or foreign cubin entries, recompiled
 };
 
 // A snapshot of the counters.

@@ -154,9 +154,11 @@ std::string compile_cubin(const std::string& source, const std::string& arch) {
     nvrtcProgram* program;
     ~Destroy() { n.DestroyProgram(program); }
   } destroy{n, &program};
-  const std::string arch_option = "--gpu-architecture=" + arch;
-  const char* options[] = {arch_option.c_str(), "-std=c++17", "--device-as-default-execution-space"};
-  const nvrtcResult compiled = n.CompileProgram(program, 3, options);
+  const std::vector<std::string> options = nvrtc_options(arch);
+  std::vector<const char*> option_pointers;
+  for (const std::string& option : options) option_pointers.push_back(option.c_str());
+  const nvrtcResult compiled =
+      n.CompileProgram(program, static_cast<int>(option_pointers.size()), option_pointers.data());
   std::string log;
   size_t log_size = 0;
   if (n.GetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace kiln::inductor::cuda {
 
@@ -14,9 +15,14 @@ bool nvrtc_available(std::string* why = nullptr);
 // The loaded NVRTC's version, e.g. "13.0". Throws CudaError without NVRTC.
 std::string nvrtc_version();
 
+// The options compile_cubin passes NVRTC for `arch`; the cubin cache's key
+// hashes them, so changing them orphans every cached cubin.
+std::vector<std::string> nvrtc_options(const std::string& arch);
+
 // Compiles `source` (no headers included) for `arch` ("sm_90a", "sm_80")
-// and returns the cubin. Throws CudaError naming the failure, with the
-// compiler's log when there is one.
+// with nvrtc_options(arch) and returns the cubin. Throws CudaError naming
+// the failure, with the compiler's log when there is one. Uncached: the
+// runtime path goes through cubin_cache.h's cached_cubin.
 std::string compile_cubin(const std::string& source, const std::string& arch);
 
 }  // namespace kiln::inductor::cuda

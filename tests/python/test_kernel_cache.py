@@ -113,7 +113,7 @@ def truncate(data, _):
 
 
 def flip_payload_byte(data, _):
-    at = len(data) - 40  # inside the object code, after the 88-byte header
+    at = len(data) - 40  # inside the object code, after the 92-byte header
     return data[:at] + bytes([data[at] ^ 0x04]) + data[at + 1:]
 
 

@@ -1,32 +1,31 @@
-// Tests of the kernel cache (inductor/cpu/kernel_cache.h, kernel_cache_file.h,
-// sha256.h): SHA-256 against Python's hashlib; the entry format refusing
-// every truncation, flipped byte, other version and other key; the directory
+// Tests of the CPU kernel cache (inductor/cpu/kernel_cache.h) and of what it
+// shares with the CUDA cubin cache (inductor/kernel_cache_file.h,
+// inductor/sha256.h): SHA-256 against Python's hashlib; the entry format
+// refusing every truncation, flipped byte, other version, kind and key; the directory
 // rules (created 0700, foreign or group/world-writable directories refused);
 // concurrent writers never leaving a torn file; and, with LLVM, kernels
 // found in memory, then on disk, and recompiled (with correct results,
 // compared with torch) when their file is damaged.
 #include <Python.h>
 #include <gtest/gtest.h>
-#include <dirent.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
-#include "inductor/cpu/kernel_cache_file.h"
 #include "inductor/cpu/kernel_runner.h"
-#include "inductor/cpu/sha256.h"
+#include "inductor/kernel_cache_file.h"
 #include "inductor/lower_pointwise.h"
+#include "inductor/sha256.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
+#include "tests/cpp/inductor/cache_test_util.h"
 #include "tests/cpp/inductor/cpu_test_util.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
@@ -40,76 +39,12 @@ using prims::PrimGraph;
 using prims::Scalar;
 using test::PyRef;
 
-
-// Removes one entry of a tree walked depth-first (nftw callback).
-int remove_entry(const char* path, const struct stat*, int kind, FTW*) {
-  if (kind == FTW_DP) {
-    ::rmdir(path);
-    return 0;
-  }
-  ::unlink(path);
-  return 0;
-}
-
-// Makes every directory of a tree writable, so its entries can go.
-int open_up(const char* path, const struct stat*, int kind, FTW*) {
-  if (kind == FTW_D) ::chmod(path, 0700);
-  return 0;
-}
-
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the object goes. POSIX calls only: torch 2.11's
-// libtorch.so exports a std::filesystem::remove_all that calls through a
-// null pointer, and the test binary binds to it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/kiln-cache-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    ::nftw(path_.c_str(), open_up, 16, FTW_PHYS);
-    ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-unsigned mode_of(const std::string& path) {
-  struct stat info {};
-  EXPECT_EQ(::stat(path.c_str(), &info), 0) << path;
-  return info.st_mode & 07777;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
-// The names in `dir` (POSIX calls, like the cache itself: std::filesystem
-// crashed in this test on the GPU host's toolchain).
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* listing = ::opendir(dir.c_str());
-  EXPECT_NE(listing, nullptr) << dir;
-  if (!listing) return names;
-  while (const dirent* item = ::readdir(listing)) {
-    const std::string name = item->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(listing);
-  return names;
-}
-
-bool make_dir(const std::string& path) { return ::mkdir(path.c_str(), 0700) == 0; }
+using test::files_in;
+using test::make_dir;
+using test::mode_of;
+using test::read_file;
+using test::TempDir;
+using test::write_file;
 
 Sha256Digest key_of(const std::string& text) { return sha256(text); }
 
@@ -156,10 +91,12 @@ TEST(Sha256, FieldsCannotRunIntoEachOther) {
 
 // ------------------------------------------------------------ entry format
 
+constexpr CacheEntryKind kCpu = CacheEntryKind::CpuObject;
+
 CacheEntry sample_entry() {
   CacheEntry entry;
-  entry.symbol = "kiln_k0_3";
-  for (int i = 0; i < 200; ++i) entry.object += static_cast<char>(i * 31);
+  entry.name = "kiln_k0_3";
+  for (int i = 0; i < 200; ++i) entry.payload += static_cast<char>(i * 31);
   return entry;
 }
 
@@ -167,56 +104,60 @@ TEST(KernelCacheFile, RoundTrip) {
   const Sha256Digest key = key_of("round trip");
   const CacheEntry entry = sample_entry();
   CacheEntry decoded;
-  ASSERT_EQ(decode_cache_entry(encode_cache_entry(key, entry), key, &decoded), EntryStatus::Ok);
-  EXPECT_EQ(decoded.symbol, entry.symbol);
-  EXPECT_EQ(decoded.object, entry.object);
+  ASSERT_EQ(decode_cache_entry(encode_cache_entry(kCpu, key, entry), kCpu, key, &decoded), EntryStatus::Ok);
+  EXPECT_EQ(decoded.name, entry.name);
+  EXPECT_EQ(decoded.payload, entry.payload);
 }
 
 TEST(KernelCacheFile, EveryTruncationIsRefused) {
   const Sha256Digest key = key_of("truncated");
-  const std::string bytes = encode_cache_entry(key, sample_entry());
+  const std::string bytes = encode_cache_entry(kCpu, key, sample_entry());
   for (size_t size = 0; size < bytes.size(); ++size) {
     CacheEntry decoded;
-    EXPECT_EQ(decode_cache_entry(std::string_view(bytes).substr(0, size), key, &decoded), EntryStatus::Truncated)
+    EXPECT_EQ(decode_cache_entry(std::string_view(bytes).substr(0, size), kCpu, key, &decoded), EntryStatus::Truncated)
         << size;
   }
   CacheEntry decoded;
-  EXPECT_EQ(decode_cache_entry(bytes + "x", key, &decoded), EntryStatus::BadLength);
+  EXPECT_EQ(decode_cache_entry(bytes + "x", kCpu, key, &decoded), EntryStatus::BadLength);
 }
 
 TEST(KernelCacheFile, EveryFlippedBitIsRefused) {
   const Sha256Digest key = key_of("flipped");
-  const std::string bytes = encode_cache_entry(key, sample_entry());
+  const std::string bytes = encode_cache_entry(kCpu, key, sample_entry());
   for (size_t at = 0; at < bytes.size(); ++at) {
     for (int bit = 0; bit < 8; ++bit) {
       std::string damaged = bytes;
       damaged[at] = static_cast<char>(damaged[at] ^ (1 << bit));
       CacheEntry decoded;
-      EXPECT_NE(decode_cache_entry(damaged, key, &decoded), EntryStatus::Ok) << "byte " << at << " bit " << bit;
+      EXPECT_NE(decode_cache_entry(damaged, kCpu, key, &decoded), EntryStatus::Ok) << "byte " << at << " bit " << bit;
     }
   }
 }
 
 TEST(KernelCacheFile, WhatEachCheckReports) {
   const Sha256Digest key = key_of("which check");
-  const std::string bytes = encode_cache_entry(key, sample_entry());
+  const std::string bytes = encode_cache_entry(kCpu, key, sample_entry());
   CacheEntry decoded;
   std::string other_version = bytes;
   other_version[8] = static_cast<char>(kKernelCacheFormatVersion + 1);
-  EXPECT_EQ(decode_cache_entry(other_version, key, &decoded), EntryStatus::BadVersion);
+  EXPECT_EQ(decode_cache_entry(other_version, kCpu, key, &decoded), EntryStatus::BadVersion);
   std::string other_magic = bytes;
   other_magic[0] = 'X';
-  EXPECT_EQ(decode_cache_entry(other_magic, key, &decoded), EntryStatus::BadMagic);
-  EXPECT_EQ(decode_cache_entry(bytes, key_of("another key"), &decoded), EntryStatus::WrongKey);
+  EXPECT_EQ(decode_cache_entry(other_magic, kCpu, key, &decoded), EntryStatus::BadMagic);
+  EXPECT_EQ(decode_cache_entry(bytes, kCpu, key_of("another key"), &decoded), EntryStatus::WrongKey);
+  // A cubin's entry is not an object's, whatever its key.
+  EXPECT_EQ(decode_cache_entry(bytes, CacheEntryKind::CudaCubin, key, &decoded), EntryStatus::WrongKind);
+  EXPECT_NE(cache_entry_path("/d", kCpu, key), cache_entry_path("/d", CacheEntryKind::CudaCubin, key));
   std::string flipped_object = bytes;
   flipped_object[flipped_object.size() - 5] ^= 0x10;
-  EXPECT_EQ(decode_cache_entry(flipped_object, key, &decoded), EntryStatus::BadChecksum);
-  EXPECT_EQ(decode_cache_entry("", key, &decoded), EntryStatus::Truncated);
+  EXPECT_EQ(decode_cache_entry(flipped_object, kCpu, key, &decoded), EntryStatus::BadChecksum);
+  EXPECT_EQ(decode_cache_entry("", kCpu, key, &decoded), EntryStatus::Truncated);
   // A symbol that would not be a C identifier is refused before any write.
   CacheEntry odd = sample_entry();
-  odd.symbol = "kernel; rm -rf";
+  odd.name = "kernel; rm -rf";
+  EXPECT_EQ(decode_cache_entry(encode_cache_entry(kCpu, key, odd), kCpu, key, &decoded), EntryStatus::BadName);
   TempDir dir;
-  EXPECT_NE(write_cache_entry(dir.path(), key, odd), "");
+  EXPECT_NE(write_cache_entry(dir.path(), kCpu, key, odd), "");
   EXPECT_TRUE(files_in(dir.path()).empty());
 }
 
@@ -225,23 +166,26 @@ TEST(KernelCacheFile, WrittenPrivatelyAndReadBack) {
   const Sha256Digest key = key_of("written");
   CacheEntry entry = sample_entry();
   CacheEntry read;
-  EXPECT_EQ(read_cache_entry(dir.path(), key, &read), EntryStatus::Missing);
-  ASSERT_EQ(write_cache_entry(dir.path(), key, entry), "");
+  EXPECT_EQ(read_cache_entry(dir.path(), kCpu, key, &read), EntryStatus::Missing);
+  ASSERT_EQ(write_cache_entry(dir.path(), kCpu, key, entry), "");
   EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{to_hex(key) + ".kernel"});
-  EXPECT_EQ(mode_of(cache_entry_path(dir.path(), key)), 0600u);
-  ASSERT_EQ(read_cache_entry(dir.path(), key, &read), EntryStatus::Ok);
-  EXPECT_EQ(read.object, entry.object);
+  EXPECT_EQ(mode_of(cache_entry_path(dir.path(), kCpu, key)), 0600u);
+  ASSERT_EQ(read_cache_entry(dir.path(), kCpu, key, &read), EntryStatus::Ok);
+  EXPECT_EQ(read.payload, entry.payload);
   // A foreign key: the file renamed to another key's name is refused.
   const Sha256Digest other = key_of("other");
-  ASSERT_EQ(::rename(cache_entry_path(dir.path(), key).c_str(), cache_entry_path(dir.path(), other).c_str()), 0);
-  EXPECT_EQ(read_cache_entry(dir.path(), other, &read), EntryStatus::WrongKey);
+  ASSERT_EQ(
+      ::rename(cache_entry_path(dir.path(), kCpu, key).c_str(), cache_entry_path(dir.path(), kCpu, other).c_str()), 0);
+  EXPECT_EQ(read_cache_entry(dir.path(), kCpu, other, &read), EntryStatus::WrongKey);
   // A symlink is never followed.
-  ASSERT_EQ(::symlink(cache_entry_path(dir.path(), other).c_str(), cache_entry_path(dir.path(), key).c_str()), 0);
-  EXPECT_NE(read_cache_entry(dir.path(), key, &read), EntryStatus::Ok);
+  ASSERT_EQ(
+      ::symlink(cache_entry_path(dir.path(), kCpu, other).c_str(), cache_entry_path(dir.path(), kCpu, key).c_str()),
+      0);
+  EXPECT_NE(read_cache_entry(dir.path(), kCpu, key, &read), EntryStatus::Ok);
   // A directory in an entry's place is not a file.
-  ASSERT_EQ(::unlink(cache_entry_path(dir.path(), key).c_str()), 0);
-  ASSERT_TRUE(make_dir(cache_entry_path(dir.path(), key)));
-  EXPECT_EQ(read_cache_entry(dir.path(), key, &read), EntryStatus::NotAFile);
+  ASSERT_EQ(::unlink(cache_entry_path(dir.path(), kCpu, key).c_str()), 0);
+  ASSERT_TRUE(make_dir(cache_entry_path(dir.path(), kCpu, key)));
+  EXPECT_EQ(read_cache_entry(dir.path(), kCpu, key, &read), EntryStatus::NotAFile);
 }
 
 TEST(KernelCacheFile, ConcurrentWritersNeverLeaveATornFile) {
@@ -252,8 +196,8 @@ TEST(KernelCacheFile, ConcurrentWritersNeverLeaveATornFile) {
   const Sha256Digest key = key_of("contended");
   auto payload = [](int writer) {
     CacheEntry entry;
-    entry.symbol = "kiln_writer_" + std::to_string(writer);
-    entry.object = std::string(4096 + 977 * writer, static_cast<char>('a' + writer));
+    entry.name = "kiln_writer_" + std::to_string(writer);
+    entry.payload = std::string(4096 + 977 * writer, static_cast<char>('a' + writer));
     return entry;
   };
   std::atomic<bool> writing{true};
@@ -263,11 +207,11 @@ TEST(KernelCacheFile, ConcurrentWritersNeverLeaveATornFile) {
     readers.emplace_back([&] {
       while (writing.load()) {
         CacheEntry read;
-        const EntryStatus status = read_cache_entry(dir.path(), key, &read);
+        const EntryStatus status = read_cache_entry(dir.path(), kCpu, key, &read);
         if (status == EntryStatus::Missing) continue;
-        const int writer = read.object.empty() ? -1 : read.object[0] - 'a';
-        if (status != EntryStatus::Ok || writer < 0 || writer >= 8 || read.object != payload(writer).object ||
-            read.symbol != payload(writer).symbol) {
+        const int writer = read.payload.empty() ? -1 : read.payload[0] - 'a';
+        if (status != EntryStatus::Ok || writer < 0 || writer >= 8 || read.payload != payload(writer).payload ||
+            read.name != payload(writer).name) {
           ++torn;
         } else {
           ++whole;
@@ -279,7 +223,7 @@ TEST(KernelCacheFile, ConcurrentWritersNeverLeaveATornFile) {
   for (int w = 0; w < 8; ++w) {
     writers.emplace_back([&, w] {
       for (int i = 0; i < 25; ++i) {
-        if (!write_cache_entry(dir.path(), key, payload(w)).empty()) ++failures;
+        if (!write_cache_entry(dir.path(), kCpu, key, payload(w)).empty()) ++failures;
       }
     });
   }
@@ -290,7 +234,7 @@ TEST(KernelCacheFile, ConcurrentWritersNeverLeaveATornFile) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(whole.load(), 0);
   CacheEntry read;
-  EXPECT_EQ(read_cache_entry(dir.path(), key, &read), EntryStatus::Ok);
+  EXPECT_EQ(read_cache_entry(dir.path(), kCpu, key, &read), EntryStatus::Ok);
   EXPECT_EQ(files_in(dir.path()).size(), 1u) << "temporary files left behind";
 }
 
@@ -466,8 +410,8 @@ TEST_F(KernelCache, MemoryThenDisk) {
   EXPECT_TRUE(first.object.empty()) << "the cache keeps object bytes on disk, not in kernels it hands out";
   expect_matches_torch(first, test_kernel);
   CacheEntry entry;
-  ASSERT_EQ(read_cache_entry(cache(), key, &entry), EntryStatus::Ok);
-  EXPECT_EQ(entry.symbol, first.symbol);
+  ASSERT_EQ(read_cache_entry(cache(), kCpu, key, &entry), EntryStatus::Ok);
+  EXPECT_EQ(entry.name, first.symbol);
 
   // Same text under another name: the memory cache.
   CpuKernel second = compile_cached(make_kernel(0.25, "renamed").kernel, &source);
@@ -495,8 +439,8 @@ TEST_F(KernelCache, DamagedEntriesAreRecompiledNeverLoaded) {
   KILN_REQUIRE_LLVM();
   const TestKernel test_kernel = make_kernel(0.5);
   const TestKernel other_kernel = make_kernel(0.75);
-  const std::string path = cache_entry_path(cache(), kernel_cache_key(test_kernel.kernel));
-  const std::string other_path = cache_entry_path(cache(), kernel_cache_key(other_kernel.kernel));
+  const std::string path = cache_entry_path(cache(), kCpu, kernel_cache_key(test_kernel.kernel));
+  const std::string other_path = cache_entry_path(cache(), kCpu, kernel_cache_key(other_kernel.kernel));
   compile_cached(test_kernel.kernel);
   compile_cached(other_kernel.kernel);
   const std::string good = read_file(path);
@@ -533,7 +477,7 @@ TEST_F(KernelCache, DamagedEntriesAreRecompiledNeverLoaded) {
     EXPECT_EQ(after.disk_hits - before.disk_hits, 0);
     expect_matches_torch(recompiled, test_kernel);
     CacheEntry entry;
-    EXPECT_EQ(read_cache_entry(cache(), kernel_cache_key(test_kernel.kernel), &entry), EntryStatus::Ok)
+    EXPECT_EQ(read_cache_entry(cache(), kCpu, kernel_cache_key(test_kernel.kernel), &entry), EntryStatus::Ok)
         << "the entry is rewritten whole";
   }
   // The other kernel's file was only copied, never damaged: still a hit.
@@ -588,7 +532,7 @@ TEST_F(KernelCache, ConcurrentCompilesOfOneKernel) {
   }
   for (const CpuKernel& result : results) expect_matches_torch(result, test_kernel);
   CacheEntry entry;
-  EXPECT_EQ(read_cache_entry(cache(), kernel_cache_key(test_kernel.kernel), &entry), EntryStatus::Ok);
+  EXPECT_EQ(read_cache_entry(cache(), kCpu, kernel_cache_key(test_kernel.kernel), &entry), EntryStatus::Ok);
   EXPECT_EQ(files_in(cache()).size(), 1u) << "temporary files left behind";
 }
 

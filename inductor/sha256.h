@@ -1,7 +1,7 @@
-// SHA-256 (FIPS 180-4), written for kiln: the kernel cache names its entries
-// by a SHA-256 of what decides the machine code, and checks each file's
-// payload by one. No LLVM or system crypto library is needed, so builds
-// without LLVM have it too.
+// SHA-256 (FIPS 180-4), written for kiln: the kernel caches (CPU objects and
+// CUDA cubins) name their entries by a SHA-256 of what decides the machine
+// code, and check each file's payload by one. No LLVM or system crypto
+// library is needed, so builds without LLVM have it too.
 #pragma once
 
 #include <array>
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::inductor::cpu {
+namespace kiln::inductor {
 
 // A SHA-256 digest.
 using Sha256Digest = std::array<uint8_t, 32>;
@@ -48,4 +48,4 @@ Sha256Digest sha256(std::string_view bytes);
 // The digest as 64 lowercase hex digits.
 std::string to_hex(const Sha256Digest& digest);
 
-}  // namespace kiln::inductor::cpu
+}  // namespace kiln::inductor

@@ -1,8 +1,8 @@
-#include "inductor/cpu/sha256.h"
+#include "inductor/sha256.h"
 
 #include <cstring>
 
-namespace kiln::inductor::cpu {
+namespace kiln::inductor {
 namespace {
 
 // The first 32 bits of the fractional parts of the cube roots of the first
@@ -137,4 +137,4 @@ std::string to_hex(const Sha256Digest& digest) {
   return out;
 }
 
-}  // namespace kiln::inductor::cpu
+}  // namespace kiln::inductor

@@ -1,4 +1,4 @@
-#include "inductor/cpu/kernel_cache_file.h"
+#include "inductor/kernel_cache_file.h"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -11,29 +11,38 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
-namespace kiln::inductor::cpu {
+#include "runtime/log.h"
+
+namespace kiln::inductor {
 
 // Note [Kernel cache files]
-// One file per entry, named <64 hex digits of the key>.kernel, laid out as
-// (integers little-endian):
+// One file per entry, named <64 hex digits of the key> plus ".kernel" (a
+// CPU object) or ".cubin" (a CUDA cubin), laid out as (integers
+// little-endian):
 //
 //   offset  size  field
 //        0     8  magic "KILNKERN"
 //        8     4  format version (kKernelCacheFormatVersion)
-//       12     4  symbol length S (1..256)
+//       12     4  kind (CacheEntryKind: 1 CPU object, 2 CUDA cubin)
 //       16    32  key (the SHA-256 the entry is filed under)
-//       48     8  object length N
-//       56    32  checksum: SHA-256 of bytes [0, 56) and [88, 88 + S + N)
-//       88     S  symbol ([A-Za-z0-9_.])
-//   88 + S     N  object
+//       48     4  name length S (1..256)
+//       52     8  payload length N
+//       60    32  checksum: SHA-256 of bytes [0, 60) and [92, 92 + S + N)
+//       92     S  name ([A-Za-z0-9_.]: the symbol the loader looks up)
+//   92 + S     N  payload (object or cubin)
 //
 // A reader trusts nothing: the file must be a regular file of exactly
-// 88 + S + N bytes, with the magic, this build's format version, the key it
-// was looked up by (a file copied or renamed to another key's name is
-// refused), and a checksum that covers every other byte, so truncation, a
-// flipped bit or a torn write is caught before the JIT sees the object. A
+// 92 + S + N bytes, with the magic, this build's format version, the kind
+// the cache asked for, the key it was looked up by (a file copied or renamed
+// to another key's name is refused: an entry of another architecture, NVRTC
+// or LLVM version has another key), and a checksum that covers every other
+// byte, so truncation, a flipped bit or a torn write is caught before the
+// JIT or the CUDA driver sees the payload. What a payload means is the
+// caller's business (kernel_cache.cpp, cubin_cache.cpp); the format and its
+// checks are one code for both. A
 // writer never writes in place: it writes a temporary file in the same
 // directory (O_EXCL, mode 0600, named after the entry, the pid and 64 random
 // bits), fsyncs it and rename()s it over the entry, which POSIX makes
@@ -43,10 +52,10 @@ namespace kiln::inductor::cpu {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'K', 'E', 'R', 'N'};
-constexpr size_t kHeaderSize = 88;
-constexpr size_t kChecksummedHeader = 56;  // bytes before the checksum field
-constexpr size_t kMaxSymbol = 256;
-constexpr uint64_t kMaxObject = uint64_t{1} << 30;  // a kernel's object is kilobytes
+constexpr size_t kHeaderSize = 92;
+constexpr size_t kChecksummedHeader = 60;  // bytes before the checksum field
+constexpr size_t kMaxName = 256;
+constexpr uint64_t kMaxPayload = uint64_t{1} << 30;  // a kernel's object or cubin is kilobytes
 
 void put_u32(std::string& out, uint32_t value) {
   for (int i = 0; i < 4; ++i) out += static_cast<char>(value >> (8 * i));
@@ -62,9 +71,9 @@ uint64_t get_le(std::string_view bytes, size_t at, int width) {
   return value;
 }
 
-bool valid_symbol(std::string_view symbol) {
-  if (symbol.empty() || symbol.size() > kMaxSymbol) return false;
-  for (char c : symbol) {
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxName) return false;
+  for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '.';
     if (!ok) return false;
@@ -144,50 +153,54 @@ const char* entry_status_name(EntryStatus status) {
   return "?";
 }
 
-std::string encode_cache_entry(const Sha256Digest& key, const CacheEntry& entry) {
+std::string encode_cache_entry(CacheEntryKind kind, const Sha256Digest& key, const CacheEntry& entry) {
   std::string out(kMagic, sizeof(kMagic));
   put_u32(out, kKernelCacheFormatVersion);
-  put_u32(out, static_cast<uint32_t>(entry.symbol.size()));
+  put_u32(out, static_cast<uint32_t>(kind));
   out.append(reinterpret_cast<const char*>(key.data()), key.size());
-  put_u64(out, entry.object.size());
-  const std::string payload = entry.symbol + entry.object;
-  const Sha256Digest sum = checksum(out, payload);
+  put_u32(out, static_cast<uint32_t>(entry.name.size()));
+  put_u64(out, entry.payload.size());
+  const std::string body = entry.name + entry.payload;
+  const Sha256Digest sum = checksum(out, body);
   out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
-  out += payload;
+  out += body;
   return out;
 }
 
-EntryStatus decode_cache_entry(std::string_view bytes, const Sha256Digest& key, CacheEntry* entry) {
+EntryStatus decode_cache_entry(std::string_view bytes, CacheEntryKind kind, const Sha256Digest& key,
+                               CacheEntry* entry) {
   if (bytes.size() < kHeaderSize) return EntryStatus::Truncated;
   if (bytes.substr(0, sizeof(kMagic)) != std::string_view(kMagic, sizeof(kMagic))) return EntryStatus::BadMagic;
   if (get_le(bytes, 8, 4) != kKernelCacheFormatVersion) return EntryStatus::BadVersion;
+  if (get_le(bytes, 12, 4) != static_cast<uint32_t>(kind)) return EntryStatus::WrongKind;
   if (bytes.substr(16, 32) != std::string_view(reinterpret_cast<const char*>(key.data()), key.size())) {
     return EntryStatus::WrongKey;
   }
-  const uint64_t symbol_size = get_le(bytes, 12, 4);
-  const uint64_t object_size = get_le(bytes, 48, 8);
-  if (symbol_size == 0 || symbol_size > kMaxSymbol || object_size > kMaxObject) return EntryStatus::BadLength;
-  const uint64_t expected = kHeaderSize + symbol_size + object_size;
+  const uint64_t name_size = get_le(bytes, 48, 4);
+  const uint64_t payload_size = get_le(bytes, 52, 8);
+  if (name_size == 0 || name_size > kMaxName || payload_size > kMaxPayload) return EntryStatus::BadLength;
+  const uint64_t expected = kHeaderSize + name_size + payload_size;
   if (bytes.size() < expected) return EntryStatus::Truncated;
   if (bytes.size() > expected) return EntryStatus::BadLength;
-  const std::string_view payload = bytes.substr(kHeaderSize);
-  const Sha256Digest sum = checksum(bytes, payload);
-  if (bytes.substr(56, 32) != std::string_view(reinterpret_cast<const char*>(sum.data()), sum.size())) {
+  const std::string_view body = bytes.substr(kHeaderSize);
+  const Sha256Digest sum = checksum(bytes, body);
+  if (bytes.substr(kChecksummedHeader, 32) != std::string_view(reinterpret_cast<const char*>(sum.data()), sum.size())) {
     return EntryStatus::BadChecksum;
   }
-  const std::string_view symbol = payload.substr(0, symbol_size);
-  if (!valid_symbol(symbol)) return EntryStatus::BadSymbol;
-  entry->symbol = std::string(symbol);
-  entry->object = std::string(payload.substr(symbol_size));
+  const std::string_view name = body.substr(0, name_size);
+  if (!valid_name(name)) return EntryStatus::BadName;
+  entry->name = std::string(name);
+  entry->payload = std::string(body.substr(name_size));
   return EntryStatus::Ok;
 }
 
-std::string cache_entry_path(const std::string& dir, const Sha256Digest& key) {
-  return dir + "/" + to_hex(key) + ".kernel";
+std::string cache_entry_path(const std::string& dir, CacheEntryKind kind, const Sha256Digest& key) {
+  return dir + "/" + to_hex(key) + (kind == CacheEntryKind::CudaCubin ? ".cubin" : ".kernel");
 }
 
-EntryStatus read_cache_entry(const std::string& dir, const Sha256Digest& key, CacheEntry* entry) {
-  const std::string path = cache_entry_path(dir, key);
+EntryStatus read_cache_entry(const std::string& dir, CacheEntryKind kind, const Sha256Digest& key,
+                             CacheEntry* entry) {
+  const std::string path = cache_entry_path(dir, kind, key);
   // O_NOFOLLOW: an entry is a file this user wrote, never a link elsewhere.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return errno == ENOENT ? EntryStatus::Missing : EntryStatus::Unreadable;
@@ -196,7 +209,7 @@ EntryStatus read_cache_entry(const std::string& dir, const Sha256Digest& key, Ca
     ::close(fd);
     return EntryStatus::NotAFile;
   }
-  if (static_cast<uint64_t>(info.st_size) > kHeaderSize + kMaxSymbol + kMaxObject) {
+  if (static_cast<uint64_t>(info.st_size) > kHeaderSize + kMaxName + kMaxPayload) {
     ::close(fd);
     return EntryStatus::BadLength;
   }
@@ -210,13 +223,14 @@ EntryStatus read_cache_entry(const std::string& dir, const Sha256Digest& key, Ca
   }
   ::close(fd);
   bytes.resize(got);
-  return decode_cache_entry(bytes, key, entry);
+  return decode_cache_entry(bytes, kind, key, entry);
 }
 
-std::string write_cache_entry(const std::string& dir, const Sha256Digest& key, const CacheEntry& entry) {
-  if (!valid_symbol(entry.symbol)) return "invalid symbol '" + entry.symbol + "'";
-  const std::string bytes = encode_cache_entry(key, entry);
-  const std::string path = cache_entry_path(dir, key);
+std::string write_cache_entry(const std::string& dir, CacheEntryKind kind, const Sha256Digest& key,
+                              const CacheEntry& entry) {
+  if (!valid_name(entry.name)) return "invalid name '" + entry.name + "'";
+  const std::string bytes = encode_cache_entry(kind, key, entry);
+  const std::string path = cache_entry_path(dir, kind, key);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." + random_suffix();
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return errno_text("cannot create " + temporary);
@@ -266,4 +280,55 @@ std::string prepare_cache_dir(const std::string& dir) {
   return "";
 }
 
-}  // namespace kiln::inductor::cpu
+namespace {
+
+// The process's choice of directory, one for every kind of entry; leaked so
+// that kernels compiled during static destruction still find it.
+struct CacheDir {
+  std::mutex mutex;
+  bool resolved = false;
+  std::string dir;  // "" when the disk cache is off
+};
+
+CacheDir& the_dir() {
+  static CacheDir* made = new CacheDir();
+  return *made;
+}
+
+// Decides the directory under its lock.
+std::string use_dir_locked(CacheDir& state, const std::string& dir) {
+  state.resolved = true;
+  state.dir.clear();
+  if (dir.empty()) {
+    KILN_LOG(cache, "disk cache off (KILN_CACHE_DIR is set but empty, or there is no home directory)");
+    return "";
+  }
+  std::string problem = prepare_cache_dir(dir);
+  if (!problem.empty()) {
+    KILN_LOG(cache, "disk cache off: " << problem);
+    return problem;
+  }
+  // Absolute, so that a later chdir does not move the cache.
+  char* resolved = ::realpath(dir.c_str(), nullptr);
+  state.dir = resolved ? resolved : dir;
+  std::free(resolved);
+  KILN_LOG(cache, "disk cache in " << state.dir);
+  return "";
+}
+
+}  // namespace
+
+std::string kernel_cache_dir() {
+  CacheDir& state = the_dir();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.resolved) use_dir_locked(state, cache_dir_from_environment());
+  return state.dir;
+}
+
+std::string set_kernel_cache_dir(const std::string& dir) {
+  CacheDir& state = the_dir();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return use_dir_locked(state, dir);
+}
+
+}  // namespace kiln::inductor
