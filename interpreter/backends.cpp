@@ -16,6 +16,7 @@
 #include "runtime/cuda_graph_executor.h"
 #include "runtime/log.h"
 #include "runtime/prim_executor.h"
+#include "runtime/stopwatch.h"
 
 namespace kiln::interpreter {
 namespace {
@@ -60,7 +61,10 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   inductor::KernelTargets targets;
   targets.cpu = cpu_kernels();
   targets.cuda = experimental_cuda_kernels();
+  const runtime::Stopwatch clock;
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
+  KILN_LOG(perf, "inductor pass on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
+                                     << fused.compiled << " compiled)");
   const inductor::cpu::KernelCacheCounts after = inductor::cpu::kernel_cache_counts();
   const inductor::cuda::CudaKernelCacheCounts cuda_after = inductor::cuda::cuda_kernel_cache_counts();
   stats().kernels += fused.kernels;
@@ -175,7 +179,9 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name, bool cuda_graphs) {
+  const runtime::Stopwatch clock;
   std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name);
+  KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");
   if (!cuda_graphs) return executor;
   const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));
   if (!refusal.empty()) {

@@ -12,6 +12,7 @@
 #include "interpreter/compile_config.h"
 #include "interpreter/cpython_frame.h"
 #include "runtime/log.h"
+#include "runtime/stopwatch.h"
 #include "runtime/small_buffer.h"
 #include "tracer/break_codegen.h"
 #include "tracer/tracer.h"
@@ -249,7 +250,9 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   }
   {
     ConfigScope untraced(nullptr);
+    const runtime::Stopwatch clock;
     result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
+    KILN_LOG(perf, "trace of " << code_name(code) << ": " << clock.ms() << " ms");
   }
   if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.

@@ -6,6 +6,7 @@
 
 #include "inductor/cuda/cubin_cache.h"
 #include "runtime/log.h"
+#include "runtime/stopwatch.h"
 
 namespace kiln::inductor::cuda {
 namespace {
@@ -38,7 +39,11 @@ CudaFunction CudaKernel::function(int device, bool vector) const {
   if (loaded[device] == nullptr) {
     const std::string& name = vector ? source.vector.name : source.scalar.name;
     if (name.empty()) throw CudaError("this kernel has no vector entry");
-    if (modules_[device] == nullptr) modules_[device] = load_module(cubin, device);
+    if (modules_[device] == nullptr) {
+      const runtime::Stopwatch clock;
+      modules_[device] = load_module(cubin, device);
+      KILN_LOG(perf, "CUDA module of " << name << " loaded on device " << device << ": " << clock.ms() << " ms");
+    }
     loaded[device] = module_function(modules_[device], name, device);
   }
   return loaded[device];
@@ -63,6 +68,7 @@ std::string device_arch(int device) {
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now) {
   MemoryCache& cache = memory_cache();
+  const runtime::Stopwatch clock;
   CudaSource source = generate_cuda_source(kernel);
   const std::string key = arch + '\n' + source.text;
   {
@@ -78,6 +84,8 @@ std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, cons
   auto compiled = std::make_shared<CudaKernel>();
   CubinOrigin origin = CubinOrigin::Disk;
   compiled->cubin = source.empty ? std::string() : cached_cubin(source.text, source.scalar.name, arch, &origin);
+  KILN_LOG(perf, "CUDA kernel " << kernel.name << " for " << arch << ": " << clock.ms() << " ms ("
+                                << (origin == CubinOrigin::Compiled ? "NVRTC" : "cubin from disk") << ")");
   compiled->source = std::move(source);
   compiled->arch = arch;
   std::lock_guard<std::mutex> lock(cache.mutex);
