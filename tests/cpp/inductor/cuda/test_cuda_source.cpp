@@ -366,8 +366,12 @@ TEST(CudaLaunchConfig, CandidateListsAreAHandfulOfDistinctKernels) {
       texts.push_back(source.text);
       EXPECT_LE(source.scalar.block, 1024);
     }
-    if (points <= 8) EXPECT_EQ(candidates.size(), 1u);  // serial rows: nothing to choose
-    if (points >= 1000) EXPECT_GE(candidates.size(), 4u);
+    if (points <= 8) {
+      EXPECT_EQ(candidates.size(), 1u);  // serial rows: nothing to choose
+    }
+    if (points >= 1000) {
+      EXPECT_GE(candidates.size(), 4u);
+    }
   }
 }
 
