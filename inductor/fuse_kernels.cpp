@@ -12,6 +12,7 @@
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
 #include "inductor/cpu/kernel_runner.h"
+#include "inductor/cuda/cuda_autotune.h"
 #include "inductor/cuda/cuda_driver.h"
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/cuda/cuda_kernel_runner.h"
@@ -52,6 +53,12 @@ struct KernelEntry {
   cpu::CpuKernel compiled;
   std::shared_ptr<const cuda::CudaKernel> cuda;  // set for a CUDA kernel
   int device = -1;                                // its CUDA device
+  // mode="max-autotune" (Note [CUDA autotuning]): `tuned` is the kernel
+  // of the chosen launch configuration once its first launch chose it
+  // (the GIL guards it; kernel calls hold it).
+  bool autotune = false;
+  std::function<void()> autotuned;
+  mutable std::shared_ptr<const cuda::CudaKernel> tuned;
 };
 
 // A Python callable running one kernel: call(*inputs, *buffers) ->
@@ -120,10 +127,22 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   for (size_t i = 0; i < reuse.size(); ++i) {
     if ((*self->reuse)[i] >= 0) reuse[i] = args[ninputs + (*self->reuse)[i]];
   }
+  std::shared_ptr<const cuda::CudaKernel> cuda_kernel = entry.cuda;
+  if (cuda_kernel && entry.autotune) {
+    if (!entry.tuned) {
+      cuda::TunedKernel tuned = cuda::tune_cuda_kernel(entry.kernel, entry.device, inputs.data());
+      if (!tuned.kernel) return nullptr;
+      if (tuned.timed && entry.autotuned) entry.autotuned();
+      if (tuned.final) entry.tuned = tuned.kernel;  // else: the default for this launch only
+      cuda_kernel = std::move(tuned.kernel);
+    } else {
+      cuda_kernel = entry.tuned;
+    }
+  }
   // run_cpu_kernel releases the GIL while the kernel runs; a CUDA launch
   // returns at once.
-  PyObject* outputs = entry.cuda ? cuda::run_cuda_kernel(*entry.cuda, entry.kernel, entry.device, inputs.data())
-                                 : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
+  PyObject* outputs = cuda_kernel ? cuda::run_cuda_kernel(*cuda_kernel, entry.kernel, entry.device, inputs.data())
+                                  : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
   Py_INCREF(single);
@@ -175,10 +194,11 @@ PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<gra
 // The kernel compiled, or taken from the kernel cache (memory, then disk:
 // inductor/cpu/kernel_cache.h); for CUDA device `device` (>= 0), compiled
 // by NVRTC for it or taken from the CUDA memory cache.
-std::shared_ptr<const KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now, int device = -1) {
+std::shared_ptr<KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now, int device = -1) {
   auto entry = std::make_shared<KernelEntry>();
   if (device >= 0) {
-    entry->cuda = cuda::compile_cuda_cached(kernel, cuda::device_arch(device), compiled_now);
+    entry->cuda =
+        cuda::compile_cuda_cached(kernel, cuda::device_arch(device), cuda::launch_config_for(kernel), compiled_now);
     entry->device = device;
     entry->kernel = std::move(kernel);
     return entry;
@@ -296,7 +316,12 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
       LoweredKernel kernel = lower_group(graph, group);
       KILN_LOG(kernels, format_kernel(kernel.kernel));
       bool compiled_now = false;
-      entries.push_back(cached_kernel(kernel.kernel, &compiled_now, on_cuda ? device : -1));
+      std::shared_ptr<KernelEntry> entry = cached_kernel(kernel.kernel, &compiled_now, on_cuda ? device : -1);
+      if (on_cuda) {
+        entry->autotune = targets.autotune;
+        entry->autotuned = targets.autotuned;
+      }
+      entries.push_back(std::move(entry));
       lowered.push_back(std::move(kernel));
       kept.push_back(&group);
       out.compiled += compiled_now ? 1 : 0;

@@ -6,6 +6,7 @@
 // fuse_kernels.cpp.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "prims/prim_graph.h"
@@ -24,6 +25,11 @@ struct FusedGraph {
 struct KernelTargets {
   bool cpu = true;    // graphs whose tensors are all on the CPU: LLVM
   bool cuda = false;  // graphs whose tensors are all on one CUDA device: NVRTC
+  // mode="max-autotune": each CUDA kernel times its launch configurations
+  // at its first launch (Note [CUDA autotuning]) and calls `autotuned`
+  // (when set) each time candidates were timed.
+  bool autotune = false;
+  std::function<void()> autotuned;
 };
 
 // Rewrites `graph` with compiled kernels where it can (reductions too,

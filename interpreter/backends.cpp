@@ -54,13 +54,16 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
 // A graph that records gradients: the joint forward+backward graph of its
 // decomposition, partitioned, run as a torch.autograd.Function.
 // The inductor's rewrite of a prim graph: pointwise groups become compiled
-// kernels (inductor/fuse_kernels.h); logged and counted.
-prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name) {
+// kernels (inductor/fuse_kernels.h), CUDA ones autotuned at their first
+// launch with `autotune` (mode="max-autotune"); logged and counted.
+prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name, bool autotune) {
   const inductor::cpu::KernelCacheCounts before = inductor::cpu::kernel_cache_counts();
   const inductor::cuda::CudaKernelCacheCounts cuda_before = inductor::cuda::cuda_kernel_cache_counts();
   inductor::KernelTargets targets;
   targets.cpu = cpu_kernels();
   targets.cuda = experimental_cuda_kernels();
+  targets.autotune = autotune;
+  targets.autotuned = [] { stats().kernels_autotuned++; };
   const runtime::Stopwatch clock;
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   KILN_LOG(perf, "inductor pass on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
@@ -100,7 +103,7 @@ void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::v
 std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& graph,
                                                           const std::string& name,
                                                           prims::Decomposition decomposition,
-                                                          bool kernels) {
+                                                          bool kernels, bool autotune) {
   const prims::PrimGraph& forward = *decomposition.graph;
   std::vector<bool> requires_grad;
   for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
@@ -114,8 +117,8 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
                                          << prims::format_prim_graph(partition.backward));
     autograd::GraphPass finish;
     if (kernels) {
-      finish = [name](const prims::PrimGraph& graph, const std::string& what) {
-        return with_kernels(graph, name + " (" + what + ")");
+      finish = [name, autotune](const prims::PrimGraph& graph, const std::string& what) {
+        return with_kernels(graph, name + " (" + what + ")", autotune);
       };
     }
     auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
@@ -139,7 +142,7 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
 
 // The executor for `graph` under `backend`, before CUDA graphs.
 std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& graph, const std::string& backend,
-                                                         const std::string& name) {
+                                                         const std::string& name, bool autotune) {
   // "inductor": aot_eager's pipeline with pointwise and reduction groups
   // compiled to kernels, CPU or CUDA by where the graph's inputs live; with
   // that target's kernels off or unavailable it replays the graph eagerly
@@ -157,12 +160,12 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
-  if (training) return autograd_executor(graph, name, std::move(*decomposition), kernels);
+  if (training) return autograd_executor(graph, name, std::move(*decomposition), kernels, autotune);
   try {
     std::shared_ptr<prims::PrimGraph> prim_graph = decomposition->graph;
     graph::Arg output = std::move(decomposition->output);
     if (kernels) {
-      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name));
+      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name, autotune));
       remap_outputs(output, prim_graph->outputs(), fused->outputs());
       prim_graph = std::move(fused);
     }
@@ -178,9 +181,9 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
 
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
-                                                      const std::string& name, bool cuda_graphs) {
+                                                      const std::string& name, bool cuda_graphs, bool autotune) {
   const runtime::Stopwatch clock;
-  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name);
+  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune);
   KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");
   if (!cuda_graphs) return executor;
   const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));

@@ -34,6 +34,10 @@ struct CompileConfig {
   // kiln.compile(mode="reduce-overhead"): CUDA graphs run as captured
   // torch.cuda.CUDAGraphs (Note [CUDA graphs] in runtime/).
   bool cuda_graphs = false;
+  // kiln.compile(mode="max-autotune" or "max-autotune-no-cudagraphs"):
+  // CUDA kernels time their launch configurations at their first launch
+  // (Note [CUDA autotuning] in inductor/cuda/cuda_autotune.cpp).
+  bool autotune = false;
   bool fullgraph = false;
   // kiln.compile(dynamic=...): None learns dynamic dims from recompiles,
   // True makes every argument dim dynamic, False keeps sizes static.
@@ -105,7 +109,8 @@ class ContextDepthScope {
   X(kernel_buffers_reused)    \
   X(cuda_kernels_compiled)    \
   X(cuda_kernel_cache_hits_disk) \
-  X(cuda_graphs_captured)
+  X(cuda_graphs_captured)     \
+  X(kernels_autotuned)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

@@ -20,7 +20,8 @@ namespace kiln::runtime {
   X(prims)                   \
   X(perf)                    \
   X(cache)                   \
-  X(kernels)
+  X(kernels)                 \
+  X(autotune)
 
 enum class LogChannel : int {
 #define KILN_LOG_ENUM(name) name,

@@ -31,7 +31,13 @@ namespace {
   X(cuCtxPopCurrent)           \
   X(cuModuleLoadData)          \
   X(cuModuleGetFunction)       \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)            \
+  X(cuEventCreate)             \
+  X(cuEventRecord)             \
+  X(cuEventSynchronize)        \
+  X(cuEventElapsedTime)        \
+  X(cuEventDestroy)            \
+  X(cuStreamIsCapturing)
 
 struct Driver {
   void* handle = nullptr;
@@ -112,6 +118,23 @@ CUcontext primary_context(const Driver& d, int device) {
   return contexts[device];
 }
 
+// A CUevent destroyed with the scope (cuEventDestroy's result ignored:
+// nothing useful can be done about it there).
+class Event {
+ public:
+  explicit Event(const Driver& d) : d_(d) { check(d, d.cuEventCreate(&event_, CU_EVENT_DEFAULT), "cuEventCreate"); }
+  ~Event() {
+    if (event_ != nullptr) d_.cuEventDestroy(event_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  CUevent get() const { return event_; }
+
+ private:
+  const Driver& d_;
+  CUevent event_ = nullptr;
+};
+
 // Makes `device`'s primary context current for a scope, when it is not.
 class ContextScope {
  public:
@@ -183,6 +206,31 @@ void launch_function(CudaFunction function, int device, int64_t grid, int block,
         d.cuLaunchKernel(static_cast<CUfunction>(function), static_cast<unsigned>(grid), 1, 1,
                          static_cast<unsigned>(block), 1, 1, 0, static_cast<CUstream>(stream), args, nullptr),
         "cuLaunchKernel");
+}
+
+double time_launches(CudaFunction function, int device, int64_t grid, int block, void* stream, void** args,
+                     int warmup, int reps) {
+  const Driver& d = require_driver();
+  if (reps < 1) throw CudaError("time_launches: no launch to time");
+  ContextScope scope(d, device);
+  for (int i = 0; i < warmup; ++i) launch_function(function, device, grid, block, stream, args);
+  Event start(d), end(d);
+  const CUstream s = static_cast<CUstream>(stream);
+  check(d, d.cuEventRecord(start.get(), s), "cuEventRecord");
+  for (int i = 0; i < reps; ++i) launch_function(function, device, grid, block, stream, args);
+  check(d, d.cuEventRecord(end.get(), s), "cuEventRecord");
+  check(d, d.cuEventSynchronize(end.get()), "cuEventSynchronize");
+  float ms = 0;
+  check(d, d.cuEventElapsedTime(&ms, start.get(), end.get()), "cuEventElapsedTime");
+  return static_cast<double>(ms) / reps;
+}
+
+bool stream_capturing(int device, void* stream) {
+  const Driver& d = require_driver();
+  ContextScope scope(d, device);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(d, d.cuStreamIsCapturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 }  // namespace kiln::inductor::cuda

@@ -35,4 +35,15 @@ CudaFunction module_function(CudaModule module, const std::string& name, int dev
 // for the call when another one is. Throws CudaError.
 void launch_function(CudaFunction function, int device, int64_t grid, int block, void* stream, void** args);
 
+// Milliseconds per launch of `function` (as launch_function launches it),
+// timed with CUDA events on `stream` around `reps` back-to-back launches
+// after `warmup` untimed ones; waits for them to finish. Throws CudaError.
+double time_launches(CudaFunction function, int device, int64_t grid, int block, void* stream, void** args,
+                     int warmup, int reps);
+
+// True when `stream` (of `device`) is capturing a CUDA graph, when work
+// queued on it is recorded rather than run (and events cannot be waited on).
+// Throws CudaError.
+bool stream_capturing(int device, void* stream);
+
 }  // namespace kiln::inductor::cuda

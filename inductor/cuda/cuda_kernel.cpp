@@ -67,9 +67,14 @@ std::string device_arch(int device) {
 
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now) {
+  return compile_cuda_cached(kernel, arch, default_launch_config(kernel), compiled_now);
+}
+
+std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
+                                                      const LaunchConfig& config, bool* compiled_now) {
   MemoryCache& cache = memory_cache();
   const runtime::Stopwatch clock;
-  CudaSource source = generate_cuda_source(kernel);
+  CudaSource source = generate_cuda_source(kernel, config);
   const std::string key = arch + '\n' + source.text;
   {
     std::lock_guard<std::mutex> lock(cache.mutex);

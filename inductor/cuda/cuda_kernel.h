@@ -48,6 +48,12 @@ std::string device_arch(int device);
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now = nullptr);
 
+// compile_cuda_cached with the source laid out as `config` says (Note [CUDA
+// launch configurations]); the default configuration gives the same kernel
+// as above. Throws CudaError (a configuration the kernel cannot take too).
+std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
+                                                      const LaunchConfig& config, bool* compiled_now = nullptr);
+
 // Forgets the memory cache's kernels (those handed out stay valid): the
 // next compile_cuda_cached of each goes to the disk cache, as in a new
 // process.

@@ -1,9 +1,12 @@
 // Runs a compiled CUDA kernel on torch tensors: binds the inputs' element
 // pointers, allocates the outputs with torch.empty_strided on the kernel's
-// device and launches on torch's current stream of that device.
+// device and launches on torch's current stream of that device; and, for
+// mode="max-autotune", times a kernel's launch configurations there.
 #pragma once
 
 #include <Python.h>
+
+#include <memory>
 
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/kernel_ir.h"
@@ -18,5 +21,21 @@ namespace kiln::inductor::cuda {
 // for a wrong input, RuntimeError for a driver failure). The launch is
 // asynchronous, ordered on the current stream like torch's own kernels.
 PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs);
+
+// What tune_cuda_kernel chose.
+struct TunedKernel {
+  std::shared_ptr<const CudaKernel> kernel;  // null: a Python error is set
+  bool timed = false;  // candidates were timed now (not a cached choice)
+  bool final = true;   // false: the default, untimed (a CUDA graph was being captured): tune at a later launch
+};
+
+// mode="max-autotune" (Note [CUDA autotuning] in cuda_autotune.cpp): the
+// compiled kernel of `kernel`'s fastest launch configuration on `device`,
+// timing every candidate over `inputs` (as run_cuda_kernel takes them) and
+// scratch outputs unless a choice for an identical kernel is cached.
+// Blocks until the timed launches finish. Candidates that fail are
+// skipped; a Python error (RuntimeError, TypeError) only when even the
+// default cannot be had.
+TunedKernel tune_cuda_kernel(const Kernel& kernel, int device, PyObject* const* inputs);
 
 }  // namespace kiln::inductor::cuda

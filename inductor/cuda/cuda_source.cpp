@@ -76,7 +76,16 @@ constexpr int kWarpRowsPerBlock = 8;
 constexpr int kSplitThreads = 8;            // split tile rows: threads per row
 constexpr int64_t kSplitMaxRows = 65536;    // ... when there are at most this many rows
 constexpr int64_t kSplitMinPoints = 64;     // ... of at least this many points
-constexpr int kPersistentItems = 8;     // points per thread of a persistent row
+constexpr int kPersistentItems = 8;     // points per thread of a persistent serial or warp row
+// Block rows: points per thread the default aims for (threads per row the
+// power of two that gives at most this many, 128..1024). 16 rather than 8:
+// a row's registers are its points plus a per-thread overhead (indices,
+// accumulators), so fewer threads per row leave room for more rows per SM
+// in flight, and each combine has fewer warps to gather (Note [CUDA launch
+// configurations]; 8 was the default before, and is a candidate).
+constexpr int kBlockRowItems = 16;
+constexpr int kMaxItems = 32;           // candidates: most points per thread in registers
+constexpr int kMaxBlock = 1024;
 constexpr int64_t kMaxGrid = int64_t{1} << 20;
 constexpr int64_t kInt32Limit = int64_t{1} << 30;
 
@@ -312,6 +321,104 @@ template <typename T> __device__ __forceinline__ T kiln_shfl_xor(T v, int mask) 
 }
 )";
 
+int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// A kernel's rows (Note [CUDA kernels]): what its launch configurations
+// are chosen from.
+struct RowShape {
+  bool reduces = false;    // some dim is reduced
+  int tile = -1;           // the tile dim (outer reductions), or -1
+  int64_t rows = 1;        // kept points
+  int64_t row_points = 1;  // reduced points per row
+};
+
+RowShape row_shape(const Kernel& k) {
+  RowShape shape;
+  shape.tile = tile_dim(k);
+  for (int d = 0; d < static_cast<int>(k.sizes.size()); ++d) {
+    if (is_reduced(k, d)) {
+      shape.reduces = true;
+      shape.row_points *= k.sizes[d];
+    } else {
+      shape.rows *= k.sizes[d];
+    }
+  }
+  return shape;
+}
+
+// Points per thread of `tpr` threads over a row of `shape`.
+int64_t items_per_thread(const RowShape& shape, int tpr) { return (shape.row_points + tpr - 1) / tpr; }
+
+// `config` with max_items the points each thread actually keeps (0 when the
+// row loops over memory), so that configurations generating the same code
+// compare equal.
+LaunchConfig normalized(LaunchConfig config, const RowShape& shape) {
+  if (!shape.reduces || shape.row_points == 0) return config;
+  const int64_t items = items_per_thread(shape, config.threads_per_row);
+  config.max_items = items <= config.max_items ? static_cast<int>(items) : 0;
+  return config;
+}
+
+// The heuristic (Note [CUDA kernels]).
+LaunchConfig default_for(const RowShape& shape) {
+  LaunchConfig c;
+  c.max_items = kPersistentItems;
+  if (!shape.reduces) {
+    c.threads_per_row = 1;
+    c.rows_per_block = kPointwiseBlock;
+    c.max_items = 0;
+  } else if (shape.tile >= 0 && shape.rows <= kSplitMaxRows && shape.row_points >= kSplitMinPoints) {
+    c.threads_per_row = kSplitThreads;
+    c.rows_per_block = 32;
+  } else if (shape.tile >= 0 || shape.row_points <= kSerialRow) {
+    c.threads_per_row = 1;
+    c.rows_per_block = kTileBlock;
+  } else if (shape.row_points <= kWarpRow) {
+    c.threads_per_row = 32;
+    c.rows_per_block = kWarpRowsPerBlock;
+  } else {
+    c.threads_per_row = static_cast<int>(
+        std::clamp<int64_t>(pow2_at_least((shape.row_points + kBlockRowItems - 1) / kBlockRowItems), 128, kMaxBlock));
+    c.rows_per_block = 1;
+    c.max_items = kBlockRowItems;
+  }
+  return normalized(c, shape);
+}
+
+// Throws CudaError unless generate_cuda_source can lay `k` out as `config`
+// says (Note [CUDA launch configurations]).
+void check_config(const Kernel& k, const LaunchConfig& config) {
+  const RowShape shape = row_shape(k);
+  auto refuse = [&](const std::string& why) {
+    throw CudaError("launch configuration " + format_launch_config(config) + " does not fit kernel " + k.name +
+                    ": " + why);
+  };
+  if (config.vector_bytes != 0 && config.vector_bytes != 8 && config.vector_bytes != 16) {
+    refuse("vector accesses are 0, 8 or 16 bytes");
+  }
+  if (config.min_blocks_per_sm < 0 || config.min_blocks_per_sm > 32) refuse("min_blocks_per_sm is 0..32");
+  if (!shape.reduces || shape.tile >= 0) {
+    const LaunchConfig d = default_for(shape);
+    if (config.threads_per_row != d.threads_per_row || config.rows_per_block != d.rows_per_block ||
+        normalized(config, shape).max_items != d.max_items) {
+      refuse("pointwise kernels and reductions with a tile dim have only their default layout");
+    }
+    return;
+  }
+  const int tpr = config.threads_per_row;
+  if (tpr != 1 && !(tpr >= 32 && tpr <= kMaxBlock && (tpr & (tpr - 1)) == 0)) {
+    refuse("threads_per_row is 1 or a power of two from 32 to 1024");
+  }
+  if (config.rows_per_block < 1 || int64_t{tpr} * config.rows_per_block > kMaxBlock) {
+    refuse("a block holds 1 to 1024 threads");
+  }
+  if (config.max_items < 0 || config.max_items > 2 * kMaxItems) refuse("max_items is 0..64");
+}
+
 // Where an expression's value is defined: the statements written so far,
 // their indentation, and per expression the C name of its value there.
 struct Scope {
@@ -337,7 +444,7 @@ struct Context {
 
 class Writer {
  public:
-  explicit Writer(const Kernel& kernel) : k_(kernel) {}
+  Writer(const Kernel& kernel, const LaunchConfig& config) : k_(kernel), config_(config) {}
 
   CudaSource write();
 
@@ -371,6 +478,7 @@ class Writer {
   int vector_width() const;
 
   const Kernel& k_;
+  const LaunchConfig config_;
   std::string idx_ = "int";
   std::vector<int> kept_, reduced_;
   std::vector<bool> varies_;
@@ -379,6 +487,11 @@ class Writer {
   int64_t rows_ = 1, row_points_ = 1;
   int tpr_ = 1, rpb_ = 1;
   bool split_tile_ = false;  // tile rows shared by kSplitThreads threads (Note [CUDA kernels])
+  // The block's row loop is uniform (each of its rows a lane or warp
+  // group of the block, stepping together for __syncthreads) and a thread
+  // whose row is past the last one recomputes the last row and stores
+  // nothing (`kiln_valid`): split tile rows, and block rows several a block.
+  bool guarded_ = false;
   int items_ = 0;  // persistent rows: points per thread; 0: looped
 };
 
@@ -436,7 +549,10 @@ std::string Writer::compute(int id, Context& c) {
 }
 
 std::string Writer::signature(const std::string& name, int block) const {
-  std::string text = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block) + ") " + name + "(";
+  const std::string bounds = std::to_string(block) + (config_.min_blocks_per_sm > 0
+                                                          ? ", " + std::to_string(config_.min_blocks_per_sm)
+                                                          : "");
+  std::string text = "extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + name + "(";
   for (size_t op = 0; op < operands(); ++op) {
     const bool input = op < k_.inputs.size();
     text += std::string(op ? ", " : "") + (input ? "const " : "") + storage_type(dtype(op)) + "* __restrict__ " +
@@ -494,6 +610,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
   for (int s : stage_) phases = std::max(phases, s);
   const bool block_rows = tpr_ > 32;
   const int warps = block / 32;
+  const int row_warps = tpr_ / 32;  // block rows: the warps of one row
   std::string text = signature(name, block);
   // Shared partials of each reduction (block rows: one per warp; split
   // tile rows: one per thread).
@@ -504,12 +621,19 @@ std::string Writer::write_rows(const std::string& name, int width) {
               std::to_string(split_tile_ ? block : warps) + "];\n";
     }
   }
-  const std::string t = split_tile_ ? "(int)(threadIdx.x >> 5)"
-                        : tpr_ == 1 ? "0"
-                        : tpr_ == 32 ? "(int)(threadIdx.x & 31)"
-                                     : "(int)threadIdx.x";
+  const std::string t = split_tile_   ? "(int)(threadIdx.x >> 5)"
+                        : tpr_ == 1    ? "0"
+                        : tpr_ == block ? "(int)threadIdx.x"
+                                       : "(int)(threadIdx.x & " + std::to_string(tpr_ - 1) + ")";
   text += "  const int kiln_t = " + t + ";\n";
   text += "  (void)kiln_t;\n";
+  if (block_rows) {
+    // The first of this row's warps' partials in the shared arrays.
+    text += "  const int kiln_w0 = " +
+            (tpr_ == block ? std::string("0") : "(int)(threadIdx.x / " + std::to_string(tpr_) + ") * " +
+                                                     std::to_string(row_warps)) +
+            ";\n";
+  }
   Scope row;
   row.indent = "    ";
   if (split_tile_) {
@@ -521,6 +645,16 @@ std::string Writer::write_rows(const std::string& name, int width) {
             ")gridDim.x * 32) {\n";
     row.code += row.indent + "const bool kiln_valid = row0 + (threadIdx.x & 31) < " + rows + ";\n";
     row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + (threadIdx.x & 31) : " +
+                std::to_string(rows_ - 1) + ";\n";
+  } else if (guarded_) {
+    // Block rows, several a block: rows row0 .. row0 + rpb - 1, one per
+    // group of tpr threads.
+    const std::string rows = std::to_string(rows_), rpb = std::to_string(rpb_);
+    const std::string mine = "(threadIdx.x / " + std::to_string(tpr_) + ")";
+    text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * " + rpb + "; row0 < " + rows + "; row0 += (" +
+            idx_ + ")gridDim.x * " + rpb + ") {\n";
+    row.code += row.indent + "const bool kiln_valid = row0 + " + mine + " < " + rows + ";\n";
+    row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + " + mine + " : " +
                 std::to_string(rows_ - 1) + ";\n";
   } else {
     const std::string first_row = "(" + idx_ + ")blockIdx.x * " + std::to_string(rpb_) +
@@ -616,7 +750,8 @@ std::string Writer::write_rows(const std::string& name, int width) {
         const std::string type = std::string("kiln_vec<") + storage_type(k_.outputs[i].dtype) + ", " + w + ">";
         const std::string o = std::to_string(i), op = std::to_string(k_.inputs.size() + i);
         vector_head += at + type + " y" + o + ";\n";
-        vector_tail += at + "*reinterpret_cast<" + type + "*>(out" + o + " + b" + op + " + r0) = y" + o + ";\n";
+        vector_tail += at + (guarded_ ? "if (kiln_valid) " : "") + "*reinterpret_cast<" + type + "*>(out" + o +
+                       " + b" + op + " + r0) = y" + o + ";\n";
       }
       vector_head += at + "#pragma unroll\n" + at + "for (int j = 0; j < " + w + "; ++j) {\n" + at + "  const " + idx_ +
                      " r = r0 + j;\n";
@@ -683,7 +818,11 @@ std::string Writer::write_rows(const std::string& name, int width) {
                     combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, sm + "[(threadIdx.x & 31) + 32 * w]") +
                     ";\n";
       }
-      row.code += row.indent + "__syncthreads();\n";
+      // A second barrier keeps the next row's writes of s<id> from
+      // overtaking this row's reads; with two phases or more, the other
+      // phases' barriers already stand between them (each reduction has
+      // its own array).
+      if (phases == 1) row.code += row.indent + "__syncthreads();\n";
     } else if (tpr_ > 1) {
       row.code += row.indent + "#pragma unroll\n";
       row.code += row.indent + "for (int m = 16; m > 0; m >>= 1) {\n";
@@ -708,11 +847,13 @@ std::string Writer::write_rows(const std::string& name, int width) {
       for (int id : reductions) {
         const Expr& e = k_.exprs[id];
         const std::string acc = "a" + std::to_string(id), s = "s" + std::to_string(id);
-        row.code += row.indent + acc + " = " + s + "[0];\n";
-        row.code += row.indent + "for (int w = 1; w < " + std::to_string(warps) + "; ++w) " + acc + " = " +
-                    combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, s + "[w]") + ";\n";
+        row.code += row.indent + acc + " = " + s + "[kiln_w0];\n";
+        row.code += row.indent + "for (int w = 1; w < " + std::to_string(row_warps) + "; ++w) " + acc + " = " +
+                    combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, s + "[kiln_w0 + w]") + ";\n";
       }
-      row.code += row.indent + "__syncthreads();\n";
+      // As for split tile rows: one barrier a phase is enough when there
+      // are two phases or more.
+      if (phases == 1) row.code += row.indent + "__syncthreads();\n";
     }
     for (int id : reductions) {
       const Expr& e = k_.exprs[id];
@@ -738,7 +879,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
     stores += row.indent + (tpr_ > 1 ? "  " : "") + store(i, v, "b" + std::to_string(k_.inputs.size() + i));
   }
   if (!stores.empty()) {
-    const std::string only = split_tile_ ? "kiln_t == 0 && kiln_valid" : "kiln_t == 0";
+    const std::string only = guarded_ ? "kiln_t == 0 && kiln_valid" : "kiln_t == 0";
     row.code += tpr_ > 1 ? row.indent + "if (" + only + ") {\n" + stores + row.indent + "}\n" : stores;
   }
   if (any_full) {
@@ -753,7 +894,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
           if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
           point.code += point.indent + "y" + std::to_string(i) + ".v[j] = " + cast + ";\n";
         } else {
-          point.code += point.indent + (split_tile_ ? "if (kiln_valid) " : "") +
+          point.code += point.indent + (guarded_ ? "if (kiln_valid) " : "") +
                         store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
         }
       }
@@ -763,8 +904,9 @@ std::string Writer::write_rows(const std::string& name, int width) {
   return text;
 }
 
-// Elements per 16-byte access of a pointwise kernel, or 0 when its
-// operands do not allow vector accesses (Note [CUDA kernels]).
+// Elements per vector access (config_.vector_bytes) of a pointwise
+// kernel, or 0 when its operands do not allow vector accesses (Note [CUDA
+// kernels]).
 int Writer::vector_width() const {
   if (!k_.reduced.empty() || k_.sizes.empty()) return 0;
   const int inner = rank() - 1;
@@ -779,7 +921,7 @@ int Writer::vector_width() const {
     }
   }
   if (widest == 0) return 0;
-  const int width = static_cast<int>(16 / widest);
+  const int width = static_cast<int>(config_.vector_bytes / widest);
   if (width < 2 || k_.sizes[inner] % width != 0) return 0;
   for (size_t op = 0; op < operands(); ++op) {
     if (strides(op)[inner] != 1) continue;
@@ -791,7 +933,7 @@ int Writer::vector_width() const {
   return width;
 }
 
-// Points per 16-byte access along the rows of a warp- or block-row
+// Points per vector access (config_.vector_bytes) along the rows of a warp- or block-row
 // reduction, or 0: the one reduced dim is innermost, every operand that
 // varies along it (inputs read there, outputs stored in the last pass) has
 // stride 1 there and row starts that are multiples of the width.
@@ -811,7 +953,7 @@ int Writer::row_vector_width() const {
     widest = std::max(widest, item_size(dtype(op)));
   }
   if (widest == 0) return 0;
-  const int width = static_cast<int>(16 / widest);
+  const int width = static_cast<int>(config_.vector_bytes / widest);
   if (width < 2 || row_points_ % width != 0) return 0;
   for (size_t op : along) {
     if (offset(op) % width != 0) return 0;
@@ -896,18 +1038,14 @@ std::string Writer::write_vector(const std::string& name, int width) {
   return text + row.code + "  }\n}\n";
 }
 
-int64_t pow2_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 CudaSource Writer::write() {
   const std::string problem = verify(k_);
   if (!problem.empty()) throw CudaError("invalid kernel " + k_.name + ": " + problem);
   for (size_t op = 0; op < operands(); ++op) value_type(dtype(op));  // throws for unsupported dtypes
   for (const Expr& e : k_.exprs) value_type(e.dtype);
+  check_config(k_, config_);
   CudaSource out;
+  out.config = config_;
   const int tile = tile_dim(k_);
   for (int d = 0; d < rank(); ++d) {
     if (is_reduced(k_, d)) {
@@ -933,27 +1071,13 @@ CudaSource Writer::write() {
   varies_ = expr_varies(k_);
   stage_ = expr_stages(k_);
   reduce_names_.assign(k_.exprs.size(), "");
-  if (reduced_.empty()) {
-    tpr_ = 1;
-    rpb_ = kPointwiseBlock;
-  } else if (tile >= 0 && rows_ <= kSplitMaxRows && row_points_ >= kSplitMinPoints) {
-    split_tile_ = true;
-    tpr_ = kSplitThreads;
-    rpb_ = 32;
-  } else if (tile >= 0 || row_points_ <= kSerialRow) {
-    tpr_ = 1;
-    rpb_ = kTileBlock;
-  } else if (row_points_ <= kWarpRow) {
-    tpr_ = 32;
-    rpb_ = kWarpRowsPerBlock;
-  } else {
-    tpr_ = static_cast<int>(std::clamp<int64_t>(pow2_at_least((row_points_ + kPersistentItems - 1) / kPersistentItems),
-                                                128, 1024));
-    rpb_ = 1;
-  }
+  tpr_ = config_.threads_per_row;
+  rpb_ = config_.rows_per_block;
+  split_tile_ = !reduced_.empty() && tpr_ == kSplitThreads && tile >= 0;
+  guarded_ = split_tile_ || (tpr_ > 32 && rpb_ > 1);
   if (!reduced_.empty() && row_points_ > 0) {
     const int64_t items = (row_points_ + tpr_ - 1) / tpr_;
-    if (items <= kPersistentItems) items_ = static_cast<int>(items);
+    if (items <= config_.max_items) items_ = static_cast<int>(items);
   }
   out.text = kPrelude;
   out.scalar.name = "kiln_kernel";
@@ -983,13 +1107,71 @@ CudaSource Writer::write() {
 
 }  // namespace
 
-CudaSource generate_cuda_source(const Kernel& kernel) {
+std::string format_launch_config(const LaunchConfig& config) {
+  std::string text = "tpr=" + std::to_string(config.threads_per_row) + " rpb=" +
+                     std::to_string(config.rows_per_block) + " items<=" + std::to_string(config.max_items) +
+                     " vec=" + std::to_string(config.vector_bytes) + "B";
+  if (config.min_blocks_per_sm > 0) text += " minblocks=" + std::to_string(config.min_blocks_per_sm);
+  return text;
+}
+
+LaunchConfig default_launch_config(const Kernel& kernel) { return default_for(row_shape(kernel)); }
+
+std::vector<LaunchConfig> launch_candidates(const Kernel& kernel) {
+  const RowShape shape = row_shape(kernel);
+  const LaunchConfig first = default_for(shape);
+  std::vector<LaunchConfig> out{first};
+  auto add = [&](const LaunchConfig& c) {
+    const LaunchConfig n = normalized(c, shape);
+    if (out.size() < kMaxLaunchCandidates && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  const bool rows = shape.reduces && shape.tile < 0 && shape.row_points > kSerialRow;
+  if (rows) {
+    // Each power of two of threads per row that gives every thread at
+    // least two points (a warp takes any row), kept in registers up to
+    // kMaxItems a thread, else looping (only with 256 threads or more: a
+    // long row's loop wants many loads in flight). Rows share blocks of
+    // 128 or 256 threads when they take fewer threads than that.
+    for (int tpr = 32; tpr <= kMaxBlock; tpr *= 2) {
+      const int64_t items = items_per_thread(shape, tpr);
+      if (tpr > 32 && items < 2) break;
+      if (items > kMaxItems && tpr < 256) continue;
+      LaunchConfig c = first;
+      c.threads_per_row = tpr;
+      c.max_items = items <= kMaxItems ? static_cast<int>(items) : 0;
+      c.min_blocks_per_sm = 0;
+      for (int rpb : {1, 2, 4, 8}) {
+        if ((tpr * rpb < 128 && tpr < 128) || (tpr * rpb > 256 && rpb > 1)) continue;
+        c.rows_per_block = rpb;
+        add(c);
+      }
+    }
+  }
+  // The default without vector accesses, where it has them (is 16 bytes a
+  // step worth it?).
+  LaunchConfig scalar = first;
+  scalar.vector_bytes = 0;
+  if (first.vector_bytes > 0 && !generate_cuda_source(kernel, first).vector.name.empty()) add(scalar);
+  // The default with __launch_bounds__ asking for 1024 resident threads an
+  // SM (at most 64 registers a thread), so more rows are in flight at once
+  // (or registers spill: timing says which).
+  if (rows && first.threads_per_row > 32) {
+    LaunchConfig capped = first;
+    capped.min_blocks_per_sm = std::max(1, kMaxBlock / (first.threads_per_row * first.rows_per_block));
+    add(capped);
+  }
+  return out;
+}
+
+CudaSource generate_cuda_source(const Kernel& kernel, const LaunchConfig& config) {
   // Index expressions (argmax/argmin's flat index) are generated for the
   // CPU only so far: such a group stays with torch on CUDA.
   for (const Expr& e : kernel.exprs) {
     if (e.kind == ExprKind::Index) throw CudaError("index expressions (argmax/argmin) have no CUDA code yet");
   }
-  return Writer(kernel).write();
+  return Writer(kernel, config).write();
 }
+
+CudaSource generate_cuda_source(const Kernel& kernel) { return generate_cuda_source(kernel, default_launch_config(kernel)); }
 
 }  // namespace kiln::inductor::cuda

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "inductor/kernel_ir.h"
 
@@ -17,6 +18,36 @@ namespace kiln::inductor::cuda {
 class CudaError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Note [CUDA launch configurations]
+// How a kernel's rows (Note [CUDA kernels] in cuda_source.cpp) are spread
+// over threads: the generated code depends on it, so each configuration is
+// its own source (and cache entry). default_launch_config is the heuristic
+// kiln uses unless told otherwise; launch_candidates lists the few others
+// worth timing (mode="max-autotune", cuda_autotune.h). Pointwise kernels
+// and reductions with a tile dim have only their default layout (a
+// candidate may still turn their vector entry off); row reductions choose:
+//   - threads_per_row: 1 (rows of at most 16 points), 32 (a warp, combined
+//     by shuffles) or a power of two from 64 to 1024 (several warps,
+//     combined by shuffles, then through shared memory);
+//   - rows_per_block: rows sharing a block (threads_per_row * rows_per_block
+//     threads, at most 1024);
+//   - max_items: the most points a thread keeps in registers: a row of at
+//     most threads_per_row * max_items points is "persistent" (read from
+//     memory once, loops unrolled); longer rows loop over memory;
+//   - vector_bytes: 16 or 8 bytes per access of the vector entry (rows or
+//     pointwise points contiguous and aligned), 0 for the scalar entry only;
+//   - min_blocks_per_sm: __launch_bounds__' second argument (0: none),
+//     which caps registers per thread so that many blocks fit an SM.
+struct LaunchConfig {
+  int threads_per_row = 1;
+  int rows_per_block = 1;
+  int max_items = 0;
+  int vector_bytes = 16;
+  int min_blocks_per_sm = 0;
+
+  bool operator==(const LaunchConfig&) const = default;
 };
 
 // One __global__ function of the source and how to launch it.
@@ -30,7 +61,7 @@ struct CudaEntry {
 // Every entry takes one pointer per kernel input (its first element; the
 // Kernel's input offset is compiled in), then one per output, in order.
 // `vector` (pointwise kernels, and row reductions whose rows are
-// contiguous) reads and writes 16 bytes per access and may be launched
+// contiguous) reads and writes 16 (or 8) bytes per access and may be launched
 // only when the pointer of every operand whose innermost stride is 1 is
 // aligned to `vector_width` elements of its dtype; `scalar` runs everywhere.
 struct CudaSource {
@@ -39,9 +70,30 @@ struct CudaSource {
   CudaEntry vector;       // name "" when the kernel does not allow it
   int vector_width = 0;   // elements per vector access
   bool empty = false;     // no point to compute: nothing is launched
+  LaunchConfig config;    // the layout it was written for
 };
 
-// Writes `kernel` as CUDA C. `kernel` must pass verify(). Throws CudaError.
+// "tpr=256 rpb=1 items<=16 vec=16B" (and " minblocks=N" when set): a
+// configuration as logs and benchmarks print it.
+std::string format_launch_config(const LaunchConfig& config);
+
+// The configuration kiln picks for `kernel` by its shape alone (the
+// heuristic of Note [CUDA kernels]). `kernel` must pass verify().
+LaunchConfig default_launch_config(const Kernel& kernel);
+
+// The configurations worth timing for `kernel`, the default first, then
+// each other one once: a handful (at most kMaxLaunchCandidates), every one
+// accepted by generate_cuda_source. `kernel` must pass verify().
+std::vector<LaunchConfig> launch_candidates(const Kernel& kernel);
+// The most configurations launch_candidates returns for one kernel.
+inline constexpr size_t kMaxLaunchCandidates = 12;
+
+// Writes `kernel` as CUDA C laid out as `config` says. `kernel` must pass
+// verify(). Throws CudaError for an invalid kernel or a configuration the
+// kernel cannot take.
+CudaSource generate_cuda_source(const Kernel& kernel, const LaunchConfig& config);
+
+// generate_cuda_source with default_launch_config(kernel).
 CudaSource generate_cuda_source(const Kernel& kernel);
 
 }  // namespace kiln::inductor::cuda

@@ -34,4 +34,8 @@ CudaFunction module_function(CudaModule, const std::string&, int) { throw CudaEr
 
 void launch_function(CudaFunction, int, int64_t, int, void*, void**) { throw CudaError(kWhy); }
 
+double time_launches(CudaFunction, int, int64_t, int, void*, void**, int, int) { throw CudaError(kWhy); }
+
+bool stream_capturing(int, void*) { throw CudaError(kWhy); }
+
 }  // namespace kiln::inductor::cuda

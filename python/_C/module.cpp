@@ -6,8 +6,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "interpreter/call_report.h"
+#include "inductor/cuda/cuda_autotune.h"
 #include "inductor/fuse_kernels.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
@@ -169,6 +171,10 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   config->backend = backend;
   config->fullgraph = fullgraph;
   config->cuda_graphs = mode != nullptr && std::string(mode) == "reduce-overhead";
+  // Unlike torch's, kiln's max-autotune adds no CUDA graphs (their replay
+  // copies every output): "max-autotune-no-cudagraphs" is the same.
+  config->autotune =
+      mode != nullptr && (std::string(mode) == "max-autotune" || std::string(mode) == "max-autotune-no-cudagraphs");
   config->dynamic = dynamic == Py_None   ? CompileConfig::Dynamic::Automatic
                     : dynamic == Py_True ? CompileConfig::Dynamic::Always
                                          : CompileConfig::Dynamic::Never;
@@ -323,6 +329,36 @@ PyObject* py_log_channels(PyObject*, PyObject*) {
   return names;
 }
 
+// _C.force_cuda_launch_candidate(i): CUDA kernels compiled from now on run
+// candidate i of their launch configurations (-1: their default); for
+// benchmarks/inductor_cuda.py --sweep.
+PyObject* py_force_cuda_launch_candidate(PyObject*, PyObject* arg) {
+  const long index = PyLong_AsLong(arg);
+  if (index == -1 && PyErr_Occurred()) return nullptr;
+  kiln::inductor::cuda::set_launch_candidate_override(static_cast<int>(index));
+  Py_RETURN_NONE;
+}
+
+// _C.forced_cuda_launches() -> [(kernel, index, count, config text)] of the
+// kernels compiled since force_cuda_launch_candidate was last called.
+PyObject* py_forced_cuda_launches(PyObject*, PyObject*) {
+  const std::vector<kiln::inductor::cuda::ForcedLaunch> forced = kiln::inductor::cuda::forced_launches();
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+  for (const auto& f : forced) {
+    PyObject* item = Py_BuildValue("(snns)", f.kernel.c_str(), static_cast<Py_ssize_t>(f.index),
+                                   static_cast<Py_ssize_t>(f.count),
+                                   kiln::inductor::cuda::format_launch_config(f.config).c_str());
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
 PyObject* py_set_unsupported_error(PyObject*, PyObject* type) {
   kiln::interpreter::set_unsupported_error(type);
   Py_RETURN_NONE;
@@ -392,6 +428,10 @@ PyMethodDef module_methods[] = {
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},
+    {"force_cuda_launch_candidate", py_force_cuda_launch_candidate, METH_O,
+     "Makes CUDA kernels compiled from now on run launch candidate i (-1: the default)."},
+    {"forced_cuda_launches", py_forced_cuda_launches, METH_NOARGS,
+     "The (kernel, index, count, config) of kernels compiled under force_cuda_launch_candidate."},
     {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},
     {nullptr, nullptr, 0, nullptr},
 };

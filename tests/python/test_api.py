@@ -1,5 +1,7 @@
 """The public surface of the kiln package: compile's call and decorator forms,
 its options, stats(), reset(), config, explain() and disable()."""
+import warnings
+
 import pytest
 import torch
 
@@ -67,6 +69,18 @@ def test_valid_modes(mode):
     check_compiled(poly, lambda: (torch.randn(2, 3),), mode=mode)
     kiln.reset()
     check_compiled(poly, lambda: (torch.randn(2, 3),), backend="inductor", mode=mode)
+
+
+def test_max_autotune_is_quiet_and_times_nothing_on_cpu():
+    # It tunes CUDA kernels only (Note [CUDA autotuning]); on the CPU it is
+    # the default mode, and no longer warns that it does nothing.
+    kiln.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        compiled = kiln.compile(poly, backend="inductor", mode="max-autotune")
+    x = torch.randn(8, 3)
+    assert_same(compiled(x), poly(x))
+    assert kiln.stats()["kernels_autotuned"] == 0
 
 
 @pytest.mark.parametrize("dynamic", [None, False, True])

@@ -197,3 +197,99 @@ def test_runs_on_the_current_stream():
     # A row sum of 1024 in another order than torch's: rounding differs (a launch
     # on the wrong stream would read the copy unfinished: far off).
     torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-4)
+
+
+def _softmax_layer_norm(x, w, b):
+    return F.layer_norm(torch.softmax(x, -1), (x.shape[-1],), w, b)
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_max_autotune_times_candidates_once_and_matches_eager(mode, capfd):
+    # A shape of its own per mode: the process's choice cache would
+    # otherwise answer from an earlier test.
+    cols = 3072 if mode == "max-autotune" else 2560
+    torch.manual_seed(0)
+    x = torch.randn(96, cols, device="cuda")
+    w = torch.randn(cols, device="cuda")
+    b = torch.randn(cols, device="cuda")
+    want = _softmax_layer_norm(x, w, b)
+    kiln.reset()
+    assert kiln._C.set_logs("autotune") == ""
+    try:
+        compiled = kiln.compile(_softmax_layer_norm, backend="inductor", mode=mode)
+        with torch.no_grad():
+            first = compiled(x, w, b)
+            second = compiled(x, w, b)
+    finally:
+        kiln._C.set_logs("")
+    torch.testing.assert_close(first, want, rtol=2e-4, atol=1e-5)
+    torch.testing.assert_close(second, want, rtol=2e-4, atol=1e-5)
+    s = kiln.stats()
+    assert s["kernels"] == 1 and s["kernels_autotuned"] == 1, s
+    log = capfd.readouterr().err
+    assert "[kiln:autotune]" in log and "(default)" in log, log
+    assert log.count("tpr=") >= 4 and log.count("  * ") == 1, log  # every candidate, one winner
+    assert "failed" not in log, log
+    # A new compile of the same program reuses the choice: nothing timed.
+    kiln.reset()
+    again = kiln.compile(_softmax_layer_norm, backend="inductor", mode=mode)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x, w, b), want, rtol=2e-4, atol=1e-5)
+    s = kiln.stats()
+    assert s["kernels"] == 1 and s["kernels_autotuned"] == 0, s
+
+
+def test_max_autotune_over_several_kernels_and_training():
+    # Pointwise, reduction and backward kernels each tune at their first
+    # launch; results stay eager's.
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(48, 200), nn.GELU(), nn.LayerNorm(200), nn.Linear(200, 7)).cuda()
+    reference = copy.deepcopy(model)
+    kiln.reset()
+    compiled = kiln.compile(model, backend="inductor", mode="max-autotune")
+    x = torch.randn(40, 48, device="cuda")
+    target = torch.randint(0, 7, (40,), device="cuda")
+    for _ in range(2):
+        F.cross_entropy(compiled(x), target).backward()
+        F.cross_entropy(reference(x), target).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5)
+    s = kiln.stats()
+    assert s["kernels"] >= 2 and s["kernels_autotuned"] >= 1, s
+
+
+def test_default_mode_times_nothing():
+    x = torch.randn(24, 1536, device="cuda")
+    w = torch.randn(1536, device="cuda")
+    b = torch.randn(1536, device="cuda")
+    kiln.reset()
+    with torch.no_grad():
+        s = _check(_softmax_layer_norm, x, w, b, rtol=2e-4, atol=1e-5)
+    assert s["kernels_autotuned"] == 0, s
+
+
+@pytest.mark.parametrize("cols", [31, 1000, 4096, 5000])
+def test_every_forced_launch_candidate_matches_eager(cols):
+    # What benchmarks/inductor_cuda.py --sweep times: each candidate forced
+    # in turn, on the GPU (the host emulation checks them without one).
+    torch.manual_seed(2)
+    x = torch.randn(33, cols, device="cuda")
+    w = torch.randn(cols, device="cuda")
+    b = torch.randn(cols, device="cuda")
+    want = _softmax_layer_norm(x, w, b)
+    index, count = 0, 1
+    try:
+        while index < count:
+            kiln._C.force_cuda_launch_candidate(index)
+            kiln.reset()
+            compiled = kiln.compile(_softmax_layer_norm, backend="inductor")
+            with torch.no_grad():
+                got = compiled(x, w, b)
+            forced = kiln._C.forced_cuda_launches()
+            assert len(forced) == 1 and forced[0][1] == index, forced
+            count = forced[0][2]
+            torch.testing.assert_close(got, want, rtol=2e-4, atol=1e-5, msg=lambda m: f"{forced[0][3]}: {m}")
+            index += 1
+    finally:
+        kiln._C.force_cuda_launch_candidate(-1)
+    assert count >= 2 or cols == 31

@@ -80,7 +80,7 @@ TEST_F(LogTest, UnknownNamesAreReturned) {
   EXPECT_EQ(set_log_channels("graph,bogus, breaks ,nope"), "bogus,nope");
   EXPECT_EQ(enabled_names(), "graph,breaks");
   EXPECT_EQ(set_log_channels("all,graphs"), "graphs");
-  EXPECT_EQ(enabled_names(), "bytecode,graph,guards,recompiles,dynamic,breaks,backend,prims,perf,cache,kernels");
+  EXPECT_EQ(enabled_names(), "bytecode,graph,guards,recompiles,dynamic,breaks,backend,prims,perf,cache,kernels,autotune");
 }
 
 TEST_F(LogTest, MessagesArePrefixedWithTheChannel) {

@@ -44,7 +44,7 @@ static unsigned long long kiln_slots[32][32];
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
 inline void __syncthreads() { kiln_block_barrier->arrive_and_wait(); }
@@ -111,24 +111,37 @@ std::string temp_path(const char* suffix) {
 
 }  // namespace
 
-HostKernel::~HostKernel() {
-  if (library_ != nullptr) dlclose(library_);
+std::unique_ptr<HostKernel> HostKernel::compile(const inductor::cuda::CudaSource& source, std::string* error) {
+  std::vector<std::unique_ptr<HostKernel>> kernels = compile_all({source}, error);
+  return kernels.empty() ? nullptr : std::move(kernels[0]);
 }
 
-std::unique_ptr<HostKernel> HostKernel::compile(const inductor::cuda::CudaSource& source, std::string* error) {
-  std::string text = source.text;
-  if (!replace(text, "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));", "f = kiln_host_h2f(h);") ||
-      !replace(text, "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));", "h = kiln_host_f2h(f);")) {
-    *error = "the prelude's float16 conversions changed: update the emulator's shim";
-    return nullptr;
+std::vector<std::unique_ptr<HostKernel>> HostKernel::compile_all(
+    const std::vector<inductor::cuda::CudaSource>& sources, std::string* error) {
+  std::string text = kShim;
+  std::string entries;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const inductor::cuda::CudaSource& source = sources[i];
+    std::string body = source.text;
+    if (!replace(body, "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));", "f = kiln_host_h2f(h);") ||
+        !replace(body, "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));", "h = kiln_host_f2h(f);")) {
+      *error = "the prelude's float16 conversions changed: update the emulator's shim";
+      return {};
+    }
+    // C++ linkage, so that every source's entries can share their names.
+    while (replace(body, "extern \"C\" __global__", "__global__")) {
+    }
+    const std::string ns = "kiln_source" + std::to_string(i);
+    text += "namespace " + ns + " {\n" + body + "}\n";
+    const std::string n = std::to_string(i);
+    entries += "extern \"C\" void kiln_host_scalar" + n + "(void** a, unsigned g, unsigned b) { kiln_run([&] { kiln_call(" +
+               ns + "::" + source.scalar.name + ", a); }, g, b); }\n";
+    if (!source.vector.name.empty()) {
+      entries += "extern \"C\" void kiln_host_vector" + n + "(void** a, unsigned g, unsigned b) { kiln_run([&] { " +
+                 "kiln_call(" + ns + "::" + source.vector.name + ", a); }, g, b); }\n";
+    }
   }
-  text = kShim + text;
-  text += "extern \"C\" void kiln_host_scalar(void** a, unsigned g, unsigned b) { kiln_run([&] { kiln_call(" +
-          source.scalar.name + ", a); }, g, b); }\n";
-  if (!source.vector.name.empty()) {
-    text += "extern \"C\" void kiln_host_vector(void** a, unsigned g, unsigned b) { kiln_run([&] { kiln_call(" +
-            source.vector.name + ", a); }, g, b); }\n";
-  }
+  text += entries;
   const std::string cpp = temp_path(".cpp"), so = temp_path(".so"), log = temp_path(".log");
   std::ofstream(cpp) << text;
   const std::string command = "g++ -std=c++20 -O1 -fPIC -shared -fno-strict-aliasing -w -pthread -o " + so + " " +
@@ -141,18 +154,27 @@ std::unique_ptr<HostKernel> HostKernel::compile(const inductor::cuda::CudaSource
   if (status != 0) {
     *error = "g++ failed:\n" + output.str();
     std::remove(so.c_str());
-    return nullptr;
+    return {};
   }
-  std::unique_ptr<HostKernel> kernel(new HostKernel());
-  kernel->library_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   std::remove(so.c_str());
-  if (kernel->library_ == nullptr) {
+  if (handle == nullptr) {
     *error = std::string("dlopen failed: ") + dlerror();
-    return nullptr;
+    return {};
   }
-  kernel->scalar_ = reinterpret_cast<void (*)(void**, unsigned, unsigned)>(dlsym(kernel->library_, "kiln_host_scalar"));
-  kernel->vector_ = reinterpret_cast<void (*)(void**, unsigned, unsigned)>(dlsym(kernel->library_, "kiln_host_vector"));
-  return kernel;
+  std::shared_ptr<void> library(handle, [](void* h) { dlclose(h); });
+  std::vector<std::unique_ptr<HostKernel>> kernels;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    std::unique_ptr<HostKernel> kernel(new HostKernel());
+    kernel->library_ = library;
+    const std::string n = std::to_string(i);
+    kernel->scalar_ =
+        reinterpret_cast<void (*)(void**, unsigned, unsigned)>(dlsym(handle, ("kiln_host_scalar" + n).c_str()));
+    kernel->vector_ =
+        reinterpret_cast<void (*)(void**, unsigned, unsigned)>(dlsym(handle, ("kiln_host_vector" + n).c_str()));
+    kernels.push_back(std::move(kernel));
+  }
+  return kernels;
 }
 
 void HostKernel::run(bool vector, void** args, unsigned grid, unsigned block) const {

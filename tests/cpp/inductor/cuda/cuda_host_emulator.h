@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "inductor/cuda/cuda_source.h"
 
@@ -15,12 +16,17 @@ namespace kiln::test {
 // A CudaSource compiled for the host.
 class HostKernel {
  public:
-  ~HostKernel();
   HostKernel(const HostKernel&) = delete;
   HostKernel& operator=(const HostKernel&) = delete;
 
   // Compiles `source` (both entries); null with `error` set when g++ fails.
   static std::unique_ptr<HostKernel> compile(const inductor::cuda::CudaSource& source, std::string* error);
+
+  // Compiles every source of `sources` in one g++ run (each in a namespace
+  // of its own; one compile costs about a second, so tests of many launch
+  // configurations batch them). Empty with `error` set when g++ fails.
+  static std::vector<std::unique_ptr<HostKernel>> compile_all(const std::vector<inductor::cuda::CudaSource>& sources,
+                                                              std::string* error);
 
   // Runs the vector (or scalar) entry over `grid` blocks of `block`
   // threads, one block after another; args[i] is the i-th pointer.
@@ -28,7 +34,7 @@ class HostKernel {
 
  private:
   HostKernel() = default;
-  void* library_ = nullptr;
+  std::shared_ptr<void> library_;  // dlclose'd with the last kernel of a compile_all
   void (*scalar_)(void**, unsigned, unsigned) = nullptr;
   void (*vector_)(void**, unsigned, unsigned) = nullptr;
 };

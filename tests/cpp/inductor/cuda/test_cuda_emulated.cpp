@@ -67,7 +67,13 @@ constexpr const char* kTensors =
     "nan = torch.randn(5, 9)\n"
     "nan[1, 3] = float('nan')\n"
     "nan[4, 0] = float('nan')\n"
-    "empty = torch.randn(5, 0)\n";
+    "empty = torch.randn(5, 0)\n"
+    // Launch configuration candidates: 7 rows (not a multiple of the rows
+    // a block takes) of each length, a weight and a bias.
+    "for n in (1, 31, 100, 1000, 4096, 5000):\n"
+    "    globals()[f'c{n}'] = torch.randn(7, n) * 3\n"
+    "    globals()[f'cw{n}'] = torch.randn(n)\n"
+    "    globals()[f'cb{n}'] = torch.randn(n)\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -355,6 +361,131 @@ TEST(CudaEmulated, SoftmaxThenLayerNormWithStatistics) {
          "torch.softmax(k4, 1).mean(1, keepdim=True)",
          "(torch.softmax(k4, 1).var(1, unbiased=False, keepdim=True) + 1e-5).rsqrt()"},
         {2e-4, 1e-5});
+}
+
+// Like check, for a graph of one kernel: every launch configuration of
+// launch_candidates (all compiled in one g++ run), scalar and vector
+// entries, each compared with torch. Returns how many configurations ran.
+size_t check_every_candidate(const std::vector<std::string>& names,
+                             const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
+                             const std::vector<std::string>& torch_exprs, Tolerance tol) {
+  SCOPED_TRACE(torch_exprs.front());
+  PyRef ns = tensors();
+  PrimGraph graph;
+  PrimBuilder builder(graph);
+  std::vector<PyRef> inputs;
+  std::vector<int> ids;
+  for (const std::string& name : names) {
+    inputs.push_back(test::item(ns, name.c_str()));
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(inputs.back().get(), &meta);
+    ids.push_back(graph.add_input(meta));
+  }
+  const std::vector<int> outs = build(builder, ids);
+  graph.set_outputs(outs);
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  EXPECT_EQ(groups.size(), 1u) << prims::format_prim_graph(graph);
+  if (groups.size() != 1) return 0;
+  const LoweredKernel lowered = lower_group(graph, groups[0]);
+  const Kernel& kernel = lowered.kernel;
+  EXPECT_EQ(lowered.outputs, outs);  // each graph output is a kernel output, in order
+  if (lowered.outputs != outs) return 0;
+  SCOPED_TRACE(format_kernel(kernel));
+  const std::vector<LaunchConfig> candidates = launch_candidates(kernel);
+  std::vector<CudaSource> sources;
+  for (const LaunchConfig& config : candidates) sources.push_back(generate_cuda_source(kernel, config));
+  std::string error;
+  const std::vector<std::unique_ptr<test::HostKernel>> hosts = test::HostKernel::compile_all(sources, &error);
+  EXPECT_EQ(hosts.size(), sources.size()) << error;
+  if (hosts.size() != sources.size()) return 0;
+  for (size_t c = 0; c < sources.size(); ++c) {
+    const CudaSource& source = sources[c];
+    SCOPED_TRACE(format_launch_config(source.config));
+    for (bool vector : {false, true}) {
+      if (vector && source.vector.name.empty()) continue;
+      SCOPED_TRACE(vector ? "vector entry" : "scalar entry");
+      std::vector<void*> pointers;
+      for (int value : lowered.inputs) {
+        const auto at = std::find(ids.begin(), ids.end(), value);
+        EXPECT_NE(at, ids.end());
+        if (at == ids.end()) return 0;
+        pointers.push_back(runtime::tensor_data(inputs[at - ids.begin()].get()));
+      }
+      std::vector<PyRef> outputs;
+      for (const KernelOutput& out : kernel.outputs) {
+        const std::string make = "torch.empty_strided(" +
+                                 tuple_text(out.has_tensor_shape ? out.tensor_sizes : kernel.sizes) + ", " +
+                                 tuple_text(out.has_tensor_shape ? out.tensor_strides : out.strides) +
+                                 ", dtype=torch." + graph::dtype_name(out.dtype) + ").fill_(77)";
+        outputs.push_back(PyRef::steal(PyRun_String(make.c_str(), Py_eval_input, ns.get(), ns.get())));
+        EXPECT_TRUE(outputs.back()) << test::take_error();
+        if (!outputs.back()) return 0;
+        pointers.push_back(runtime::tensor_data(outputs.back().get()));
+      }
+      // Three blocks at most: with more rows than that, the grid-stride
+      // loop and (rows a block > 1) the rows past the last one run too.
+      const CudaEntry& entry = vector ? source.vector : source.scalar;
+      hosts[c]->run(vector, pointers.data(), static_cast<unsigned>(std::min<int64_t>(entry.grid, 3)),
+                    static_cast<unsigned>(entry.block));
+      for (size_t i = 0; i < outs.size(); ++i) {
+        SCOPED_TRACE(torch_exprs[i]);
+        expect_close(ns, outputs[i].get(), torch_exprs[i], tol);
+      }
+    }
+  }
+  return sources.size();
+}
+
+// softmax over dim 1 of in[0].
+int softmax(PrimBuilder& b, int x) {
+  const int max = b.reduce(Prim::Amax, x, {1}, true);
+  const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(x), v(max)));
+  return b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
+}
+
+// layer_norm over dim 1 of x with weight w and bias c, as torch decomposes it.
+int layer_norm(PrimBuilder& b, int x, int w, int c) {
+  auto [var, mean] = b.var_mean(x, {1}, 0, true);
+  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(1e-5)));
+  const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
+  return b.binary(Prim::Add, v(b.binary(Prim::Mul, v(out), v(w))), v(c));
+}
+
+TEST(CudaEmulated, EveryLaunchCandidateOfRowReductions) {
+  KILN_REQUIRE_HOST_COMPILER();
+  size_t configurations = 0;
+  for (int64_t n : {1, 31, 100, 1000, 4096, 5000}) {
+    SCOPED_TRACE("rows of " + std::to_string(n));
+    const std::string x = "c" + std::to_string(n), w = "cw" + std::to_string(n), c = "cb" + std::to_string(n);
+    const std::string ln_args = "(" + std::to_string(n) + ",), " + w + ", " + c;
+    configurations += check_every_candidate(
+        {x}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, in[0])}; },
+        {"torch.softmax(" + x + ", 1)"}, {1e-5, 1e-6});
+    configurations += check_every_candidate(
+        {x, w, c},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{layer_norm(b, in[0], in[1], in[2])};
+        },
+        {"torch.nn.functional.layer_norm(" + x + ", " + ln_args + ")"}, {1e-4, 1e-5});
+    configurations += check_every_candidate(
+        {x, w, c},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{layer_norm(b, softmax(b, in[0]), in[1], in[2])};
+        },
+        {"torch.nn.functional.layer_norm(torch.softmax(" + x + ", 1), " + ln_args + ")"}, {2e-4, 1e-5});
+    // sum and mean: one phase (the barrier after each combine stays).
+    configurations += check_every_candidate(
+        {x},
+        [n](PrimBuilder& b, const std::vector<int>& in) {
+          const int sum = b.reduce(Prim::Sum, in[0], {1}, false);
+          return std::vector<int>{sum, b.binary(Prim::Div, v(b.reduce(Prim::Sum, in[0], {1}, true)),
+                                                f(static_cast<double>(n)))};
+        },
+        {x + ".sum(1)", x + ".mean(1, keepdim=True)"}, {1e-5, 1e-4});
+  }
+  // Candidates beyond the defaults ran: a handful per kernel of 100 points
+  // or more.
+  EXPECT_GE(configurations, 60u);
 }
 
 TEST(CudaEmulated, OuterReductionsSplitOverThreads) {

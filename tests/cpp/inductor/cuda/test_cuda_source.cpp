@@ -7,6 +7,7 @@
 // job, on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -81,6 +82,38 @@ std::vector<CudaSource> compile(const std::vector<TensorMeta>& metas,
 }
 
 bool has(const CudaSource& source, const std::string& text) { return source.text.find(text) != std::string::npos; }
+
+// How many times `text` occurs in the source.
+size_t count(const CudaSource& source, const std::string& text) {
+  size_t n = 0;
+  for (size_t at = source.text.find(text); at != std::string::npos; at = source.text.find(text, at + 1)) ++n;
+  return n;
+}
+
+// The one kernel of the graph `build` makes over inputs of `metas`, lowered.
+Kernel lowered_kernel(const std::vector<TensorMeta>& metas,
+                      const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  std::vector<int> inputs;
+  for (const TensorMeta& meta : metas) inputs.push_back(graph.add_input(meta));
+  graph.set_outputs(build(b, inputs));
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  EXPECT_EQ(groups.size(), 1u) << prims::format_prim_graph(graph);
+  return lower_group(graph, groups.at(0)).kernel;
+}
+
+// softmax over the last dim, then layer_norm with a weight (issue 6's
+// benchmark without the bias), with the mean and rstd as outputs too.
+std::vector<int> softmax_layer_norm(PrimBuilder& b, const std::vector<int>& in) {
+  const int max = b.reduce(Prim::Amax, in[0], {1}, true);
+  const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+  const int y = b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
+  auto [var, mean] = b.var_mean(y, {1}, 0, true);
+  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(1e-5)));
+  const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(y), v(mean))), v(rstd));
+  return std::vector<int>{b.binary(Prim::Mul, v(out), v(in[1])), mean, rstd};
+}
 
 // True when every warp shuffle of the source is a declaration's whole
 // initializer: every lane shuffles, never inside ?: or a short-circuit.
@@ -232,25 +265,22 @@ TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
 TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   KILN_REQUIRE_NVRTC();
   const auto sources = compile({cuda_meta(DType::Float32, {16384, 4096}), cuda_meta(DType::Float32, {4096})},
-                               [](PrimBuilder& b, const std::vector<int>& in) {
-                                 const int max = b.reduce(Prim::Amax, in[0], {1}, true);
-                                 const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
-                                 const int y = b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
-                                 auto [var, mean] = b.var_mean(y, {1}, 0, true);
-                                 const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(1e-5)));
-                                 const int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(y), v(mean))), v(rstd));
-                                 return std::vector<int>{b.binary(Prim::Mul, v(out), v(in[1])), mean, rstd};
-                               });
+                               softmax_layer_norm);
   ASSERT_EQ(sources.size(), 1u);
-  // 512 threads, 8 points each, kept in registers across the phases.
-  EXPECT_EQ(sources[0].scalar.block, 512);
+  // 256 threads, 16 points each, kept in registers across the phases.
+  EXPECT_EQ(sources[0].config, (LaunchConfig{256, 1, 16, 16, 0}));
+  EXPECT_EQ(sources[0].scalar.block, 256);
   EXPECT_EQ(sources[0].scalar.grid, 16384);
-  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 8; ++k)"));
-  EXPECT_TRUE(has(sources[0], "[8];"));
+  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 16; ++k)"));
+  EXPECT_TRUE(has(sources[0], "[16];"));
   EXPECT_TRUE(has(sources[0], "if (kiln_t == 0)"));  // mean and rstd, once per row
-  // The vector entry reads the row as float4s: 2 per thread.
+  // Four phases (max, sum, mean, variance), one barrier each per entry:
+  // each reduction's shared array is written again only after the other
+  // phases' barriers.
+  EXPECT_EQ(count(sources[0], "__syncthreads();"), 8u);
+  // The vector entry reads the row as float4s: 4 per thread.
   EXPECT_EQ(sources[0].vector_width, 4);
-  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 2; ++k)"));
+  EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 4; ++k)"));
   EXPECT_TRUE(has(sources[0], "const kiln_vec<float, 4> x0 = "));
   // softmax over short rows: a warp per row, persistent too.
   const auto short_rows = compile({cuda_meta(DType::Float64, {64, 100})}, [](PrimBuilder& b, const std::vector<int>& in) {
@@ -260,6 +290,106 @@ TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   });
   EXPECT_TRUE(has(short_rows[0], "for (int k = 0; k < 4; ++k)"));
   EXPECT_EQ(short_rows[0].scalar.block, 256);
+}
+
+// Sums over rows of `points` points (7 rows, float32).
+Kernel row_sum(int64_t points) {
+  return lowered_kernel({cuda_meta(DType::Float32, {7, points})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, false)};
+  });
+}
+
+TEST(CudaLaunchConfig, DefaultsFollowTheRowShape) {
+  const Kernel pointwise = lowered_kernel({cuda_meta(DType::Float32, {64, 64})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.unary(Prim::Exp, in[0])};
+  });
+  EXPECT_EQ(default_launch_config(pointwise), (LaunchConfig{1, 256, 0, 16, 0}));
+  EXPECT_EQ(default_launch_config(row_sum(8)), (LaunchConfig{1, 256, 8, 16, 0}));      // serial, in registers
+  EXPECT_EQ(default_launch_config(row_sum(10)), (LaunchConfig{1, 256, 0, 16, 0}));     // serial, looped
+  EXPECT_EQ(default_launch_config(row_sum(100)), (LaunchConfig{32, 8, 4, 16, 0}));     // a warp a row
+  EXPECT_EQ(default_launch_config(row_sum(1000)), (LaunchConfig{128, 1, 8, 16, 0}));   // a block a row
+  EXPECT_EQ(default_launch_config(row_sum(4096)), (LaunchConfig{256, 1, 16, 16, 0}));
+  EXPECT_EQ(default_launch_config(row_sum(5000)), (LaunchConfig{512, 1, 10, 16, 0}));
+  EXPECT_EQ(default_launch_config(row_sum(20000)), (LaunchConfig{1024, 1, 0, 16, 0}));  // looped
+  const Kernel outer = lowered_kernel({cuda_meta(DType::Float32, {2000, 45})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
+  });
+  EXPECT_EQ(default_launch_config(outer), (LaunchConfig{8, 32, 0, 16, 0}));  // split tile rows
+  EXPECT_EQ(format_launch_config(LaunchConfig{256, 1, 16, 16, 4}), "tpr=256 rpb=1 items<=16 vec=16B minblocks=4");
+}
+
+TEST(CudaLaunchConfig, CandidatesOfSoftmaxLayerNormOver4096) {
+  KILN_REQUIRE_NVRTC();
+  const Kernel kernel =
+      lowered_kernel({cuda_meta(DType::Float32, {16384, 4096}), cuda_meta(DType::Float32, {4096})}, softmax_layer_norm);
+  const std::vector<LaunchConfig> expected = {
+      {256, 1, 16, 16, 0},  // the default
+      {128, 1, 32, 16, 0}, {128, 2, 32, 16, 0}, {512, 1, 8, 16, 0}, {1024, 1, 4, 16, 0},
+      {256, 1, 16, 0, 0},   // without float4 accesses
+      {256, 1, 16, 16, 4},  // at most 64 registers a thread
+  };
+  EXPECT_EQ(launch_candidates(kernel), expected);
+  std::vector<std::string> texts;
+  for (const LaunchConfig& config : expected) {
+    SCOPED_TRACE(format_launch_config(config));
+    const CudaSource source = generate_cuda_source(kernel, config);
+    EXPECT_EQ(source.config, config);
+    EXPECT_EQ(source.scalar.block, config.threads_per_row * config.rows_per_block);
+    EXPECT_EQ(source.scalar.grid, 16384 / config.rows_per_block);
+    EXPECT_EQ(source.vector.name.empty(), config.vector_bytes == 0);
+    EXPECT_TRUE(has(source, "for (int k = 0; k < " + std::to_string(config.max_items) + "; ++k)"));
+    EXPECT_EQ(has(source, "kiln_valid"), config.rows_per_block > 1);
+    EXPECT_EQ(has(source, "__launch_bounds__(256, 4)"), config.min_blocks_per_sm == 4);
+    EXPECT_EQ(std::find(texts.begin(), texts.end(), source.text), texts.end());
+    texts.push_back(source.text);
+    try {
+      EXPECT_GT(compile_cubin(source.text, "sm_90a").size(), 100u);
+    } catch (const CudaError& error) {
+      ADD_FAILURE() << error.what() << "\n" << source.text;
+    }
+  }
+}
+
+TEST(CudaLaunchConfig, CandidateListsAreAHandfulOfDistinctKernels) {
+  for (int64_t points : {1, 8, 31, 100, 1000, 4096, 5000, 20000, 100000}) {
+    SCOPED_TRACE(points);
+    const Kernel kernel = row_sum(points);
+    const std::vector<LaunchConfig> candidates = launch_candidates(kernel);
+    ASSERT_FALSE(candidates.empty());
+    EXPECT_LE(candidates.size(), kMaxLaunchCandidates);
+    EXPECT_EQ(candidates[0], default_launch_config(kernel));
+    std::vector<std::string> texts;
+    for (const LaunchConfig& config : candidates) {
+      SCOPED_TRACE(format_launch_config(config));
+      const CudaSource source = generate_cuda_source(kernel, config);  // throws for a configuration it refuses
+      EXPECT_EQ(std::find(texts.begin(), texts.end(), source.text), texts.end());
+      texts.push_back(source.text);
+      EXPECT_LE(source.scalar.block, 1024);
+    }
+    if (points <= 8) {
+      EXPECT_EQ(candidates.size(), 1u);  // serial rows: nothing to choose
+    }
+    if (points >= 1000) {
+      EXPECT_GE(candidates.size(), 4u);
+    }
+  }
+}
+
+TEST(CudaLaunchConfig, ConfigurationsAKernelCannotTakeAreRefused) {
+  const Kernel rows = row_sum(4096);
+  EXPECT_THROW(generate_cuda_source(rows, LaunchConfig{48, 1, 0, 16, 0}), CudaError);    // not a power of two
+  EXPECT_THROW(generate_cuda_source(rows, LaunchConfig{2048, 1, 0, 16, 0}), CudaError);  // too many threads
+  EXPECT_THROW(generate_cuda_source(rows, LaunchConfig{512, 4, 8, 16, 0}), CudaError);   // 2048 a block
+  EXPECT_THROW(generate_cuda_source(rows, LaunchConfig{256, 1, 16, 4, 0}), CudaError);   // 4-byte vectors
+  EXPECT_THROW(generate_cuda_source(rows, LaunchConfig{256, 1, 16, 16, 64}), CudaError);
+  EXPECT_NO_THROW(generate_cuda_source(rows, LaunchConfig{1, 64, 0, 0, 0}));  // a thread a row, looping
+  const Kernel pointwise = lowered_kernel({cuda_meta(DType::Float32, {64, 64})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.unary(Prim::Exp, in[0])};
+  });
+  EXPECT_THROW(generate_cuda_source(pointwise, LaunchConfig{32, 8, 0, 16, 0}), CudaError);
+  EXPECT_NO_THROW(generate_cuda_source(pointwise, LaunchConfig{1, 256, 0, 0, 0}));
+  EXPECT_TRUE(generate_cuda_source(pointwise, LaunchConfig{1, 256, 0, 0, 0}).vector.name.empty());
+  EXPECT_EQ(generate_cuda_source(pointwise, LaunchConfig{1, 256, 0, 8, 0}).vector_width, 2);
 }
 
 TEST(CudaSource, EmptyKeptDimLaunchesNothing) {
