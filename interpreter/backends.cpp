@@ -60,6 +60,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   inductor::KernelTargets targets;
   targets.cpu = cpu_kernels();
   targets.cuda = experimental_cuda_kernels();
+  targets.cpu_matmul = cpu_matmul();
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   const inductor::cpu::KernelCacheCounts after = inductor::cpu::kernel_cache_counts();
   const inductor::cuda::CudaKernelCacheCounts cuda_after = inductor::cuda::cuda_kernel_cache_counts();
@@ -70,8 +71,10 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   stats().kernel_cache_hits_disk += after.disk_hits - before.disk_hits;
   stats().kernel_cache_rejected += after.disk_rejected - before.disk_rejected;
   stats().kernel_buffers_reused += fused.reused_buffers;
+  stats().gemm_kernels += fused.gemms;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
-                               << " prims (" << fused.compiled << " compiled, the rest cached)\n"
+                               << " prims, " << fused.gemms << " GEMMs (" << fused.compiled
+                               << " compiled, the rest cached)\n"
                                << prims::format_prim_graph(*fused.graph));
   return std::move(*fused.graph);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "inductor/cpu/gemm.h"
+#include "inductor/gemm_nodes.h"
 #include "runtime/aten_bridge.h"
 #include "tests/cpp/inductor/cpu_test_util.h"
 #include "tests/cpp/runtime/python_test_util.h"
@@ -210,6 +211,37 @@ TEST(Gemm, VectorizedTileInIr) {
   const std::string vector = "<" + std::to_string(plan.vector) + " x float>";
   EXPECT_NE(compiled.optimized_llvm_ir.find("llvm.fmuladd.v" + std::to_string(plan.vector) + "f32"), std::string::npos)
       << "no vector multiply-add of " << vector;
+}
+
+TEST(Gemm, NodeRunsTheKernelAndSendsOtherLayoutsToTorch) {
+  KILN_REQUIRE_LLVM();
+  PyRef a = make("torch.randn(6, 5)"), b = make("torch.randn(5, 4)");
+  PyRef at = make("torch.randn(5, 6).t()");
+  bool compiled_now = false;
+  PyRef call = make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Kiln, &compiled_now);
+  ASSERT_TRUE(call) << test::take_error();
+  PyRef ns = scope();
+  for (PyObject* left : {a.get(), at.get()}) {
+    const GemmCounts before = gemm_counts();
+    PyObject* args[] = {left, b.get()};
+    PyRef result = PyRef::steal(PyObject_Vectorcall(call.get(), args, 2, nullptr));
+    ASSERT_TRUE(result) << test::take_error();
+    const GemmCounts after = gemm_counts();
+    // The node was made for a's layout: the transposed operand goes to torch.
+    const bool generated = left == a.get();
+    EXPECT_EQ(after.kiln_calls - before.kiln_calls, generated ? 1 : 0);
+    EXPECT_EQ(after.aten_calls - before.aten_calls, generated ? 0 : 1);
+    PyDict_SetItemString(ns.get(), "_r", result.get());
+    PyDict_SetItemString(ns.get(), "_a", left);
+    PyDict_SetItemString(ns.get(), "_b", b.get());
+    PyRef ok = PyRef::steal(PyRun_String("within(_r, _a, _b)", Py_eval_input, ns.get(), ns.get()));
+    ASSERT_TRUE(ok) << test::take_error();
+    EXPECT_EQ(ok.get(), Py_True);
+  }
+  // Not a float32/float64 CPU product: no node.
+  EXPECT_FALSE(make_gemm_call(meta_of(make("torch.ones(2, 2, dtype=torch.int32)")),
+                              meta_of(make("torch.ones(2, 2, dtype=torch.int32)")), MatmulPolicy::Kiln, &compiled_now));
+  EXPECT_FALSE(make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Aten, &compiled_now));
 }
 
 }  // namespace
