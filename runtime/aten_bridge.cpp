@@ -1,5 +1,6 @@
 #include "runtime/aten_bridge.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
@@ -235,6 +236,8 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
   }
   return THPVariable_Wrap(std::move(result));
 }
+
+bool cpu_autocast_enabled() { return at::autocast::is_cpu_enabled(); }
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 

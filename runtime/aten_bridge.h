@@ -60,6 +60,10 @@ PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, graph::DType dtype);
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
 
+// True when CPU autocast is on (torch.is_autocast_cpu_enabled()): torch's
+// ops then compute in its lower dtype, which kiln's GEMM nodes do not.
+bool cpu_autocast_enabled();
+
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 

@@ -226,3 +226,15 @@ def test_config_values_are_checked():
         kiln.config.cpu_matmul = 1
     kiln.config.cpu_matmul = "auto"
     assert kiln.config.cpu_matmul == "auto"
+
+
+def test_autocast_around_the_call_goes_to_torch():
+    a, b = torch.randn(8, 12), torch.randn(12, 5)
+    compiled = kiln.compile(mm, backend="inductor")
+    close(compiled(a, b), a @ b, k=12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = compiled(a, b), mm(a, b)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected)
+    s = kiln.stats()
+    assert s["gemm_calls"] == 1 and s["gemm_aten_calls"] == 1, s
