@@ -151,8 +151,12 @@ GemmPlan plan_gemm(const GemmSpec& spec) {
   const int64_t vector_bytes = has_feature(features, "avx512f") ? 64 : has_feature(features, "avx") ? 32 : 16;
   const int64_t item = spec.dtype == graph::DType::Float64 ? 8 : 4;
   plan.vector = vector_bytes / item;
-  plan.mr = 6;
-  plan.nr = 2 * plan.vector;
+  // Tiles of 6 rows x 2 vectors (12 accumulators, 2 of B, 1 of A: the 16
+  // registers of AVX2); products at most a vector wide (attention's heads)
+  // take 8 rows x 1 vector instead of computing a vector of padding.
+  const bool narrow = spec.n <= plan.vector;
+  plan.mr = narrow ? 8 : 6;
+  plan.nr = narrow ? plan.vector : 2 * plan.vector;
   // Depth blocks of at most 256, evenly sized.
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(spec.k, 256));
   plan.kc = std::max<int64_t>(1, ceil_div(spec.k, k_blocks));

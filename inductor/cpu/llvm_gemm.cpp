@@ -8,6 +8,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 
@@ -40,7 +41,10 @@ class GemmCodegen {
   Function* new_function(const std::string& name, llvm::FunctionType* type, bool exported);
   // for (i = begin; i < end; i += step) body(i), at the insert point; with
   // `unroll`, the loop asks LLVM to unroll it that many times.
-  void loop(Value* begin, Value* end, int64_t step, const std::function<void(Value*)>& body, unsigned unroll = 0);
+  // With `vectorize` false, the loop vectorizer leaves it alone (the pack's
+  // rows are vectors already; widened over k they became gathers and scatters).
+  void loop(Value* begin, Value* end, int64_t step, const std::function<void(Value*)>& body, unsigned unroll = 0,
+            bool vectorize = true);
   // if (condition) body(), at the insert point.
   void when(Value* condition, const std::function<void()>& body);
   // The register tile of `rows` x `columns` (columns <= nr) as a function
@@ -69,11 +73,15 @@ Function* GemmCodegen::new_function(const std::string& name, llvm::FunctionType*
   function->addFnAttr("target-cpu", host_cpu().name);
   function->addFnAttr("target-features", host_cpu().features);
   function->addFnAttr(llvm::Attribute::NoUnwind);
+  // Tiles and packing stay functions of their own: inlined into the task
+  // loops they were unrolled and duplicated there, tripling compile times
+  // (~90 ms a kernel) for no faster code; a call per tile is noise.
+  if (!exported) function->addFnAttr(llvm::Attribute::NoInline);
   return function;
 }
 
 void GemmCodegen::loop(Value* begin, Value* end, int64_t step, const std::function<void(Value*)>& body,
-                       unsigned unroll) {
+                       unsigned unroll, bool vectorize) {
   Function* function = builder_.GetInsertBlock()->getParent();
   BasicBlock* before = builder_.GetInsertBlock();
   BasicBlock* head = BasicBlock::Create(context_, "loop", function);
@@ -89,12 +97,20 @@ void GemmCodegen::loop(Value* begin, Value* end, int64_t step, const std::functi
   Value* next = builder_.CreateAdd(index, i64(step), "", /*HasNUW=*/true, /*HasNSW=*/true);
   index->addIncoming(next, builder_.GetInsertBlock());
   llvm::BranchInst* back = builder_.CreateBr(head);
+  // A self-referencing loop id carrying the hints.
+  llvm::TempMDTuple placeholder = llvm::MDNode::getTemporary(context_, {});
+  std::vector<llvm::Metadata*> operands = {placeholder.get()};
   if (unroll > 1) {
-    // A self-referencing loop id carrying llvm.loop.unroll.count.
     llvm::Metadata* count[] = {llvm::MDString::get(context_, "llvm.loop.unroll.count"),
                                llvm::ConstantAsMetadata::get(builder_.getInt32(unroll))};
-    llvm::TempMDTuple placeholder = llvm::MDNode::getTemporary(context_, {});
-    llvm::Metadata* operands[] = {placeholder.get(), llvm::MDNode::get(context_, count)};
+    operands.push_back(llvm::MDNode::get(context_, count));
+  }
+  if (!vectorize) {
+    llvm::Metadata* off[] = {llvm::MDString::get(context_, "llvm.loop.vectorize.enable"),
+                             llvm::ConstantAsMetadata::get(builder_.getFalse())};
+    operands.push_back(llvm::MDNode::get(context_, off));
+  }
+  if (operands.size() > 1) {
     llvm::MDNode* id = llvm::MDNode::getDistinct(context_, operands);
     id->replaceOperandWith(0, id);
     back->setMetadata(llvm::LLVMContext::MD_loop, id);
@@ -229,27 +245,31 @@ Function* GemmCodegen::pack_function() {
   auto copy_panel = [&](Value* p, int64_t columns) {
     Value* source = at(b, builder_.CreateMul(p, i64(nr * spec_.b_col)));
     Value* target = at(panel, builder_.CreateMul(builder_.CreateMul(p, kc), i64(nr)));
-    if (spec_.b_row == 1 && spec_.b_col != 1) {
-      // B transposed: read each column along k (contiguous).
-      for (int64_t j = 0; j < nr; ++j) {
-        loop(i64(0), kc, 1, [&](Value* k) {
-          Value* value = j < columns ? static_cast<Value*>(builder_.CreateAlignedLoad(element_, at(source, builder_.CreateAdd(k, i64(j * spec_.b_col))), scalar_align))
-                                     : llvm::Constant::getNullValue(element_);
-          builder_.CreateAlignedStore(value, at(target, builder_.CreateAdd(builder_.CreateMul(k, i64(nr)), i64(j))),
-                                      scalar_align);
-        });
-      }
-      return;
-    }
+    const llvm::Align panel_align(static_cast<uint64_t>(plan_.vector * item_));
+    Value* zero = llvm::Constant::getNullValue(vector_type_);
+    // One row of the panel per k, a vector at a time: loaded whole where B's
+    // rows are contiguous, else element by element (B transposed or strided).
     loop(i64(0), kc, 1, [&](Value* k) {
-      Value* from = builder_.CreateMul(k, i64(spec_.b_row));
-      Value* to = builder_.CreateMul(k, i64(nr));
-      for (int64_t j = 0; j < nr; ++j) {
-        Value* value = j < columns ? static_cast<Value*>(builder_.CreateAlignedLoad(element_, at(source, builder_.CreateAdd(from, i64(j * spec_.b_col))), scalar_align))
-                                   : llvm::Constant::getNullValue(element_);
-        builder_.CreateAlignedStore(value, at(target, builder_.CreateAdd(to, i64(j))), scalar_align);
+      Value* from = at(source, builder_.CreateMul(k, i64(spec_.b_row)));
+      Value* to = at(target, builder_.CreateMul(k, i64(nr)));
+      for (int64_t v = 0; v < nr / plan_.vector; ++v) {
+        const int64_t lanes = std::clamp<int64_t>(columns - v * plan_.vector, 0, plan_.vector);
+        Value* row = zero;
+        if (lanes > 0 && spec_.b_col == 1) {
+          Value* pointer = at(from, v * plan_.vector);
+          row = lanes == plan_.vector
+                    ? static_cast<Value*>(builder_.CreateAlignedLoad(vector_type_, pointer, scalar_align))
+                    : builder_.CreateMaskedLoad(vector_type_, pointer, scalar_align, lane_mask(lanes), zero);
+        } else {
+          for (int64_t lane = 0; lane < lanes; ++lane) {
+            Value* element = builder_.CreateAlignedLoad(
+                element_, at(from, (v * plan_.vector + lane) * spec_.b_col), scalar_align);
+            row = builder_.CreateInsertElement(row, element, static_cast<uint64_t>(lane));
+          }
+        }
+        builder_.CreateAlignedStore(row, at(to, v * plan_.vector), panel_align);
       }
-    });
+    }, /*unroll=*/0, /*vectorize=*/false);
   };
   loop(i64(0), full, 1, [&](Value* p) { copy_panel(p, nr); });
   const int64_t last = spec_.n % nr;  // a block's edge is 0 or this (blocks are multiples of nr)
