@@ -10,24 +10,27 @@ namespace kiln::inductor::cpu {
 
 // Note [GEMM kernels]
 // torch 1.13 on this kind of host calls the reference BLAS (no OpenBLAS,
-// no MKL), ~4.6 GFLOP/s on the GPT example's products, so kiln generates
-// its own. A kernel is specialized on one GemmSpec: shapes and strides are
+// no MKL), ~4 GFLOP/s on the GPT example's products, so kiln generates its
+// own. A kernel is specialized on one GemmSpec: shapes and strides are
 // constants, so no layout needs a copy (transposed and permuted operands,
-// broadcast batch dims read in place). Work is split into tasks of one
+// broadcast batch dims are read in place). Work is split into tasks of one
 // batch and mb rows (plan_gemm). Per task, for each block of nc columns
 // and kc depth, B is packed into zero-padded panels of nr columns
-// ([kc][nr], contiguous, on the stack: at most 128 KiB), then an mr x nr
-// register tile (6 x 2 vectors: 12 accumulators, 2 B vectors and one
-// broadcast A element, the 16 AVX2 registers) is computed per panel and
-// row tile by fused multiply-adds over k, reading A in place (one scalar
-// broadcast per row and k, at any strides). Depth blocks after the first
-// add into C. The row and column edges (m % mr rows, n % nr columns) are
-// constants, so their tiles are their own small functions with masked
-// stores; padding columns are zero in the packed panel, so a narrow tile
-// computes nothing from beyond B. K = 0 stores zeros. Each element of C is
-// summed in k order by one task, so results do not depend on the thread
-// count. A is not packed: on these sizes the rows stay in L2 and the
-// copy would cost more than it saves.
+// ([kc][nr], contiguous, on the stack: at most 128 KiB; a vector per row,
+// loaded whole where B's rows are contiguous, else element by element),
+// then an mr x nr register tile is computed per panel and row tile by
+// fused multiply-adds over k, reading A in place (one scalar broadcast per
+// row and k, at any strides). Tiles are 6 rows x 2 vectors (12
+// accumulators, 2 B vectors and an A broadcast fit AVX2's 16 registers;
+// vectors are the host's widest, 16 floats with AVX-512), or 8 rows x 1
+// vector when n is at most a vector (attention's 16-wide heads), so no
+// vector of padding is computed. Depth blocks after the first add into C.
+// The row and column edges (m % mr rows, n % nr columns) are constants, so
+// their tiles are functions of their own with masked stores; padding
+// columns are zero in the packed panel, so a narrow tile computes nothing
+// from beyond B. K = 0 stores zeros. Each element of C is summed in k
+// order by one task, so results do not depend on the thread count. A is
+// not packed: on these sizes the rows stay in L1/L2.
 
 namespace {
 
