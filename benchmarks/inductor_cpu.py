@@ -74,7 +74,7 @@ def kernel_counts(before):
     """kiln's kernel counters since `before` (a kiln.stats() snapshot)."""
     now = kiln.stats()
     keys = ("kernels", "kernels_compiled", "kernel_cache_hits_memory", "kernel_cache_hits_disk",
-            "prim_fallbacks")
+            "prim_fallbacks", "gemm_kernels", "gemm_calls", "gemm_aten_calls")
     return {k: now[k] - before[k] for k in keys}
 
 
@@ -329,8 +329,9 @@ def main():
         target = result["target"]
         rows.append([result["label"], ms(result["eager_s"]), ms(result["kiln_s"]), f"{speedup:.2f}x",
                      "-" if target is None else f">= {target}x", "-" if target is None else verdict(speedup >= target),
-                     f"median of {result['reps']}; {c['kernels']} kernel nodes ({c['kernels_compiled']} "
-                     f"compiled), {c['prim_fallbacks']} graphs fell back to eager"])
+                     f"median of {result['reps']}; {c['kernels']} kernel nodes and {c['gemm_kernels']} GEMM "
+                     f"nodes ({c['kernels_compiled']} compiled; GEMM calls: {c['gemm_calls']} generated, "
+                     f"{c['gemm_aten_calls']} torch), {c['prim_fallbacks']} graphs fell back to eager"])
     header = ["benchmark", "torch eager", "kiln", "kiln vs eager", "target", "verdict", "notes"]
     print()
     print("machine: " + machine())

@@ -17,6 +17,7 @@
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/cuda/cuda_kernel_runner.h"
 #include "inductor/cuda/nvrtc_compiler.h"
+#include "inductor/gemm_nodes.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
 #include "inductor/schedule.h"
@@ -297,6 +298,32 @@ std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int
   return order;
 }
 
+// Adds to `out` a GEMM node computing matmul `node` of `graph` (Note [GEMM
+// nodes]) and returns its value, or -1 when the generated kernel does not
+// apply or does not compile (logged; the node is then copied as it is).
+int gemm_node(prims::PrimGraph& out, const prims::PrimGraph& graph, const prims::PrimNode& node,
+              const std::vector<int>& map, MatmulPolicy policy, int* compiled) {
+  const int a = node.args.at(0).value, b = node.args.at(1).value;
+  PyRef call;
+  bool compiled_now = false;
+  try {
+    call = make_gemm_call(graph.value(a).meta, graph.value(b).meta, policy, &compiled_now);
+  } catch (const std::exception& e) {
+    KILN_LOG(prims, "matmul left to torch: " << e.what());
+    return -1;
+  }
+  if (!call) {
+    if (PyErr_Occurred()) throw std::runtime_error("cannot make a GEMM callable");
+    return -1;
+  }
+  *compiled += compiled_now ? 1 : 0;
+  prims::PrimAttrs attrs;
+  attrs.target = call.release();
+  attrs.target_name = "gemm";
+  attrs.extern_args = {graph::Arg::of_node(map[a]), graph::Arg::of_node(map[b])};
+  return out.add_node(prims::Prim::Extern, {}, std::move(attrs), {graph.value(node.outputs[0]).meta}).at(0);
+}
+
 }  // namespace
 
 FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets) {
@@ -306,7 +333,8 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   // The target switch: CUDA kernels for a graph on one CUDA device.
   const int device = targets.cuda ? one_cuda_device(graph) : -1;
   const bool on_cuda = device >= 0 && cuda_kernels_available();
-  if ((targets.cpu && cpu_kernels_available() && all_on_cpu(graph)) || on_cuda) groups = schedule_kernels(graph);
+  const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
+  if (on_cpu || on_cuda) groups = schedule_kernels(graph);
   const int node_count = static_cast<int>(graph.nodes().size());
   std::vector<LoweredKernel> lowered;
   std::vector<std::shared_ptr<const KernelEntry>> entries;
@@ -418,6 +446,14 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
       continue;
     }
     const prims::PrimNode& node = graph.node(node_of_unit[unit]);
+    if (on_cpu && node.prim == prims::Prim::Matmul && targets.cpu_matmul != MatmulPolicy::Aten) {
+      const int made = gemm_node(*out.graph, graph, node, map, targets.cpu_matmul, &out.compiled);
+      if (made >= 0) {
+        map[node.outputs[0]] = made;
+        ++out.gemms;
+        continue;
+      }
+    }
     const std::vector<int> made = prims::copy_node(*out.graph, graph, node, map);
     for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
   }

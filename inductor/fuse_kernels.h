@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "inductor/matmul_policy.h"
 #include "prims/prim_graph.h"
 
 namespace kiln::inductor {
@@ -19,6 +20,7 @@ struct FusedGraph {
   int fused_prims = 0;    // prims they replaced
   int compiled = 0;       // kernels compiled now (the others came from the cache)
   int reused_buffers = 0; // kernel outputs written into a dead kernel output's buffer (Note [Buffer reuse])
+  int gemms = 0;          // matmul nodes made GEMM nodes (Note [GEMM nodes])
 };
 
 // The targets kernels may be compiled for.
@@ -30,11 +32,13 @@ struct KernelTargets {
   // (when set) each time candidates were timed.
   bool autotune = false;
   std::function<void()> autotuned;
+  MatmulPolicy cpu_matmul = MatmulPolicy::Auto;  // who computes CPU matmul nodes (Note [GEMM nodes])
 };
 
 // Rewrites `graph` with compiled kernels where it can (reductions too,
 // despite the name, which the backend calls it by), for the target of its
-// tensors when `targets` allows it. A group that cannot be lowered or
+// tensors when `targets` allows it; on CPU graphs, matmul nodes become
+// GEMM nodes unless targets.cpu_matmul is Aten. A group that cannot be lowered or
 // compiled stays as it was (logged under `prims`). Never throws for a graph
 // the prim executor can run.
 FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets = {});

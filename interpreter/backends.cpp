@@ -64,6 +64,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   targets.cuda = experimental_cuda_kernels();
   targets.autotune = autotune;
   targets.autotuned = [] { stats().kernels_autotuned++; };
+  targets.cpu_matmul = cpu_matmul();
   const runtime::Stopwatch clock;
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   KILN_LOG(perf, "inductor pass on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
@@ -80,8 +81,10 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   stats().cuda_kernels_compiled += cuda_after.compiled - cuda_before.compiled;
   stats().cuda_kernel_cache_hits_disk += cuda_after.disk_hits - cuda_before.disk_hits;
   stats().kernel_buffers_reused += fused.reused_buffers;
+  stats().gemm_kernels += fused.gemms;
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
-                               << " prims (" << fused.compiled << " compiled, the rest cached)\n"
+                               << " prims, " << fused.gemms << " GEMMs (" << fused.compiled
+                               << " compiled, the rest cached)\n"
                                << prims::format_prim_graph(*fused.graph));
   return std::move(*fused.graph);
 }

@@ -12,6 +12,7 @@ std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 std::atomic<bool> g_cpu_kernels{true};
 std::atomic<bool> g_experimental_cuda_kernels{false};
+std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 
 std::mutex g_dead_mutex;
 std::unordered_set<uint64_t> g_dead_configs;
@@ -66,6 +67,10 @@ void set_cache_size_limit(int limit) { g_cache_size_limit = limit; }
 bool cpu_kernels() { return g_cpu_kernels; }
 
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
+
+inductor::MatmulPolicy cpu_matmul() { return g_cpu_matmul; }
+
+void set_cpu_matmul(inductor::MatmulPolicy policy) { g_cpu_matmul = policy; }
 
 bool experimental_cuda_kernels() { return g_experimental_cuda_kernels; }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "inductor/matmul_policy.h"
+
 namespace kiln::interpreter {
 
 struct ConfigReport;
@@ -109,6 +111,7 @@ class ContextDepthScope {
   X(kernel_buffers_reused)    \
   X(cuda_kernels_compiled)    \
   X(cuda_kernel_cache_hits_disk) \
+  X(gemm_kernels)             \
   X(cuda_graphs_captured)     \
   X(kernels_autotuned)
 
@@ -130,6 +133,12 @@ void reset_stats();
 bool cpu_kernels();
 // Turns cpu_kernels() on or off for graphs compiled from now on.
 void set_cpu_kernels(bool enabled);
+
+// Who computes the matrix products of CPU graphs that backend "inductor"
+// compiles (kiln.config.cpu_matmul, default Auto; Note [GEMM nodes]).
+inductor::MatmulPolicy cpu_matmul();
+// Sets cpu_matmul() for graphs compiled from now on.
+void set_cpu_matmul(inductor::MatmulPolicy policy);
 
 // Whether backend "inductor" compiles graphs whose tensors are all on one
 // CUDA device to CUDA kernels through NVRTC

@@ -1,7 +1,10 @@
 #include "runtime/aten_bridge.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
@@ -201,6 +204,43 @@ PyObject* tensor_over_storage(PyObject* base, DType dtype, const std::vector<int
   impl->set_sizes_and_strides(sizes, strides);
   return THPVariable_Wrap(at::Tensor(std::move(impl)));
 }
+
+bool tensor_has_layout(PyObject* tensor, const TensorMeta& meta) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  return to_kiln_dtype(t.scalar_type()) == meta.dtype && to_kiln_device(t.device().type()) == meta.device_type &&
+         t.device().index() == meta.device_index && same_values(t.sizes(), meta.sizes) &&
+         same_values(t.strides(), meta.strides);
+}
+
+PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, DType dtype) {
+  const std::optional<c10::ScalarType> scalar = to_scalar_type(dtype);
+  if (!scalar) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: no torch dtype for %s", graph::dtype_name(dtype));
+    return nullptr;
+  }
+  return THPVariable_Wrap(at::empty(sizes, at::TensorOptions().dtype(*scalar)));
+}
+
+PyObject* aten_matmul(PyObject* a, PyObject* b) {
+  const at::Tensor& left = THPVariable_Unpack(a);
+  const at::Tensor& right = THPVariable_Unpack(b);
+  at::Tensor result;
+  std::string error;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    result = at::matmul(left, right);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  Py_END_ALLOW_THREADS
+  if (!error.empty()) {
+    PyErr_SetString(PyExc_RuntimeError, error.c_str());
+    return nullptr;
+  }
+  return THPVariable_Wrap(std::move(result));
+}
+
+bool cpu_autocast_enabled() { return at::autocast::is_cpu_enabled(); }
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 

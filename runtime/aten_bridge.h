@@ -48,6 +48,22 @@ const void* tensor_storage(PyObject* tensor);
 PyObject* tensor_over_storage(PyObject* base, graph::DType dtype, const std::vector<int64_t>& sizes,
                               const std::vector<int64_t>& strides);
 
+// True when the tensor has meta's dtype, device, sizes and strides
+// (requires_grad is not compared). Precondition: is_tensor(tensor).
+bool tensor_has_layout(PyObject* tensor, const graph::TensorMeta& meta);
+
+// A new contiguous, uninitialized CPU tensor; null with a RuntimeError set
+// for a dtype torch lacks.
+PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, graph::DType dtype);
+
+// at::matmul(a, b), computed with the GIL released; null with a
+// RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
+PyObject* aten_matmul(PyObject* a, PyObject* b);
+
+// True when CPU autocast is on (torch.is_autocast_cpu_enabled()): torch's
+// ops then compute in its lower dtype, which kiln's GEMM nodes do not.
+bool cpu_autocast_enabled();
+
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 

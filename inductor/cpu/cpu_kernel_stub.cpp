@@ -3,6 +3,7 @@
 // that CPU code generation is not built.
 
 #include "inductor/cpu/cpu_kernel.h"
+#include "inductor/cpu/gemm.h"
 #include "inductor/cpu/llvm_jit.h"
 
 namespace kiln::inductor::cpu {
@@ -10,6 +11,10 @@ namespace kiln::inductor::cpu {
 bool cpu_codegen_available() { return false; }
 
 CpuKernel compile_cpu_kernel(const Kernel&, bool) {
+  throw CodegenError("CPU code generation needs LLVM 16: kiln was built with KILN_WITH_LLVM=OFF");
+}
+
+CpuKernel compile_gemm(const GemmSpec&, bool) {
   throw CodegenError("CPU code generation needs LLVM 16: kiln was built with KILN_WITH_LLVM=OFF");
 }
 

@@ -25,8 +25,9 @@ namespace kiln::inductor::cpu {
 // of loading stale code; without a build-id, the library's path, size and
 // mtime); the host triple, CPU name and CPU features the JIT targets;
 // LLVM's version; whether glibc's libmvec was found (kernels call its vector
-// functions only when it was); and last the kernel's text (format_kernel,
-// name left out). Two processes of one kiln build on one machine compute the
+// functions only when it was); and last the kernel's kind ("kernel" for
+// Kernel IR, "gemm" for the generated matrix products) and text
+// (format_kernel with the name left out, format_gemm_spec). Two processes of one kiln build on one machine compute the
 // same key for the same kernel; anything that may change the machine code
 // changes the key. The memory cache uses the same keys, so identical
 // kernels of one process (the 64 layers of a model) compile once.
@@ -145,7 +146,10 @@ CpuKernel remember(Cache& cache, const Sha256Digest& key, const CpuKernel& kerne
 
 }  // namespace
 
-Sha256Digest kernel_cache_key(const Kernel& kernel) {
+namespace {
+
+// The key of a kernel of `kind` described by `text` (Note [Kernel cache keys]).
+Sha256Digest text_cache_key(const std::string& kind, const std::string& text) {
   // Everything but the kernel is fixed for the process: hashed once, and the
   // hash state copied for each kernel (the CPU's feature list alone is ~2 KB).
   static const Sha256 prefix = [] {
@@ -162,19 +166,35 @@ Sha256Digest kernel_cache_key(const Kernel& kernel) {
     hash.update_u64(libmvec ? 1 : 0);
     return hash;
   }();
+  Sha256 hash = prefix;
+  hash.update_field(kind);
+  hash.update_field(text);
+  return hash.digest();
+}
+
+}  // namespace
+
+Sha256Digest kernel_cache_key(const Kernel& kernel) {
   Kernel unnamed = kernel;
   unnamed.name = "";
-  Sha256 hash = prefix;
-  hash.update_field(format_kernel(unnamed));
-  return hash.digest();
+  return text_cache_key("kernel", format_kernel(unnamed));
 }
 
 CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
   // Without LLVM there is nothing to key or load; this throws the usual error.
   if (!cpu_codegen_available()) return compile_cpu_kernel(kernel);
+  Kernel unnamed = kernel;
+  unnamed.name = "";
+  return compile_cached_text("kernel", format_kernel(unnamed), kernel.name,
+                             [&kernel] { return compile_cpu_kernel(kernel); }, source);
+}
+
+CpuKernel compile_cached_text(const std::string& kind, const std::string& text, const std::string& name,
+                              const std::function<CpuKernel()>& compile, KernelSource* source) {
+  if (!cpu_codegen_available()) return compile();
   Cache& cache = the_cache();
   Counters& count = counters();
-  const Sha256Digest key = kernel_cache_key(kernel);
+  const Sha256Digest key = text_cache_key(kind, text);
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
     auto found = cache.memory.find(key);
@@ -197,7 +217,7 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
         loaded.fn = reinterpret_cast<CpuKernelFn>(jit_load_object(entry.payload, entry.name));
         ++count.disk_hits;
         if (source) *source = KernelSource::Disk;
-        KILN_LOG(cache, "disk hit " << to_hex(key) << " (" << kernel.name << "), read and loaded in "
+        KILN_LOG(cache, "disk hit " << to_hex(key) << " (" << name << "), read and loaded in "
                                     << ms_since(start) << " ms");
         return remember(cache, key, loaded);
       } catch (const JitError& error) {
@@ -212,7 +232,7 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
     }
   }
   const auto compile_start = std::chrono::steady_clock::now();
-  CpuKernel compiled = compile_cpu_kernel(kernel);
+  CpuKernel compiled = compile();
   const double compile_ms = ms_since(compile_start);
   ++count.compiled;
   if (source) *source = KernelSource::Compiled;
@@ -220,7 +240,7 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
     const std::string problem = write_cache_entry(dir, kKind, key, CacheEntry{compiled.symbol, compiled.object});
     if (problem.empty()) {
       ++count.disk_writes;
-      KILN_LOG(cache, "stored " << cache_entry_path(dir, kKind, key) << " (" << kernel.name << ", "
+      KILN_LOG(cache, "stored " << cache_entry_path(dir, kKind, key) << " (" << name << ", "
                                 << compiled.object.size() << " bytes of object code, compiled in "
                                 << compile_ms << " ms)");
     } else {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "inductor/cpu/cpu_kernel.h"
@@ -25,6 +26,13 @@ enum class KernelSource { Memory, Disk, Compiled };
 // logged (KILN_LOGS=cache), never loaded, and replaced by a fresh compile.
 // Thread-safe. Throws CodegenError when the kernel cannot be compiled.
 CpuKernel compile_cached(const Kernel& kernel, KernelSource* source = nullptr);
+
+// compile_cached for kernels that are not Kernel IR (the generated GEMMs):
+// `kind` and `text` say everything that decides the machine code (kinds
+// keep texts of different generators apart), `name` is for the log, and
+// `compile` makes the kernel with its object bytes on a miss.
+CpuKernel compile_cached_text(const std::string& kind, const std::string& text, const std::string& name,
+                              const std::function<CpuKernel()>& compile, KernelSource* source = nullptr);
 
 // The key `kernel` is cached under in this process (its name is left out:
 // identical kernels share an entry).

@@ -20,27 +20,6 @@ namespace {
 using runtime::PyRef;
 using runtime::int_tuple;
 
-// torch.get_num_threads(), or 1 when it cannot be asked. Needs the GIL.
-int torch_threads() {
-  static PyObject* get = [] {
-    PyObject* torch = PyImport_ImportModule("torch");
-    PyObject* fn = torch ? PyObject_GetAttrString(torch, "get_num_threads") : nullptr;
-    Py_XDECREF(torch);
-    return fn;  // kept for the process
-  }();
-  if (get == nullptr) {
-    PyErr_Clear();
-    return 1;
-  }
-  PyRef n = PyRef::steal(PyObject_CallNoArgs(get));
-  const long value = n ? PyLong_AsLong(n.get()) : -1;
-  if (value < 1) {
-    PyErr_Clear();
-    return 1;
-  }
-  return static_cast<int>(value);
-}
-
 // torch.empty_strided(sizes, strides, dtype=dtype): a new reference or null.
 PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                         const KernelOutput& output) {
@@ -104,6 +83,26 @@ void call_split_kernel(const CpuKernel& compiled, const Kernel& kernel, const Re
 }
 
 }  // namespace
+
+int torch_thread_count() {
+  static PyObject* get = [] {
+    PyObject* torch = PyImport_ImportModule("torch");
+    PyObject* fn = torch ? PyObject_GetAttrString(torch, "get_num_threads") : nullptr;
+    Py_XDECREF(torch);
+    return fn;  // kept for the process
+  }();
+  if (get == nullptr) {
+    PyErr_Clear();
+    return 1;
+  }
+  PyRef n = PyRef::steal(PyObject_CallNoArgs(get));
+  const long value = n ? PyLong_AsLong(n.get()) : -1;
+  if (value < 1) {
+    PyErr_Clear();
+    return 1;
+  }
+  return static_cast<int>(value);
+}
 
 void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads) {
   // No output point when a kept dim is empty; an empty reduced dim still
@@ -177,7 +176,7 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
   }
   int64_t numel = 1;
   for (int64_t size : kernel.sizes) numel *= size;
-  if (threads <= 0) threads = numel >= kParallelMinElements ? torch_threads() : 1;
+  if (threads <= 0) threads = numel >= kParallelMinElements ? torch_thread_count() : 1;
   // The GIL is released: kernels of several Python threads may run at once.
   Py_BEGIN_ALLOW_THREADS
   call_cpu_kernel(compiled, kernel, data.data(), threads);

@@ -28,6 +28,10 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
 // (one call on this thread for kernels under kParallelMinElements).
 void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* const* data, int threads);
 
+// torch.get_num_threads(), or 1 when it cannot be asked: how many threads
+// kernels run on. Needs the GIL.
+int torch_thread_count();
+
 // Kernels with fewer points run on the calling thread.
 constexpr int64_t kParallelMinElements = 32768;
 

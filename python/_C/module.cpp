@@ -10,7 +10,9 @@
 
 #include "interpreter/call_report.h"
 #include "inductor/cuda/cuda_autotune.h"
+#include "inductor/cpu/gemm.h"
 #include "inductor/fuse_kernels.h"
+#include "inductor/gemm_nodes.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "interpreter/frame_hook.h"
@@ -244,6 +246,7 @@ PyObject* py_trace_dump(PyObject*, PyObject* args) {
 PyObject* py_reset(PyObject*, PyObject*) {
   kiln::interpreter::clear_all_code_caches();
   kiln::interpreter::reset_stats();
+  kiln::inductor::cpu::reset_gemm_counts();
   Py_RETURN_NONE;
 }
 
@@ -258,6 +261,15 @@ PyObject* py_stats(PyObject*, PyObject*) {
   }
   KILN_STATS(KILN_STAT_ITEM)
 #undef KILN_STAT_ITEM
+  // Counted where the GEMM nodes run (inductor/cpu/gemm.h), not at compile time.
+  const kiln::inductor::cpu::GemmCounts gemm = kiln::inductor::cpu::gemm_counts();
+  const std::pair<const char*, int64_t> gemm_items[] = {
+      {"gemm_calls", gemm.kiln_calls}, {"gemm_aten_calls", gemm.aten_calls}, {"gemm_measured", gemm.measured}};
+  for (const auto& [name, count] : gemm_items) {
+    PyObject* value = PyLong_FromLongLong(count);
+    PyDict_SetItemString(dict, name, value);
+    Py_DECREF(value);
+  }
   return dict;
 }
 
@@ -281,6 +293,26 @@ PyObject* py_set_cpu_kernels(PyObject*, PyObject* arg) {
 
 PyObject* py_get_cpu_kernels(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::interpreter::cpu_kernels());
+}
+
+PyObject* py_set_cpu_matmul(PyObject*, PyObject* arg) {
+  const char* name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : nullptr;
+  const auto policy = name ? kiln::inductor::matmul_policy_from_name(name) : std::nullopt;
+  if (!policy) {
+    PyErr_SetString(PyExc_ValueError, "cpu_matmul must be \"auto\", \"kiln\" or \"aten\"");
+    return nullptr;
+  }
+  kiln::interpreter::set_cpu_matmul(*policy);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_cpu_matmul(PyObject*, PyObject*) {
+  return PyUnicode_FromString(kiln::inductor::matmul_policy_name(kiln::interpreter::cpu_matmul()));
+}
+
+PyObject* py_clear_matmul_choices(PyObject*, PyObject*) {
+  kiln::inductor::clear_matmul_choices();
+  Py_RETURN_NONE;
 }
 
 PyObject* py_set_experimental_cuda_kernels(PyObject*, PyObject* arg) {
@@ -423,6 +455,9 @@ PyMethodDef module_methods[] = {
     {"set_cpu_kernels", py_set_cpu_kernels, METH_O, "Turns LLVM kernels for inductor on or off."},
     {"cpu_kernels_available", py_cpu_kernels_available, METH_NOARGS, "Whether this build can compile CPU kernels."},
     {"get_cpu_kernels", py_get_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
+    {"set_cpu_matmul", py_set_cpu_matmul, METH_O, "Sets who computes CPU matmuls: auto, kiln or aten."},
+    {"get_cpu_matmul", py_get_cpu_matmul, METH_NOARGS, "Who computes CPU matmuls: auto, kiln or aten."},
+    {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
     {"set_experimental_cuda_kernels", py_set_experimental_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
     {"get_experimental_cuda_kernels", py_get_experimental_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},

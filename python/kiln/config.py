@@ -35,6 +35,23 @@ class _Config(_types.ModuleType):
         _C.set_cpu_kernels(value)
 
     @property
+    def cpu_matmul(self) -> str:
+        """Who computes the matrix products (matmul, mm, bmm, addmm, linear,
+        @) of float32/float64 CPU graphs under backend="inductor" with
+        cpu_kernels on: "kiln" (kiln's generated GEMM kernels), "aten"
+        (torch.matmul) or "auto" (default: on the first call of each shape
+        and layout, both are timed and the faster kept for the process;
+        KILN_LOGS=kernels shows the timings). Read when a graph is
+        compiled."""
+        return _C.get_cpu_matmul()
+
+    @cpu_matmul.setter
+    def cpu_matmul(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"cpu_matmul must be a str, got {type(value).__name__}")
+        _C.set_cpu_matmul(value)
+
+    @property
     def experimental_cuda_kernels(self) -> bool:
         """backend="inductor" decomposes graphs whose tensors are all on one
         CUDA device into prims and compiles their fused pointwise and

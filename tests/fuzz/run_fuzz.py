@@ -18,9 +18,11 @@ Seeds run in worker subprocesses (batches), so a crash or hang is reported
 with its seed. Every failure gets a folder in the report directory with the
 program, its inputs and what went wrong; rerun one with --repro SEED.
 
-KILN_FUZZ_BACKEND picks the backend (default "inductor"), and
+KILN_FUZZ_BACKEND picks the backend (default "inductor"),
 KILN_FUZZ_CPU_KERNELS=0 turns off the inductor backend's CPU kernels
-(kiln.config.cpu_kernels, on by default).
+(kiln.config.cpu_kernels, on by default), and KILN_FUZZ_CPU_MATMUL picks
+who computes matrix products (kiln.config.cpu_matmul; default "kiln", the
+generated GEMM kernels, so that runs do not depend on timings).
 
 The last line printed is the summary:
     fuzz: N programs, M traced fully, K fell back, F failures
@@ -418,6 +420,7 @@ def check_program(prog, source=None, verbose=False):
     import torch
     import kiln
     kiln.config.cpu_kernels = os.environ.get("KILN_FUZZ_CPU_KERNELS", "1") != "0"
+    kiln.config.cpu_matmul = os.environ.get("KILN_FUZZ_CPU_MATMUL", "kiln")
     res = {"seed": prog.seed, "status": "ok", "features": prog.features}
     fn, ns_e = load_program(prog, source, real_kiln=False)
     fn_c, ns_c = load_program(prog, source)

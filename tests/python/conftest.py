@@ -39,6 +39,10 @@ STAT_KEYS = (
 # kernels (kiln.config.cpu_kernels); KILN_TEST_CPU_KERNELS=0 runs the whole
 # corpus with them off (inductor then replays graphs through torch).
 CPU_KERNELS = os.environ.get("KILN_TEST_CPU_KERNELS", "1") != "0"
+# Matrix products run kiln's generated GEMM kernels everywhere ("kiln"),
+# not the "auto" policy's timed choice, so that what runs does not depend
+# on the machine's load; KILN_TEST_CPU_MATMUL=auto or aten runs the suite so.
+CPU_MATMUL = os.environ.get("KILN_TEST_CPU_MATMUL", "kiln")
 
 # KILN_TEST_DEVICE=cuda runs the corpus on CUDA tensors (issue 6): torch's
 # default device becomes CUDA, so the tensors the tests make are CUDA
@@ -75,14 +79,17 @@ def kiln_clean():
     saved_limit = kiln.config.cache_size_limit
     saved_kernels = kiln.config.cpu_kernels
     saved_cuda_kernels = kiln.config.experimental_cuda_kernels
+    saved_matmul = kiln.config.cpu_matmul
     kiln.config.cpu_kernels = CPU_KERNELS
     kiln.config.experimental_cuda_kernels = CUDA_KERNELS
+    kiln.config.cpu_matmul = CPU_MATMUL
     kiln.reset()
     torch.manual_seed(0)
     yield
     kiln.config.cache_size_limit = saved_limit
     kiln.config.cpu_kernels = saved_kernels
     kiln.config.experimental_cuda_kernels = saved_cuda_kernels
+    kiln.config.cpu_matmul = saved_matmul
     kiln.reset()
 
 

@@ -279,7 +279,8 @@ TEST(Derivatives, MatmulBatchedAndBroadcast) {
     std::string a, b;
   };
   for (const Shapes& s : {Shapes{"3, 4", "4, 5"}, Shapes{"2, 3, 4", "2, 4, 5"}, Shapes{"2, 1, 3, 4", "5, 4, 2"},
-                          Shapes{"3, 4", "2, 4, 5"}, Shapes{"2, 3, 4", "4, 1"}}) {
+                          Shapes{"3, 4", "2, 4, 5"}, Shapes{"2, 3, 4", "4, 1"}, Shapes{"2, 1, 3, 4", "4, 5"},
+                          Shapes{"0, 3, 4", "4, 5"}, Shapes{"2, 3, 0", "0, 5"}}) {
     SCOPED_TRACE(s.a + " @ " + s.b);
     GradCase c;
     const int a = c.input(randn(s.a)), b = c.input(randn(s.b));
@@ -288,6 +289,9 @@ TEST(Derivatives, MatmulBatchedAndBroadcast) {
   GradCase c;  // transposed operands
   const int a = c.input(randn("4, 3")), b = c.input(randn("5, 4"));
   c.check({c.b.matmul(c.b.permute(a, {1, 0}), c.b.permute(b, {1, 0}))});
+  GradCase d;  // a batched operand whose rows do not flatten as a view, with a matrix
+  const int x = d.input(randn("3, 2, 4")), w = d.input(randn("4, 5"));
+  d.check({d.b.matmul(d.b.permute(x, {1, 0, 2}), w)});
 }
 
 // ---- indexing ----
