@@ -54,22 +54,41 @@ print(json.dumps({"first_call": first, "steady_call": statistics.median(times), 
 """
 
 
-def run_process(compiler, mode):
+def run_process(compiler, mode, perf_log=False):
     with tempfile.TemporaryDirectory(prefix="kiln-cuda-compile-") as cache_dir:
         python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
         path = os.pathsep.join(p for p in (python_dir, os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, KILN_CACHE_DIR=cache_dir, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=path)
         env.pop("KILN_LOGS", None)
+        if perf_log:
+            env["KILN_LOGS"] = "perf"
         done = subprocess.run([sys.executable, "-c", SCRIPT, compiler, mode], env=env,
                               capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{compiler} {mode} process failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["log"] = [line for line in done.stderr.splitlines() if line.startswith("[kiln:perf]")]
+    return result
+
+
+def print_perf_log(mode):
+    """Where a cold first call's time goes: kiln's KILN_LOGS=perf lines, slowest first."""
+    run = run_process("kiln", mode, perf_log=True)
+    print(f"\nKILN_LOGS=perf of one cold kiln process ({mode}), first call {run['first_call'] * 1e3:.0f} ms; "
+          f"{len(run['log'])} lines, the 25 slowest:")
+    def ms(line):
+        try:
+            return float(line.rsplit(": ", 1)[1].split(" ms")[0])
+        except (IndexError, ValueError):
+            return 0.0
+    for line in sorted(run["log"], key=ms, reverse=True)[:25]:
+        print("  " + line)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="fresh processes per configuration")
+    parser.add_argument("--perf-log", action="store_true", help="also show where one cold kiln call's time goes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("cuda_compile_time.py: no CUDA device", file=sys.stderr)
@@ -87,6 +106,8 @@ def main():
         print(f"| 64 layers | {compiler} | {mode} | {first * 1e3:.0f} ms | {each} | {steady * 1e6:.0f} us | {target} |")
         if compiler == "kiln":
             print(f"  kiln stats: {json.dumps(runs[0]['stats'])}")
+    if args.perf_log:
+        print_perf_log("no_grad")
     return 0
 
 
