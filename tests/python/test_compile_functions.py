@@ -737,3 +737,44 @@ def test_property_getter_runs_once_per_access():
         x = torch.randn(3)
         assert_same(compiled(x), x * 2.0)
         assert cfg.reads == i, f"property ran {cfg.reads} times in {i} compiled calls"
+
+
+# F.linear's result metadata comes from kiln's own rule for the plain case
+# (Note [Linear's meta]); every other case from torch's meta tensors.
+LINEAR_CASES = {
+    "2d": lambda: (torch.randn(5, 4), torch.randn(3, 4), torch.randn(3)),
+    "3d_no_bias": lambda: (torch.randn(2, 5, 4), torch.randn(3, 4), None),
+    "1d_input": lambda: (torch.randn(4), torch.randn(3, 4), torch.randn(3)),
+    "transposed_input": lambda: (torch.randn(4, 5).t(), torch.randn(3, 4), torch.randn(3)),
+    "grad_weight": lambda: (torch.randn(2, 5, 4), torch.randn(3, 4, requires_grad=True), None),
+    "grad_bias_only": lambda: (torch.randn(5, 4), torch.randn(3, 4), torch.randn(3, requires_grad=True)),
+    "float64": lambda: (torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), None),
+    "broadcast_bias": lambda: (torch.randn(5, 4), torch.randn(3, 4), torch.randn(1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR_CASES))
+def test_linear_metadata_matches_eager(name):
+    def linear(x, w, b):
+        return F.linear(x, w, b)
+
+    compiled = kiln.compile(linear, fullgraph=True)
+    for _ in range(2):
+        args = LINEAR_CASES[name]()
+        out_c, out_e = compiled(*clone_args(args)), linear(*args)
+        assert_same(out_c, out_e)
+        assert out_c.stride() == out_e.stride()
+        assert out_c.requires_grad == out_e.requires_grad
+
+
+def test_linear_shape_mismatch_raises_like_eager():
+    def linear(x, w):
+        return F.linear(x, w)
+
+    x, w = torch.randn(5, 4), torch.randn(3, 6)
+    with pytest.raises(RuntimeError) as eager_error:
+        linear(x, w)
+    with pytest.raises(RuntimeError) as kiln_error:
+        kiln.compile(linear)(x, w)
+    assert "cannot be multiplied" in str(eager_error.value)
+    assert "cannot be multiplied" in str(kiln_error.value)
