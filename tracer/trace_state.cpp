@@ -1,5 +1,7 @@
 #include "tracer/trace_state.h"
 
+#include "tracer/own_metas.h"
+
 #include <algorithm>
 
 #include "runtime/aten_bridge.h"
@@ -111,47 +113,11 @@ PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int6
   return fake;
 }
 
-// Note [Linear's meta]: F.linear's result metadata, computed here instead
-// of by calling it on meta tensors. torch 2's meta linear runs addmm's
-// Python decomposition, whose first call imports torch._dynamo (with sympy,
-// torch.distributed and ~900 modules: seconds of a cold compile). Only the
-// plain case: float tensors of one dtype, a contiguous input whose last dim
-// matches the weight's, a bias of [out] or none. Anything else (including
-// every error) takes torch's path and its message.
-PyRef linear_meta(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
-  if (!kwargs.empty() || args.size() < 2 || args.size() > 3) return PyRef();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const bool none_bias = i == 2 && args[i]->is(ValueKind::Constant) && args[i]->obj.get() == Py_None;
-    if (!none_bias && (!args[i]->is(ValueKind::Tensor) || !args[i]->fake)) return PyRef();
-  }
-  const TensorMeta& input = args[0]->meta;
-  const TensorMeta& weight = args[1]->meta;
-  const bool has_bias = args.size() == 3 && args[2]->is(ValueKind::Tensor);
-  const bool floating = input.dtype == graph::DType::Float32 || input.dtype == graph::DType::Float64 ||
-                        input.dtype == graph::DType::Float16 || input.dtype == graph::DType::BFloat16;
-  if (!floating || weight.dtype != input.dtype || weight.sizes.size() != 2 ||
-      input.sizes.empty() || input.sizes.back() != weight.sizes[1] ||
-      input.strides != graph::contiguous_strides(input.sizes) || weight.device_type != input.device_type ||
-      weight.device_index != input.device_index) {
-    return PyRef();
-  }
-  if (has_bias) {
-    const TensorMeta& bias = args[2]->meta;
-    if (bias.dtype != input.dtype || bias.sizes != std::vector<int64_t>{weight.sizes[0]} ||
-        bias.device_type != input.device_type || bias.device_index != input.device_index) {
-      return PyRef();
-    }
-  }
-  std::vector<int64_t> sizes(input.sizes.begin(), input.sizes.end() - 1);
-  sizes.push_back(weight.sizes[0]);
-  const bool grad = runtime::grad_mode_enabled() &&
-                    (input.requires_grad || weight.requires_grad || (has_bias && args[2]->meta.requires_grad));
-  PyRef dtype = PyRef::steal(PyObject_GetAttrString(args[0]->fake.get(), "dtype"));
-  if (!dtype) {
-    PyErr_Clear();
-    return PyRef();
-  }
-  return make_meta_tensor(sizes, graph::contiguous_strides(sizes), dtype.get(), grad);
+// A meta tensor for what kiln's own rule says a call returns (Note [Own metas]).
+PyRef own_meta_tensor(const OwnMeta& meta) {
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(meta.like->fake.get(), "dtype"));
+  if (!dtype) abort_trace(BreakCode::ShapeInference, "a fake tensor without a dtype: " + take_python_error());
+  return make_meta_tensor(meta.sizes, meta.strides, dtype.get(), meta.requires_grad);
 }
 
 // True when the value holds something that differs between sample points.
@@ -732,7 +698,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     }
     // Meta tensors escape autocast: inside a traced autocast block, results
     // are inferred as the real device would compute them (Note [Autocast blocks]).
-    PyRef result = !dynamic && open_autocasts.empty() && name == "F.linear" ? linear_meta(args, kwargs) : PyRef();
+    PyRef result;
+    if (!dynamic && open_autocasts.empty()) {
+      if (std::optional<OwnMeta> own = own_meta(name, args, kwargs, runtime::grad_mode_enabled())) {
+        result = own_meta_tensor(*own);
+      }
+    }
     if (!result) {
       result = open_autocasts.empty()
                    ? PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()))

@@ -739,8 +739,9 @@ def test_property_getter_runs_once_per_access():
         assert cfg.reads == i, f"property ran {cfg.reads} times in {i} compiled calls"
 
 
-# F.linear's result metadata comes from kiln's own rule for the plain case
-# (Note [Linear's meta]); every other case from torch's meta tensors.
+# F.linear's and unary pointwise ops' result metadata come from kiln's own
+# rules in the plain case (Note [Own metas]); every other case from torch's
+# meta tensors.
 LINEAR_CASES = {
     "2d": lambda: (torch.randn(5, 4), torch.randn(3, 4), torch.randn(3)),
     "3d_no_bias": lambda: (torch.randn(2, 5, 4), torch.randn(3, 4), None),
@@ -778,3 +779,38 @@ def test_linear_shape_mismatch_raises_like_eager():
         kiln.compile(linear)(x, w)
     assert "cannot be multiplied" in str(eager_error.value)
     assert "cannot be multiplied" in str(kiln_error.value)
+
+
+UNARY_OPS = {
+    "F.relu": F.relu, "F.relu_inplace_false": lambda x: F.relu(x, inplace=False), "torch.sigmoid": torch.sigmoid,
+    "Tensor.tanh": lambda x: x.tanh(), "F.gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "F.silu": F.silu,
+    "torch.exp": torch.exp, "Tensor.abs": lambda x: x.abs(), "torch.sqrt": lambda x: torch.sqrt(x.abs()),
+    "F.leaky_relu": F.leaky_relu, "F.elu_alpha": lambda x: F.elu(x, alpha=0.5),
+}
+UNARY_INPUTS = {
+    "contiguous": lambda: torch.randn(4, 6),
+    "transposed": lambda: torch.randn(6, 4).t(),
+    "float64_grad": lambda: torch.randn(3, 5, dtype=torch.float64, requires_grad=True),
+    "scalar": lambda: torch.randn(()),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_OPS))
+@pytest.mark.parametrize("inputs", sorted(UNARY_INPUTS))
+def test_unary_metadata_matches_eager(op, inputs):
+    fn = UNARY_OPS[op]
+
+    def unary(x):
+        return fn(x) * 2
+
+    compiled = kiln.compile(unary, fullgraph=True)
+    for _ in range(2):
+        x = UNARY_INPUTS[inputs]()
+        out_c, out_e = compiled(*clone_args((x,))), unary(x)
+        assert_same(out_c, out_e)
+        assert out_c.stride() == out_e.stride()
+        assert out_c.requires_grad == out_e.requires_grad
+
+
+def test_relu_of_an_integer_tensor_keeps_its_dtype():
+    check_compiled(lambda x: F.relu(x) + torch.relu(x), lambda: (torch.randint(-5, 5, (4, 3)),))

@@ -1,0 +1,106 @@
+#include "tracer/own_metas.h"
+
+#include <set>
+
+namespace kiln::tracer {
+namespace {
+
+using graph::DType;
+using graph::TensorMeta;
+
+bool floating(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 || dtype == DType::BFloat16;
+}
+
+bool tensor(const ValuePtr& value) { return value->is(ValueKind::Tensor) && value->fake; }
+
+bool constant(const ValuePtr& value, PyObject* expected) {
+  return value->is(ValueKind::Constant) && value->obj.get() == expected;
+}
+
+bool same_device(const TensorMeta& a, const TensorMeta& b) {
+  return a.device_type == b.device_type && a.device_index == b.device_index;
+}
+
+// F.linear(input, weight, bias=None): [..., in] x [out, in] -> [..., out].
+std::optional<OwnMeta> linear(const std::vector<ValuePtr>& args, const KwArgs& kwargs, bool grad_mode) {
+  if (!kwargs.empty() || args.size() < 2 || args.size() > 3) return std::nullopt;
+  const bool has_bias = args.size() == 3 && !constant(args[2], Py_None);
+  if (!tensor(args[0]) || !tensor(args[1]) || (has_bias && !tensor(args[2]))) return std::nullopt;
+  const TensorMeta& input = args[0]->meta;
+  const TensorMeta& weight = args[1]->meta;
+  if (!floating(input.dtype) || weight.dtype != input.dtype || weight.sizes.size() != 2 || input.sizes.empty() ||
+      input.sizes.back() != weight.sizes[1] || input.strides != graph::contiguous_strides(input.sizes) ||
+      !same_device(input, weight)) {
+    return std::nullopt;
+  }
+  bool grad = input.requires_grad || weight.requires_grad;
+  if (has_bias) {
+    const TensorMeta& bias = args[2]->meta;
+    if (bias.dtype != input.dtype || bias.sizes != std::vector<int64_t>{weight.sizes[0]} ||
+        !same_device(input, bias)) {
+      return std::nullopt;
+    }
+    grad = grad || bias.requires_grad;
+  }
+  OwnMeta out;
+  out.sizes.assign(input.sizes.begin(), input.sizes.end() - 1);
+  out.sizes.push_back(weight.sizes[0]);
+  out.strides = graph::contiguous_strides(out.sizes);
+  out.dtype = input.dtype;
+  out.requires_grad = grad_mode && grad;
+  out.like = args[0].get();
+  return out;
+}
+
+// Unary pointwise ops that keep a float input's dtype, as the tracer names
+// them; their only accepted keyword arguments are the ones listed, at the
+// values that leave the result's metadata alone.
+const std::set<std::string>& unary_float_ops() {
+  static const std::set<std::string> names = {
+      "F.relu", "torch.relu", "Tensor.relu", "torch.sigmoid", "Tensor.sigmoid", "F.sigmoid",
+      "torch.tanh", "Tensor.tanh", "F.tanh", "F.gelu", "F.silu", "F.mish", "F.elu", "F.leaky_relu",
+      "torch.exp", "Tensor.exp", "torch.neg", "Tensor.neg", "torch.abs", "Tensor.abs", "torch.sqrt",
+      "Tensor.sqrt", "torch.rsqrt", "Tensor.rsqrt", "torch.log", "Tensor.log", "torch.sin", "Tensor.sin",
+      "torch.cos", "Tensor.cos", "torch.erf", "Tensor.erf"};
+  return names;
+}
+
+// A keyword argument that does not change a unary op's result metadata.
+bool harmless_kwarg(const std::string& key, const ValuePtr& value) {
+  if (key == "inplace") return constant(value, Py_False);
+  if (key == "approximate") {
+    if (!value->is(ValueKind::Constant) || !PyUnicode_Check(value->obj.get())) return false;
+    const std::string mode = PyUnicode_AsUTF8(value->obj.get());
+    return mode == "none" || mode == "tanh";
+  }
+  return false;
+}
+
+// One contiguous float tensor in, the same metadata out.
+std::optional<OwnMeta> unary(const std::vector<ValuePtr>& args, const KwArgs& kwargs, bool grad_mode) {
+  if (args.size() != 1 || !tensor(args[0])) return std::nullopt;
+  for (const auto& [key, value] : kwargs) {
+    if (!harmless_kwarg(key, value)) return std::nullopt;
+  }
+  const TensorMeta& input = args[0]->meta;
+  if (!floating(input.dtype) || input.strides != graph::contiguous_strides(input.sizes)) return std::nullopt;
+  OwnMeta out;
+  out.sizes = input.sizes;
+  out.strides = input.strides;
+  out.dtype = input.dtype;
+  out.requires_grad = grad_mode && input.requires_grad;
+  out.like = args[0].get();
+  return out;
+}
+
+}  // namespace
+
+std::optional<OwnMeta> own_meta(const std::string& name, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                                bool grad_mode) {
+  if (name == "F.linear") return linear(args, kwargs, grad_mode);
+  if (unary_float_ops().contains(name)) return unary(args, kwargs, grad_mode);
+  return std::nullopt;
+}
+
+}  // namespace kiln::tracer
