@@ -1150,12 +1150,20 @@ CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir) {
   const std::string problem = verify(kernel);
   if (!problem.empty()) throw CodegenError("invalid kernel " + kernel.name + ": " + problem);
   const std::string symbol = unique_symbol(kernel.name);
+  return jit_kernel(
+      symbol,
+      [&](llvm::LLVMContext& context, llvm::Module& module) { Codegen(kernel, context, module).emit(symbol); },
+      keep_ir);
+}
+
+CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
+                     bool keep_ir) {
   JitModulePtr handle(new JitModule());
   handle->context = std::make_unique<llvm::LLVMContext>();
   handle->module = std::make_unique<llvm::Module>(symbol, *handle->context);
   CpuKernel result;
   try {
-    Codegen(kernel, *handle->context, *handle->module).emit(symbol);
+    emit(*handle->context, *handle->module);
     if (keep_ir) {
       llvm::raw_string_ostream ir(result.llvm_ir);
       handle->module->print(ir, nullptr);

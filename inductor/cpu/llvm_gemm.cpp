@@ -388,25 +388,10 @@ CpuKernel compile_gemm(const GemmSpec& spec, bool keep_ir) {
     throw CodegenError("gemm: batch strides do not match the batch dims");
   }
   const std::string symbol = gemm_symbol();
-  JitModulePtr handle(new JitModule());
-  handle->context = std::make_unique<llvm::LLVMContext>();
-  handle->module = std::make_unique<llvm::Module>(symbol, *handle->context);
-  CpuKernel result;
-  try {
-    GemmCodegen(spec, *handle->context, *handle->module).emit(symbol);
-    if (keep_ir) {
-      llvm::raw_string_ostream ir(result.llvm_ir);
-      handle->module->print(ir, nullptr);
-    }
-    JitResult compiled = jit_compile(std::move(handle), symbol, keep_ir);
-    result.fn = reinterpret_cast<CpuKernelFn>(compiled.address);
-    result.optimized_llvm_ir = std::move(compiled.optimized_ir);
-    result.symbol = symbol;
-    result.object = std::move(compiled.object);
-  } catch (const JitError& error) {
-    throw CodegenError(error.what());
-  }
-  return result;
+  return jit_kernel(
+      symbol,
+      [&](llvm::LLVMContext& context, llvm::Module& module) { GemmCodegen(spec, context, module).emit(symbol); },
+      keep_ir);
 }
 
 }  // namespace kiln::inductor::cpu

@@ -5,8 +5,11 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 
+#include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/llvm_jit.h"
 
 namespace kiln::inductor::cpu {
@@ -15,5 +18,10 @@ struct JitModule {
   std::unique_ptr<llvm::LLVMContext> context;
   std::unique_ptr<llvm::Module> module;  // owned by `context`'s lifetime
 };
+
+// Builds a module named `symbol` with `emit` and JIT-compiles it into a
+// kernel (its IR kept when `keep_ir`); a JitError becomes a CodegenError.
+CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
+                     bool keep_ir);
 
 }  // namespace kiln::inductor::cpu
