@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/matmul.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
@@ -219,6 +220,27 @@ PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, DType dtype) {
     return nullptr;
   }
   return THPVariable_Wrap(at::empty(sizes, at::TensorOptions().dtype(*scalar)));
+}
+
+PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType dtype,
+                             graph::DeviceType device_type, int device_index) {
+  const std::optional<c10::ScalarType> scalar = to_scalar_type(dtype);
+  if (!scalar) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: no torch dtype for %s", graph::dtype_name(dtype));
+    return nullptr;
+  }
+  if (device_type != graph::DeviceType::CPU && device_type != graph::DeviceType::CUDA) {
+    PyErr_SetString(PyExc_RuntimeError, "kiln: new tensors go on the CPU or a CUDA device");
+    return nullptr;
+  }
+  const c10::Device device(device_type == graph::DeviceType::CPU ? c10::DeviceType::CPU : c10::DeviceType::CUDA,
+                           static_cast<c10::DeviceIndex>(device_index));
+  try {
+    return THPVariable_Wrap(at::empty_strided(sizes, strides, at::TensorOptions().dtype(*scalar).device(device)));
+  } catch (const std::exception& error) {
+    PyErr_Format(PyExc_RuntimeError, "kiln: cannot allocate a %s tensor: %s", graph::dtype_name(dtype), error.what());
+    return nullptr;
+  }
 }
 
 PyObject* aten_matmul(PyObject* a, PyObject* b) {

@@ -56,6 +56,12 @@ bool tensor_has_layout(PyObject* tensor, const graph::TensorMeta& meta);
 // for a dtype torch lacks.
 PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, graph::DType dtype);
 
+// A new uninitialized tensor with these sizes and strides on a CPU or CUDA
+// device (index -1: the current one), allocated by torch's allocator
+// without a Python call; null with a Python error set when torch refuses.
+PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                             graph::DType dtype, graph::DeviceType device_type, int device_index);
+
 // at::matmul(a, b), computed with the GIL released; null with a
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);

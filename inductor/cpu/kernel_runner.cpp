@@ -12,28 +12,11 @@
 
 #include "runtime/aten_bridge.h"
 #include "runtime/py_ref.h"
-#include "runtime/py_tuple.h"
 
 namespace kiln::inductor::cpu {
 namespace {
 
 using runtime::PyRef;
-using runtime::int_tuple;
-
-// torch.empty_strided(sizes, strides, dtype=dtype): a new reference or null.
-PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                        const KernelOutput& output) {
-  static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
-  if (torch == nullptr) return nullptr;
-  PyRef function = PyRef::steal(PyObject_GetAttrString(torch, "empty_strided"));
-  PyRef dtype = PyRef::steal(PyObject_GetAttrString(torch, graph::dtype_name(output.dtype)));
-  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
-  if (!function || !dtype || !size_tuple || !stride_tuple) return nullptr;
-  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  if (!args || !kwargs || PyDict_SetItemString(kwargs.get(), "dtype", dtype.get()) < 0) return nullptr;
-  return PyObject_Call(function.get(), args.get(), kwargs.get());
-}
 
 // Note [Huge output pages]
 // A large output is fresh memory (glibc maps allocations over 32 MiB, and
@@ -167,7 +150,7 @@ PyObject* run_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, PyObje
       return nullptr;
     }
     PyObject* output = reused ? runtime::tensor_over_storage(reuse[i], out.dtype, sizes, strides)
-                              : empty_strided(sizes, strides, out);
+                              : runtime::new_strided_tensor(sizes, strides, out.dtype, graph::DeviceType::CPU, -1);
     if (output == nullptr) return nullptr;
     PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
     data.push_back(runtime::tensor_data(output));
