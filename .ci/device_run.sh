@@ -12,9 +12,12 @@
 #     KILN_DEVICE_PART=bench bash .ci/device_run.sh    benchmarks
 #     KILN_DEVICE_PART=cuda_bench bash .ci/device_run.sh   CUDA benchmarks
 #                                                          (benchmarks/inductor_cuda.py,
-#                                                          benchmarks/cuda_overhead.py)
+#                                                          benchmarks/cuda_overhead.py,
+#                                                          benchmarks/cuda_compile_time.py,
+#                                                          benchmarks/gpt_step_cuda.py)
 #   KILN_CUDA_BENCH_ARGS=--sweep adds inductor_cuda.py's sweep over every
-#   launch configuration of the softmax->layer_norm kernel.
+#   launch configuration of the softmax->layer_norm kernel;
+#   KILN_GPT_BENCH_ARGS=--profile adds gpt_step_cuda.py's kernel profiles.
 #   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
 #   Python tests run (default tests/python); goldens are regenerated anyway.
 #   KILN_TEST_DEVICE=cuda runs the Python tests on CUDA tensors (see
@@ -81,6 +84,8 @@ if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
   "$PY" benchmarks/inductor_cuda.py ${KILN_CUDA_BENCH_ARGS:-} >"$OUT/cuda_bench.txt" 2>&1 || status=1
   "$PY" benchmarks/cuda_overhead.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   "$PY" benchmarks/cuda_compile_time.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
+  # shellcheck disable=SC2086  # a list of options
+  "$PY" benchmarks/gpt_step_cuda.py ${KILN_GPT_BENCH_ARGS:-} >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   cat "$OUT/cuda_bench.txt"
 fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null

@@ -59,6 +59,10 @@ struct Node {
   // node has no dynamic dims (Note [Dynamic shapes] in tracer/).
   std::vector<std::vector<std::string>> symbolic_sizes;
   bool returns_tuple = false;
+  // A call traced under autocast whose casts kiln could not make graph
+  // nodes (Note [Explicit autocast casts]): it means its traced dtypes only
+  // under autocast, so the graph is not decomposed to prims.
+  bool autocast_implicit = false;
 
   Node() = default;
   Node(const Node&) = delete;

@@ -12,6 +12,15 @@ namespace {
 
 std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
 
+// "off", "cpu bfloat16", "cuda bfloat16", "cpu bfloat16, cuda float16".
+std::string describe_autocast(const runtime::AutocastState& state) {
+  if (!state.any()) return "off";
+  std::string text;
+  if (state.cpu) text = std::string("cpu ") + graph::dtype_name(state.cpu_dtype);
+  if (state.cuda) text += (text.empty() ? "cuda " : ", cuda ") + std::string(graph::dtype_name(state.cuda_dtype));
+  return text;
+}
+
 // The instance dicts nn.Module.__call__ consults for per-module hooks.
 constexpr const char* kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks",
                                             "_backward_hooks"};
@@ -133,6 +142,12 @@ void GuardSet::add_default_dtype(graph::DType dtype) {
   indexed_ = false;
 }
 
+void GuardSet::add_autocast(const runtime::AutocastState& state) {
+  if (has(GuardKind::Autocast, -1)) return;
+  guards_.push_back({.kind = GuardKind::Autocast, .autocast = state});
+  indexed_ = false;
+}
+
 void GuardSet::add_default_device(graph::DeviceType type, int8_t index) {
   if (has(GuardKind::DefaultDevice, -1)) return;
   Guard guard{.kind = GuardKind::DefaultDevice};
@@ -203,6 +218,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       runtime::default_device(&type, &index);
       return type == guard.meta.device_type && index == guard.meta.device_index;
     }
+    case GuardKind::Autocast:
+      return runtime::autocast_state() == guard.autocast;
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
   }
@@ -251,6 +268,11 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
         << graph::device_name(guard.meta.device_type, guard.meta.device_index);
     return out.str();
   }
+  if (guard.kind == GuardKind::Autocast) {
+    out << "autocast is " << describe_autocast(runtime::autocast_state()) << ", expected "
+        << describe_autocast(guard.autocast);
+    return out.str();
+  }
   if (!value) {
     out << where << " no longer exists";
     return out.str();
@@ -286,6 +308,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
     case GuardKind::GradMode:
     case GuardKind::DefaultDtype:
     case GuardKind::DefaultDevice:
+    case GuardKind::Autocast:
       break;
     case GuardKind::NoModuleHooks:
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
@@ -414,6 +437,7 @@ std::string GuardSet::describe(const Guard& guard) const {
     case GuardKind::DefaultDevice:
       out << " " << graph::device_name(guard.meta.device_type, guard.meta.device_index);
       break;
+    case GuardKind::Autocast: out << " " << describe_autocast(guard.autocast); break;
     case GuardKind::NoModuleHooks: break;
   }
   return out.str();

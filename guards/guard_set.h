@@ -10,6 +10,7 @@
 
 #include "graph/tensor_meta.h"
 #include "guards/source.h"
+#include "runtime/aten_bridge.h"
 
 namespace kiln::guards {
 
@@ -23,6 +24,7 @@ namespace kiln::guards {
   X(GradMode, "torch.is_grad_enabled() has this value (no source)")         \
   X(DefaultDtype, "torch.get_default_dtype() is this dtype (no source)")    \
   X(DefaultDevice, "torch's default device is this device (no source)")      \
+  X(Autocast, "CPU and CUDA autocast are on or off, with these dtypes (no source)") \
   X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks")
 
 enum class GuardKind : uint8_t {
@@ -37,7 +39,7 @@ constexpr int kMaxGuardSymbols = 16;
 // One guard over one source.
 struct Guard {
   GuardKind kind;
-  int source = -1;             // -1 for GradMode, DefaultDtype and DefaultDevice
+  int source = -1;             // -1 for GradMode, DefaultDtype, DefaultDevice and Autocast
   // Owned: the type or constant; for IdMatch a weak reference to the object
   // when it supports them (so guards never keep a model alive), else the
   // object itself.
@@ -50,6 +52,7 @@ struct Guard {
   std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
   bool flag = false;           // GradMode only
+  runtime::AutocastState autocast;  // Autocast only
 };
 
 // All guards of one cache entry, with the sources they read.
@@ -74,6 +77,7 @@ class GuardSet {
   void add_grad_mode(bool enabled);
   void add_default_dtype(graph::DType dtype);
   void add_default_device(graph::DeviceType type, int8_t index);
+  void add_autocast(const runtime::AutocastState& state);
   void add_no_module_hooks(int source);
 
   // The hot path: fetches every source into `values` and checks every

@@ -25,10 +25,9 @@ namespace kiln::inductor {
 // kernel compiled for the operands' layouts as the graph's metas say (so
 // the backward graph's transposed views are read in place). Operands that
 // arrive with other strides go to at::matmul (counted with the products
-// left to torch), as does every call under CPU autocast (torch.autocast
-// around the compiled call is not guarded; torch's matmul, which the node
-// replaced, computes in autocast's dtype there). Policy "auto" times the first call of each spec: the
-// generated kernel and at::matmul, once each, then, unless one is over 3x
+// left to torch). Autocast never reaches them: its casts are graph nodes
+// and prim graphs run with it off (Note [Explicit autocast casts]).
+// Policy "auto" times the first call of each spec: the generated kernel and at::matmul, once each, then, unless one is over 3x
 // faster, three more calls each alternating, keeping the faster minimum;
 // the choice is kept for the process (every node of that spec shares it)
 // and logged under KILN_LOGS=kernels. The reference BLAS torch 1.13 uses
@@ -143,12 +142,6 @@ PyObject* gemm_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
   PyObject* b = args[1];
   if (!runtime::tensor_has_layout(a, node.a) || !runtime::tensor_has_layout(b, node.b)) {
     KILN_LOG(kernels, node.key << ": operands arrived in another layout; at::matmul");
-    cpu::count_gemm_call(false);
-    return runtime::aten_matmul(a, b);
-  }
-  if (runtime::cpu_autocast_enabled()) {
-    // Guards do not see an autocast block around the call; torch's matmul,
-    // which the node replaced, computes in autocast's dtype there.
     cpu::count_gemm_call(false);
     return runtime::aten_matmul(a, b);
   }

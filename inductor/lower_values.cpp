@@ -192,7 +192,20 @@ int ValueLowering::emit_node(int value, const IndexMap& map) {
     const prims::PrimValue& v = graph_.value(value);
     const PrimNode& node = graph_.node(v.node);
     if (is_view_node(node)) return emit_view(node, map);
-    if (is_kernel_reduction(graph_, node)) return emit_reduction(value, map);
+    const int expr = is_kernel_reduction(graph_, node) ? emit_reduction(value, map) : emit_pointwise(value, map);
+    // Eager rounds every op's result to its dtype; a kernel computing a
+    // float16/bfloat16 value in float32 rounds it too, so fused results
+    // agree with eager (a conversion has rounded already).
+    const DType stored = v.meta.dtype;
+    if (compute_dtype(stored) != stored && node.prim != Prim::ConvertElementType) {
+      return cast_to(out_->kernel.cast(expr, stored), DType::Float32);
+    }
+    return expr;
+  }
+
+int ValueLowering::emit_pointwise(int value, const IndexMap& map) {
+    const prims::PrimValue& v = graph_.value(value);
+    const PrimNode& node = graph_.node(v.node);
     const std::vector<int64_t>& sizes = v.meta.sizes;
     if (node.prim == Prim::ConvertElementType) {
       const DType target = *node.attrs.dtype;

@@ -74,6 +74,8 @@ class ValueLowering {
   int cast_to(int expr, DType dtype);
   int operand(const prims::PrimArg& arg, const std::vector<int64_t>& sizes, const IndexMap& map, DType dtype);
   int emit_node(int value, const IndexMap& map);
+  // A pointwise node's value in its compute dtype, before rounding.
+  int emit_pointwise(int value, const IndexMap& map);
   int emit_view(const prims::PrimNode& node, const IndexMap& map);
   int emit_reduction(int value, const IndexMap& map);
   // x ** exponent as torch's CPU kernel computes it for the exponents it

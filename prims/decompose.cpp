@@ -255,6 +255,14 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   bool grad_mode = grad_enabled;
   for (const Node& node : nodes) {
     if (node.kind != NodeKind::Call) continue;
+    // Autocast's casts are nodes of their own (Note [Explicit autocast
+    // casts]): entering and leaving it means nothing to prims.
+    if (node.target_name == "kiln.enter_autocast" || node.target_name == "kiln.exit_autocast") continue;
+    if (node.autocast_implicit) {
+      *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
+             ") computes under autocast with casts kiln could not make explicit";
+      return std::nullopt;
+    }
     if (node.target_name == "torch._C._set_grad_enabled" && node.args.size() == 1 &&
         node.args[0].kind == Arg::Kind::Constant && PyBool_Check(node.args[0].constant)) {
       grad_mode = node.args[0].constant == Py_True;

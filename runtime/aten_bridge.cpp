@@ -10,6 +10,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
 
 #include <optional>
 #include <sstream>
@@ -262,7 +263,54 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
   return THPVariable_Wrap(std::move(result));
 }
 
-bool cpu_autocast_enabled() { return at::autocast::is_cpu_enabled(); }
+// torch 2.4 replaced the per-device autocast calls with ones taking the
+// device type; the old ones are gone from later releases.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+namespace {
+bool autocast_on(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+c10::ScalarType autocast_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+void set_autocast(c10::DeviceType device, bool on) { at::autocast::set_autocast_enabled(device, on); }
+}  // namespace
+#else
+namespace {
+bool autocast_on(c10::DeviceType device) {
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+c10::ScalarType autocast_dtype(c10::DeviceType device) {
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
+}
+void set_autocast(c10::DeviceType device, bool on) {
+  if (device == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(on);
+  } else {
+    at::autocast::set_enabled(on);
+  }
+}
+}  // namespace
+#endif
+
+AutocastState autocast_state() {
+  AutocastState state;
+  state.cpu = autocast_on(c10::DeviceType::CPU);
+  state.cuda = autocast_on(c10::DeviceType::CUDA);
+  // The dtypes matter only while autocast is on; reading them then keeps
+  // states of autocast-off threads equal.
+  if (state.cpu) state.cpu_dtype = to_kiln_dtype(autocast_dtype(c10::DeviceType::CPU));
+  if (state.cuda) state.cuda_dtype = to_kiln_dtype(autocast_dtype(c10::DeviceType::CUDA));
+  return state;
+}
+
+AutocastOff::AutocastOff()
+    : cpu_(autocast_on(c10::DeviceType::CPU)), cuda_(autocast_on(c10::DeviceType::CUDA)) {
+  if (cpu_) set_autocast(c10::DeviceType::CPU, false);
+  if (cuda_) set_autocast(c10::DeviceType::CUDA, false);
+}
+
+AutocastOff::~AutocastOff() {
+  if (cpu_) set_autocast(c10::DeviceType::CPU, true);
+  if (cuda_) set_autocast(c10::DeviceType::CUDA, true);
+}
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 

@@ -66,9 +66,36 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
 
-// True when CPU autocast is on (torch.is_autocast_cpu_enabled()): torch's
-// ops then compute in its lower dtype, which kiln's GEMM nodes do not.
-bool cpu_autocast_enabled();
+// This thread's autocast state for the CPU and CUDA: whether each is on
+// and its lower dtype (torch.get_autocast_dtype). What a graph traced
+// under autocast depends on (the Autocast guard).
+struct AutocastState {
+  bool cpu = false;
+  bool cuda = false;
+  graph::DType cpu_dtype = graph::DType::BFloat16;
+  graph::DType cuda_dtype = graph::DType::Float16;
+
+  bool any() const { return cpu || cuda; }
+  bool operator==(const AutocastState&) const = default;
+};
+
+// The autocast state in effect now (thread-local TLS reads, no Python).
+AutocastState autocast_state();
+
+// Turns CPU and CUDA autocast off for its lifetime and restores the state
+// it found: kiln's prim graphs carry autocast's casts explicitly (Note
+// [Explicit autocast casts]), so torch ops they call must not cast again.
+class AutocastOff {
+ public:
+  AutocastOff();
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  bool cpu_;
+  bool cuda_;
+};
 
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();

@@ -539,6 +539,9 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     values[input_ids[i]] = inputs[i];
   }
   for (int id : input_release_) Py_CLEAR(values[id]);
+  // Prim graphs carry autocast's casts as nodes (Note [Explicit autocast
+  // casts]); torch ops they call must not cast again.
+  const AutocastOff autocast_off;
   // An extern may switch grad mode; an op raising must not leak the switch.
   const bool grad_mode = grad_mode_enabled();
   auto fail = [&] {

@@ -21,6 +21,25 @@ namespace kiln::tracer {
 // the dispatcher as tensors of the real device. No graph break is made
 // inside a block (open_grad_contexts counts it), as for grad-mode blocks.
 
+// Note [Explicit autocast casts]
+// Under autocast, torch casts the inputs of some ops: matmuls and linear
+// to the lower dtype, layer_norm, softmax and losses to float32. kiln's
+// prims know nothing of autocast, so the graph says it explicitly. For each
+// op traced while autocast applies (a traced block, or autocast on when the
+// compiled frame was called, which the Autocast guard then holds),
+// kiln._autocast.explicit_casts runs the op under autocast on fakes that
+// claim the real device, records each copy autocast makes of an input, and
+// runs the op again on the cast inputs with autocast out of the way (meta
+// tensors escape it); the casts count only when the result dtypes agree.
+// They become Tensor.to nodes and the op is traced on the cast inputs like
+// any other, so it means the same with or without autocast. Ops autocast
+// runs with dtype= instead (sum, prod, cumsum) are reproduced by casting
+// their floating inputs to the result's dtype. An op neither reproduces is
+// traced under autocast and marked `autocast_implicit`: its graph is not
+// decomposed, and runs in the eager executor, which enters autocast as the
+// program did. Prim graphs run with autocast off (runtime::AutocastOff), so
+// the torch calls they make do not cast a second time.
+
 namespace {
 
 PyObject* helpers() {
@@ -121,6 +140,51 @@ PyRef infer_under_autocast(PyObject* target, PyObject* args, PyObject* kwargs, g
   PyRef infer = helper("infer");
   PyRef device = PyRef::steal(PyUnicode_FromString(graph::device_name(device_type, device_index).c_str()));
   return PyRef::steal(PyObject_CallFunctionObjArgs(infer.get(), target, args, kwargs, device.get(), nullptr));
+}
+
+std::optional<AutocastCasts> explicit_autocast_casts(PyObject* target, PyObject* args, PyObject* kwargs,
+                                                     graph::DeviceType device_type, int device_index) {
+  PyRef explicit_casts = helper("explicit_casts");
+  PyRef device = PyRef::steal(PyUnicode_FromString(graph::device_name(device_type, device_index).c_str()));
+  PyRef found = PyRef::steal(
+      PyObject_CallFunctionObjArgs(explicit_casts.get(), target, args, kwargs, device.get(), nullptr));
+  if (!found || !PyList_Check(found.get())) {
+    // The op raises: inferring it under autocast raises again, and the
+    // trace reports that.
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  AutocastCasts casts;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(found.get()); ++i) {
+    PyObject* pair = PyList_GET_ITEM(found.get(), i);
+    casts.emplace_back(PyRef::borrow(PyTuple_GET_ITEM(pair, 0)), PyRef::borrow(PyTuple_GET_ITEM(pair, 1)));
+  }
+  return casts;
+}
+
+ValuePtr TraceState::with_autocast_casts(const ValuePtr& value, const AutocastCasts& casts,
+                                         std::vector<ValuePtr>* made) {
+  if (value->is(ValueKind::Tensor)) {
+    for (size_t i = 0; i < casts.size(); ++i) {
+      if (casts[i].first.get() != value->fake.get()) continue;
+      if (!(*made)[i]) {
+        static PyObject* to = PyObject_GetAttrString(stdlib::torch_api()->tensor_type, "to");
+        (*made)[i] = call_torch("Tensor.to", to, {value, wrap_unguarded(casts[i].second.get())}, {}, false);
+      }
+      return (*made)[i];
+    }
+    return value;
+  }
+  if (value->is(ValueKind::Tuple) || value->is(ValueKind::List)) {
+    std::vector<ValuePtr> items;
+    bool changed = false;
+    for (const ValuePtr& item : value->items) {
+      items.push_back(with_autocast_casts(item, casts, made));
+      changed = changed || items.back() != item;
+    }
+    return changed ? make_sequence(value->kind, std::move(items)) : value;
+  }
+  return value;
 }
 
 TraceState::~TraceState() {

@@ -172,6 +172,11 @@ TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynami
   // Factories, Python floats made tensors and int/float promotion all read
   // the default dtype at trace time.
   guards_->add_default_dtype(runtime::default_dtype());
+  // Autocast around the call changes the dtypes ops compute in (Note
+  // [Explicit autocast casts]).
+  const runtime::AutocastState autocast = runtime::autocast_state();
+  guards_->add_autocast(autocast);
+  ambient_autocast_ = autocast.any();
 }
 
 ValuePtr TraceState::wrap(PyObject* obj, int source) {
@@ -668,10 +673,8 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     runtime::default_device(&device_type, &index);
     device_index = index;
   }
-  // A dynamic op runs at every sample point (Note [Dynamic shapes]).
-  std::vector<PyRef> results;
-  const int npoints = dynamic ? points_ : 1;
-  for (int p = 0; p < npoints; ++p) {
+  // The fakes standing for the arguments at sample point p.
+  auto fakes_at = [&](int p) {
     PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(fake_args.get(), i, lower_fake(args[i], p).release());
     PyRef fake_kwargs = PyRef::steal(PyDict_New());
@@ -696,18 +699,53 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
       PyDict_SetItemString(fake_kwargs.get(), "device", meta.get());
     }
-    // Meta tensors escape autocast: inside a traced autocast block, results
-    // are inferred as the real device would compute them (Note [Autocast blocks]).
+    return std::make_pair(fake_args, fake_kwargs);
+  };
+  // Under autocast, the casts it applies become Tensor.to nodes and the op
+  // is traced again on the cast inputs, as it is (Note [Explicit autocast
+  // casts]). Ops whose casts cannot be made explicit infer their results
+  // under autocast: meta tensors escape it, so the fakes claim the real
+  // device (Note [Autocast blocks]).
+  bool implicit_autocast = false;
+  if (autocast_active() && !autocast_explicit_) {
+    std::optional<AutocastCasts> casts;
+    if (!dynamic) {
+      auto [fake_args, fake_kwargs] = fakes_at(0);
+      casts = explicit_autocast_casts(target, fake_args.get(), fake_kwargs.get(), device_type, device_index);
+    }
+    if (casts) {
+      autocast_explicit_ = true;
+      struct Reset {
+        bool* flag;
+        ~Reset() { *flag = false; }
+      } reset{&autocast_explicit_};
+      if (casts->empty()) return call_torch(name, target, args, kwargs, factory);
+      std::vector<ValuePtr> made(casts->size());
+      std::vector<ValuePtr> cast_args;
+      for (const ValuePtr& arg : args) cast_args.push_back(with_autocast_casts(arg, *casts, &made));
+      KwArgs cast_kwargs;
+      for (const auto& [key, arg] : kwargs) cast_kwargs.emplace_back(key, with_autocast_casts(arg, *casts, &made));
+      if (std::all_of(made.begin(), made.end(), [](const ValuePtr& v) { return v != nullptr; })) {
+        return call_torch(name, target, cast_args, cast_kwargs, factory);
+      }
+    }
+    implicit_autocast = true;
+  }
+  // A dynamic op runs at every sample point (Note [Dynamic shapes]).
+  std::vector<PyRef> results;
+  const int npoints = dynamic ? points_ : 1;
+  for (int p = 0; p < npoints; ++p) {
+    auto [fake_args, fake_kwargs] = fakes_at(p);
     PyRef result;
-    if (!dynamic && open_autocasts.empty()) {
+    if (!dynamic && !implicit_autocast) {
       if (std::optional<OwnMeta> own = own_meta(name, args, kwargs, runtime::grad_mode_enabled())) {
         result = own_meta_tensor(*own);
       }
     }
     if (!result) {
-      result = open_autocasts.empty()
-                   ? PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()))
-                   : infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index);
+      result = implicit_autocast
+                   ? infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index)
+                   : PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
     }
     if (!result) {
       std::string error = take_python_error();
@@ -726,6 +764,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   }
   if (runtime::is_tensor(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
+    graph_->node(node).autocast_implicit = implicit_autocast;
     ValuePtr value = wrap_result(node, out, device_type, device_index);
     graph_->node(node).metas.push_back(value->meta);
     if (dynamic) attach_points(value, results, node);
@@ -734,6 +773,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   if (is_tensor_sequence(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     graph_->node(node).returns_tuple = true;
+    graph_->node(node).autocast_implicit = implicit_autocast;
     std::vector<ValuePtr> items;
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
     for (const PyRef& r : results) {

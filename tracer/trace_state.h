@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +20,9 @@
 #include "tracer/value.h"
 
 namespace kiln::tracer {
+
+// Casts autocast applies to an op's inputs: (meta fake, torch dtype).
+using AutocastCasts = std::vector<std::pair<runtime::PyRef, runtime::PyRef>>;
 
 // One trace: owns the graph and guards until they are handed to the cache.
 class TraceState {
@@ -91,6 +95,9 @@ class TraceState {
   // [Autocast blocks]); while any is open, ops infer their results through
   // infer_under_autocast.
   std::vector<PyRef> open_autocasts;
+  // True when autocast applies to the ops traced now: a block is open, or
+  // autocast was on when the frame was called (guarded).
+  bool autocast_active() const { return ambient_autocast_ || !open_autocasts.empty(); }
 
   // Stores to caller-visible state, in program order (Note [Side effects]).
   std::vector<BreakInfo::PendingStore> stores;
@@ -120,6 +127,11 @@ class TraceState {
   void attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node);
   ValuePtr make_symint(std::vector<int64_t> per_point, const std::string& name, PyObject* target,
                        std::vector<ValuePtr> operands, PyObject* index);
+  // `value` with each tensor that `casts` names replaced by a Tensor.to
+  // node casting it (nested tuples and lists rebuilt). (*made)[i] holds the
+  // cast value of casts[i] once made, so a tensor passed twice is cast once
+  // (Note [Explicit autocast casts]).
+  ValuePtr with_autocast_casts(const ValuePtr& value, const AutocastCasts& casts, std::vector<ValuePtr>* made);
 
   guards::FrameView frame_;
   DynamicDims dynamic_;
@@ -134,6 +146,11 @@ class TraceState {
   std::unordered_map<PyObject*, ValuePtr> wrapped_containers_;
   uint64_t mutations_ = 0;
   std::unique_ptr<BreakInfo> break_info_;
+  // Autocast was on when the frame was called.
+  bool ambient_autocast_ = false;
+  // Set while call_torch emits an op whose autocast casts are already
+  // graph nodes, and the casts themselves.
+  bool autocast_explicit_ = false;
 };
 
 // Interprets one frame (the traced function or an inlined callee).
@@ -322,6 +339,12 @@ bool is_autocast_class(PyObject* obj);
 // `device`; returns the result or null with a Python error set.
 PyRef infer_under_autocast(PyObject* target, PyObject* args, PyObject* kwargs, graph::DeviceType device_type,
                            int device_index);
+// The input casts autocast applies to target(*args, **kwargs) on `device`
+// (Note [Explicit autocast casts]): (meta fake, dtype) pairs, empty when it
+// casts nothing; nullopt when no casts of inputs reproduce its result
+// dtypes. Aborts the trace when the op raises.
+std::optional<AutocastCasts> explicit_autocast_casts(PyObject* target, PyObject* args, PyObject* kwargs,
+                                                     graph::DeviceType device_type, int device_index);
 
 // True when `code` calls zero-argument super(), which reads the frame's
 // first argument and __class__ cell: resume functions cannot provide them.

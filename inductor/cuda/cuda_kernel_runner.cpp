@@ -1,7 +1,6 @@
 #include "inductor/cuda/cuda_kernel_runner.h"
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,19 +10,11 @@
 #include "runtime/aten_bridge.h"
 #include "runtime/log.h"
 #include "runtime/py_ref.h"
-#include "runtime/py_tuple.h"
 
 namespace kiln::inductor::cuda {
 namespace {
 
 using runtime::PyRef;
-using runtime::int_tuple;
-
-// torch, imported once and kept for the process.
-PyObject* torch_module() {
-  static PyObject* torch = PyImport_ImportModule("torch");
-  return torch;
-}
 
 // The raw cudaStream_t of torch's current stream on `device`, through
 // torch._C._cuda_getCurrentRawStream (what torch.compile's kernels use)
@@ -50,38 +41,6 @@ bool current_stream(int device, void** stream) {
   if (PyErr_Occurred()) return false;
   *stream = reinterpret_cast<void*>(static_cast<uintptr_t>(value));
   return true;
-}
-
-// torch.empty_strided(sizes, strides, dtype=..., device=device): a new
-// reference or null. The function, dtypes and devices are looked up once
-// (a kernel call allocates every time).
-PyObject* empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, DType dtype,
-                        int device) {
-  static PyObject* function = [] {
-    PyObject* torch = torch_module();
-    return torch ? PyObject_GetAttrString(torch, "empty_strided") : nullptr;  // kept for the process
-  }();
-  static std::map<std::pair<DType, int>, PyObject*> kwargs_of;  // kept for the process; the GIL guards it
-  if (function == nullptr) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "kiln CUDA kernels: torch.empty_strided is unavailable");
-    return nullptr;
-  }
-  PyObject*& kwargs = kwargs_of[{dtype, device}];
-  if (kwargs == nullptr) {
-    PyRef type = PyRef::steal(PyObject_GetAttrString(torch_module(), graph::dtype_name(dtype)));
-    PyRef device_name = PyRef::steal(PyUnicode_FromString(("cuda:" + std::to_string(device)).c_str()));
-    PyRef dict = PyRef::steal(PyDict_New());
-    if (!type || !device_name || !dict || PyDict_SetItemString(dict.get(), "dtype", type.get()) < 0 ||
-        PyDict_SetItemString(dict.get(), "device", device_name.get()) < 0) {
-      return nullptr;
-    }
-    kwargs = dict.release();
-  }
-  PyRef size_tuple = int_tuple(sizes), stride_tuple = int_tuple(strides);
-  if (!size_tuple || !stride_tuple) return nullptr;
-  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
-  if (!args) return nullptr;
-  return PyObject_Call(function, args.get(), kwargs);
 }
 
 // True when `pointer` is aligned for the vector entry's accesses of `dtype`.
@@ -121,7 +80,7 @@ PyRef allocate_outputs(const Kernel& kernel, int device, std::vector<char*>* dat
     const KernelOutput& out = kernel.outputs[i];
     const std::vector<int64_t>& sizes = out.has_tensor_shape ? out.tensor_sizes : kernel.sizes;
     const std::vector<int64_t>& strides = out.has_tensor_shape ? out.tensor_strides : out.strides;
-    PyObject* output = empty_strided(sizes, strides, out.dtype, device);
+    PyObject* output = runtime::new_strided_tensor(sizes, strides, out.dtype, graph::DeviceType::CUDA, device);
     if (output == nullptr) return PyRef();
     PyTuple_SET_ITEM(result.get(), static_cast<Py_ssize_t>(i), output);
     data->push_back(runtime::tensor_data(output));

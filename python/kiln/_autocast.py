@@ -6,6 +6,11 @@ a tensor's backend, and meta has none), so ops inside a traced block infer
 their results through ``infer``: each meta fake is wrapped in a tensor that
 claims the real device, which puts autocast's dispatch key back in front of
 the op; the op itself then runs on the meta tensors underneath.
+
+``explicit_casts`` makes autocast's effect on one op visible: the casts it
+applied to the op's inputs, checked by running the op again on the cast
+inputs with autocast out of the way (Note [Explicit autocast casts] in
+tracer/trace_autocast.cpp).
 """
 import torch
 from torch.utils._pytree import tree_map
@@ -23,6 +28,10 @@ def exit(ctx):
     ctx.__exit__(None, None, None)
 
 
+# While explicit_casts runs: id(meta input) -> the dtype autocast cast it to.
+_recorded_casts = None
+
+
 class _DeviceFake(torch.Tensor):
     """A storage-less tensor that reports ``device`` and runs ops on its meta twin."""
 
@@ -38,9 +47,16 @@ class _DeviceFake(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # Only the op's own inputs are _DeviceFakes (results are plain meta
+        # tensors), so a copy of one is autocast casting an input.
+        if (_recorded_casts is not None and func is torch.ops.aten._to_copy.default and args
+                and isinstance(args[0], _DeviceFake) and kwargs.get("dtype") is not None):
+            _recorded_casts[id(args[0].meta_twin)] = (args[0].meta_twin, kwargs["dtype"])
+
         def unwrap(t):
             return t.meta_twin if isinstance(t, _DeviceFake) else t
-        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
 
 
 def infer(fn, args, kwargs, device):
@@ -54,3 +70,49 @@ def infer(fn, args, kwargs, device):
     def unwrap(t):
         return t.meta_twin if isinstance(t, _DeviceFake) else t
     return tree_map(unwrap, out)
+
+
+def _tensors(tree):
+    found = []
+    tree_map(lambda t: found.append(t) if isinstance(t, torch.Tensor) else None, tree)
+    return found
+
+
+def _dtypes(tree):
+    return [t.dtype for t in _tensors(tree)]
+
+
+def _cast(tree, casts):
+    return tree_map(lambda t: t.to(casts[id(t)][1]) if isinstance(t, torch.Tensor) and id(t) in casts else t, tree)
+
+
+def explicit_casts(fn, args, kwargs, device):
+    """The casts that make ``fn(*args, **kwargs)`` under the current autocast
+    an op on cast inputs: a list of (meta input, dtype), [] when autocast
+    leaves the op alone, or None when no input casts reproduce autocast's
+    result dtypes. ``args`` hold meta tensors standing for ``device``."""
+    global _recorded_casts
+    _recorded_casts = {}
+    try:
+        out = infer(fn, args, kwargs, device)
+        casts = _recorded_casts
+    finally:
+        _recorded_casts = None
+    want = _dtypes(out)
+
+    def reproduces(casts):
+        # Meta tensors escape autocast, so this runs the op as it is.
+        return _dtypes(fn(*_cast(args, casts), **_cast(kwargs, casts))) == want
+    if reproduces(casts):
+        return list(casts.values())
+    # Ops autocast runs with dtype= set (sum, prod, cumsum, softmax on
+    # some versions) compute in the result's dtype: casting their floating
+    # inputs to it is the same op.
+    floats = {t.dtype for t in _tensors(out) if t.is_floating_point()}
+    if len(floats) == 1:
+        dtype = floats.pop()
+        widened = {id(t): (t, dtype) for t in _tensors((args, kwargs))
+                   if t.is_floating_point() and t.dtype != dtype}
+        if reproduces(widened):
+            return list(widened.values())
+    return None

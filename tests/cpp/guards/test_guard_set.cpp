@@ -337,6 +337,33 @@ TEST(DefaultDtype, FollowsTorchSetDefaultDtype) {
   EXPECT_EQ(guards.format(), "DefaultDtype float32\n");
 }
 
+TEST(Autocast, FollowsTorchAutocastAndItsDtype) {
+  GuardSet off;
+  off.add_autocast(runtime::autocast_state());
+  ASSERT_FALSE(runtime::autocast_state().any());
+  EXPECT_TRUE(check_locals(off, {}));
+  EXPECT_EQ(off.format(), "Autocast off\n");
+  eval("globals().__setitem__('_ac', torch.autocast('cpu', dtype=torch.bfloat16))");
+  eval("_ac.__enter__()");
+  const runtime::AutocastState on = runtime::autocast_state();
+  EXPECT_TRUE(on.cpu && !on.cuda && on.cpu_dtype == graph::DType::BFloat16);
+  EXPECT_FALSE(check_locals(off, {}));
+  EXPECT_EQ(verbose_locals(off, {}), "autocast is cpu bfloat16, expected off");
+  GuardSet bf16;
+  bf16.add_autocast(on);
+  EXPECT_TRUE(check_locals(bf16, {}));
+  {
+    // Prim graphs run with autocast off, and it comes back after.
+    const runtime::AutocastOff autocast_off;
+    EXPECT_FALSE(runtime::autocast_state().any());
+    EXPECT_TRUE(check_locals(off, {}));
+  }
+  EXPECT_TRUE(runtime::autocast_state() == on);
+  eval("_ac.__exit__(None, None, None)");
+  EXPECT_FALSE(check_locals(bf16, {}));
+  EXPECT_EQ(verbose_locals(bf16, {}), "autocast is off, expected cpu bfloat16");
+}
+
 TEST(GradMode, IsCheckedBeforeAnySource) {
   PyRef x = eval("torch.ones(2)");
   GuardSet guards;

@@ -1,0 +1,129 @@
+"""Autocast's casts as graph nodes (Note [Explicit autocast casts] in
+tracer/trace_autocast.cpp): blocks inside the compiled function and
+autocast already on around the call, compiled to prims and kernels, against
+eager torch under the same autocast."""
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from gpt import GPT  # noqa: E402
+
+pytestmark = pytest.mark.cpu_semantics("torch.autocast('cpu')")
+
+
+def stats():
+    return kiln.stats()
+
+
+def graph_text(fn, *args):
+    return "\n".join(str(g) for g in kiln.explain(fn)(*args).graphs)
+
+
+def matmul_then_losses(x, w, t):
+    y = x @ w                      # autocast: bf16
+    return y, F.mse_loss(y, t), torch.prod(y[0]), y.float().sum(0)   # mse, prod: float32 under CPU autocast
+
+
+def test_autocast_around_the_call_is_compiled_with_its_casts():
+    x, w, t = torch.randn(4, 6), torch.randn(6, 5), torch.randn(4, 5)
+    compiled = kiln.compile(matmul_then_losses, backend="inductor")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = compiled(x, w, t), matmul_then_losses(x, w, t)
+    assert [g.dtype for g in got] == [e.dtype for e in want] == [torch.bfloat16, torch.float32, torch.float32,
+                                                                   torch.float32]
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+    s = stats()
+    assert s["prim_graphs"] == 1 and s["prim_fallbacks"] == 0, s
+
+
+def test_autocast_state_is_guarded():
+    x, w, t = torch.randn(4, 6), torch.randn(6, 5), torch.randn(4, 5)
+    compiled = kiln.compile(matmul_then_losses, backend="inductor")
+    assert compiled(x, w, t)[0].dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled(x, w, t)[0].dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert compiled(x, w, t)[0].dtype == torch.float32
+    s = stats()
+    assert s["traces"] == 2 and s["recompiles"] == 1 and s["cache_hits"] == 1, s
+
+
+def test_casts_are_graph_nodes():
+    x, w, t = torch.randn(4, 6), torch.randn(6, 5), torch.randn(4, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        text = graph_text(matmul_then_losses, x, w, t)
+    assert "Tensor.to(%0, torch.bfloat16) : bf16[4, 6]" in text, text
+    assert "Tensor.to(%1, torch.bfloat16) : bf16[6, 5]" in text, text
+    # mse_loss and prod take the bf16 product as float32.
+    assert text.count("torch.float32) : f32[") >= 2, text
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dump = kiln.trace_dump(matmul_then_losses, x, w, t)
+    assert "\nAutocast cpu bfloat16\n" in dump, dump
+    assert "\nAutocast off\n" in kiln.trace_dump(matmul_then_losses, x, w, t)
+
+
+def block_inside(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.relu(x @ w) + 1
+        inner = torch.mm(x, w)
+        with torch.autocast("cpu", enabled=False):
+            plain = torch.mm(x, w)
+    return y, inner, plain, y.float().sum(0)
+
+
+def test_blocks_inside_the_function_compile_to_kernels():
+    x, w = torch.randn(5, 3), torch.randn(3, 7)
+    compiled = kiln.compile(block_inside, backend="inductor")
+    got, want = compiled(x, w), block_inside(x, w)
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)
+    s = stats()
+    assert s["prim_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["kernels"] > 0, s
+    assert not torch.is_autocast_cpu_enabled()
+
+
+def test_bf16_intermediates_round_like_eager_inside_kernels():
+    # A fused kernel computes bf16 values in float32; each op's result is
+    # rounded to bf16 as eager stores it, so the results agree exactly.
+    # (No Python scalars: torch 1.13's CPU kernels round those to bf16
+    # first, torch 2 and CUDA keep them in float32, as kiln does.)
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            z = y * y + y
+        return z, z.float().sum(0)
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    compiled = kiln.compile(fn, backend="inductor")
+    (z, total), (want_z, want_total) = compiled(x, w), fn(x, w)
+    torch.testing.assert_close(z, want_z, rtol=0, atol=0)
+    torch.testing.assert_close(total, want_total)
+    assert stats()["kernels"] > 0
+
+
+def test_training_step_under_autocast_matches_eager():
+    torch.manual_seed(0)
+    eager_model = GPT(65, width=48, heads=6, layers=2, context=32)
+    kiln_model = copy.deepcopy(eager_model)
+    compiled = kiln.compile(kiln_model, backend="inductor")
+    x, y = torch.randint(0, 65, (4, 32)), torch.randint(0, 65, (4, 32))
+    for _ in range(2):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want, got = eager_model(x, y), compiled(x, y)
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        want.backward()
+        got.backward()
+    for (name, p), q in zip(eager_model.named_parameters(), kiln_model.parameters()):
+        scale = p.grad.abs().max().item() + 1e-6
+        assert (p.grad - q.grad).abs().max().item() <= 2e-2 * scale, name
+    s = stats()
+    assert s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["graph_breaks"] == 0, s
