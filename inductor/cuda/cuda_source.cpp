@@ -447,6 +447,7 @@ class Writer {
   Writer(const Kernel& kernel, const LaunchConfig& config) : k_(kernel), config_(config) {}
 
   CudaSource write();
+  std::string entry_name(int tile) const;
 
  private:
   // Kernel geometry.
@@ -1038,6 +1039,15 @@ std::string Writer::write_vector(const std::string& name, int width) {
   return text + row.code + "  }\n}\n";
 }
 
+// "kiln_row_64x4096": the kernel's strategy (pointwise, row or tile
+// reduction) and sizes, so profiles tell kernels apart. Not its name: two
+// kernels that differ only in name share their source and cubin.
+std::string Writer::entry_name(int tile) const {
+  std::string name = k_.reduced.empty() ? "kiln_pointwise" : tile >= 0 ? "kiln_tile" : "kiln_row";
+  for (size_t d = 0; d < k_.sizes.size(); ++d) name += (d == 0 ? "_" : "x") + std::to_string(k_.sizes[d]);
+  return name;
+}
+
 CudaSource Writer::write() {
   const std::string problem = verify(k_);
   if (!problem.empty()) throw CudaError("invalid kernel " + k_.name + ": " + problem);
@@ -1080,13 +1090,13 @@ CudaSource Writer::write() {
     if (items <= config_.max_items) items_ = static_cast<int>(items);
   }
   out.text = kPrelude;
-  out.scalar.name = "kiln_kernel";
+  out.scalar.name = entry_name(tile);
   out.scalar.block = tpr_ * rpb_;
   out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);  // split tile rows: rpb_ is 32
   out.text += "\n" + write_rows(out.scalar.name, 0);
   if (const int width = row_vector_width(); width > 0) {
     out.vector_width = width;
-    out.vector.name = "kiln_kernel_vec";
+    out.vector.name = out.scalar.name + "_vec";
     out.vector.block = out.scalar.block;
     out.vector.grid = out.scalar.grid;
     reduce_names_.assign(k_.exprs.size(), "");
@@ -1096,7 +1106,7 @@ CudaSource Writer::write() {
   const int width = vector_width();
   if (width > 0) {
     out.vector_width = width;
-    out.vector.name = "kiln_kernel_vec";
+    out.vector.name = out.scalar.name + "_vec";
     out.vector.block = kPointwiseBlock;
     out.vector.grid = std::min(kMaxGrid, (rows_ / width + kPointwiseBlock - 1) / kPointwiseBlock);
     reduce_names_.assign(k_.exprs.size(), "");
