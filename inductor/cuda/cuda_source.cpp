@@ -38,10 +38,12 @@ namespace kiln::inductor::cuda {
 //     of a row-major matrix): neighbouring lanes take neighbouring tile
 //     points, so their loads coalesce. With at most 65536 rows of at least
 //     64 points, 8 threads share a row (lane l of warp w: row row0 + l,
-//     reduced points w, w + 8, ...), combined through shared memory; the
-//     block's row loop stays uniform for its __syncthreads, and lanes past
-//     the last row recompute it and store nothing. Otherwise TPR 1: each
-//     thread loops over its row alone.
+//     reduced points w, w + 8, ...), 16 or 32 when there are few rows and
+//     long ones (until the kernel has 65536 threads), combined through
+//     shared memory; each thread's loop is unrolled 8 times, so 8 loads
+//     are in flight. The block's row loop stays uniform for its
+//     __syncthreads, and lanes past the last row recompute it and store
+//     nothing. Otherwise TPR 1: each thread loops over its row alone.
 // Per row, as Note [Reduction kernels] says: phase k computes the Reduce
 // expressions of stage k (each thread its share of the reduced points,
 // then combined so every thread of the row holds the result), the outputs
@@ -73,9 +75,13 @@ constexpr int kTileBlock = 256;
 constexpr int64_t kSerialRow = 16;      // rows up to this many points: one thread each
 constexpr int64_t kWarpRow = 512;       // up to this: one warp each
 constexpr int kWarpRowsPerBlock = 8;
-constexpr int kSplitThreads = 8;            // split tile rows: threads per row
+constexpr int kSplitThreads = 8;            // split tile rows: threads per row, at least
 constexpr int64_t kSplitMaxRows = 65536;    // ... when there are at most this many rows
 constexpr int64_t kSplitMinPoints = 64;     // ... of at least this many points
+// Tall outer reductions (a bias gradient: [16384, 384].sum(0)) have few
+// rows; up to 32 threads share each, until the kernel has this many.
+constexpr int64_t kSplitTargetThreads = 65536;
+constexpr int kSplitUnroll = 8;             // reduced points a split-tile thread loads ahead
 constexpr int kPersistentItems = 8;     // points per thread of a persistent serial or warp row
 // Block rows: points per thread the default aims for (threads per row the
 // power of two that gives at most this many, 128..1024). 16 rather than 8:
@@ -373,6 +379,10 @@ LaunchConfig default_for(const RowShape& shape) {
     c.max_items = 0;
   } else if (shape.tile >= 0 && shape.rows <= kSplitMaxRows && shape.row_points >= kSplitMinPoints) {
     c.threads_per_row = kSplitThreads;
+    while (c.threads_per_row < 32 && shape.rows * c.threads_per_row < kSplitTargetThreads &&
+           shape.row_points >= 4 * kSplitMinPoints * c.threads_per_row) {
+      c.threads_per_row *= 2;
+    }
     c.rows_per_block = 32;
   } else if (shape.tile >= 0 || shape.row_points <= kSerialRow) {
     c.threads_per_row = 1;
@@ -777,6 +787,9 @@ std::string Writer::write_rows(const std::string& name, int width) {
       code += row.indent + "  }\n";
       code += row.indent + "}\n";
     } else {
+      // A split-tile thread's loads are independent (only the combine is a
+      // chain): unrolled, several are in flight at once.
+      if (split_tile_) code += row.indent + "#pragma unroll " + std::to_string(kSplitUnroll) + "\n";
       code += row.indent + "for (" + idx_ + " " + r + " = (" + idx_ + ")kiln_t" + (width > 0 ? " * " + w : "") + "; " +
               r + " < " + std::to_string(row_points_) + "; " + r + " += " + std::to_string(tpr_ * lanes) + ") {\n";
       code += vector_head + decomposition + point.code + vector_tail;
@@ -1083,7 +1096,7 @@ CudaSource Writer::write() {
   reduce_names_.assign(k_.exprs.size(), "");
   tpr_ = config_.threads_per_row;
   rpb_ = config_.rows_per_block;
-  split_tile_ = !reduced_.empty() && tpr_ == kSplitThreads && tile >= 0;
+  split_tile_ = !reduced_.empty() && tpr_ >= kSplitThreads && tile >= 0;
   guarded_ = split_tile_ || (tpr_ > 32 && rpb_ > 1);
   if (!reduced_.empty() && row_points_ > 0) {
     const int64_t items = (row_points_ + tpr_ - 1) / tpr_;

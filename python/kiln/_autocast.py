@@ -36,11 +36,13 @@ class _DeviceFake(torch.Tensor):
     """A storage-less tensor that reports ``device`` and runs ops on its meta twin."""
 
     @staticmethod
-    def __new__(cls, meta, device):
+    def __new__(cls, meta, device, is_input=False):
         fake = torch.Tensor._make_wrapper_subclass(
             cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
             dtype=meta.dtype, device=device, requires_grad=meta.requires_grad)
         fake.meta_twin = meta
+        fake.claimed_device = device
+        fake.is_input = is_input
         return fake
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -48,22 +50,30 @@ class _DeviceFake(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        # Only the op's own inputs are _DeviceFakes (results are plain meta
-        # tensors), so a copy of one is autocast casting an input.
+        # A copy of one of the op's own inputs is autocast casting it.
         if (_recorded_casts is not None and func is torch.ops.aten._to_copy.default and args
-                and isinstance(args[0], _DeviceFake) and kwargs.get("dtype") is not None):
+                and isinstance(args[0], _DeviceFake) and args[0].is_input and kwargs.get("dtype") is not None):
             _recorded_casts[id(args[0].meta_twin)] = (args[0].meta_twin, kwargs["dtype"])
+        device = next(t.claimed_device for t in _tensors((args, kwargs)) if isinstance(t, _DeviceFake))
 
         def unwrap(t):
             return t.meta_twin if isinstance(t, _DeviceFake) else t
-        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        # Composite ops pass the claimed device on (to(dtype) calls
+        # _to_copy(..., device=cuda)); underneath, everything is meta.
+        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type != "meta":
+            kwargs = dict(kwargs, device=torch.device("meta"))
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        # Results claim the device too: a composite op (cross_entropy is
+        # log_softmax then nll_loss) meets autocast again in its later steps.
+        return tree_map(lambda t: _DeviceFake(t, device) if isinstance(t, torch.Tensor) and t.device.type == "meta"
+                        else t, out)
 
 
 def infer(fn, args, kwargs, device):
     """Runs ``fn`` on meta fakes as if they lived on ``device`` (under the current autocast)."""
     def wrap(t):
         if isinstance(t, torch.Tensor) and t.device.type == "meta":
-            return _DeviceFake(t, device)
+            return _DeviceFake(t, device, is_input=True)
         return t
     out = fn(*tree_map(wrap, args), **tree_map(wrap, kwargs))
 

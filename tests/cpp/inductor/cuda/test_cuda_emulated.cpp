@@ -62,6 +62,7 @@ constexpr const char* kTensors =
     "k5 = torch.randn(4, 5000)\n"
     "k20 = torch.randn(3, 20000)\n"
     "tall = torch.randn(2000, 45)\n"
+    "taller = torch.randn(4100, 37)\n"
     "k4 = torch.randn(16, 4096)\n"
     "w4 = torch.randn(4096)\n"
     "nan = torch.randn(5, 9)\n"
@@ -504,6 +505,20 @@ TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
           return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false), b.reduce(Prim::Amin, in[0], {0}, true)};
         },
         {"tall.sum(0)", "tall.amin(0, keepdim=True)"}, {1e-5, 1e-5});
+  // 37 columns of 4100 points: 32 threads each, unrolled loops with a
+  // remainder; a two-phase reduction (softmax) too.
+  check({"taller"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false), b.reduce(Prim::Amax, in[0], {0}, true)};
+        },
+        {"taller.sum(0)", "taller.amax(0, keepdim=True)"}, {1e-4, 1e-5});
+  check({"taller"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
+          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
+          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))};
+        },
+        {"torch.softmax(taller, 0)"}, {1e-5, 1e-6});
 }
 
 TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {

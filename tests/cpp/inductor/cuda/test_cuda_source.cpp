@@ -315,6 +315,11 @@ TEST(CudaLaunchConfig, DefaultsFollowTheRowShape) {
     return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
   });
   EXPECT_EQ(default_launch_config(outer), (LaunchConfig{8, 32, 0, 16, 0}));  // split tile rows
+  // A bias gradient's shape: few long rows, 32 threads each.
+  const Kernel bias = lowered_kernel({cuda_meta(DType::Float32, {16384, 384})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
+  });
+  EXPECT_EQ(default_launch_config(bias), (LaunchConfig{32, 32, 0, 16, 0}));
   EXPECT_EQ(format_launch_config(LaunchConfig{256, 1, 16, 16, 4}), "tpr=256 rpb=1 items<=16 vec=16B minblocks=4");
 }
 
