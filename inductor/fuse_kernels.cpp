@@ -21,6 +21,7 @@
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
 #include "inductor/schedule.h"
+#include "inductor/split_outer_reductions.h"
 #include "prims/subgraph.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/log.h"
@@ -333,6 +334,10 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   // The target switch: CUDA kernels for a graph on one CUDA device.
   const int device = targets.cuda ? one_cuda_device(graph) : -1;
   const bool on_cuda = device >= 0 && cuda_kernels_available();
+  // Note [Two-step outer reductions]; the split graph has none left to split.
+  if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
+    return fuse_pointwise_kernels(split, targets);
+  }
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
   if (on_cpu || on_cuda) groups = schedule_kernels(graph);
   const int node_count = static_cast<int>(graph.nodes().size());

@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from gpt import GPT  # noqa: E402
 
 pytestmark = pytest.mark.cpu_semantics("torch.autocast('cpu')")
+needs_cpu_kernels = pytest.mark.skipif(not kiln._C.cpu_kernels_available(),
+                                       reason="kiln built without LLVM: no CPU kernels")
 
 
 def stats():
@@ -31,6 +33,7 @@ def matmul_then_losses(x, w, t):
     return y, F.mse_loss(y, t), torch.prod(y[0]), y.float().sum(0)   # mse, prod: float32 under CPU autocast
 
 
+@needs_cpu_kernels
 def test_autocast_around_the_call_is_compiled_with_its_casts():
     x, w, t = torch.randn(4, 6), torch.randn(6, 5), torch.randn(4, 5)
     compiled = kiln.compile(matmul_then_losses, backend="inductor")
@@ -46,7 +49,7 @@ def test_autocast_around_the_call_is_compiled_with_its_casts():
 
 def test_autocast_state_is_guarded():
     x, w, t = torch.randn(4, 6), torch.randn(6, 5), torch.randn(4, 5)
-    compiled = kiln.compile(matmul_then_losses, backend="inductor")
+    compiled = kiln.compile(matmul_then_losses, backend="aot_eager")
     assert compiled(x, w, t)[0].dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert compiled(x, w, t)[0].dtype == torch.bfloat16
@@ -79,6 +82,7 @@ def block_inside(x, w):
     return y, inner, plain, y.float().sum(0)
 
 
+@needs_cpu_kernels
 def test_blocks_inside_the_function_compile_to_kernels():
     x, w = torch.randn(5, 3), torch.randn(3, 7)
     compiled = kiln.compile(block_inside, backend="inductor")
@@ -91,6 +95,7 @@ def test_blocks_inside_the_function_compile_to_kernels():
     assert not torch.is_autocast_cpu_enabled()
 
 
+@needs_cpu_kernels
 def test_bf16_intermediates_round_like_eager_inside_kernels():
     # A fused kernel computes bf16 values in float32; each op's result is
     # rounded to bf16 as eager stores it, so the results agree exactly.
@@ -109,11 +114,12 @@ def test_bf16_intermediates_round_like_eager_inside_kernels():
     assert stats()["kernels"] > 0
 
 
-def test_training_step_under_autocast_matches_eager():
+@pytest.mark.parametrize("backend", [pytest.param("inductor", marks=needs_cpu_kernels), "aot_eager"])
+def test_training_step_under_autocast_matches_eager(backend):
     torch.manual_seed(0)
     eager_model = GPT(65, width=48, heads=6, layers=2, context=32)
     kiln_model = copy.deepcopy(eager_model)
-    compiled = kiln.compile(kiln_model, backend="inductor")
+    compiled = kiln.compile(kiln_model, backend=backend)
     x, y = torch.randint(0, 65, (4, 32)), torch.randint(0, 65, (4, 32))
     for _ in range(2):
         with torch.autocast("cpu", dtype=torch.bfloat16):
