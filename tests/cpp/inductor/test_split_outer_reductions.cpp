@@ -83,6 +83,32 @@ TEST(SplitOuterReductions, TallSumsAndExtremesSplitRowReductionsDoNot) {
   }
 }
 
+TEST(SplitOuterReductions, ReductionsOverSeveralDimsSplitAtTheOutermost) {
+  for (const bool keepdim : {false, true}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const int x = graph.add_input(meta({64, 256, 24}));
+    const int single = b.reduce(Prim::Sum, b.view(x, {16384, 24}), {0}, keepdim);
+    graph.set_outputs({b.reduce(Prim::Sum, x, {0, 1}, keepdim), b.reduce(Prim::Amin, x, {1, 0}, keepdim), single});
+    PrimGraph split;
+    ASSERT_TRUE(split_outer_reductions(graph, &split));
+    EXPECT_EQ(count(split, Prim::Sum), 4);
+    EXPECT_EQ(count(split, Prim::Amin), 2);
+    PyRef input = test::eval("torch.randn(64, 256, 24)");
+    PyRef want = run(graph, input.get()), got = run(split, input.get());
+    for (Py_ssize_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(split.value(split.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
+      PyRef ns = PyRef::steal(PyDict_New());
+      PyDict_SetItemString(ns.get(), "torch", test::eval("torch").get());
+      PyDict_SetItemString(ns.get(), "a", PyTuple_GET_ITEM(got.get(), i));
+      PyDict_SetItemString(ns.get(), "e", PyTuple_GET_ITEM(want.get(), i));
+      PyRef same = PyRef::steal(PyRun_String("a.shape == e.shape and torch.allclose(a, e, rtol=1e-5, atol=1e-4)",
+                                             Py_eval_input, ns.get(), ns.get()));
+      EXPECT_EQ(same.get(), Py_True) << i << " keepdim " << keepdim;
+    }
+  }
+}
+
 TEST(SplitOuterReductions, LowPrecisionSumsKeepFloat32Partials) {
   PrimGraph graph;
   PrimBuilder b(graph);
