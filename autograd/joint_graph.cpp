@@ -1,6 +1,8 @@
 #include "autograd/joint_graph.h"
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include "autograd/derivatives.h"
 #include "prims/prim_builder.h"
@@ -18,6 +20,79 @@ graph::TensorMeta contiguous(graph::TensorMeta meta) {
   meta.strides = graph::contiguous_strides(meta.sizes);
   meta.requires_grad = false;
   return meta;
+}
+
+// Note [Slice gradients joined by cat]
+// x.split(n) (attention's q, k, v out of one projection) reads x through
+// slices. Each slice's own gradient is zeros with the slice's gradient
+// written in (slice_grad in derivatives_view.cpp): three full-size tensors
+// filled, scattered into and summed. Gradients of step-1 slices are instead
+// collected per sliced value and, once all have arrived (when the value's
+// gradient is first read), joined in order along their dim with zeros for
+// the gaps by one cat. Slices that overlap go to separate cats, summed.
+struct SlicePiece {
+  int64_t dim = 0;
+  int64_t start = 0;
+  int64_t count = 0;
+  int grad = -1;
+};
+
+// The piece a step-1 slice node's gradient `g` is, or count 0 when the
+// node is no such slice.
+SlicePiece slice_piece(const prims::PrimGraph& forward, const prims::PrimNode& node, int g) {
+  SlicePiece piece;
+  if (node.prim != prims::Prim::Slice || node.attrs.step != 1 || g < 0) return piece;
+  const graph::TensorMeta& in = forward.value(node.args[0].value).meta;
+  const int64_t d = node.attrs.dim;
+  const int64_t size = in.sizes[d];
+  int64_t start = node.attrs.start.value_or(0);
+  if (start < 0) start += size;
+  piece.dim = d;
+  piece.start = std::clamp<int64_t>(start, 0, size);
+  piece.count = forward.value(node.outputs[0]).meta.sizes[d];
+  piece.grad = g;
+  return piece;
+}
+
+// Joins `pieces` (gradients of slices of a value of meta `xm`) into
+// gradients of the whole value: one per set of non-overlapping pieces.
+std::vector<int> join_slice_pieces(prims::PrimBuilder& b, std::vector<SlicePiece> pieces,
+                                   const graph::TensorMeta& xm) {
+  std::sort(pieces.begin(), pieces.end(), [](const SlicePiece& a, const SlicePiece& c) {
+    return a.dim != c.dim ? a.dim < c.dim : a.start < c.start;
+  });
+  std::vector<std::vector<SlicePiece>> chains;
+  for (const SlicePiece& piece : pieces) {
+    auto fits = [&](const std::vector<SlicePiece>& chain) {
+      return chain.back().dim == piece.dim && chain.back().start + chain.back().count <= piece.start;
+    };
+    auto chain = std::find_if(chains.begin(), chains.end(), fits);
+    if (chain == chains.end()) {
+      chains.push_back({piece});
+    } else {
+      chain->push_back(piece);
+    }
+  }
+  std::vector<int> grads;
+  for (const std::vector<SlicePiece>& chain : chains) {
+    const int64_t d = chain.front().dim;
+    const graph::TensorMeta gm = b.meta(chain.front().grad);  // a copy: appending nodes moves the values
+    auto zeros = [&](int64_t count) {
+      std::vector<int64_t> sizes = gm.sizes;
+      sizes[d] = count;
+      return b.full(sizes, prims::Scalar::of_float(0.0), gm.dtype, {xm.device_type, xm.device_index, false});
+    };
+    std::vector<int> parts;
+    int64_t at = 0;
+    for (const SlicePiece& piece : chain) {
+      if (piece.start > at) parts.push_back(zeros(piece.start - at));
+      parts.push_back(piece.grad);
+      at = piece.start + piece.count;
+    }
+    if (at < xm.sizes[d]) parts.push_back(zeros(xm.sizes[d] - at));
+    grads.push_back(parts.size() == 1 ? parts[0] : b.cat(parts, d));
+  }
+  return grads;
 }
 
 }  // namespace
@@ -83,6 +158,15 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
                                   : b.binary(prims::Prim::Add, prims::PrimArg::of_value(grad[value]),
                                              prims::PrimArg::of_value(contribution));
   };
+  // Note [Slice gradients joined by cat]: pieces waiting per sliced value.
+  std::vector<std::vector<SlicePiece>> pieces(forward.values().size());
+  auto join_pieces = [&](int value) {
+    if (pieces[value].empty()) return;
+    for (int joined : join_slice_pieces(b, std::move(pieces[value]), forward.value(value).meta)) {
+      accumulate(value, joined);
+    }
+    pieces[value].clear();
+  };
   std::vector<std::set<int>> reach(forward.values().size());
   int with_grad = 0;
   for (int out : forward.outputs()) {
@@ -100,6 +184,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     std::vector<int> out_grads;
     bool any = false;
     for (int id : node.outputs) {
+      join_pieces(id);
       out_grads.push_back(grad[id]);
       any = any || grad[id] >= 0;
     }
@@ -115,6 +200,11 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
     bool any_wanted = false;
     for (bool w : wanted) any_wanted = any_wanted || w;
     if (!any_wanted) continue;
+    if (const SlicePiece piece = slice_piece(forward, node, out_grads[0]); piece.count > 0) {
+      pieces[view.inputs[0]].push_back(piece);
+      reach[view.inputs[0]].insert(reach[node.outputs[0]].begin(), reach[node.outputs[0]].end());
+      continue;
+    }
     std::vector<int> in_grads = vjp(b, view, out_grads, wanted);
     for (size_t i = 0; i < in_grads.size() && i < view.inputs.size(); ++i) {
       if (wanted[i]) accumulate(view.inputs[i], in_grads[i]);
@@ -129,6 +219,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
   std::vector<int> outputs = joint.forward_outputs;
   for (size_t i = 0; i < forward.inputs().size(); ++i) {
     const int id = forward.inputs()[i];
+    join_pieces(id);
     const int input_grad = needs_grad[id] ? grad[id] : -1;
     joint.input_grads.push_back(input_grad);
     joint.input_grad_reach.emplace_back(reach[id].begin(), reach[id].end());
