@@ -32,9 +32,12 @@ using prims::PrimNode;
 // out. A producer refused now is tried again whenever the group has grown
 // (a [rows, 1] statistic fits only once a reduction has joined). Views fold only when every use
 // is inside the group and they are no graph output (a kernel output would
-// be a copy, not the view). Last, horizontal fusion: two groups that read a
-// common tensor of their iteration space's shape merge when the merged
-// group lowers and stays acyclic (x.sum(0) and x.amax(0) read x once).
+// be a copy, not the view). Then vertical fusion: a group reading a
+// full-size value another group makes joins that group when the union
+// lowers and stays acyclic (the value is not written and read back). Last,
+// horizontal fusion: two groups that read a common tensor of their
+// iteration space's shape merge when the merged group lowers and stays
+// acyclic (x.sum(0) and x.amax(0) read x once).
 class Scheduler {
  public:
   explicit Scheduler(const PrimGraph& graph)
@@ -61,6 +64,7 @@ class Scheduler {
       if (group_of_[n] >= 0 || !is_compute(graph_.node(n))) continue;
       grow(n);
     }
+    merge_consumers();
     merge_siblings();
     std::vector<KernelGroup> result;
     for (size_t g = 0; g < members_.size(); ++g) {
@@ -170,20 +174,54 @@ class Scheduler {
           return space > 1 && numel(graph_.value(value).meta.sizes) == space;
         });
         if (!share) continue;
-        const size_t before = members_[a].size();
-        for (int n : members_[b]) {
-          group_of_[n] = a;
-          members_[a].push_back(n);
-        }
-        std::vector<int> between;
-        if (sandwiched(a, &between) && between.empty() && lowerable(a)) {
-          members_[b].clear();
-          continue;
-        }
-        for (size_t i = before; i < members_[a].size(); ++i) group_of_[members_[a][i]] = b;
-        members_[a].resize(before);
+        try_merge(a, b);
       }
     }
+  }
+
+  // Vertical fusion of what grow() left apart (Note [Kernel scheduling]):
+  // group b joins group a when it reads a value a makes over a's whole
+  // iteration space (a full-size result, not a row statistic) and the union
+  // lowers and stays acyclic, so the value stays in registers instead of
+  // a round trip through memory (GELU's backward feeds a bias gradient's
+  // reduction and, in another group, its conversion to bf16).
+  void merge_consumers() {
+    for (bool merged = true; merged;) {
+      merged = false;
+      const int groups = static_cast<int>(members_.size());
+      for (int b = 0; b < groups && !merged; ++b) {
+        if (members_[b].empty()) continue;
+        for (int value : reads(b)) {
+          const int producer = graph_.value(value).node;
+          const int a = producer < 0 ? -1 : group_of_[producer];
+          if (a < 0 || a == b || members_[a].empty()) continue;
+          const int64_t space = space_points(a);
+          if (space <= 1 || numel(graph_.value(value).meta.sizes) != space) continue;
+          if (try_merge(a, b)) {
+            merged = true;
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  // Moves group b's members into group a when the union lowers and stays
+  // acyclic; otherwise leaves both as they were.
+  bool try_merge(int a, int b) {
+    const size_t before = members_[a].size();
+    for (int n : members_[b]) {
+      group_of_[n] = a;
+      members_[a].push_back(n);
+    }
+    std::vector<int> between;
+    if (sandwiched(a, &between) && between.empty() && lowerable(a)) {
+      members_[b].clear();
+      return true;
+    }
+    for (size_t i = before; i < members_[a].size(); ++i) group_of_[members_[a][i]] = b;
+    members_[a].resize(before);
+    return false;
   }
 
   static int64_t numel(const std::vector<int64_t>& sizes) {
