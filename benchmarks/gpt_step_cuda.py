@@ -12,8 +12,9 @@ caches: "first" is the first step's wall time up to
 torch.cuda.synchronize() (the compile included; the CUDA context and
 cuBLAS are started before the clock by an eager forward and backward),
 "step" the median over 10 batches of 5 steps timed with CUDA events after
-5 warm-up steps. The first losses and the losses after the timed steps are
-compared with eager's (bf16 tolerance). --profile prints each
+5 warm-up steps. The first losses (1%) and the losses after the timed
+steps (10%: eager's own vary between runs by several percent) are compared
+with eager's. --profile prints each
 implementation's 15 costliest ops over 5 steps, by CUDA time and by CPU
 time.
 """
@@ -138,8 +139,11 @@ def main():
     if kiln_result:
         print("kiln stats:", kiln_result.get("stats"))
         if eager:
-            for key in ("first_loss", "last_loss"):
-                if abs(kiln_result[key] - eager[key]) > 0.02 * abs(eager[key]) + 0.02:
+            # The first step is the same computation; after 55 bf16 steps eager's own
+            # loss varies between runs by several percent (atomic adds in the
+            # embedding backward, cuBLAS), so the last one is checked loosely.
+            for key, tolerance in (("first_loss", 0.01), ("last_loss", 0.1)):
+                if abs(kiln_result[key] - eager[key]) > tolerance * abs(eager[key]):
                     print(f"kiln's {key} {kiln_result[key]:.5f} is not eager's {eager[key]:.5f}")
                     status = 1
     for impl, r in results.items():

@@ -71,6 +71,7 @@ def test_valid_modes(mode):
     check_compiled(poly, lambda: (torch.randn(2, 3),), backend="inductor", mode=mode)
 
 
+@pytest.mark.cpu_semantics("max-autotune times CUDA kernels only")
 def test_max_autotune_is_quiet_and_times_nothing_on_cpu():
     # It tunes CUDA kernels only (Note [CUDA autotuning]); on the CPU it is
     # the default mode, and no longer warns that it does nothing.
