@@ -3,9 +3,11 @@
 #include <structmember.h>
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "inductor/buffer_plan.h"
@@ -212,6 +214,42 @@ std::shared_ptr<KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now, in
   return entry;
 }
 
+// A kernel compiled for an entry, or why it could not be.
+struct CompiledEntry {
+  std::shared_ptr<KernelEntry> entry;  // null when compiling threw
+  bool compiled_now = false;
+  std::string error;
+};
+
+// Compiles each kernel into an entry, in order. CUDA kernels compile on up
+// to hardware_concurrency threads: NVRTC takes 10-15 ms a kernel and a
+// training graph has dozens, and compile_cuda_cached is thread-safe (no
+// Python inside). CPU kernels compile in turn.
+std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& kernels, int device) {
+  std::vector<CompiledEntry> out(kernels.size());
+  auto compile = [&](size_t i) {
+    try {
+      out[i].entry = cached_kernel(kernels[i].kernel, &out[i].compiled_now, device);
+    } catch (const std::exception& e) {
+      out[i].error = e.what();
+    }
+  };
+  const size_t threads = device < 0 ? 1 : std::min<size_t>(kernels.size(), std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    for (size_t i = 0; i < kernels.size(); ++i) compile(i);
+    return out;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < kernels.size(); i = next++) compile(i);
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  return out;
+}
+
 bool all_on_cpu(const prims::PrimGraph& graph) {
   for (const prims::PrimValue& value : graph.values()) {
     if (value.meta.device_type != graph::DeviceType::CPU) return false;
@@ -341,26 +379,34 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
   if (on_cpu || on_cuda) groups = schedule_kernels(graph);
   const int node_count = static_cast<int>(graph.nodes().size());
-  std::vector<LoweredKernel> lowered;
-  std::vector<std::shared_ptr<const KernelEntry>> entries;
-  std::vector<const KernelGroup*> kept;
+  std::vector<LoweredKernel> candidates;
+  std::vector<const KernelGroup*> candidate_groups;
   for (const KernelGroup& group : groups) {
     try {
-      LoweredKernel kernel = lower_group(graph, group);
-      KILN_LOG(kernels, format_kernel(kernel.kernel));
-      bool compiled_now = false;
-      std::shared_ptr<KernelEntry> entry = cached_kernel(kernel.kernel, &compiled_now, on_cuda ? device : -1);
-      if (on_cuda) {
-        entry->autotune = targets.autotune;
-        entry->autotuned = targets.autotuned;
-      }
-      entries.push_back(std::move(entry));
-      lowered.push_back(std::move(kernel));
-      kept.push_back(&group);
-      out.compiled += compiled_now ? 1 : 0;
+      candidates.push_back(lower_group(graph, group));
+      candidate_groups.push_back(&group);
+      KILN_LOG(kernels, format_kernel(candidates.back().kernel));
     } catch (const std::exception& e) {
       KILN_LOG(prims, "kernel group left to the prim executor: " << e.what());
     }
+  }
+  std::vector<CompiledEntry> compiled = compile_entries(candidates, on_cuda ? device : -1);
+  std::vector<LoweredKernel> lowered;
+  std::vector<std::shared_ptr<const KernelEntry>> entries;
+  std::vector<const KernelGroup*> kept;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!compiled[i].entry) {
+      KILN_LOG(prims, "kernel group left to the prim executor: " << compiled[i].error);
+      continue;
+    }
+    if (on_cuda) {
+      compiled[i].entry->autotune = targets.autotune;
+      compiled[i].entry->autotuned = targets.autotuned;
+    }
+    entries.push_back(std::move(compiled[i].entry));
+    lowered.push_back(std::move(candidates[i]));
+    kept.push_back(candidate_groups[i]);
+    out.compiled += compiled[i].compiled_now ? 1 : 0;
   }
   // Units: kernel groups 0..kept, then one per node in no group.
   std::vector<int> unit_of_node(node_count, -1);
