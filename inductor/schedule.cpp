@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -186,21 +187,34 @@ class Scheduler {
   // a round trip through memory (GELU's backward feeds a bias gradient's
   // reduction and, in another group, its conversion to bf16).
   void merge_consumers() {
+    const int groups = static_cast<int>(members_.size());
+    // Lowering is the costly part: each group's iteration space is lowered
+    // once per change, and a refused pair is not tried again until one of
+    // its groups changes (versions count the changes).
+    std::vector<int64_t> space(groups, -1);
+    std::vector<int> version(groups, 0);
+    std::map<std::pair<int, int>, std::pair<int, int>> refused;
     for (bool merged = true; merged;) {
       merged = false;
-      const int groups = static_cast<int>(members_.size());
-      for (int b = 0; b < groups && !merged; ++b) {
+      for (int b = 0; b < groups; ++b) {
         if (members_[b].empty()) continue;
         for (int value : reads(b)) {
           const int producer = graph_.value(value).node;
           const int a = producer < 0 ? -1 : group_of_[producer];
           if (a < 0 || a == b || members_[a].empty()) continue;
-          const int64_t space = space_points(a);
-          if (space <= 1 || numel(graph_.value(value).meta.sizes) != space) continue;
-          if (try_merge(a, b)) {
-            merged = true;
-            break;
+          if (space[a] < 0) space[a] = space_points(a);
+          if (space[a] <= 1 || numel(graph_.value(value).meta.sizes) != space[a]) continue;
+          const auto key = std::make_pair(a, b);
+          const auto seen = refused.find(key);
+          if (seen != refused.end() && seen->second == std::make_pair(version[a], version[b])) continue;
+          if (!try_merge(a, b)) {
+            refused[key] = {version[a], version[b]};
+            continue;
           }
+          ++version[a];
+          space[a] = -1;
+          merged = true;
+          break;  // b is empty now
         }
       }
     }
