@@ -195,3 +195,32 @@ def line_of(fn, marker):
 def where(fn, marker):
     """'file.py:LINE' for the line of fn holding marker, as kiln should report it."""
     return f"{os.path.basename(fn.__code__.co_filename)}:{line_of(fn, marker)}"
+
+
+def train_gpt_under_autocast(device, backend, loss_tol, grad_tol):
+    """Two forward+backward passes of examples/gpt.py's GPT (small) under
+    bf16 autocast on `device`, eager and kiln(backend) side by side from the
+    same weights: float32 losses within loss_tol, every parameter's gradient
+    within grad_tol of its largest entry. Returns kiln's counters."""
+    import copy
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gpt import GPT
+    torch.manual_seed(0)
+    eager_model = GPT(65, width=48, heads=6, layers=2, context=32).to(device)
+    kiln_model = copy.deepcopy(eager_model)
+    compiled = kiln.compile(kiln_model, backend=backend)
+    x = torch.randint(0, 65, (4, 32), device=device)
+    y = torch.randint(0, 65, (4, 32), device=device)
+    for _ in range(2):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            want, got = eager_model(x, y), compiled(x, y)
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=loss_tol, atol=loss_tol)
+        want.backward()
+        got.backward()
+    for (name, p), q in zip(eager_model.named_parameters(), kiln_model.parameters()):
+        scale = p.grad.abs().max().item() + 1e-6
+        assert (p.grad - q.grad).abs().max().item() <= grad_tol * scale, name
+    return kiln.stats()

@@ -2,18 +2,12 @@
 tracer/trace_autocast.cpp): blocks inside the compiled function and
 autocast already on around the call, compiled to prims and kernels, against
 eager torch under the same autocast."""
-import copy
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kiln
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from gpt import GPT  # noqa: E402
+from conftest import train_gpt_under_autocast
 
 pytestmark = pytest.mark.cpu_semantics("torch.autocast('cpu')")
 needs_cpu_kernels = pytest.mark.skipif(not kiln._C.cpu_kernels_available(),
@@ -116,20 +110,5 @@ def test_bf16_intermediates_round_like_eager_inside_kernels():
 
 @pytest.mark.parametrize("backend", [pytest.param("inductor", marks=needs_cpu_kernels), "aot_eager"])
 def test_training_step_under_autocast_matches_eager(backend):
-    torch.manual_seed(0)
-    eager_model = GPT(65, width=48, heads=6, layers=2, context=32)
-    kiln_model = copy.deepcopy(eager_model)
-    compiled = kiln.compile(kiln_model, backend=backend)
-    x, y = torch.randint(0, 65, (4, 32)), torch.randint(0, 65, (4, 32))
-    for _ in range(2):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            want, got = eager_model(x, y), compiled(x, y)
-        assert got.dtype == want.dtype == torch.float32
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
-        want.backward()
-        got.backward()
-    for (name, p), q in zip(eager_model.named_parameters(), kiln_model.parameters()):
-        scale = p.grad.abs().max().item() + 1e-6
-        assert (p.grad - q.grad).abs().max().item() <= 2e-2 * scale, name
-    s = stats()
+    s = train_gpt_under_autocast("cpu", backend, loss_tol=1e-3, grad_tol=2e-2)
     assert s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["graph_breaks"] == 0, s
