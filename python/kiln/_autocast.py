@@ -117,9 +117,11 @@ def explicit_casts(fn, args, kwargs, device):
         return list(casts.values())
     # Ops autocast runs with dtype= set (sum, prod, cumsum, softmax on
     # some versions) compute in the result's dtype: casting their floating
-    # inputs to it is the same op.
+    # inputs to it is the same op. Only when autocast cast no input: a
+    # composite that also ran a lower-precision op (a matmul) would
+    # otherwise run it in float32.
     floats = {t.dtype for t in _tensors(out) if t.is_floating_point()}
-    if len(floats) == 1:
+    if not casts and len(floats) == 1:
         dtype = floats.pop()
         widened = {id(t): (t, dtype) for t in _tensors((args, kwargs))
                    if t.is_floating_point() and t.dtype != dtype}

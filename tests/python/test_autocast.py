@@ -112,3 +112,21 @@ def test_bf16_intermediates_round_like_eager_inside_kernels():
 def test_training_step_under_autocast_matches_eager(backend):
     s = train_gpt_under_autocast("cpu", backend, loss_tol=1e-3, grad_tol=2e-2)
     assert s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["graph_breaks"] == 0, s
+
+
+def test_casts_are_explicit_only_when_they_reproduce_autocast():
+    from kiln import _autocast
+    x, w = torch.randn(4, 4, device="meta"), torch.randn(4, 4, device="meta")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # A matmul: both inputs cast to bf16.
+        casts = _autocast.explicit_casts(torch.mm, (x, w), {}, "cpu")
+        assert sorted((id(t), d) for t, d in casts) == sorted([(id(x), torch.bfloat16), (id(w), torch.bfloat16)])
+        # Autocast leaves relu alone.
+        assert _autocast.explicit_casts(torch.relu, (x,), {}, "cpu") == []
+        # mse_loss of bf16 inputs computes in float32: its inputs cast up.
+        xb = torch.randn(4, 4, device="meta", dtype=torch.bfloat16)
+        up = _autocast.explicit_casts(F.mse_loss, (xb, xb), {}, "cpu")
+        assert [d for _, d in up] == [torch.float32]
+        # A composite whose matmul runs in bf16 and whose sum with x widens
+        # back to float32: no casts of its inputs reproduce both.
+        assert _autocast.explicit_casts(lambda a: torch.mm(a, a) + a, (x,), {}, "cpu") is None
