@@ -34,10 +34,11 @@ namespace kiln::tracer {
 // They become Tensor.to nodes and the op is traced on the cast inputs like
 // any other, so it means the same with or without autocast. Ops autocast
 // runs with dtype= instead (sum, prod, cumsum) are reproduced by casting
-// their floating inputs to the result's dtype. An op neither reproduces is
-// traced under autocast and marked `autocast_implicit`: its graph is not
-// decomposed, and runs in the eager executor, which enters autocast as the
-// program did. Prim graphs run with autocast off (runtime::AutocastOff), so
+// their floating inputs to the result's dtype, when autocast cast none of
+// them (a composite that ran a bf16 matmul inside must not run it in
+// float32). An op neither reproduces is traced under autocast and marked
+// `autocast_implicit`: its graph is not decomposed, and runs in the eager
+// executor, which enters autocast as the program did. Prim graphs run with autocast off (runtime::AutocastOff), so
 // the torch calls they make do not cast a second time.
 
 namespace {
