@@ -22,6 +22,7 @@
 #include "inductor/gemm_nodes.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
+#include "inductor/matmul_operands.h"
 #include "inductor/schedule.h"
 #include "inductor/split_outer_reductions.h"
 #include "prims/subgraph.h"
@@ -375,6 +376,10 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   // Note [Two-step outer reductions]; the split graph has none left to split.
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
     return fuse_pointwise_kernels(split, targets);
+  }
+  // Note [Matmul operand copies]; the copied graph has no operand left to copy.
+  if (prims::PrimGraph copied; on_cuda && copy_matmul_operands(graph, &copied)) {
+    return fuse_pointwise_kernels(copied, targets);
   }
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
   if (on_cpu || on_cuda) groups = schedule_kernels(graph);

@@ -36,8 +36,8 @@ namespace kiln::inductor::cuda {
 //     then through shared memory;
 //   - reductions with a tile dim (outer reductions, e.g. a sum over dim 0
 //     of a row-major matrix): neighbouring lanes take neighbouring tile
-//     points, so their loads coalesce. With at most 65536 rows of at least
-//     64 points, 8 threads share a row (lane l of warp w: row row0 + l,
+//     points, so their loads coalesce. With rows of at least 64 points
+//     (at most 2^24 of them), 8 threads share a row (lane l of warp w: row row0 + l,
 //     reduced points w, w + 8, ...), 16 or 32 when there are few rows and
 //     long ones (until the kernel has 65536 threads), combined through
 //     shared memory; each thread's loop is unrolled 8 times, so 8 loads
@@ -76,7 +76,10 @@ constexpr int64_t kSerialRow = 16;      // rows up to this many points: one thre
 constexpr int64_t kWarpRow = 512;       // up to this: one warp each
 constexpr int kWarpRowsPerBlock = 8;
 constexpr int kSplitThreads = 8;            // split tile rows: threads per row, at least
-constexpr int64_t kSplitMaxRows = 65536;    // ... when there are at most this many rows
+// ... when there are at most this many rows. Was 65536: a GELU backward's
+// bias-gradient partials, [64, 256, 1536] summed over 256 (98304 rows),
+// then ran one thread a row, 256 dependent loads each.
+constexpr int64_t kSplitMaxRows = int64_t{1} << 24;
 constexpr int64_t kSplitMinPoints = 64;     // ... of at least this many points
 // Tall outer reductions (a bias gradient: [16384, 384].sum(0)) have few
 // rows; up to 32 threads share each, until the kernel has this many.

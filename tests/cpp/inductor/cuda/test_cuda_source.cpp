@@ -254,12 +254,18 @@ TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
   EXPECT_TRUE(has(sources[0], "for (int r = (int)kiln_t; r < 1000; r += 8)"));
   EXPECT_TRUE(has(sources[0], "if (kiln_t == 0 && kiln_valid)"));
   EXPECT_EQ(sources[0].scalar.grid, 9);
-  // Many columns: one thread each, looping alone.
-  const auto wide = compile({cuda_meta(DType::Float32, {100, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
+  // Many columns (a GELU backward's bias-gradient partials) share theirs too.
+  const auto wide = compile({cuda_meta(DType::Float32, {256, 98304})}, [](PrimBuilder& b, const std::vector<int>& in) {
     return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
   });
-  EXPECT_FALSE(has(wide[0], "__syncthreads"));
-  EXPECT_TRUE(has(wide[0], "r += 1)"));
+  EXPECT_TRUE(has(wide[0], "__syncthreads"));
+  EXPECT_TRUE(has(wide[0], "r += 8)"));
+  // Short columns: one thread each, looping alone.
+  const auto shallow = compile({cuda_meta(DType::Float32, {40, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
+  });
+  EXPECT_FALSE(has(shallow[0], "__syncthreads"));
+  EXPECT_TRUE(has(shallow[0], "r += 1)"));
 }
 
 TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {

@@ -1,0 +1,130 @@
+// Tests of inductor/matmul_operands.h (Note [Matmul operand copies]): which
+// operands torch's CUDA matmul would copy, the clones that replace those
+// copies, and that the rewritten graph computes what the original does
+// (run by PrimExecutor on CPU tensors; the pass reads only metadata).
+#include <Python.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "inductor/matmul_operands.h"
+#include "prims/prim_builder.h"
+#include "runtime/prim_executor.h"
+#include "tests/cpp/runtime/python_test_util.h"
+
+namespace kiln::inductor {
+namespace {
+
+using graph::DType;
+using prims::Prim;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using test::PyRef;
+
+graph::TensorMeta meta(std::vector<int64_t> sizes, std::vector<int64_t> strides = {}) {
+  graph::TensorMeta m;
+  m.sizes = sizes;
+  m.strides = strides.empty() ? graph::contiguous_strides(sizes) : strides;
+  m.dtype = DType::Float32;
+  return m;
+}
+
+int count(const PrimGraph& graph, Prim prim) {
+  int n = 0;
+  for (const auto& node : graph.nodes()) n += node.prim == prim;
+  return n;
+}
+
+TEST(MatmulOperands, TorchCopiesUnmergeableBatchesAndMatricesWithoutAUnitStride) {
+  const graph::TensorMeta plain = meta({64, 6, 256, 64});
+  // q of a [64, 256, 3 * 384] projection, viewed as heads: (b, h) do not merge.
+  const graph::TensorMeta q = meta({64, 6, 256, 64}, {256 * 1152, 64, 1152, 1});
+  EXPECT_TRUE(matmul_copies_operand(q, plain));
+  EXPECT_FALSE(matmul_copies_operand(plain, q));
+  // k^T of the same: the matrix is transposed (fine), the batch is not.
+  const graph::TensorMeta kt = meta({64, 6, 64, 256}, {256 * 1152, 64, 1, 1152});
+  EXPECT_TRUE(matmul_copies_operand(kt, plain));
+  // A transposed batch of contiguous matrices, and a transposed 2-d weight: no copy.
+  EXPECT_FALSE(matmul_copies_operand(meta({8, 32, 16}, {512, 1, 32}), meta({8, 16, 4})));
+  EXPECT_FALSE(matmul_copies_operand(meta({384, 1152}, {1, 384}), meta({16384, 384})));
+  // A matrix stepping over every other element: no unit stride.
+  EXPECT_TRUE(matmul_copies_operand(meta({32, 16}, {32, 2}), meta({16, 4})));
+  // A 2-d operand broadcast against a batch merges (stride 0): no copy.
+  EXPECT_FALSE(matmul_copies_operand(meta({16, 8}), q));
+  // A size-1 matrix dim: torch's own rule for it varies, so no copy is claimed.
+  EXPECT_FALSE(matmul_copies_operand(meta({64, 6, 1, 64}, {256 * 1152, 64, 1152, 1}), plain));
+}
+
+// q @ k^T then (scores @ v) as attention makes them from one projection.
+PrimGraph attention_products(int* projection_input) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int qkv = graph.add_input(meta({4, 16, 3 * 24}));
+  *projection_input = qkv;
+  auto head = [&](int64_t start) {
+    const int part = b.slice(qkv, 2, start, start + 24, 1);
+    return b.permute(b.view(part, {4, 16, 3, 8}), {0, 2, 1, 3});
+  };
+  const int q = head(0), k = head(24), v = head(48);
+  const int scores = b.matmul(q, b.permute(k, {0, 1, 3, 2}));
+  graph.set_outputs({b.matmul(scores, v)});
+  return graph;
+}
+
+TEST(MatmulOperands, AttentionOperandsBecomeClonesWithTheSameResult) {
+  int input = -1;
+  const PrimGraph graph = attention_products(&input);
+  PrimGraph copied;
+  ASSERT_TRUE(copy_matmul_operands(graph, &copied));
+  EXPECT_EQ(count(copied, Prim::Clone), 3);
+  EXPECT_EQ(count(copied, Prim::Matmul), 2);
+  for (const auto& node : copied.nodes()) {
+    if (node.prim != Prim::Matmul) continue;
+    const graph::TensorMeta& a = copied.value(node.args[0].value).meta;
+    const graph::TensorMeta& b = copied.value(node.args[1].value).meta;
+    EXPECT_FALSE(matmul_copies_operand(a, b));
+    EXPECT_FALSE(matmul_copies_operand(b, a));
+  }
+  // k^T is cloned as k (its unit-stride dim stays innermost), then transposed.
+  for (const auto& node : copied.nodes()) {
+    if (node.prim != Prim::Clone) continue;
+    const graph::TensorMeta& in = copied.value(node.args[0].value).meta;
+    EXPECT_EQ(in.strides.back(), 1) << "a clone reads along a strided dim";
+  }
+  EXPECT_EQ(copied.value(copied.outputs()[0]).meta, graph.value(graph.outputs()[0]).meta);
+  PrimGraph again;
+  EXPECT_FALSE(copy_matmul_operands(copied, &again));
+
+  PyRef x = test::eval("torch.randn(4, 16, 72)");
+  PyObject* args[] = {x.get()};
+  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
+  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
+  PyRef want = PyRef::steal(want_run.run(args));
+  PyRef got = PyRef::steal(got_run.run(args));
+  ASSERT_TRUE(want && got) << test::take_error();
+  PyRef ns = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(ns.get(), "torch", test::eval("torch").get());
+  PyDict_SetItemString(ns.get(), "a", got.get());
+  PyDict_SetItemString(ns.get(), "e", want.get());
+  PyRef same = PyRef::steal(PyRun_String("torch.equal(a[0], e[0])", Py_eval_input, ns.get(), ns.get()));
+  ASSERT_TRUE(same) << test::take_error();
+  EXPECT_EQ(same.get(), Py_True);
+}
+
+TEST(MatmulOperands, OperandsTorchTakesAsTheyAreStay) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(meta({8, 32, 16}));
+  const int w = graph.add_input(meta({4, 16}));
+  const int y = b.matmul(x, b.permute(w, {1, 0}));      // linear: a transposed weight
+  const int g = b.matmul(b.permute(x, {0, 2, 1}), x);   // a batch of transposed matrices
+  // A broadcast batch that no layout of x can merge: a copy would not help.
+  const int e = b.matmul(graph.add_input(meta({1, 3, 16, 16})), graph.add_input(meta({5, 3, 16, 2})));
+  graph.set_outputs({y, g, e});
+  PrimGraph copied;
+  EXPECT_FALSE(copy_matmul_operands(graph, &copied));
+}
+
+}  // namespace
+}  // namespace kiln::inductor
