@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <utility>
 
 namespace kiln::inductor {
 namespace {
@@ -13,7 +14,9 @@ using prims::PrimNode;
 // Note [Loop order]
 // A reducing kernel's dims are reordered (inputs' and outputs' strides
 // with them) so the loops walk memory well. The reference is the input
-// that reads the most reduced dims; kept dims go outside, in its stride
+// that reads the most reduced dims, and of those the one reading the most
+// dims (a broadcast mask beside attention scores would order the rows by
+// its one strided kept dim, t, outside b and h); kept dims go outside, in its stride
 // order, then the reduced dims in its stride order. When its smallest
 // stride is in a kept dim (a reduction over outer dims, e.g. sum over dim
 // 0 of a row-major matrix) that dim becomes the tile dim, innermost, so
@@ -57,11 +60,13 @@ void choose_loop_order(Kernel& k) {
     return;
   }
   if (k.inputs.empty()) return;
-  int reference = 0, best = -1;
+  int reference = 0;
+  std::pair<int, int> best{-1, -1};  // (reduced dims read, dims read)
   for (size_t i = 0; i < k.inputs.size(); ++i) {
-    int count = 0;
-    for (int d : k.reduced) count += k.inputs[i].strides[d] != 0 ? 1 : 0;
-    if (count > best) best = count, reference = static_cast<int>(i);
+    std::pair<int, int> reads{0, 0};
+    for (int d : k.reduced) reads.first += k.inputs[i].strides[d] != 0 ? 1 : 0;
+    for (int d = 0; d < rank; ++d) reads.second += k.inputs[i].strides[d] != 0 && k.sizes[d] > 1 ? 1 : 0;
+    if (reads > best) best = reads, reference = static_cast<int>(i);
   }
   const std::vector<int64_t>& strides = k.inputs[reference].strides;
   auto magnitude = [&](int d) { return strides[d] < 0 ? -strides[d] : strides[d]; };

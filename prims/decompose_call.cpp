@@ -249,6 +249,11 @@ int softmax(PrimBuilder& b, int value, int64_t dim, bool log) {
   const DType dtype = b.meta(value).dtype;
   const int x = to_dtype(b, value, opmath_dtype(dtype));
   const int max = b.reduce(Prim::Amax, x, {dim}, true);
+  // The shift cancels in the result, so its gradient is zero: without this,
+  // the backward would count the row's ties for amax's gradient and spread
+  // a sum over them (a reduction more each way), as torch's decomposition
+  // avoids by detaching it too.
+  b.graph().stop_grad(max);
   const int shifted = b.binary(Prim::Sub, PrimArg::of_value(x), PrimArg::of_value(max));
   const int exp = b.unary(Prim::Exp, shifted);
   const int total = b.reduce(Prim::Sum, exp, {dim}, true);
