@@ -72,7 +72,8 @@ DType compute_dtype(DType d) {
 
 bool is_elementwise(const PrimGraph& graph, const PrimNode& node) {
   const bool op_known = unary_op(node.prim) || binary_op(node.prim) || compare_op(node.prim) ||
-                        node.prim == Prim::Where || node.prim == Prim::ConvertElementType;
+                        node.prim == Prim::Where || node.prim == Prim::ConvertElementType ||
+                        node.prim == Prim::Clone;
   if (!op_known || node.outputs.size() != 1) return false;
   if (!kernel_dtype(graph.value(node.outputs[0]).meta.dtype)) return false;
   for (const prims::PrimArg& arg : node.args) {
@@ -197,7 +198,7 @@ int ValueLowering::emit_node(int value, const IndexMap& map) {
     // float16/bfloat16 value in float32 rounds it too, so fused results
     // agree with eager (a conversion has rounded already).
     const DType stored = v.meta.dtype;
-    if (compute_dtype(stored) != stored && node.prim != Prim::ConvertElementType) {
+    if (compute_dtype(stored) != stored && node.prim != Prim::ConvertElementType && node.prim != Prim::Clone) {
       return cast_to(out_->kernel.cast(expr, stored), DType::Float32);
     }
     return expr;
@@ -213,6 +214,10 @@ int ValueLowering::emit_pointwise(int value, const IndexMap& map) {
       // A conversion to a low-precision float rounds, even inside a kernel.
       if (compute_dtype(target) != target) return cast_to(out_->kernel.cast(in, target), DType::Float32);
       return cast_to(in, target);
+    }
+    // A clone is its input, stored in the clone's layout.
+    if (node.prim == Prim::Clone) {
+      return operand(node.args[0], sizes, map, compute_dtype(graph_.value(node.args[0].value).meta.dtype));
     }
     std::vector<prims::Operand> operands;
     for (const prims::PrimArg& arg : node.args) {

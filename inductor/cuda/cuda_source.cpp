@@ -30,8 +30,11 @@ namespace kiln::inductor::cuda {
 //     for a broadcast input), other strides and the innermost size are
 //     multiples of the vector width, and, checked at launch, every pointer
 //     is aligned to it;
-//   - row reductions of at most 16 points: TPR 1; at most 512 points: one
-//     warp per row (8 rows a block), combined by __shfl_xor_sync; longer
+//   - row reductions of at most 16 points: TPR 1; at most 512 points: the
+//     power of two of lanes (2..32) giving each at most 16 points, 256
+//     threads a block, combined by __shfl_xor_sync within the row's lanes
+//     (rows past the last recompute it and store nothing, so every lane
+//     reaches the shuffles); longer
 //     rows: one block per row (128..1024 threads), combined by shuffles,
 //     then through shared memory;
 //   - reductions with a tile dim (outer reductions, e.g. a sum over dim 0
@@ -64,7 +67,9 @@ namespace kiln::inductor::cuda {
 // to even (rint), maximum/minimum and max/min reductions propagate NaN,
 // float compares are ordered except ne, integer arithmetic wraps, bool add
 // is or and mul is and, float16/bfloat16 are storage types converted to and
-// from float32 (bfloat16 rounds to nearest even, NaN to 0x7FC0, as c10).
+// from float32 (bfloat16 rounds to nearest even: one cvt.rn.bf16.f32 on
+// sm_80 and later, as torch's CUDA kernels; bit arithmetic before, NaN to
+// 0x7FC0 as c10).
 // Float sums combine per thread, then across threads: a different order
 // than torch's, equal up to rounding.
 
@@ -74,7 +79,13 @@ constexpr int kPointwiseBlock = 256;
 constexpr int kTileBlock = 256;
 constexpr int64_t kSerialRow = 16;      // rows up to this many points: one thread each
 constexpr int64_t kWarpRow = 512;       // up to this: one warp each
-constexpr int kWarpRowsPerBlock = 8;
+// Rows up to kWarpRow points share warps: the power of two of threads per
+// row (2..32) giving each at most kWarpRowItems points, kRowBlock threads a
+// block. A warp per row of 256 bfloat16s (session 7, H100) left each lane
+// one 16-byte load and the SM too few bytes in flight: softmax over
+// [64, 6, 256, 256] ran at a third of the memory's bandwidth.
+constexpr int kWarpRowItems = 16;
+constexpr int kRowBlock = 256;
 constexpr int kSplitThreads = 8;            // split tile rows: threads per row, at least
 // ... when there are at most this many rows. Was 65536: a GELU backward's
 // bias-gradient partials, [64, 256, 1536] summed over 256 (98304 rows),
@@ -299,10 +310,16 @@ __device__ __forceinline__ unsigned short kiln_f2h(float f) {
 }
 __device__ __forceinline__ float kiln_bf2f(unsigned short h) { return __int_as_float(((int)h) << 16); }
 __device__ __forceinline__ unsigned short kiln_f2bf(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
   if (f != f) return 0x7FC0;
   unsigned int bits = (unsigned int)__float_as_int(f);
   bits += 0x7FFFu + ((bits >> 16) & 1u);
   return (unsigned short)(bits >> 16);
+#endif
 }
 template <typename T> __device__ __forceinline__ T kiln_fmax(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> __device__ __forceinline__ T kiln_fmin(T a, T b) { return (a != a || a < b) ? a : b; }
@@ -391,8 +408,10 @@ LaunchConfig default_for(const RowShape& shape) {
     c.threads_per_row = 1;
     c.rows_per_block = kTileBlock;
   } else if (shape.row_points <= kWarpRow) {
-    c.threads_per_row = 32;
-    c.rows_per_block = kWarpRowsPerBlock;
+    c.threads_per_row = static_cast<int>(
+        std::clamp<int64_t>(pow2_at_least((shape.row_points + kWarpRowItems - 1) / kWarpRowItems), 2, 32));
+    c.rows_per_block = kRowBlock / c.threads_per_row;
+    c.max_items = kWarpRowItems;
   } else {
     c.threads_per_row = static_cast<int>(
         std::clamp<int64_t>(pow2_at_least((shape.row_points + kBlockRowItems - 1) / kBlockRowItems), 128, kMaxBlock));
@@ -423,8 +442,8 @@ void check_config(const Kernel& k, const LaunchConfig& config) {
     return;
   }
   const int tpr = config.threads_per_row;
-  if (tpr != 1 && !(tpr >= 32 && tpr <= kMaxBlock && (tpr & (tpr - 1)) == 0)) {
-    refuse("threads_per_row is 1 or a power of two from 32 to 1024");
+  if (!(tpr >= 1 && tpr <= kMaxBlock && (tpr & (tpr - 1)) == 0)) {
+    refuse("threads_per_row is a power of two from 1 to 1024");
   }
   if (config.rows_per_block < 1 || int64_t{tpr} * config.rows_per_block > kMaxBlock) {
     refuse("a block holds 1 to 1024 threads");
@@ -842,7 +861,8 @@ std::string Writer::write_rows(const std::string& name, int width) {
       if (phases == 1) row.code += row.indent + "__syncthreads();\n";
     } else if (tpr_ > 1) {
       row.code += row.indent + "#pragma unroll\n";
-      row.code += row.indent + "for (int m = 16; m > 0; m >>= 1) {\n";
+      // Rows narrower than a warp: xor masks below tpr stay inside the row's lanes.
+      row.code += row.indent + "for (int m = " + std::to_string(std::min(tpr_, 32) / 2) + "; m > 0; m >>= 1) {\n";
       for (int id : reductions) {
         const Expr& e = k_.exprs[id];
         const std::string acc = "a" + std::to_string(id);
@@ -955,7 +975,7 @@ int Writer::vector_width() const {
 // varies along it (inputs read there, outputs stored in the last pass) has
 // stride 1 there and row starts that are multiples of the width.
 int Writer::row_vector_width() const {
-  if (reduced_.size() != 1 || reduced_[0] != rank() - 1 || tpr_ < 32) return 0;
+  if (reduced_.size() != 1 || reduced_[0] != rank() - 1 || tpr_ < 2) return 0;
   const int inner = rank() - 1;
   std::vector<size_t> along;
   for (size_t op = 0; op < k_.inputs.size(); ++op) {
@@ -1100,7 +1120,9 @@ CudaSource Writer::write() {
   tpr_ = config_.threads_per_row;
   rpb_ = config_.rows_per_block;
   split_tile_ = !reduced_.empty() && tpr_ >= kSplitThreads && tile >= 0;
-  guarded_ = split_tile_ || (tpr_ > 32 && rpb_ > 1);
+  // Rows narrower than a warp are guarded too: every lane of a warp must
+  // reach its shuffles, whichever rows are past the last.
+  guarded_ = split_tile_ || (tpr_ > 32 && rpb_ > 1) || (tpr_ > 1 && tpr_ < 32);
   if (!reduced_.empty() && row_points_ > 0) {
     const int64_t items = (row_points_ + tpr_ - 1) / tpr_;
     if (items <= config_.max_items) items_ = static_cast<int>(items);
@@ -1158,15 +1180,16 @@ std::vector<LaunchConfig> launch_candidates(const Kernel& kernel) {
     // kMaxItems a thread, else looping (only with 256 threads or more: a
     // long row's loop wants many loads in flight). Rows share blocks of
     // 128 or 256 threads when they take fewer threads than that.
-    for (int tpr = 32; tpr <= kMaxBlock; tpr *= 2) {
+    for (int tpr = 4; tpr <= kMaxBlock; tpr *= 2) {
       const int64_t items = items_per_thread(shape, tpr);
       if (tpr > 32 && items < 2) break;
       if (items > kMaxItems && tpr < 256) continue;
+      if (tpr < 32 && (items < 2 || shape.row_points > kWarpRow)) continue;
       LaunchConfig c = first;
       c.threads_per_row = tpr;
       c.max_items = items <= kMaxItems ? static_cast<int>(items) : 0;
       c.min_blocks_per_sm = 0;
-      for (int rpb : {1, 2, 4, 8}) {
+      for (int rpb : {1, 2, 4, 8, 16, 32, 64}) {
         if ((tpr * rpb < 128 && tpr < 128) || (tpr * rpb > 256 && rpb > 1)) continue;
         c.rows_per_block = rpb;
         add(c);

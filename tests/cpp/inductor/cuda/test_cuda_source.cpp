@@ -288,13 +288,15 @@ TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   EXPECT_EQ(sources[0].vector_width, 4);
   EXPECT_TRUE(has(sources[0], "for (int k = 0; k < 4; ++k)"));
   EXPECT_TRUE(has(sources[0], "const kiln_vec<float, 4> x0 = "));
-  // softmax over short rows: a warp per row, persistent too.
+  // softmax over short rows: 8 threads a row, 32 rows a block, persistent too.
   const auto short_rows = compile({cuda_meta(DType::Float64, {64, 100})}, [](PrimBuilder& b, const std::vector<int>& in) {
     const int max = b.reduce(Prim::Amax, in[0], {1}, true);
     const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
     return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)))};
   });
-  EXPECT_TRUE(has(short_rows[0], "for (int k = 0; k < 4; ++k)"));
+  EXPECT_TRUE(has(short_rows[0], "for (int k = 0; k < 13; ++k)"));
+  EXPECT_TRUE(has(short_rows[0], "for (int m = 4; m > 0; m >>= 1)"));
+  EXPECT_TRUE(has(short_rows[0], "kiln_valid"));
   EXPECT_EQ(short_rows[0].scalar.block, 256);
 }
 
@@ -312,7 +314,8 @@ TEST(CudaLaunchConfig, DefaultsFollowTheRowShape) {
   EXPECT_EQ(default_launch_config(pointwise), (LaunchConfig{1, 256, 0, 16, 0}));
   EXPECT_EQ(default_launch_config(row_sum(8)), (LaunchConfig{1, 256, 8, 16, 0}));      // serial, in registers
   EXPECT_EQ(default_launch_config(row_sum(10)), (LaunchConfig{1, 256, 0, 16, 0}));     // serial, looped
-  EXPECT_EQ(default_launch_config(row_sum(100)), (LaunchConfig{32, 8, 4, 16, 0}));     // a warp a row
+  EXPECT_EQ(default_launch_config(row_sum(100)), (LaunchConfig{8, 32, 13, 16, 0}));    // 8 lanes a row
+  EXPECT_EQ(default_launch_config(row_sum(500)), (LaunchConfig{32, 8, 16, 16, 0}));    // a warp a row
   EXPECT_EQ(default_launch_config(row_sum(1000)), (LaunchConfig{128, 1, 8, 16, 0}));   // a block a row
   EXPECT_EQ(default_launch_config(row_sum(4096)), (LaunchConfig{256, 1, 16, 16, 0}));
   EXPECT_EQ(default_launch_config(row_sum(5000)), (LaunchConfig{512, 1, 10, 16, 0}));
