@@ -20,9 +20,9 @@
 #include "inductor/cuda/cuda_kernel_runner.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/gemm_nodes.h"
+#include "inductor/kernel_copies.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
-#include "inductor/matmul_operands.h"
 #include "inductor/schedule.h"
 #include "inductor/split_outer_reductions.h"
 #include "prims/subgraph.h"
@@ -377,8 +377,8 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
     return fuse_pointwise_kernels(split, targets);
   }
-  // Note [Matmul operand copies]; the copied graph has no operand left to copy.
-  if (prims::PrimGraph copied; on_cuda && copy_matmul_operands(graph, &copied)) {
+  // Note [Kernel copies]; the rewritten graph has no copy left to make explicit.
+  if (prims::PrimGraph copied; on_cuda && make_copies_explicit(graph, &copied)) {
     return fuse_pointwise_kernels(copied, targets);
   }
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);

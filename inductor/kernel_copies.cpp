@@ -1,4 +1,4 @@
-#include "inductor/matmul_operands.h"
+#include "inductor/kernel_copies.h"
 
 #include <map>
 #include <utility>
@@ -7,6 +7,7 @@
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
 #include "prims/subgraph.h"
+#include "prims/view_meta.h"
 
 namespace kiln::inductor {
 namespace {
@@ -15,8 +16,9 @@ using prims::Prim;
 using prims::PrimGraph;
 using prims::PrimNode;
 
-// Note [Matmul operand copies]
-// The prim executor runs a matmul node as torch.matmul, which on CUDA hands
+// Note [Kernel copies]
+// Some ops copy inside torch: a reshape that cannot view its input, and
+// matmul. The prim executor runs a matmul node as torch.matmul, which on CUDA hands
 // cuBLAS one strided batch of matrices: the operands' batch dims (broadcast
 // against each other) must merge into one stride, and each matrix needs a
 // unit stride in one of its dims with the other at least as long as a row
@@ -35,7 +37,10 @@ using prims::PrimNode;
 // reads and writes along the same dim. The rule is torch 2's matmul on
 // CUDA (fold when free, else expand and reshape to one batch dim, then
 // cuBLAS's layout check); where the rule is unsure (a matrix dim of size
-// 1, an empty operand) the operand stays as it is.
+// 1, an empty operand) the operand stays as it is. A reshape that cannot
+// view (attention's output, [b, h, t, d] transposed to [b, t, h, d] and
+// merged to [b, t, h * d], and the same of q, k and v's gradients) becomes
+// a contiguous clone, a kernel, and a reshape that views it.
 
 // A dim of an operand after broadcasting its batch dims.
 struct Dim {
@@ -72,7 +77,7 @@ bool merge_into_one(const std::vector<Dim>& dims) {
 
 // Whether the copy keeps the matrix transposed: its rows' stride is the
 // smaller (k^T of a row-major k), so the clone is k^T's transpose made
-// contiguous (Note [Matmul operand copies]).
+// contiguous (Note [Kernel copies]).
 bool copy_transposed(const graph::TensorMeta& x) {
   const size_t rank = x.sizes.size();
   return x.strides[rank - 2] < x.strides[rank - 1];
@@ -119,9 +124,20 @@ bool copy_helps(const graph::TensorMeta& x, const graph::TensorMeta& other) {
 
 }  // namespace
 
-bool copy_matmul_operands(const PrimGraph& graph, PrimGraph* out) {
+namespace {
+
+// True when `node` is a reshape torch runs as a copy.
+bool copying_reshape(const PrimGraph& graph, const PrimNode& node) {
+  if (node.prim != Prim::Reshape || node.args.empty() || !node.args[0].is_value()) return false;
+  return !prims::view_strides(graph.value(node.args[0].value).meta, graph.value(node.outputs[0]).meta.sizes);
+}
+
+}  // namespace
+
+bool make_copies_explicit(const PrimGraph& graph, PrimGraph* out) {
   bool any = false;
   for (const PrimNode& node : graph.nodes()) {
+    if (copying_reshape(graph, node)) any = true;
     if (node.prim != Prim::Matmul || node.args.size() != 2) continue;
     const graph::TensorMeta& a = graph.value(node.args[0].value).meta;
     const graph::TensorMeta& b = graph.value(node.args[1].value).meta;
@@ -159,6 +175,10 @@ bool copy_matmul_operands(const PrimGraph& graph, PrimGraph* out) {
       const bool copy_b = matmul && copy_helps(graph.value(b).meta, graph.value(a).meta);
       if (copy_a || copy_b) {
         made = {builder.matmul(copy_a ? copy_of(a) : map[a], copy_b ? copy_of(b) : map[b])};
+        if (graph.value(node.outputs[0]).grad_stopped) result.stop_grad(made[0]);
+      } else if (copying_reshape(graph, node)) {
+        const int copy = builder.clone(map[node.args[0].value], prims::MemoryFormat::Contiguous);
+        made = {builder.reshape(copy, graph.value(node.outputs[0]).meta.sizes)};
         if (graph.value(node.outputs[0]).grad_stopped) result.stop_grad(made[0]);
       } else {
         made = prims::copy_node(result, graph, node, map);

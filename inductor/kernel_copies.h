@@ -1,5 +1,6 @@
-// Matmul operands copied by kiln's kernels rather than by torch, for CUDA
-// graphs. See Note [Matmul operand copies] in matmul_operands.cpp.
+// Copies torch would make inside a CUDA graph's ops (matmul operands it
+// cannot hand cuBLAS, reshapes that cannot view) made explicit, so kiln's
+// kernels make them. See Note [Kernel copies] in kernel_copies.cpp.
 #pragma once
 
 #include "graph/tensor_meta.h"
@@ -13,8 +14,9 @@ namespace kiln::inductor {
 bool matmul_copies_operand(const graph::TensorMeta& x, const graph::TensorMeta& other);
 
 // `graph` with each matmul operand that torch would copy replaced by a
-// clone in a layout cuBLAS takes as it is; false (and *out untouched) when
-// no operand needs one. Same inputs and outputs, in order.
-bool copy_matmul_operands(const prims::PrimGraph& graph, prims::PrimGraph* out);
+// clone in a layout cuBLAS takes as it is, and each reshape that would copy
+// by a contiguous clone and a view of it; false (and *out untouched) when
+// there is neither. Same inputs and outputs, in order.
+bool make_copies_explicit(const prims::PrimGraph& graph, prims::PrimGraph* out);
 
 }  // namespace kiln::inductor

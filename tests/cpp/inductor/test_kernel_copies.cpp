@@ -1,4 +1,4 @@
-// Tests of inductor/matmul_operands.h (Note [Matmul operand copies]): which
+// Tests of inductor/kernel_copies.h (Note [Kernel copies]): which
 // operands torch's CUDA matmul would copy, the clones that replace those
 // copies, and that the rewritten graph computes what the original does
 // (run by PrimExecutor on CPU tensors; the pass reads only metadata).
@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "inductor/matmul_operands.h"
+#include "inductor/kernel_copies.h"
 #include "prims/prim_builder.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
@@ -36,7 +36,7 @@ int count(const PrimGraph& graph, Prim prim) {
   return n;
 }
 
-TEST(MatmulOperands, TorchCopiesUnmergeableBatchesAndMatricesWithoutAUnitStride) {
+TEST(KernelCopies, TorchCopiesUnmergeableBatchesAndMatricesWithoutAUnitStride) {
   const graph::TensorMeta plain = meta({64, 6, 256, 64});
   // q of a [64, 256, 3 * 384] projection, viewed as heads: (b, h) do not merge.
   const graph::TensorMeta q = meta({64, 6, 256, 64}, {256 * 1152, 64, 1152, 1});
@@ -72,11 +72,11 @@ PrimGraph attention_products(int* projection_input) {
   return graph;
 }
 
-TEST(MatmulOperands, AttentionOperandsBecomeClonesWithTheSameResult) {
+TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
   int input = -1;
   const PrimGraph graph = attention_products(&input);
   PrimGraph copied;
-  ASSERT_TRUE(copy_matmul_operands(graph, &copied));
+  ASSERT_TRUE(make_copies_explicit(graph, &copied));
   EXPECT_EQ(count(copied, Prim::Clone), 3);
   EXPECT_EQ(count(copied, Prim::Matmul), 2);
   for (const auto& node : copied.nodes()) {
@@ -94,7 +94,7 @@ TEST(MatmulOperands, AttentionOperandsBecomeClonesWithTheSameResult) {
   }
   EXPECT_EQ(copied.value(copied.outputs()[0]).meta, graph.value(graph.outputs()[0]).meta);
   PrimGraph again;
-  EXPECT_FALSE(copy_matmul_operands(copied, &again));
+  EXPECT_FALSE(make_copies_explicit(copied, &again));
 
   PyRef x = test::eval("torch.randn(4, 16, 72)");
   PyObject* args[] = {x.get()};
@@ -112,7 +112,37 @@ TEST(MatmulOperands, AttentionOperandsBecomeClonesWithTheSameResult) {
   EXPECT_EQ(same.get(), Py_True);
 }
 
-TEST(MatmulOperands, OperandsTorchTakesAsTheyAreStay) {
+TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int heads = graph.add_input(meta({4, 3, 16, 8}));
+  const int merged = b.reshape(b.permute(heads, {0, 2, 1, 3}), {4, 16, 24});  // copies
+  const int flat = b.reshape(heads, {12, 128});                                // views
+  graph.set_outputs({merged, flat});
+  PrimGraph copied;
+  ASSERT_TRUE(make_copies_explicit(graph, &copied));
+  EXPECT_EQ(count(copied, Prim::Clone), 1);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(copied.value(copied.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
+  }
+  PrimGraph again;
+  EXPECT_FALSE(make_copies_explicit(copied, &again));
+  PyRef x = test::eval("torch.randn(4, 3, 16, 8)");
+  PyObject* args[] = {x.get()};
+  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
+  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
+  PyRef want = PyRef::steal(want_run.run(args));
+  PyRef got = PyRef::steal(got_run.run(args));
+  ASSERT_TRUE(want && got) << test::take_error();
+  for (Py_ssize_t i = 0; i < 2; ++i) {
+    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
+                                                  PyTuple_GET_ITEM(want.get(), i)));
+    ASSERT_TRUE(same) << test::take_error();
+    EXPECT_EQ(same.get(), Py_True) << i;
+  }
+}
+
+TEST(KernelCopies, OperandsTorchTakesAsTheyAreStay) {
   PrimGraph graph;
   PrimBuilder b(graph);
   const int x = graph.add_input(meta({8, 32, 16}));
@@ -123,7 +153,7 @@ TEST(MatmulOperands, OperandsTorchTakesAsTheyAreStay) {
   const int e = b.matmul(graph.add_input(meta({1, 3, 16, 16})), graph.add_input(meta({5, 3, 16, 2})));
   graph.set_outputs({y, g, e});
   PrimGraph copied;
-  EXPECT_FALSE(copy_matmul_operands(graph, &copied));
+  EXPECT_FALSE(make_copies_explicit(graph, &copied));
 }
 
 }  // namespace
