@@ -36,6 +36,29 @@ int count(const PrimGraph& graph, Prim prim) {
   return n;
 }
 
+// Runs `graph` and `copied` (PrimExecutor, CPU) on the tensor `input`
+// evaluates to, and expects every output equal, bit for bit, and of the
+// same metadata.
+void expect_same_results(const PrimGraph& graph, const PrimGraph& copied, const char* input) {
+  ASSERT_EQ(graph.outputs().size(), copied.outputs().size());
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    EXPECT_EQ(copied.value(copied.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
+  }
+  PyRef x = test::eval(input);
+  PyObject* args[] = {x.get()};
+  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
+  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
+  PyRef want = PyRef::steal(want_run.run(args));
+  PyRef got = PyRef::steal(got_run.run(args));
+  ASSERT_TRUE(want && got) << test::take_error();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(want.get()); ++i) {
+    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
+                                                  PyTuple_GET_ITEM(want.get(), i)));
+    ASSERT_TRUE(same) << test::take_error();
+    EXPECT_EQ(same.get(), Py_True) << "output " << i;
+  }
+}
+
 TEST(KernelCopies, TorchCopiesUnmergeableBatchesAndMatricesWithoutAUnitStride) {
   const graph::TensorMeta plain = meta({64, 6, 256, 64});
   // q of a [64, 256, 3 * 384] projection, viewed as heads: (b, h) do not merge.
@@ -92,24 +115,9 @@ TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
     const graph::TensorMeta& in = copied.value(node.args[0].value).meta;
     EXPECT_EQ(in.strides.back(), 1) << "a clone reads along a strided dim";
   }
-  EXPECT_EQ(copied.value(copied.outputs()[0]).meta, graph.value(graph.outputs()[0]).meta);
   PrimGraph again;
   EXPECT_FALSE(make_copies_explicit(copied, &again));
-
-  PyRef x = test::eval("torch.randn(4, 16, 72)");
-  PyObject* args[] = {x.get()};
-  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
-  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
-  PyRef want = PyRef::steal(want_run.run(args));
-  PyRef got = PyRef::steal(got_run.run(args));
-  ASSERT_TRUE(want && got) << test::take_error();
-  PyRef ns = PyRef::steal(PyDict_New());
-  PyDict_SetItemString(ns.get(), "torch", test::eval("torch").get());
-  PyDict_SetItemString(ns.get(), "a", got.get());
-  PyDict_SetItemString(ns.get(), "e", want.get());
-  PyRef same = PyRef::steal(PyRun_String("torch.equal(a[0], e[0])", Py_eval_input, ns.get(), ns.get()));
-  ASSERT_TRUE(same) << test::take_error();
-  EXPECT_EQ(same.get(), Py_True);
+  expect_same_results(graph, copied, "torch.randn(4, 16, 72)");
 }
 
 TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
@@ -122,24 +130,9 @@ TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
   PrimGraph copied;
   ASSERT_TRUE(make_copies_explicit(graph, &copied));
   EXPECT_EQ(count(copied, Prim::Clone), 1);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(copied.value(copied.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
-  }
   PrimGraph again;
   EXPECT_FALSE(make_copies_explicit(copied, &again));
-  PyRef x = test::eval("torch.randn(4, 3, 16, 8)");
-  PyObject* args[] = {x.get()};
-  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
-  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
-  PyRef want = PyRef::steal(want_run.run(args));
-  PyRef got = PyRef::steal(got_run.run(args));
-  ASSERT_TRUE(want && got) << test::take_error();
-  for (Py_ssize_t i = 0; i < 2; ++i) {
-    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
-                                                  PyTuple_GET_ITEM(want.get(), i)));
-    ASSERT_TRUE(same) << test::take_error();
-    EXPECT_EQ(same.get(), Py_True) << i;
-  }
+  expect_same_results(graph, copied, "torch.randn(4, 3, 16, 8)");
 }
 
 TEST(KernelCopies, OperandsTorchTakesAsTheyAreStay) {
