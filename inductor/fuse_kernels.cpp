@@ -23,6 +23,7 @@
 #include "inductor/kernel_copies.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
+#include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "inductor/split_outer_reductions.h"
 #include "prims/subgraph.h"
@@ -364,9 +365,19 @@ int gemm_node(prims::PrimGraph& out, const prims::PrimGraph& graph, const prims:
   return out.add_node(prims::Prim::Extern, {}, std::move(attrs), {graph.value(node.outputs[0]).meta}).at(0);
 }
 
+// fuse_pointwise_kernels, rescheduling at most `recomputes` more times
+// after Note [Recomputed kernel outputs] rewrote the graph.
+FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int recomputes);
+
 }  // namespace
 
 FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets) {
+  return fuse_graph(graph, targets, 2);
+}
+
+namespace {
+
+FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int recomputes) {
   FusedGraph out;
   out.graph = std::make_shared<prims::PrimGraph>();
   std::vector<KernelGroup> groups;
@@ -375,14 +386,20 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   const bool on_cuda = device >= 0 && cuda_kernels_available();
   // Note [Two-step outer reductions]; the split graph has none left to split.
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
-    return fuse_pointwise_kernels(split, targets);
+    return fuse_graph(split, targets, recomputes);
   }
   // Note [Kernel copies]; the rewritten graph has no copy left to make explicit.
   if (prims::PrimGraph copied; on_cuda && make_copies_explicit(graph, &copied)) {
-    return fuse_pointwise_kernels(copied, targets);
+    return fuse_graph(copied, targets, recomputes);
   }
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
   if (on_cpu || on_cuda) groups = schedule_kernels(graph);
+  // Note [Recomputed kernel outputs]: the rewritten graph is scheduled again.
+  if (prims::PrimGraph recomputed; recomputes > 0 && recompute_kernel_outputs(graph, groups, &recomputed)) {
+    KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << graph.nodes().size() << " -> "
+                                                                      << recomputed.nodes().size() << " nodes");
+    return fuse_graph(recomputed, targets, recomputes - 1);
+  }
   const int node_count = static_cast<int>(graph.nodes().size());
   std::vector<LoweredKernel> candidates;
   std::vector<const KernelGroup*> candidate_groups;
@@ -521,5 +538,7 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets t
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace kiln::inductor

@@ -1,0 +1,114 @@
+// Tests of inductor/recompute_outputs.h (Note [Recomputed kernel
+// outputs]): which kernel outputs the reading kernel recomputes, what
+// schedule follows, and that the rewritten graph computes the same bits
+// (run by PrimExecutor on CPU tensors).
+#include <Python.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "inductor/recompute_outputs.h"
+#include "inductor/schedule.h"
+#include "prims/prim_builder.h"
+#include "runtime/prim_executor.h"
+#include "tests/cpp/runtime/python_test_util.h"
+
+namespace kiln::inductor {
+namespace {
+
+using graph::DType;
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimBuilder;
+using prims::PrimGraph;
+using test::PyRef;
+
+graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype) {
+  graph::TensorMeta m;
+  m.sizes = sizes;
+  m.strides = graph::contiguous_strides(sizes);
+  m.dtype = dtype;
+  return m;
+}
+
+PrimArg v(int value) { return PrimArg::of_value(value); }
+
+// Kernel outputs that are no graph outputs: what the kernels store for each other.
+size_t stored_between_kernels(const PrimGraph& graph) {
+  size_t n = 0;
+  for (const KernelGroup& group : schedule_kernels(graph)) {
+    for (int value : group.outputs) {
+      n += std::find(graph.outputs().begin(), graph.outputs().end(), value) == graph.outputs().end();
+    }
+  }
+  return n;
+}
+
+// Both graphs on the same inputs: every output equal, bit for bit.
+void expect_same_results(const PrimGraph& graph, const PrimGraph& rewritten, const std::vector<const char*>& inputs) {
+  std::vector<PyRef> values;
+  std::vector<PyObject*> args;
+  for (const char* input : inputs) {
+    values.push_back(test::eval(input));
+    args.push_back(values.back().get());
+  }
+  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
+  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(rewritten));
+  PyRef want = PyRef::steal(want_run.run(args.data()));
+  PyRef got = PyRef::steal(got_run.run(args.data()));
+  ASSERT_TRUE(want && got) << test::take_error();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(want.get()); ++i) {
+    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
+                                                  PyTuple_GET_ITEM(want.get(), i)));
+    ASSERT_TRUE(same) << test::take_error();
+    EXPECT_EQ(same.get(), Py_True) << "output " << i;
+  }
+}
+
+// A layer_norm backward's shape: a row reduction and a column reduction
+// of the same bfloat16 gradient converted to float32.
+TEST(RecomputeOutputs, AConversionTwoReductionsNeedIsComputedInBothKernels) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(meta({64, 48}, DType::Float32));
+  const int g = graph.add_input(meta({64, 48}, DType::BFloat16));
+  const int w = graph.add_input(meta({48}, DType::Float32));
+  const int gf = b.convert(g, DType::Float32);
+  const int scaled = b.binary(Prim::Mul, v(gf), v(w));
+  const int rows = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(scaled), v(x)), {1}, true);
+  const int dx = b.binary(Prim::Sub, v(scaled), v(rows));
+  const int columns = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(gf), v(x)), {0}, false);
+  graph.set_outputs({dx, columns});
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 2u);
+  ASSERT_GE(stored_between_kernels(graph), 1u);
+  PrimGraph rewritten;
+  ASSERT_TRUE(recompute_kernel_outputs(graph, groups, &rewritten));
+  EXPECT_EQ(stored_between_kernels(rewritten), 0u);
+  EXPECT_EQ(schedule_kernels(rewritten).size(), 2u);
+  PrimGraph again;
+  EXPECT_FALSE(recompute_kernel_outputs(rewritten, schedule_kernels(rewritten), &again));
+  expect_same_results(graph, rewritten,
+                      {"torch.randn(64, 48)", "torch.randn(64, 48).bfloat16()", "torch.randn(48)"});
+}
+
+TEST(RecomputeOutputs, CostlyConesAndValuesReadOutsideKernelsStayStored) {
+  for (const bool costly : {true, false}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const int x = graph.add_input(meta({64, 48}, DType::Float32));
+    // exp over the whole tensor is worth storing; a value a matmul reads must be stored.
+    const int shared = costly ? b.unary(Prim::Exp, x) : b.binary(Prim::Mul, v(x), v(x));
+    const int rows = b.reduce(Prim::Sum, shared, {1}, false);
+    const int columns = b.reduce(Prim::Sum, b.binary(Prim::Add, v(shared), v(x)), {0}, false);
+    std::vector<int> outputs = {rows, columns};
+    if (!costly) outputs.push_back(b.matmul(shared, b.permute(x, {1, 0})));
+    graph.set_outputs(outputs);
+    PrimGraph rewritten;
+    EXPECT_FALSE(recompute_kernel_outputs(graph, schedule_kernels(graph), &rewritten)) << costly;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::inductor
