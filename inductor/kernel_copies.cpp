@@ -122,10 +122,6 @@ bool copy_helps(const graph::TensorMeta& x, const graph::TensorMeta& other) {
   return matmul_copies_operand(x, other) && !matmul_copies_operand(copy_layout(x), other);
 }
 
-}  // namespace
-
-namespace {
-
 // True when `node` is a reshape torch runs as a copy.
 bool copying_reshape(const PrimGraph& graph, const PrimNode& node) {
   if (node.prim != Prim::Reshape || node.args.empty() || !node.args[0].is_value()) return false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -83,6 +84,9 @@ class Planner {
     outputs_.insert(graph.outputs().begin(), graph.outputs().end());
   }
 
+  // The group of each node, -1 for none.
+  const std::vector<int>& group_of() const { return group_of_; }
+
   std::vector<Plan> plans() const {
     std::vector<Plan> out;
     for (size_t g = 0; g < groups_.size(); ++g) {
@@ -156,12 +160,10 @@ class Planner {
 }  // namespace
 
 bool recompute_kernel_outputs(const PrimGraph& graph, const std::vector<KernelGroup>& groups, PrimGraph* out) {
-  const std::vector<Plan> plans = Planner(graph, groups).plans();
+  const Planner planner(graph, groups);
+  const std::vector<Plan> plans = planner.plans();
   if (plans.empty()) return false;
-  std::vector<int> group_of(graph.nodes().size(), -1);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (int n : groups[g].nodes) group_of[n] = static_cast<int>(g);
-  }
+  const std::vector<int>& group_of = planner.group_of();
   // Each plan's copy is made right after the node computing its value.
   std::map<int, std::vector<const Plan*>> after;
   for (const Plan& plan : plans) after[graph.value(plan.value).node].push_back(&plan);
