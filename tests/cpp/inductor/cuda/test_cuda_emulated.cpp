@@ -437,11 +437,11 @@ size_t check_every_candidate(const std::vector<std::string>& names,
   return sources.size();
 }
 
-// softmax over dim 1 of in[0].
-int softmax(PrimBuilder& b, int x) {
-  const int max = b.reduce(Prim::Amax, x, {1}, true);
+// softmax of x over `dim`, as torch decomposes it.
+int softmax(PrimBuilder& b, int x, int64_t dim = 1) {
+  const int max = b.reduce(Prim::Amax, x, {dim}, true);
   const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(x), v(max)));
-  return b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {1}, true)));
+  return b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {dim}, true)));
 }
 
 // layer_norm over dim 1 of x with weight w and bias c, as torch decomposes it.
@@ -494,11 +494,7 @@ TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
   // 45 columns of 2000 points, 8 threads each (lanes past column 44 store
   // nothing): sums, extremes, and softmax over dim 0 (a last pass).
   check({"tall"},
-        [](PrimBuilder& b, const std::vector<int>& in) {
-          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
-          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
-          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))};
-        },
+        [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, in[0], 0)}; },
         {"torch.softmax(tall, 0)"}, {1e-5, 1e-6});
   check({"tall"},
         [](PrimBuilder& b, const std::vector<int>& in) {
@@ -513,11 +509,7 @@ TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
         },
         {"taller.sum(0)", "taller.amax(0, keepdim=True)"}, {1e-4, 1e-5});
   check({"taller"},
-        [](PrimBuilder& b, const std::vector<int>& in) {
-          const int max = b.reduce(Prim::Amax, in[0], {0}, true);
-          const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, v(in[0]), v(max)));
-          return std::vector<int>{b.binary(Prim::Div, v(e), v(b.reduce(Prim::Sum, e, {0}, true)))};
-        },
+        [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, in[0], 0)}; },
         {"torch.softmax(taller, 0)"}, {1e-5, 1e-6});
 }
 
