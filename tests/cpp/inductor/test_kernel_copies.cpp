@@ -2,16 +2,13 @@
 // operands torch's CUDA matmul would copy, the clones that replace those
 // copies, and that the rewritten graph computes what the original does
 // (run by PrimExecutor on CPU tensors; the pass reads only metadata).
-#include <Python.h>
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <vector>
 
 #include "inductor/kernel_copies.h"
 #include "prims/prim_builder.h"
-#include "runtime/prim_executor.h"
-#include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/inductor/graph_pass_test_util.h"
 
 namespace kiln::inductor {
 namespace {
@@ -20,43 +17,9 @@ using graph::DType;
 using prims::Prim;
 using prims::PrimBuilder;
 using prims::PrimGraph;
-using test::PyRef;
 
 graph::TensorMeta meta(std::vector<int64_t> sizes, std::vector<int64_t> strides = {}) {
-  graph::TensorMeta m;
-  m.sizes = sizes;
-  m.strides = strides.empty() ? graph::contiguous_strides(sizes) : strides;
-  m.dtype = DType::Float32;
-  return m;
-}
-
-int count(const PrimGraph& graph, Prim prim) {
-  int n = 0;
-  for (const auto& node : graph.nodes()) n += node.prim == prim;
-  return n;
-}
-
-// Runs `graph` and `copied` (PrimExecutor, CPU) on the tensor `input`
-// evaluates to, and expects every output equal, bit for bit, and of the
-// same metadata.
-void expect_same_results(const PrimGraph& graph, const PrimGraph& copied, const char* input) {
-  ASSERT_EQ(graph.outputs().size(), copied.outputs().size());
-  for (size_t i = 0; i < graph.outputs().size(); ++i) {
-    EXPECT_EQ(copied.value(copied.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
-  }
-  PyRef x = test::eval(input);
-  PyObject* args[] = {x.get()};
-  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
-  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(copied));
-  PyRef want = PyRef::steal(want_run.run(args));
-  PyRef got = PyRef::steal(got_run.run(args));
-  ASSERT_TRUE(want && got) << test::take_error();
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(want.get()); ++i) {
-    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
-                                                  PyTuple_GET_ITEM(want.get(), i)));
-    ASSERT_TRUE(same) << test::take_error();
-    EXPECT_EQ(same.get(), Py_True) << "output " << i;
-  }
+  return test::tensor_meta(std::move(sizes), DType::Float32, std::move(strides));
 }
 
 TEST(KernelCopies, TorchCopiesUnmergeableBatchesAndMatricesWithoutAUnitStride) {
@@ -100,8 +63,8 @@ TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
   const PrimGraph graph = attention_products(&input);
   PrimGraph copied;
   ASSERT_TRUE(make_copies_explicit(graph, &copied));
-  EXPECT_EQ(count(copied, Prim::Clone), 3);
-  EXPECT_EQ(count(copied, Prim::Matmul), 2);
+  EXPECT_EQ(test::count_prims(copied, Prim::Clone), 3);
+  EXPECT_EQ(test::count_prims(copied, Prim::Matmul), 2);
   for (const auto& node : copied.nodes()) {
     if (node.prim != Prim::Matmul) continue;
     const graph::TensorMeta& a = copied.value(node.args[0].value).meta;
@@ -117,7 +80,7 @@ TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
   }
   PrimGraph again;
   EXPECT_FALSE(make_copies_explicit(copied, &again));
-  expect_same_results(graph, copied, "torch.randn(4, 16, 72)");
+  test::expect_same_results(graph, copied, {"torch.randn(4, 16, 72)"});
 }
 
 TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
@@ -129,10 +92,10 @@ TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
   graph.set_outputs({merged, flat});
   PrimGraph copied;
   ASSERT_TRUE(make_copies_explicit(graph, &copied));
-  EXPECT_EQ(count(copied, Prim::Clone), 1);
+  EXPECT_EQ(test::count_prims(copied, Prim::Clone), 1);
   PrimGraph again;
   EXPECT_FALSE(make_copies_explicit(copied, &again));
-  expect_same_results(graph, copied, "torch.randn(4, 3, 16, 8)");
+  test::expect_same_results(graph, copied, {"torch.randn(4, 3, 16, 8)"});
 }
 
 TEST(KernelCopies, OperandsTorchTakesAsTheyAreStay) {

@@ -2,17 +2,15 @@
 // outputs]): which kernel outputs the reading kernel recomputes, what
 // schedule follows, and that the rewritten graph computes the same bits
 // (run by PrimExecutor on CPU tensors).
-#include <Python.h>
 #include <gtest/gtest.h>
 
-#include <memory>
+#include <algorithm>
 #include <vector>
 
 #include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
-#include "runtime/prim_executor.h"
-#include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/inductor/graph_pass_test_util.h"
 
 namespace kiln::inductor {
 namespace {
@@ -22,15 +20,8 @@ using prims::Prim;
 using prims::PrimArg;
 using prims::PrimBuilder;
 using prims::PrimGraph;
-using test::PyRef;
 
-graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype) {
-  graph::TensorMeta m;
-  m.sizes = sizes;
-  m.strides = graph::contiguous_strides(sizes);
-  m.dtype = dtype;
-  return m;
-}
+graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype) { return test::tensor_meta(std::move(sizes), dtype); }
 
 PrimArg v(int value) { return PrimArg::of_value(value); }
 
@@ -43,27 +34,6 @@ size_t stored_between_kernels(const PrimGraph& graph) {
     }
   }
   return n;
-}
-
-// Both graphs on the same inputs: every output equal, bit for bit.
-void expect_same_results(const PrimGraph& graph, const PrimGraph& rewritten, const std::vector<const char*>& inputs) {
-  std::vector<PyRef> values;
-  std::vector<PyObject*> args;
-  for (const char* input : inputs) {
-    values.push_back(test::eval(input));
-    args.push_back(values.back().get());
-  }
-  runtime::PrimExecutor want_run(std::make_shared<PrimGraph>(graph));
-  runtime::PrimExecutor got_run(std::make_shared<PrimGraph>(rewritten));
-  PyRef want = PyRef::steal(want_run.run(args.data()));
-  PyRef got = PyRef::steal(got_run.run(args.data()));
-  ASSERT_TRUE(want && got) << test::take_error();
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(want.get()); ++i) {
-    PyRef same = PyRef::steal(PyObject_CallMethod(PyTuple_GET_ITEM(got.get(), i), "equal", "O",
-                                                  PyTuple_GET_ITEM(want.get(), i)));
-    ASSERT_TRUE(same) << test::take_error();
-    EXPECT_EQ(same.get(), Py_True) << "output " << i;
-  }
 }
 
 // A layer_norm backward's shape: a row reduction and a column reduction
@@ -89,7 +59,7 @@ TEST(RecomputeOutputs, AConversionTwoReductionsNeedIsComputedInBothKernels) {
   EXPECT_EQ(schedule_kernels(rewritten).size(), 2u);
   PrimGraph again;
   EXPECT_FALSE(recompute_kernel_outputs(rewritten, schedule_kernels(rewritten), &again));
-  expect_same_results(graph, rewritten,
+  test::expect_same_results(graph, rewritten,
                       {"torch.randn(64, 48)", "torch.randn(64, 48).bfloat16()", "torch.randn(48)"});
 }
 

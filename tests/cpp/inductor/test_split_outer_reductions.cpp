@@ -2,17 +2,13 @@
 // reductions]): which reductions split, the graph they become, and that
 // the split graph computes what the original does (run by PrimExecutor on
 // CPU tensors; the pass reads only metadata).
-#include <Python.h>
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <vector>
 
 #include "inductor/split_outer_reductions.h"
 #include "prims/prim_builder.h"
-#include "runtime/aten_bridge.h"
-#include "runtime/prim_executor.h"
-#include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/inductor/graph_pass_test_util.h"
 
 namespace kiln::inductor {
 namespace {
@@ -22,46 +18,12 @@ using prims::Prim;
 using prims::PrimArg;
 using prims::PrimBuilder;
 using prims::PrimGraph;
-using test::PyRef;
 
 graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype = DType::Float32) {
-  graph::TensorMeta m;
-  m.sizes = sizes;
-  int64_t stride = 1;
-  m.strides.assign(sizes.size(), 1);
-  for (size_t i = sizes.size(); i-- > 0;) {
-    m.strides[i] = stride;
-    stride *= sizes[i];
-  }
-  m.dtype = dtype;
-  return m;
+  return test::tensor_meta(std::move(sizes), dtype);
 }
 
-int count(const PrimGraph& graph, Prim prim) {
-  int n = 0;
-  for (const auto& node : graph.nodes()) n += node.prim == prim;
-  return n;
-}
-
-PyRef run(const PrimGraph& graph, PyObject* input) {
-  runtime::PrimExecutor executor(std::make_shared<PrimGraph>(graph));
-  PyRef out = PyRef::steal(executor.run(&input));
-  if (!out) ADD_FAILURE() << test::take_error();
-  return out;
-}
-
-// True when tensors a and e have one shape and allclose values (the split
-// sums associate differently).
-bool close(PyObject* a, PyObject* e) {
-  PyRef ns = PyRef::steal(PyDict_New());
-  PyDict_SetItemString(ns.get(), "torch", test::eval("torch").get());
-  PyDict_SetItemString(ns.get(), "a", a);
-  PyDict_SetItemString(ns.get(), "e", e);
-  PyRef same = PyRef::steal(PyRun_String("a.shape == e.shape and torch.allclose(a, e, rtol=1e-5, atol=1e-4)",
-                                         Py_eval_input, ns.get(), ns.get()));
-  if (!same) ADD_FAILURE() << test::take_error();
-  return same.get() == Py_True;
-}
+int count(const PrimGraph& graph, Prim prim) { return test::count_prims(graph, prim); }
 
 TEST(SplitOuterReductions, TallSumsAndExtremesSplitRowReductionsDoNot) {
   PrimGraph graph;
@@ -77,17 +39,10 @@ TEST(SplitOuterReductions, TallSumsAndExtremesSplitRowReductionsDoNot) {
   EXPECT_EQ(count(split, Prim::Sum), 3);
   EXPECT_EQ(count(split, Prim::Amax), 2);
   EXPECT_EQ(count(split, Prim::View), 2);
-  for (size_t i = 0; i < graph.outputs().size(); ++i) {
-    EXPECT_EQ(split.value(split.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
-  }
   // A second pass finds nothing left to split.
   PrimGraph again;
   EXPECT_FALSE(split_outer_reductions(split, &again));
-  PyRef input = test::eval("torch.randn(4096, 24)");
-  PyRef want = run(graph, input.get()), got = run(split, input.get());
-  for (Py_ssize_t i = 0; i < 3; ++i) {
-    EXPECT_TRUE(close(PyTuple_GET_ITEM(got.get(), i), PyTuple_GET_ITEM(want.get(), i))) << i;
-  }
+  test::expect_same_results(graph, split, {"torch.randn(4096, 24)"}, /*exact=*/false);
 }
 
 TEST(SplitOuterReductions, ReductionsOverSeveralDimsSplitAtTheOutermost) {
@@ -101,13 +56,8 @@ TEST(SplitOuterReductions, ReductionsOverSeveralDimsSplitAtTheOutermost) {
     ASSERT_TRUE(split_outer_reductions(graph, &split));
     EXPECT_EQ(count(split, Prim::Sum), 4);
     EXPECT_EQ(count(split, Prim::Amin), 2);
-    PyRef input = test::eval("torch.randn(64, 256, 24)");
-    PyRef want = run(graph, input.get()), got = run(split, input.get());
-    for (Py_ssize_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(split.value(split.outputs()[i]).meta, graph.value(graph.outputs()[i]).meta) << i;
-      EXPECT_TRUE(close(PyTuple_GET_ITEM(got.get(), i), PyTuple_GET_ITEM(want.get(), i)))
-          << i << " keepdim " << keepdim;
-    }
+    SCOPED_TRACE(keepdim ? "keepdim" : "no keepdim");
+    test::expect_same_results(graph, split, {"torch.randn(64, 256, 24)"}, /*exact=*/false);
   }
 }
 
