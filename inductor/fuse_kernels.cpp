@@ -394,10 +394,9 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
   }
   const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
   if (on_cpu || on_cuda) groups = schedule_kernels(graph);
-  // Note [Recomputed kernel outputs]: the rewritten graph is scheduled
-  // again. CPU kernels only until the CUDA kernels' gain is measured.
+  // Note [Recomputed kernel outputs]: the rewritten graph is scheduled again.
   if (prims::PrimGraph recomputed;
-      on_cpu && recomputes > 0 && recompute_kernel_outputs(graph, groups, &recomputed)) {
+      (on_cpu || on_cuda) && recomputes > 0 && recompute_kernel_outputs(graph, groups, &recomputed)) {
     KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << graph.nodes().size() << " -> "
                                                                       << recomputed.nodes().size() << " nodes");
     return fuse_graph(recomputed, targets, recomputes - 1);

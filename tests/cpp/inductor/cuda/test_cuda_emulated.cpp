@@ -16,6 +16,7 @@
 
 #include "inductor/cuda/cuda_source.h"
 #include "inductor/lower_group.h"
+#include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
@@ -121,13 +122,18 @@ void expect_close(const PyRef& ns, PyObject* actual, const std::string& expected
   }
 }
 
+// What check does to the built graph before its final schedule.
+enum class Rewrite { None, RecomputeOutputs };
+
 // Builds a graph over the named tensors whose outputs `build` returns,
-// schedules it (expecting `kernels` groups), runs each kernel's entries on
-// the host in graph order, and compares each graph output with the
-// matching torch expression.
+// rewrites it as `rewrite` says (which must change it), schedules it
+// (expecting `kernels` groups), runs each kernel's entries on the host in
+// graph order, and compares each graph output with the matching torch
+// expression.
 void check(const std::vector<std::string>& names,
            const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
-           const std::vector<std::string>& torch_exprs, Tolerance tol = {}, size_t kernels = 1) {
+           const std::vector<std::string>& torch_exprs, Tolerance tol = {}, size_t kernels = 1,
+           Rewrite rewrite = Rewrite::None) {
   SCOPED_TRACE(torch_exprs.front());
   PyRef ns = tensors();
   PrimGraph graph;
@@ -140,8 +146,14 @@ void check(const std::vector<std::string>& names,
     runtime::read_tensor_meta(values.back().get(), &meta);
     ids.push_back(graph.add_input(meta));
   }
-  const std::vector<int> outs = build(builder, ids);
-  graph.set_outputs(outs);
+  graph.set_outputs(build(builder, ids));
+  if (rewrite == Rewrite::RecomputeOutputs) {
+    PrimGraph rewritten;
+    ASSERT_TRUE(recompute_kernel_outputs(graph, schedule_kernels(graph), &rewritten)) << prims::format_prim_graph(graph);
+    ASSERT_EQ(rewritten.inputs(), graph.inputs());  // the input tensors keep their value ids
+    graph = std::move(rewritten);
+  }
+  const std::vector<int> outs = graph.outputs();
   const std::vector<KernelGroup> groups = schedule_kernels(graph);
   ASSERT_EQ(groups.size(), kernels) << prims::format_prim_graph(graph);
   values.resize(graph.values().size());
@@ -362,6 +374,23 @@ TEST(CudaEmulated, SoftmaxThenLayerNormWithStatistics) {
          "torch.softmax(k4, 1).mean(1, keepdim=True)",
          "(torch.softmax(k4, 1).var(1, unbiased=False, keepdim=True) + 1e-5).rsqrt()"},
         {2e-4, 1e-5});
+}
+
+// A layer_norm backward's shape (Note [Recomputed kernel outputs]): the
+// column kernel recomputes the float32 gradient from the bfloat16 one
+// instead of reading what the row kernel stored.
+TEST(CudaEmulated, RecomputedKernelOutputs) {
+  KILN_REQUIRE_HOST_COMPILER();
+  check({"v1", "bf", "row"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int gf = b.convert(in[1], graph::DType::Float32);
+          const int scaled = b.binary(Prim::Mul, v(gf), v(in[2]));
+          const int rows = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(scaled), v(in[0])), {1}, true);
+          const int columns = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(gf), v(in[0])), {0}, false);
+          return std::vector<int>{b.binary(Prim::Sub, v(scaled), v(rows)), columns};
+        },
+        {"bf.float() * row - (bf.float() * row * v1).sum(1, keepdim=True)", "(bf.float() * v1).sum(0)"},
+        {1e-5, 1e-4}, 2, Rewrite::RecomputeOutputs);
 }
 
 // Like check, for a graph of one kernel: every launch configuration of
