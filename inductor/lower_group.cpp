@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "inductor/simplify_casts.h"
+
 namespace kiln::inductor {
 namespace {
 
@@ -161,6 +163,7 @@ LoweredKernel lower_group(const PrimGraph& graph, const KernelGroup& group) {
     k.add_output(std::move(output));
     out.outputs.push_back(value);
   }
+  simplify_casts(k);
   choose_loop_order(k);
   coalesce_dims(k);
   const std::string problem = verify(k);

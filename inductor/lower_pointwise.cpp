@@ -4,6 +4,8 @@
 #include <optional>
 #include <set>
 
+#include "inductor/simplify_casts.h"
+
 namespace kiln::inductor {
 
 using prims::PrimGraph;
@@ -87,6 +89,7 @@ LoweredKernel lower_pointwise(const PrimGraph& graph, const PointwiseGroup& grou
   const int value = lowering.emit(result, identity);
   out.kernel.add_output(KernelOutput{meta.dtype, meta.strides, value, false, {}, {}});
   out.outputs.push_back(result);
+  simplify_casts(out.kernel);
   const std::string problem = verify(out.kernel);
   if (!problem.empty()) throw LoweringError("lowered kernel is invalid: " + problem);
   return out;
