@@ -51,7 +51,12 @@ namespace kiln::inductor::cuda {
 // expressions of stage k (each thread its share of the reduced points,
 // then combined so every thread of the row holds the result), the outputs
 // constant along the reduced dims are stored once per row (by the row's
-// thread 0), and a last pass stores the outputs that vary along them.
+// thread 0), and a last pass stores the outputs that vary along them and
+// read a reduction. Outputs that vary and read none (the activation
+// gradient beside a bias gradient's column sum) are stored by phase 1,
+// which computes them anyway: a tile row, whose loop keeps nothing in
+// registers, would otherwise compute them twice (GELU's backward: erf and
+// exp per point, twice, made session 8's kernel compute-bound).
 // Values constant along the reduced dims are computed once per row,
 // outside the loops over reduced points. When a row has at most 8 points
 // per thread ("persistent" rows: softmax, layer_norm over 4096 with 512
@@ -714,10 +719,32 @@ std::string Writer::write_rows(const std::string& name, int width) {
   for (size_t id = 0; id < count; ++id) {
     if (k_.exprs[id].kind == ExprKind::Reduce) need(k_.exprs[id].operands[0], stage_[id]);
   }
+  // The pass storing each full output: 1 when it reads no reduction,
+  // else the last (0: stored once per row).
+  std::vector<int> store_pass(k_.outputs.size(), 0);
   for (size_t i = 0; i < k_.outputs.size(); ++i) {
-    if (output_is_full(i)) need(k_.outputs[i].value, phases + 1);
+    if (!output_is_full(i)) continue;
+    store_pass[i] = phases >= 1 && stage_[k_.outputs[i].value] == 0 ? 1 : phases + 1;
+    need(k_.outputs[i].value, store_pass[i]);
   }
   std::vector<std::string> persisted(count, "");
+  // Stores the full outputs of pass `pass` at the point of context c.
+  auto store_full = [&](int pass, Context& c, Scope& point, int width) {
+    for (size_t i = 0; i < k_.outputs.size(); ++i) {
+      if (store_pass[i] != pass) continue;
+      const std::string v = value(k_.outputs[i].value, c);
+      const size_t op = k_.inputs.size() + i;
+      if (width > 0) {
+        const KernelOutput& out = k_.outputs[i];
+        std::string cast = cast_text(v, k_.exprs[out.value].dtype, out.dtype);
+        if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
+        point.code += point.indent + "y" + std::to_string(i) + ".v[j] = " + cast + ";\n";
+      } else {
+        point.code += point.indent + (guarded_ ? "if (kiln_valid) " : "") +
+                      store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
+      }
+    }
+  };
 
   // One loop over the row's points of this thread; body(point context)
   // appends statements to the point scope. Returns the loop's text.
@@ -779,7 +806,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
                        o + " + r0);\n";
       }
       for (size_t i = 0; i < k_.outputs.size(); ++i) {
-        if (phase <= phases || !output_is_full(i)) continue;
+        if (store_pass[i] != phase) continue;
         const std::string type = std::string("kiln_vec<") + storage_type(k_.outputs[i].dtype) + ", " + w + ">";
         const std::string o = std::to_string(i), op = std::to_string(k_.inputs.size() + i);
         vector_head += at + type + " y" + o + ";\n";
@@ -838,6 +865,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
         const std::string acc = "a" + std::to_string(id);
         point.code += point.indent + acc + " = " + combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, x) + ";\n";
       }
+      store_full(phase, c, point, width);
     });
     row.code += accs + body;
     // Combine the row's threads: every thread ends with the row's result.
@@ -906,10 +934,10 @@ std::string Writer::write_rows(const std::string& name, int width) {
   once.varies = &varies_;
   once.load = [](int input, bool) { return "in" + std::to_string(input) + "[b" + std::to_string(input) + "]"; };
   std::string stores;
-  bool any_full = false;
+  bool any_last = false;
   for (size_t i = 0; i < k_.outputs.size(); ++i) {
     if (output_is_full(i)) {
-      any_full = true;
+      any_last = any_last || store_pass[i] == phases + 1;
       continue;
     }
     const std::string v = value(k_.outputs[i].value, once);
@@ -919,23 +947,8 @@ std::string Writer::write_rows(const std::string& name, int width) {
     const std::string only = guarded_ ? "kiln_t == 0 && kiln_valid" : "kiln_t == 0";
     row.code += tpr_ > 1 ? row.indent + "if (" + only + ") {\n" + stores + row.indent + "}\n" : stores;
   }
-  if (any_full) {
-    row.code += loop(phases + 1, [&](Context& c, Scope& point) {
-      for (size_t i = 0; i < k_.outputs.size(); ++i) {
-        if (!output_is_full(i)) continue;
-        const std::string v = value(k_.outputs[i].value, c);
-        const size_t op = k_.inputs.size() + i;
-        if (width > 0) {
-          const KernelOutput& out = k_.outputs[i];
-          std::string cast = cast_text(v, k_.exprs[out.value].dtype, out.dtype);
-          if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
-          point.code += point.indent + "y" + std::to_string(i) + ".v[j] = " + cast + ";\n";
-        } else {
-          point.code += point.indent + (guarded_ ? "if (kiln_valid) " : "") +
-                        store(i, v, "b" + std::to_string(op) + offset_terms(op, reduced_, "j"));
-        }
-      }
-    });
+  if (any_last) {
+    row.code += loop(phases + 1, [&](Context& c, Scope& point) { store_full(phases + 1, c, point, width); });
   }
   text += row.code + "  }\n}\n";
   return text;

@@ -542,6 +542,23 @@ TEST(CudaEmulated, OuterReductionsSplitOverThreads) {
         {"torch.softmax(taller, 0)"}, {1e-5, 1e-6});
 }
 
+// Phase 1 stores an output that reads no reduction (Note [CUDA kernels]):
+// GELU's result beside its column sum (a tile row, split over threads),
+// and beside its row sum (warp rows, scalar and vector entries).
+TEST(CudaEmulated, OutputsBesideTheirReductionsAreStoredByPhaseOne) {
+  KILN_REQUIRE_HOST_COMPILER();
+  for (int64_t dim : {0, 1}) {
+    SCOPED_TRACE(dim);
+    check({"tall"},
+          [dim](PrimBuilder& b, const std::vector<int>& in) {
+            const int g = gelu(b, in[0]);
+            return std::vector<int>{g, b.reduce(Prim::Sum, g, {dim}, false)};
+          },
+          {"torch.nn.functional.gelu(tall)", "torch.nn.functional.gelu(tall).sum(" + std::to_string(dim) + ")"},
+          {1e-5, 1e-4});
+  }
+}
+
 TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {
   KILN_REQUIRE_HOST_COMPILER();
   check({"big"},

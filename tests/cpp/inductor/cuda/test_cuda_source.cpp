@@ -260,6 +260,14 @@ TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
   });
   EXPECT_TRUE(has(wide[0], "__syncthreads"));
   EXPECT_TRUE(has(wide[0], "r += 8)"));
+  // An output beside the sum, reading no reduction, is stored by the
+  // sum's loop: one loop, one erf per point.
+  const auto beside = compile({cuda_meta(DType::Float32, {256, 1536})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    const int e = b.unary(Prim::Erf, in[0]);
+    return std::vector<int>{e, b.reduce(Prim::Sum, e, {0}, false)};
+  });
+  EXPECT_EQ(count(beside[0], "erff("), 1u) << beside[0].text;
+  EXPECT_EQ(count(beside[0], "r < 256; r += 8)"), 1u) << beside[0].text;
   // Short columns: one thread each, looping alone.
   const auto shallow = compile({cuda_meta(DType::Float32, {40, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
     return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
