@@ -55,6 +55,19 @@ uint8_t exact_constant(double c) {
   return bits;
 }
 
+// True for ops whose result is one of their operands' values, or its
+// negation or magnitude: exact wherever those operands are.
+bool yields_an_operand(const Expr& e) {
+  switch (e.kind) {
+    case ExprKind::Select: return true;
+    case ExprKind::Unary: return e.op == static_cast<int8_t>(UnaryOp::Neg) || e.op == static_cast<int8_t>(UnaryOp::Abs);
+    case ExprKind::Binary:
+      return e.op == static_cast<int8_t>(BinaryOp::Maximum) || e.op == static_cast<int8_t>(BinaryOp::Minimum);
+    case ExprKind::Reduce: return e.op == static_cast<int8_t>(ReduceOp::Max) || e.op == static_cast<int8_t>(ReduceOp::Min);
+    default: return false;
+  }
+}
+
 bool is_cast_from(const Kernel& k, int id, DType from, DType to) {
   const Expr& e = k.exprs[id];
   return e.kind == ExprKind::Cast && e.dtype == to && k.exprs[e.operands[0]].dtype == from;
@@ -95,7 +108,7 @@ void simplify_casts(Kernel& k) {
     for (int& operand : e.operands) operand = same[operand];
     same[id] = static_cast<int>(id);
     if (e.dtype != DType::Float32 && !storage_bit(e.dtype)) continue;
-    auto exact_of = [&](int operand) { return exact[e.operands[operand]]; };
+    auto exact_of = [&](size_t operand) { return exact[e.operands[operand]]; };
     switch (e.kind) {
       case ExprKind::Cast: {
         const int from = e.operands[0];
@@ -115,25 +128,12 @@ void simplify_casts(Kernel& k) {
       case ExprKind::Constant:
         if (e.dtype == DType::Float32) exact[id] = exact_constant(e.constant);
         break;
-      case ExprKind::Select:
-        exact[id] = exact_of(1) & exact_of(2);
-        break;
-      case ExprKind::Unary:
-        if (e.op == static_cast<int8_t>(UnaryOp::Neg) || e.op == static_cast<int8_t>(UnaryOp::Abs)) {
-          exact[id] = exact_of(0);
-        }
-        break;
-      case ExprKind::Binary:
-        if (e.op == static_cast<int8_t>(BinaryOp::Maximum) || e.op == static_cast<int8_t>(BinaryOp::Minimum)) {
-          exact[id] = exact_of(0) & exact_of(1);
-        }
-        break;
-      case ExprKind::Reduce:
-        if (e.op == static_cast<int8_t>(ReduceOp::Max) || e.op == static_cast<int8_t>(ReduceOp::Min)) {
-          exact[id] = exact_of(0);
-        }
-        break;
       default:
+        if (yields_an_operand(e)) {
+          // A select's condition (operand 0) is no value it yields.
+          exact[id] = kExactBFloat16 | kExactFloat16;
+          for (size_t i = e.kind == ExprKind::Select ? 1 : 0; i < e.operands.size(); ++i) exact[id] &= exact_of(i);
+        }
         break;
     }
     changed |= same[id] != static_cast<int>(id);
