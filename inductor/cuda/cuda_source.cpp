@@ -729,7 +729,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
   }
   std::vector<std::string> persisted(count, "");
   // Stores the full outputs of pass `pass` at the point of context c.
-  auto store_full = [&](int pass, Context& c, Scope& point, int width) {
+  auto store_full = [&](int pass, Context& c, Scope& point) {
     for (size_t i = 0; i < k_.outputs.size(); ++i) {
       if (store_pass[i] != pass) continue;
       const std::string v = value(k_.outputs[i].value, c);
@@ -865,7 +865,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
         const std::string acc = "a" + std::to_string(id);
         point.code += point.indent + acc + " = " + combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, x) + ";\n";
       }
-      store_full(phase, c, point, width);
+      store_full(phase, c, point);
     });
     row.code += accs + body;
     // Combine the row's threads: every thread ends with the row's result.
@@ -948,7 +948,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
     row.code += tpr_ > 1 ? row.indent + "if (" + only + ") {\n" + stores + row.indent + "}\n" : stores;
   }
   if (any_last) {
-    row.code += loop(phases + 1, [&](Context& c, Scope& point) { store_full(phases + 1, c, point, width); });
+    row.code += loop(phases + 1, [&](Context& c, Scope& point) { store_full(phases + 1, c, point); });
   }
   text += row.code + "  }\n}\n";
   return text;
