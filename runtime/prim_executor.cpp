@@ -1,6 +1,9 @@
 #include "runtime/prim_executor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -8,8 +11,10 @@
 #include "prims/type_promotion.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
+#include "runtime/log.h"
 #include "runtime/py_ref.h"
 #include "runtime/small_buffer.h"
+#include "runtime/stopwatch.h"
 
 namespace kiln::runtime {
 
@@ -29,6 +34,7 @@ using prims::ScalarKind;
 // (`then(result, *then_args)`: uniform_ on a fresh tensor, a reshape after
 // prod). The run loop is the same for every prim.
 struct PrimExecutor::Step {
+  std::string label;         // what KILN_LOGS=perf's run profile calls it
   PyRef callable;
   std::vector<Arg> args;     // positional, then keyword values
   size_t positional = 0;
@@ -40,6 +46,47 @@ struct PrimExecutor::Step {
 };
 
 namespace {
+
+// Note [Executor run profile]
+// With KILN_LOGS=perf each run logs where its host time went, by step
+// label (the prim, or an extern's callable type: CUDA and CPU kernels), so
+// a host-bound compiled step shows which calls to make cheaper. Off, the
+// run pays one flag test a step.
+class RunProfile {
+ public:
+  explicit RunProfile(size_t steps) : steps_(steps) {}
+
+  // Adds `ms` spent in a step labelled `label`.
+  void add(const std::string& label, double ms) {
+    for (Entry& e : entries_) {
+      if (e.label == &label || *e.label == label) {
+        e.ms += ms;
+        ++e.count;
+        return;
+      }
+    }
+    entries_.push_back(Entry{&label, ms, 1});
+  }
+
+  // One line: the run's total, then the labels by time spent.
+  std::string summary(double total_ms) {
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.ms > b.ms; });
+    std::ostringstream out;
+    out.precision(1);
+    out << std::fixed << "prim executor run: " << steps_ << " steps, " << total_ms * 1e3 << " us";
+    for (const Entry& e : entries_) out << "; " << *e.label << " " << e.ms * 1e3 << " us x" << e.count;
+    return out.str();
+  }
+
+ private:
+  struct Entry {
+    const std::string* label;
+    double ms;
+    int count;
+  };
+  size_t steps_;
+  std::vector<Entry> entries_;
+};
 
 [[noreturn]] void unsupported(int node, const PrimNode& n, const std::string& why) {
   throw PrimExecutorError("prim executor: node " + std::to_string(node) + " (" +
@@ -222,6 +269,7 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
     const PrimAttrs& a = node.attrs;
     Step& step = steps_[n];
     step.outputs = node.outputs;
+    step.label = node.prim == Prim::Extern && a.target ? Py_TYPE(a.target)->tp_name : prims::prim_name(node.prim);
     std::vector<std::pair<const char*, Arg>> kwargs;
     auto in = [&](size_t i) -> int {
       if (i >= node.args.size() || !node.args[i].is_value()) unsupported(n, node, "expected a tensor operand");
@@ -549,7 +597,13 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     set_grad_mode(grad_mode);
     return false;
   };
+  const bool profiled = log_enabled(LogChannel::perf);
+  std::optional<RunProfile> profile;
+  if (profiled) profile.emplace(steps_.size());
+  const Stopwatch run_clock;
   for (const Step& step : steps_) {
+    std::optional<Stopwatch> step_clock;
+    if (profiled) step_clock.emplace();
     const size_t arg_count = step.args.size();
     SmallBuffer<16> arg_buffer(arg_count);
     PyObject** call_args = arg_buffer.data();
@@ -596,7 +650,9 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
       Py_DECREF(result);
     }
     for (int dead : step.release_after) Py_CLEAR(values[dead]);
+    if (profiled) profile->add(step.label, step_clock->ms());
   }
+  if (profiled) KILN_LOG(perf, profile->summary(run_clock.ms()));
   return true;
 }
 

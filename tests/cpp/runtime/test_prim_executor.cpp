@@ -12,6 +12,7 @@
 
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/log.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
@@ -263,6 +264,36 @@ TEST(PrimExecutor, ReleasesValuesAfterTheirLastUseAndInputsAfterTheCall) {
   PyRef expected = eval("-(torch.ones(3) * 2)");
   EXPECT_TRUE(test::torch_equal(held.get(), expected.get()));
   EXPECT_EQ(Py_REFCNT(x.get()), before);
+}
+
+// Note [Executor run profile]: KILN_LOGS=perf logs each run's host time by
+// step label, extern callables by their type.
+TEST(PrimExecutor, PerfLogsWhereARunsTimeWent) {
+  PyRef probe = probe_module();
+  PyRef make = test::item(probe, "make");
+  PyRef x = eval("torch.ones(3, 4)");
+  auto graph = std::make_shared<PrimGraph>();
+  PrimBuilder b(*graph);
+  const graph::TensorMeta m = meta_of(x.get());
+  const int in = graph->add_input(m);
+  const int made = b.extern_call(make.get(), "make", {graph::Arg::of_node(in)}, {}, {m})[0];
+  const int neg = b.unary(Prim::Neg, made);
+  graph->set_outputs({b.binary(Prim::Add, PrimArg::of_value(neg), PrimArg::of_value(b.unary(Prim::Neg, neg)))});
+  PrimExecutor executor(graph);
+  ASSERT_EQ(set_log_channels("perf"), "");
+  testing::internal::CaptureStderr();
+  PyRef result = run(executor, {x});
+  const std::string log = testing::internal::GetCapturedStderr();
+  set_log_channels("");
+  ASSERT_TRUE(result);
+  EXPECT_THAT(log, testing::HasSubstr("prim executor run: 4 steps, "));
+  EXPECT_THAT(log, testing::HasSubstr("; neg "));
+  EXPECT_THAT(log, testing::HasSubstr(" us x2"));
+  EXPECT_THAT(log, testing::HasSubstr("; add "));
+  EXPECT_THAT(log, testing::HasSubstr("; function "));  // the probe's make, a Python function
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(run(executor, {x}));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // perf off: no line
 }
 
 TEST(PrimExecutor, AnOpRaisingReturnsNullAndLeaksNothing) {
