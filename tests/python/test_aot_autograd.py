@@ -436,3 +436,37 @@ def test_slice_gradients_are_joined_by_cat(fn, capfd):
     torch.testing.assert_close(x.grad, xe.grad)
     backward = log[log.index("backward graph"):]
     assert "cat(" in backward and "index_put" not in backward, backward
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_weight_gradients_arrive_in_the_weights_layout(backend):
+    # A Linear multiplies by W^T, a column-major view: its gradient is
+    # computed column-major, so W's gradient arrives in W's own layout and
+    # autograd does not copy it (session 8's GPT profile).
+    model = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.Linear(16, 5))
+    eager = copy.deepcopy(model)
+    x = torch.randn(3, 7, 12)
+    other_layout = []
+    for name, p in model.named_parameters():
+        p.register_hook(lambda g, name=name, p=p: other_layout.append(name) if g.stride() != p.stride() else None)
+    kiln.compile(model, backend=backend)(x).square().sum().backward()
+    eager(x).square().sum().backward()
+    assert other_layout == []
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_transposed_operand_gets_its_gradient_in_its_layout():
+    # q @ k^T (attention's scores): k's gradient comes back in k's layout.
+    q = torch.randn(2, 3, 6, 4, requires_grad=True)
+    k = torch.randn(2, 3, 6, 4, requires_grad=True)
+    qe, ke = (t.detach().clone().requires_grad_() for t in (q, k))
+    seen = []
+    k.register_hook(lambda g: seen.append(g.stride()))
+    q.register_hook(lambda g: seen.append(g.stride()))
+    fn = lambda a, b: (a @ b.transpose(-2, -1)).softmax(-1)
+    kiln.compile(fn, backend="aot_eager")(q, k).sum().backward()
+    fn(qe, ke).sum().backward()
+    assert sorted(seen) == sorted([k.stride(), q.stride()])
+    torch.testing.assert_close(q.grad, qe.grad)
+    torch.testing.assert_close(k.grad, ke.grad)
