@@ -81,9 +81,8 @@ struct KernelCall {
 
 // `tensor` in the layout of `meta`: itself when it has it, else a copy.
 PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
-  graph::TensorMeta actual;
-  runtime::read_tensor_meta(tensor, &actual);
-  if (actual.sizes == meta.sizes && actual.strides == meta.strides) return PyRef::borrow(tensor);
+  // Checked without building a meta: this runs for every input of every launch.
+  if (runtime::tensor_has_layout(tensor, meta)) return PyRef::borrow(tensor);
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
   PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.sizes.size())));
   PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.strides.size())));
