@@ -110,10 +110,19 @@ std::vector<int> vjp_index(prims::PrimBuilder& b, const NodeView& view,
         out[0] = g;  // a 0-dim x has one element, read once
         return out;
       }
-      const int index = b.reshape(cast_to(b, in[1], graph::DType::Int64), {prims::numel(b.meta(in[1]).sizes)});
-      std::vector<std::optional<int>> indices(attrs.dim, std::nullopt);
-      indices.push_back(index);
-      out[0] = b.index_put(zeros_like(b, xm), indices, g, true);
+      // Each row read sends its gradient back, repeats summed: a scatter_add
+      // of g along dim with the index broadcast over g, as torch's
+      // index_select backward adds by index. index_select took no negative
+      // index, so none reaches it. (An accumulating index_put would sort
+      // the indices to add repeats in a fixed order: several launches and
+      // 0.2-0.3 ms of host time for the GPT benchmark's embedding; a
+      // scatter_add adds with atomics on CUDA, as torch.compile's
+      // generated one does.)
+      const graph::TensorMeta gm = b.meta(g);
+      std::vector<int64_t> along(gm.sizes.size(), 1);
+      along[attrs.dim] = gm.sizes[attrs.dim];
+      const int index = b.expand(b.reshape(cast_to(b, in[1], graph::DType::Int64), along), gm.sizes);
+      out[0] = b.scatter(zeros_like(b, xm), attrs.dim, index, v(g), true);
       return out;
     }
     case Prim::IndexPut: {

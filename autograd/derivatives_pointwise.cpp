@@ -3,6 +3,7 @@
 
 #include "autograd/derivatives_family.h"
 #include "autograd/grad_helpers.h"
+#include "prims/common_meta.h"
 
 namespace kiln::autograd {
 
@@ -12,6 +13,18 @@ namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+
+// Note [Division after the sum]
+// The gradient of c in y = a / c is sum_to(-g * y / c): summed down to c's
+// sizes when c was broadcast. Softmax decomposes to e / sum(e), so its
+// backward divided every element by the row sum a second time, and IEEE
+// division is what bounded that kernel on the GPU (softmax backward was
+// instruction-bound). Since c is one value along the summed dims,
+// -sum_to(g * y) / c is the same quantity with one division per element of
+// c. It rounds differently (a sum, then one division) from eager's
+// -g * a / (c * c) per element, as the per-element form did too; both
+// stay within the tests' tolerances against eager. Only same-dtype c
+// takes the short form, so the division never runs in a narrower type.
 
 // The gradient of unary y = f(x), given g = dL/dy.
 int unary_vjp(prims::PrimBuilder& b, Prim prim, int x, int y, int g) {
@@ -157,8 +170,18 @@ std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
       return out;
     case Prim::Div:
       if (want(0)) out[0] = to_input(0, div(v(g), c));
-      // d(a/c)/dc = -a/c^2 = -y/c
-      if (want(1)) out[1] = to_input(1, b.unary(Prim::Neg, div(v(mul(v(g), v(y))), c)));
+      // d(a/c)/dc = -a/c^2 = -y/c. A broadcast c (softmax's row sum) is one
+      // value along the dims summed away, so the division moves out of the
+      // sum: one per element of c, not per element of y (Note [Division
+      // after the sum]).
+      if (want(1)) {
+        const graph::TensorMeta cm = b.meta(in[1]);
+        if (prims::numel(cm.sizes) < prims::numel(b.meta(y).sizes) && cm.dtype == b.meta(y).dtype) {
+          out[1] = b.unary(Prim::Neg, div(v(to_input(1, mul(v(g), v(y)))), c));
+        } else {
+          out[1] = to_input(1, b.unary(Prim::Neg, div(v(mul(v(g), v(y))), c)));
+        }
+      }
       return out;
     case Prim::Pow: {
       if (want(0)) out[0] = to_input(0, pow_base_grad(b, g, a, c));

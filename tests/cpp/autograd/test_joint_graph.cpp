@@ -44,6 +44,53 @@ TEST(JointGraph, SoftmaxLikeChainWithAmaxAndViews) {
   expect_grads_match_torch(g, {kiln::test::eval("torch.randn(2, 3, 4, dtype=torch.float64)")}, {true});
 }
 
+// Note [Division after the sum]: softmax's backward (the decomposition of
+// prims/decompose_call.cpp) divides each element by the row sum once
+// (g / s); the sum's gradient divides once per row.
+TEST(JointGraph, SoftmaxBackwardDividesEachElementOnce) {
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({5, 7}));
+  const int m = b.reduce(Prim::Amax, x, {-1}, true);
+  g.stop_grad(m);  // as prims' softmax: the shift cancels
+  const int e = b.unary(Prim::Exp, b.binary(Prim::Sub, PrimArg::of_value(x), PrimArg::of_value(m)));
+  const int d = b.binary(Prim::Div, PrimArg::of_value(e), PrimArg::of_value(b.reduce(Prim::Sum, e, {-1}, true)));
+  g.set_outputs({d});
+  const JointGraph joint = build_joint_graph(g, {true});
+  int full_divisions = 0, row_divisions = 0;
+  for (const prims::PrimNode& node : joint.graph.nodes()) {
+    if (node.prim != Prim::Div) continue;
+    const std::vector<int64_t>& sizes = joint.graph.value(node.outputs[0]).meta.sizes;
+    if (sizes == std::vector<int64_t>{5, 7}) ++full_divisions;
+    if (sizes == std::vector<int64_t>{5, 1}) ++row_divisions;
+  }
+  EXPECT_EQ(full_divisions, 2);  // the forward's e / s, and the backward's g / s
+  EXPECT_EQ(row_divisions, 1);   // -sum(g * y) / s
+  expect_grads_match_torch(g, {kiln::test::eval("torch.randn(5, 7, dtype=torch.float64) * 4")}, {true});
+}
+
+// index_select's gradient (the embedding backward) scatter-adds: atomics
+// on CUDA, where an accumulating index_put would sort the indices.
+TEST(JointGraph, IndexSelectGradientIsAScatterAdd) {
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int table = g.add_input(f64({6, 3}));
+  const int ids = g.add_input(graph::TensorMeta{{2, 4}, {4, 1}, graph::DType::Int64});
+  const int rows = b.index_select(table, 0, b.reshape(ids, {8}));
+  g.set_outputs({b.binary(Prim::Mul, PrimArg::of_value(rows), PrimArg::of_value(rows))});
+  const JointGraph joint = build_joint_graph(g, {true, false});
+  int scatter_adds = 0, index_puts = 0;
+  for (const prims::PrimNode& node : joint.graph.nodes()) {
+    scatter_adds += node.prim == Prim::Scatter && node.attrs.accumulate;
+    index_puts += node.prim == Prim::IndexPut;
+  }
+  EXPECT_EQ(scatter_adds, 1);
+  EXPECT_EQ(index_puts, 0);
+  expect_grads_match_torch(g, {kiln::test::eval("torch.randn(6, 3, dtype=torch.float64)"),
+                               kiln::test::eval("torch.tensor([[0, 5, 2, 5], [5, 1, 0, 0]])")},
+                           {true, false});
+}
+
 TEST(JointGraph, InputsWithoutGradAndUnusedInputs) {
   prims::PrimGraph g;
   prims::PrimBuilder b(g);
