@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "inductor/bias_epilogues.h"
 #include "inductor/buffer_plan.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
@@ -383,6 +384,12 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
   // The target switch: CUDA kernels for a graph on one CUDA device.
   const int device = targets.cuda ? one_cuda_device(graph) : -1;
   const bool on_cuda = device >= 0 && cuda_kernels_available();
+  // Note [Bias epilogues]; the folded graph has no bias add left to fold.
+  if (prims::PrimGraph folded; on_cuda && fold_bias_into_matmuls(graph, &folded)) {
+    KILN_LOG(kernels, "bias adds folded into linear calls: " << graph.nodes().size() << " -> "
+                                                             << folded.nodes().size() << " nodes");
+    return fuse_graph(folded, targets, recomputes);
+  }
   // Note [Two-step outer reductions]; the split graph has none left to split.
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
     return fuse_graph(split, targets, recomputes);

@@ -408,7 +408,9 @@ std::vector<int> node_reads(const PrimNode& node) {
 // with the call: those before it run before it, those after it after it.
 // The scheduler treats these pairs as edges when it keeps groups acyclic
 // (no group can hold nodes on both sides of a write), and the kernel-node
-// graph keeps them when it orders kernels (Note [Kernel nodes]).
+// graph keeps them when it orders kernels (Note [Kernel nodes]). An extern
+// marked pure (PrimAttrs::extern_pure: kiln's own calls of functional torch
+// ops, Note [Bias epilogues]) writes nothing and aliases nothing.
 std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
   const int values = static_cast<int>(graph.values().size());
   std::vector<int> parent(values);
@@ -419,7 +421,8 @@ std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
   std::vector<int> externs;
   for (int n = 0; n < count; ++n) {
     const PrimNode& node = graph.node(n);
-    const bool aliases = node.prim == prims::Prim::Extern || prims::prim_info(node.prim).family == prims::Family::View;
+    const bool aliases = (node.prim == prims::Prim::Extern && !node.attrs.extern_pure) ||
+                         prims::prim_info(node.prim).family == prims::Family::View;
     if (!aliases) continue;
     if (node.prim == prims::Prim::Extern) externs.push_back(n);
     for (int read : node_reads(node)) {

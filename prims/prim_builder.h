@@ -94,11 +94,13 @@ class PrimBuilder {
   // reference to target). Node refs in args are value ids of this graph;
   // `metas` are the outputs' metadata, given by the caller (one output: the
   // call's result; several: the items of the tuple it returns; none: the
-  // call is kept for its effect). Returns the output value ids.
+  // call is kept for its effect). `pure`: the call writes none of its
+  // arguments and returns fresh tensors (PrimAttrs::extern_pure). Returns
+  // the output value ids.
   std::vector<int> extern_call(PyObject* target, std::string target_name,
                                std::vector<graph::Arg> args,
                                std::vector<std::pair<std::string, graph::Arg>> kwargs,
-                               const std::vector<graph::TensorMeta>& metas);
+                               const std::vector<graph::TensorMeta>& metas, bool pure = false);
 
  private:
   PrimGraph& graph_;

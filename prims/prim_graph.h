@@ -70,6 +70,9 @@ struct PrimAttrs {
   std::string target_name;
   std::vector<graph::Arg> extern_args;
   std::vector<std::pair<std::string, graph::Arg>> extern_kwargs;
+  // Extern: the call writes none of its arguments and returns fresh
+  // tensors (Note [Extern writes] orders nothing around it).
+  bool extern_pure = false;
 
   PrimAttrs() = default;
   PrimAttrs(const PrimAttrs& other);

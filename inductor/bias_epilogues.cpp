@@ -1,0 +1,135 @@
+#include "inductor/bias_epilogues.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "inductor/schedule.h"
+#include "prims/prim_builder.h"
+#include "prims/prim_error.h"
+#include "prims/subgraph.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::inductor {
+namespace {
+
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimGraph;
+using prims::PrimNode;
+
+// Note [Bias epilogues]
+// Linear decomposes to matmul(x, w^T) then add(_, b), so a CUDA graph ran
+// cuBLAS for the product and a kernel that read it back to add the bias
+// (for the GPT benchmark's qkv projection, a whole 29 us kernel a layer;
+// for its first MLP layer, a third more bytes in the GELU kernel, which
+// also had to store the sum). torch's linear hands the bias to cuBLASLt,
+// which adds it to the float accumulator before the one rounding to the
+// output dtype: eager's own numerics (eager's nn.Linear is this call),
+// one rounding fewer than the decomposition's.
+//
+// An add qualifies when one operand is a matmul result read by nothing
+// else (nor a graph output) and the other a vector of the product's last
+// size, all three of one floating dtype, with a 2-D right operand. It
+// becomes torch.nn.functional.linear(x, w, b) with w = permute(right,
+// (1, 0)) (a view; for the decomposed Linear, the weight itself). Only CUDA
+// graphs take it: the CPU inductor has its own GEMM nodes.
+
+// For each value, the number of nodes reading it plus its graph-output uses.
+std::vector<int> use_counts(const PrimGraph& graph) {
+  std::vector<int> uses(graph.values().size(), 0);
+  for (const PrimNode& node : graph.nodes()) {
+    for (int id : node_reads(node)) ++uses[id];
+  }
+  for (int id : graph.outputs()) ++uses[id];
+  return uses;
+}
+
+bool is_float(graph::DType d) {
+  return d == graph::DType::Float32 || d == graph::DType::Float16 || d == graph::DType::BFloat16 ||
+         d == graph::DType::Float64;
+}
+
+// The fold of add `node`: the index (0 or 1) of its matmul operand, or -1.
+int matmul_operand(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& uses,
+                   const std::vector<int>& producer) {
+  if (node.prim != Prim::Add || node.args.size() != 2) return -1;
+  if (!node.args[0].is_value() || !node.args[1].is_value()) return -1;
+  const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
+  for (int side = 0; side < 2; ++side) {
+    const int product = node.args[side].value;
+    const int bias = node.args[1 - side].value;
+    const int made_by = producer[product];
+    if (made_by < 0 || graph.node(made_by).prim != Prim::Matmul || uses[product] != 1) continue;
+    const PrimNode& mm = graph.node(made_by);
+    if (mm.args.size() != 2 || !mm.args[0].is_value() || !mm.args[1].is_value()) continue;
+    const graph::TensorMeta& p = graph.value(product).meta;
+    const graph::TensorMeta& x = graph.value(mm.args[0].value).meta;
+    const graph::TensorMeta& w = graph.value(mm.args[1].value).meta;
+    const graph::TensorMeta& b = graph.value(bias).meta;
+    if (!is_float(p.dtype) || x.dtype != p.dtype || w.dtype != p.dtype || b.dtype != p.dtype) continue;
+    if (x.sizes.size() < 2 || w.sizes.size() != 2 || b.sizes.size() != 1) continue;
+    if (p.sizes.empty() || b.sizes[0] != p.sizes.back() || out.sizes != p.sizes || out.dtype != p.dtype) continue;
+    return side;
+  }
+  return -1;
+}
+
+}  // namespace
+
+bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
+  const std::vector<int> uses = use_counts(graph);
+  std::vector<int> producer(graph.values().size(), -1);
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    for (int id : graph.node(n).outputs) producer[id] = static_cast<int>(n);
+  }
+  // The matmul nodes folded into their add, and each qualifying add's matmul side.
+  std::vector<bool> folded(graph.nodes().size(), false);
+  std::vector<int> side(graph.nodes().size(), -1);
+  bool any = false;
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    side[n] = matmul_operand(graph, graph.node(n), uses, producer);
+    if (side[n] < 0) continue;
+    folded[producer[graph.node(n).args[side[n]].value]] = true;
+    any = true;
+  }
+  if (!any) return false;
+  runtime::PyRef linear = runtime::PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
+  if (linear) linear = runtime::PyRef::steal(PyObject_GetAttrString(linear.get(), "linear"));
+  if (!linear) {
+    PyErr_Clear();
+    throw std::runtime_error("bias epilogues: torch.nn.functional.linear is not importable");
+  }
+  PrimGraph result;
+  try {
+    std::vector<int> map(graph.values().size(), -1);
+    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    prims::PrimBuilder b(result);
+    for (size_t n = 0; n < graph.nodes().size(); ++n) {
+      const PrimNode& node = graph.node(n);
+      if (folded[n]) continue;
+      if (side[n] < 0) {
+        const std::vector<int> made = prims::copy_node(result, graph, node, map);
+        for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+        continue;
+      }
+      const PrimNode& mm = graph.node(producer[node.args[side[n]].value]);
+      const int weight = b.permute(map[mm.args[1].value], {1, 0});
+      const int bias = map[node.args[1 - side[n]].value];
+      const std::vector<int> made =
+          b.extern_call(linear.get(), "linear",
+                        {graph::Arg::of_node(map[mm.args[0].value]), graph::Arg::of_node(weight),
+                         graph::Arg::of_node(bias)},
+                        {}, {graph.value(node.outputs[0]).meta}, /*pure=*/true);
+      map[node.outputs[0]] = made.at(0);
+    }
+    std::vector<int> outputs;
+    for (int id : graph.outputs()) outputs.push_back(map[id]);
+    result.set_outputs(std::move(outputs));
+  } catch (const prims::PrimError&) {
+    return false;  // a view the meta rules refuse: kept as it is
+  }
+  *out = std::move(result);
+  return true;
+}
+
+}  // namespace kiln::inductor
