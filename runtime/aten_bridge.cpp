@@ -112,6 +112,12 @@ void read_tensor_meta(PyObject* tensor, TensorMeta* out) {
   out->requires_grad = t.requires_grad();
 }
 
+bool tensor_has_dtype_on(PyObject* tensor, DType dtype, graph::DeviceType device_type, int device_index) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  return to_kiln_dtype(t.scalar_type()) == dtype && to_kiln_device(t.device().type()) == device_type &&
+         (device_index < 0 || t.device().index() == device_index);
+}
+
 bool tensor_matches(PyObject* tensor, const TensorMeta& meta) {
   const at::Tensor& t = THPVariable_Unpack(tensor);
   return t.requires_grad() == meta.requires_grad &&
@@ -261,6 +267,46 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
     return nullptr;
   }
   return THPVariable_Wrap(std::move(result));
+}
+
+bool plain_tensor(PyObject* obj) {
+  static PyTypeObject* parameter = [] {
+    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
+    PyObject* type = module ? PyObject_GetAttrString(module, "Parameter") : nullptr;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return reinterpret_cast<PyTypeObject*>(type);  // kept for the process
+  }();
+  PyTypeObject* type = Py_TYPE(obj);
+  if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass) && type != parameter) return false;
+  return at::impl::PythonTorchFunctionTLS::stack_len() == 0;
+}
+
+PyObject* aten_view(PyObject* x, const ViewCall& call) {
+  const at::Tensor& t = THPVariable_Unpack(x);
+  try {
+    switch (call.op) {
+      case ViewCall::Op::Reshape: return THPVariable_Wrap(t.reshape(call.ints));
+      case ViewCall::Op::View: return THPVariable_Wrap(t.view(call.ints));
+      case ViewCall::Op::Expand: return THPVariable_Wrap(t.expand(call.ints));
+      case ViewCall::Op::Permute: return THPVariable_Wrap(t.permute(call.ints));
+      case ViewCall::Op::Slice: {
+        // torch 1.13's c10::optional is not std::optional.
+        const c10::optional<int64_t> start = call.start ? c10::optional<int64_t>(*call.start) : c10::optional<int64_t>();
+        const c10::optional<int64_t> end = call.end ? c10::optional<int64_t>(*call.end) : c10::optional<int64_t>();
+        return THPVariable_Wrap(t.slice(call.dim, start, end, call.step));
+      }
+      case ViewCall::Op::Squeeze:
+        return THPVariable_Wrap(call.ints.empty() ? t.squeeze() : t.squeeze(call.ints[0]));
+      case ViewCall::Op::Unsqueeze: return THPVariable_Wrap(t.unsqueeze(call.dim));
+      case ViewCall::Op::AsStrided: return THPVariable_Wrap(t.as_strided(call.ints, call.strides, call.offset));
+    }
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "%s", e.what());
+    return nullptr;
+  }
+  PyErr_SetString(PyExc_RuntimeError, "kiln: unknown view op");
+  return nullptr;
 }
 
 // torch 2.4 replaced the per-device autocast calls with ones taking the

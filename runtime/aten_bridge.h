@@ -5,6 +5,9 @@
 
 #include <Python.h>
 
+#include <cstdint>
+#include <optional>
+
 #include <string>
 #include <vector>
 
@@ -48,6 +51,10 @@ const void* tensor_storage(PyObject* tensor);
 PyObject* tensor_over_storage(PyObject* base, graph::DType dtype, const std::vector<int64_t>& sizes,
                               const std::vector<int64_t>& strides);
 
+// True when the tensor has this dtype and is on this device (index -1:
+// any), read without copying its sizes. Precondition: is_tensor(tensor).
+bool tensor_has_dtype_on(PyObject* tensor, graph::DType dtype, graph::DeviceType device_type, int device_index);
+
 // True when the tensor has meta's dtype, device, sizes and strides
 // (requires_grad is not compared). Precondition: is_tensor(tensor).
 bool tensor_has_layout(PyObject* tensor, const graph::TensorMeta& meta);
@@ -65,6 +72,30 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
 // at::matmul(a, b), computed with the GIL released; null with a
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
+
+// True when an ATen call from C++ on `obj` does what the Python call
+// would: `obj` is a torch.Tensor or an nn.Parameter (no __torch_function__
+// of its own) and no torch-function mode is active on this thread.
+bool plain_tensor(PyObject* obj);
+
+// A view op the prim executor runs through ATen without Python (Note
+// [Native views] in prim_executor.cpp).
+struct ViewCall {
+  enum class Op : uint8_t { Reshape, View, Expand, Permute, Slice, Squeeze, Unsqueeze, AsStrided };
+  Op op = Op::View;
+  std::vector<int64_t> ints;     // sizes (reshape, view, expand, as_strided); dims (permute, squeeze: 0 or 1)
+  std::vector<int64_t> strides;  // as_strided
+  int64_t dim = 0;               // slice, unsqueeze
+  std::optional<int64_t> start;  // slice
+  std::optional<int64_t> end;    // slice
+  int64_t step = 1;              // slice
+  int64_t offset = 0;            // as_strided
+};
+
+// `call` applied to `x` by ATen's op of that name (autograd records it as
+// the Python call would); null with a RuntimeError set when torch raises.
+// Precondition: is_tensor(x).
+PyObject* aten_view(PyObject* x, const ViewCall& call);
 
 // This thread's autocast state for the CPU and CUDA: whether each is on
 // and its lower dtype (torch.get_autocast_dtype). What a graph traced

@@ -43,9 +43,24 @@ struct PrimExecutor::Step {
   std::vector<Arg> then_args;
   std::vector<int> outputs;  // 1: the result; > 1: its items; 0: discarded
   std::vector<int> release_after;
+  // Note [Native views]: a view or matmul of plain tensors runs through
+  // ATen from C++; `callable` stays for any other operand.
+  std::optional<ViewCall> view;
+  bool matmul = false;
+  std::vector<int> native_inputs;  // value ids of the native call's operands
 };
 
 namespace {
+
+// Note [Native views]
+// A compiled GPT training step runs about 300 view prims (permute, reshape,
+// slice, expand) and 110 matmuls through the executor. Through Python each
+// view cost 4-6 us of host time on the H100 machine (argument parsing, a
+// prebuilt slice through operator.getitem), more than ATen's op itself;
+// the step is bound by host time. So a view or matmul step whose operands
+// are plain tensors (plain_tensor: no __torch_function__ to honour) calls
+// ATen's op of the same name from C++: the same op, the same autograd
+// record, no Python. Any other operand takes the prepared Python call.
 
 // Note [Executor run profile]
 // With KILN_LOGS=perf each run logs where its host time went, by step
@@ -393,16 +408,23 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
       }
       case Family::View: {
         const int x = in(0);
+        ViewCall view;
         switch (node.prim) {
           case Prim::Reshape:
           case Prim::View:
           case Prim::Expand:
             step.callable = torch_attr(std::string("Tensor.") + prims::prim_name(node.prim));
             step.args = {value_arg(x), ints_constant(a.sizes)};
+            view.op = node.prim == Prim::Reshape ? ViewCall::Op::Reshape
+                      : node.prim == Prim::View  ? ViewCall::Op::View
+                                                 : ViewCall::Op::Expand;
+            view.ints = a.sizes;
             break;
           case Prim::Permute:
             step.callable = torch_attr("Tensor.permute");
             step.args = {value_arg(x), ints_constant(a.dims)};
+            view.op = ViewCall::Op::Permute;
+            view.ints = a.dims;
             break;
           case Prim::Slice: {
             PyRef builtins = checked(PyImport_ImportModule("operator"), "import operator");
@@ -417,6 +439,11 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
             PyTuple_SET_ITEM(index.get(), a.dim,
                              checked(PySlice_New(start.get(), end.get(), stride.get()), "slice").release());
             step.args = {value_arg(x), constant(index)};
+            view.op = ViewCall::Op::Slice;
+            view.dim = a.dim;
+            view.start = a.start;
+            view.end = a.end;
+            view.step = a.step;
             break;
           }
           case Prim::Squeeze:
@@ -425,24 +452,36 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
             if (a.dims.size() > 1) {
               step.callable = torch_attr("Tensor.view");
               step.args = {value_arg(x), ints_constant(out.sizes)};
+              view.op = ViewCall::Op::View;
+              view.ints = out.sizes;
             } else {
               step.callable = torch_attr("squeeze");
               step.args = {value_arg(x)};
               if (!a.dims.empty()) step.args.push_back(int_constant(a.dims[0]));
+              view.op = ViewCall::Op::Squeeze;
+              view.ints = a.dims;
             }
             break;
           case Prim::Unsqueeze:
             step.callable = torch_attr("unsqueeze");
             step.args = {value_arg(x), int_constant(a.dim)};
+            view.op = ViewCall::Op::Unsqueeze;
+            view.dim = a.dim;
             break;
           case Prim::AsStrided:
             step.callable = torch_attr("as_strided");
             step.args = {value_arg(x), ints_constant(a.sizes), ints_constant(a.strides),
                          int_constant(a.offset)};
+            view.op = ViewCall::Op::AsStrided;
+            view.ints = a.sizes;
+            view.strides = a.strides;
+            view.offset = a.offset;
             break;
           default:
             unsupported(n, node, "unknown view");
         }
+        step.view = std::move(view);
+        step.native_inputs = {x};
         break;
       }
       case Family::Cat: {
@@ -455,6 +494,8 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
       case Family::Matmul:
         step.callable = torch_attr("matmul");
         step.args = {value_arg(in(0)), value_arg(in(1))};
+        step.matmul = true;
+        step.native_inputs = {in(0), in(1)};
         break;
       case Family::Index:
         switch (node.prim) {
@@ -604,19 +645,30 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
   for (const Step& step : steps_) {
     std::optional<Stopwatch> step_clock;
     if (profiled) step_clock.emplace();
-    const size_t arg_count = step.args.size();
-    SmallBuffer<16> arg_buffer(arg_count);
-    PyObject** call_args = arg_buffer.data();
-    bool built = true;
-    for (size_t i = 0; i < arg_count; ++i) {
-      if (!(call_args[i] = materialize_arg(step.args[i], values))) built = false;
+    PyObject* result = nullptr;
+    bool native = false;  // Note [Native views]
+    if (step.view || step.matmul) {
+      native = true;
+      for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
+      if (native) {
+        result = step.view ? aten_view(values[step.native_inputs[0]], *step.view)
+                           : aten_matmul(values[step.native_inputs[0]], values[step.native_inputs[1]]);
+      }
     }
-    // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
-    // keyword arguments passed with it.
-    PyObject* result =
-        built ? PyObject_Vectorcall(step.callable.get(), call_args, step.positional, step.kwnames.get())
-              : nullptr;
-    for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
+    if (!native) {
+      const size_t arg_count = step.args.size();
+      SmallBuffer<16> arg_buffer(arg_count);
+      PyObject** call_args = arg_buffer.data();
+      bool built = true;
+      for (size_t i = 0; i < arg_count; ++i) {
+        if (!(call_args[i] = materialize_arg(step.args[i], values))) built = false;
+      }
+      // No PY_VECTORCALL_ARGUMENTS_OFFSET: torch 2.11's callables misread
+      // keyword arguments passed with it.
+      result = built ? PyObject_Vectorcall(step.callable.get(), call_args, step.positional, step.kwnames.get())
+                     : nullptr;
+      for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
+    }
     if (result && step.then) {
       const size_t then_count = step.then_args.size() + 1;
       SmallBuffer<8> then_buffer(then_count);
