@@ -1,7 +1,7 @@
 """Issue 6's GPT training step on the GPU, kiln beside torch eager and
 torch.compile in one run:
 
-  python3 benchmarks/gpt_step_cuda.py [--steps N] [--profile]
+  python3 benchmarks/gpt_step_cuda.py [--repeat N] [--profile]
 
 The model is examples/gpt.py's GPT with 6 layers, 6 heads, width 384,
 context 256 and a 65-token vocabulary, on batches of 64 windows. One step
@@ -16,7 +16,11 @@ cuBLAS are started before the clock by an eager forward and backward),
 steps (10%: eager's own vary between runs by several percent) are compared
 with eager's. --profile prints each
 implementation's 15 costliest ops over 5 steps, by CUDA time and by CPU
-time.
+time. Both compilers' steps are bound by host time, and the GPU machine's
+host speed drifts by 20% and more between minutes, so --repeat N runs the
+implementations N times, interleaved (eager, torch.compile, kiln, eager,
+...), and reports each one's median step and first-call times, the ratio
+being of medians; the spread shows how far to trust it.
 """
 import argparse
 import json
@@ -112,28 +116,49 @@ def run(impl, profile):
     return None
 
 
+def summarize(runs):
+    """One implementation's runs as one result: median step and first-call
+    times, every run's step time, the first run's losses and profile; None
+    when any run failed."""
+    if not runs or not all(runs):
+        return None
+    import statistics
+    result = dict(runs[0])
+    result["step_ms"] = statistics.median(r["step_ms"] for r in runs)
+    result["first_s"] = statistics.median(r["first_s"] for r in runs)
+    result["step_ms_runs"] = [r["step_ms"] for r in runs]
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="print the costliest CUDA kernels of each")
     parser.add_argument("--only", choices=IMPLS, action="append", help="run only these implementations")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved runs of each implementation")
     options = parser.parse_args()
     import torch
     if not torch.cuda.is_available():
         print("gpt_step_cuda.py: no CUDA device", file=sys.stderr)
         return 1
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    results = {impl: run(impl, options.profile) for impl in options.only or IMPLS}
+    impls = options.only or IMPLS
+    runs = {impl: [] for impl in impls}
+    for _ in range(max(1, options.repeat)):
+        for impl in impls:
+            runs[impl].append(run(impl, options.profile))
+    results = {impl: summarize(rs) for impl, rs in runs.items()}
     status = 0 if all(results.values()) else 1
     eager, compiled = results.get("torch eager"), results.get("torch.compile")
     print(f"{'impl':14} {'first call':>11} {'step ms':>9} {'vs eager':>9} {'vs compile':>11} "
-          f"{'first loss':>11} {'last loss':>10}")
+          f"{'first loss':>11} {'last loss':>10}  step ms of each run")
     for impl, r in results.items():
         if not r:
             continue
         vs_eager = f"{r['step_ms'] / eager['step_ms']:8.2f}x" if eager else "-"
         vs_compile = f"{r['step_ms'] / compiled['step_ms']:10.2f}x" if compiled else "-"
         print(f"{impl:14} {r['first_s']:10.2f}s {r['step_ms']:9.3f} {vs_eager:>9} {vs_compile:>11} "
-              f"{r['first_loss']:11.5f} {r['last_loss']:10.5f}")
+              f"{r['first_loss']:11.5f} {r['last_loss']:10.5f}  "
+              + " ".join(f"{ms:.2f}" for ms in r["step_ms_runs"]))
     print("(step time ratios: lower is faster; the issue asks kiln <= 0.95x torch.compile)")
     kiln_result = results.get("kiln")
     if kiln_result:

@@ -119,6 +119,8 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   }
   std::vector<PyRef> held;
   std::vector<PyObject*> inputs;
+  held.reserve(ninputs);
+  inputs.reserve(ninputs);
   for (Py_ssize_t i = 0; i < ninputs; ++i) {
     if (!runtime::is_tensor(args[i])) {
       PyErr_Format(PyExc_TypeError, "kiln kernel %s: input %zd is not a tensor", entry.kernel.name.c_str(), i);

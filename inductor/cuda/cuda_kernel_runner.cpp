@@ -57,10 +57,7 @@ bool bind_inputs(const Kernel& kernel, int device, PyObject* const* inputs, std:
       PyErr_Format(PyExc_TypeError, "kernel %s: input %zu is not a tensor", kernel.name.c_str(), i);
       return false;
     }
-    graph::TensorMeta meta;
-    runtime::read_tensor_meta(inputs[i], &meta);
-    if (meta.dtype != kernel.inputs[i].dtype || meta.device_type != graph::DeviceType::CUDA ||
-        meta.device_index != device) {
+    if (!runtime::tensor_has_dtype_on(inputs[i], kernel.inputs[i].dtype, graph::DeviceType::CUDA, device)) {
       PyErr_Format(PyExc_TypeError, "kernel %s: input %zu must be a %s tensor on cuda:%d", kernel.name.c_str(), i,
                    graph::dtype_name(kernel.inputs[i].dtype), device);
       return false;
@@ -111,6 +108,7 @@ constexpr int kTuneReps = 10;
 
 PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs) {
   std::vector<char*> data;
+  data.reserve(kernel.inputs.size() + kernel.outputs.size());
   if (!bind_inputs(kernel, device, inputs, &data)) return nullptr;
   PyRef result = allocate_outputs(kernel, device, &data);
   if (!result) return nullptr;
@@ -121,6 +119,7 @@ PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int 
   void* stream = nullptr;
   if (!current_stream(device, &stream)) return nullptr;
   std::vector<void*> args;
+  args.reserve(data.size());
   for (char*& pointer : data) args.push_back(&pointer);
   try {
     const CudaEntry& entry = vector ? source.vector : source.scalar;
