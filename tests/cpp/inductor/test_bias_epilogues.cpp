@@ -14,26 +14,21 @@
 namespace kiln::inductor {
 namespace {
 
-using graph::DType;
 using prims::Prim;
-using prims::PrimArg;
 using prims::PrimBuilder;
 using prims::PrimGraph;
+using test::tensor_meta;
 
-graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype = DType::Float32) {
-  return test::tensor_meta(std::move(sizes), dtype);
-}
-
-PrimArg V(int id) { return PrimArg::of_value(id); }
+prims::PrimArg V(int id) { return prims::PrimArg::of_value(id); }
 
 TEST(BiasEpilogues, LinearLayersFoldOnEitherSideOfTheAdd) {
   PrimGraph graph;
   PrimBuilder b(graph);
-  const int x = graph.add_input(meta({2, 3, 4}));
-  const int w = graph.add_input(meta({5, 4}));
-  const int bias = graph.add_input(meta({5}));
-  const int x2 = graph.add_input(meta({6, 4}));
-  const int wt = graph.add_input(meta({4, 5}));
+  const int x = graph.add_input(tensor_meta({2, 3, 4}));
+  const int w = graph.add_input(tensor_meta({5, 4}));
+  const int bias = graph.add_input(tensor_meta({5}));
+  const int x2 = graph.add_input(tensor_meta({6, 4}));
+  const int wt = graph.add_input(tensor_meta({4, 5}));
   const int first = b.binary(Prim::Add, V(b.matmul(x, b.permute(w, {1, 0}))), V(bias));
   // A bias on the left; a 2-D input and a row-major right operand.
   const int second = b.binary(Prim::Add, V(bias), V(b.matmul(x2, wt)));
@@ -61,12 +56,12 @@ TEST(BiasEpilogues, LinearLayersFoldOnEitherSideOfTheAdd) {
 TEST(BiasEpilogues, OtherAddsAndSharedProductsStay) {
   PrimGraph graph;
   PrimBuilder b(graph);
-  const int x = graph.add_input(meta({3, 4}));
-  const int w = graph.add_input(meta({4, 5}));
-  const int row = graph.add_input(meta({3, 1}));
-  const int full = graph.add_input(meta({3, 5}));
-  const int half = graph.add_input(meta({5}, DType::Float16));
-  const int batched = graph.add_input(meta({2, 4, 5}));
+  const int x = graph.add_input(tensor_meta({3, 4}));
+  const int w = graph.add_input(tensor_meta({4, 5}));
+  const int row = graph.add_input(tensor_meta({3, 1}));
+  const int full = graph.add_input(tensor_meta({3, 5}));
+  const int half = graph.add_input(tensor_meta({5}, graph::DType::Float16));
+  const int batched = graph.add_input(tensor_meta({2, 4, 5}));
   const int shared = b.matmul(x, w);
   graph.set_outputs({
       b.binary(Prim::Add, V(shared), V(full)),            // not a vector
