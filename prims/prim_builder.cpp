@@ -160,10 +160,52 @@ int PrimBuilder::scatter(int a, int64_t dim, int index, PrimArg src, bool add) {
                           std::move(attrs), out);
 }
 
+// Note [Index ranges]
+// index_select by an arange (a position embedding: pos(torch.arange(t)))
+// reads rows start, start + step, ... of a: a strided slice of it. A gather
+// there cost a kernel and its host call forward, and backward an index
+// tensor, zeros and a scatter_add; as a contiguous clone of the slice (the
+// copy index_select makes) it is a read any kernel can fuse, and a range
+// covering the whole dim is a clone of a, whose gradient is g itself. The
+// index is recognized through 1-D reshapes and views of an iota in range;
+// other indices are gathered.
+std::optional<std::pair<int64_t, int64_t>> PrimBuilder::index_range(int index, int64_t extent) const {
+  int value = index;
+  while (true) {
+    const int node = graph_.value(value).node;
+    if (node < 0) return std::nullopt;
+    const PrimNode& producer = graph_.node(node);
+    if (producer.prim == Prim::Iota) break;
+    if ((producer.prim != Prim::Reshape && producer.prim != Prim::View) || !producer.args[0].is_value()) {
+      return std::nullopt;
+    }
+    const std::vector<int64_t>& from = graph_.value(producer.args[0].value).meta.sizes;
+    if (from.size() != 1 || from != graph_.value(value).meta.sizes) return std::nullopt;
+    value = producer.args[0].value;
+  }
+  const PrimAttrs& attrs = graph_.node(graph_.value(value).node).attrs;
+  const int64_t length = attrs.sizes.empty() ? 0 : attrs.sizes[0];
+  const int64_t start = attrs.start.value_or(0);
+  const int64_t step = attrs.step;
+  if (length < 1 || start < 0 || step < 1 || start + (length - 1) * step >= extent) return std::nullopt;
+  return std::make_pair(start, step);
+}
+
 int PrimBuilder::index_select(int a, int64_t dim, int index) {
   graph::TensorMeta out = index_select_meta(meta(a), dim, meta(index));
   PrimAttrs attrs;
   attrs.dim = wrap_dim("index_select", dim, static_cast<int64_t>(meta(a).sizes.size()));
+  const graph::TensorMeta in = meta(a);
+  if (!in.sizes.empty() && meta(index).sizes.size() == 1) {
+    // Note [Index ranges]
+    if (const auto range = index_range(index, in.sizes[attrs.dim])) {
+      const auto [start, step] = *range;
+      const int64_t length = meta(index).sizes[0];
+      const bool whole = start == 0 && step == 1 && length == in.sizes[attrs.dim];
+      const int rows = whole ? a : slice(a, attrs.dim, start, start + (length - 1) * step + 1, step);
+      return clone(rows, MemoryFormat::Contiguous);
+    }
+  }
   return graph_.add_node1(Prim::IndexSelect, {PrimArg::of_value(a), PrimArg::of_value(index)},
                           std::move(attrs), out);
 }

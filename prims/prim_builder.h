@@ -103,6 +103,10 @@ class PrimBuilder {
                                const std::vector<graph::TensorMeta>& metas, bool pure = false);
 
  private:
+  // (start, step) when `index` is an iota (through 1-D reshapes) reading
+  // only positions below `extent` (Note [Index ranges]).
+  std::optional<std::pair<int64_t, int64_t>> index_range(int index, int64_t extent) const;
+
   PrimGraph& graph_;
   DType default_float_;
 };

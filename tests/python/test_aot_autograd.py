@@ -470,3 +470,45 @@ def test_a_transposed_operand_gets_its_gradient_in_its_layout():
     assert sorted(seen) == sorted([k.stride(), q.stride()])
     torch.testing.assert_close(q.grad, qe.grad)
     torch.testing.assert_close(k.grad, ke.grad)
+
+
+class PositionEmbedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(11, 6)
+        self.pos = nn.Embedding(8, 6)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        every = self.pos(torch.arange(t, device=idx.device))
+        odd = self.pos(torch.arange(1, t, 2, device=idx.device))
+        return self.tok(idx) + every + odd.sum(0)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("t", [8, 5])
+def test_an_embedding_read_by_an_arange_is_a_slice(backend, t, capfd):
+    # Note [Index ranges]: pos(arange(...)) reads a range of the table's
+    # rows; the backward adds into them without a scatter_add, and the
+    # gradients are eager's.
+    model = PositionEmbedding()
+    eager = copy.deepcopy(model)
+    idx = torch.randint(0, 11, (3, t))
+    compiled = kiln.compile(model, backend=backend)
+    kiln._C.set_logs("prims")
+    try:
+        out = compiled(idx)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    out.square().sum().backward()
+    expected = eager(idx)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected)
+    traced = log[:log.index("return")]  # the forward's prim graph
+    assert traced.count(" = index_select(") == 1, traced  # the token embedding's only
+    backward = log[log.index("backward graph"):]
+    backward = backward[:backward.index("return")]  # the prim graph, before any kernel pass
+    assert backward.count(" = scatter(") == 1, backward  # the token embedding's only
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)

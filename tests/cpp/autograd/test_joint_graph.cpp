@@ -91,6 +91,23 @@ TEST(JointGraph, IndexSelectGradientIsAScatterAdd) {
                            {true, false});
 }
 
+// Note [Index ranges]: a position embedding read by an arange gets its
+// gradient without a scatter; values and gradients as torch's index_select.
+TEST(JointGraph, IndexSelectByAnArangeGetsItsGradientWithoutAScatter) {
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int table = g.add_input(f64({6, 3}));
+  const int whole = b.index_select(table, 0, b.iota(6, 0, 1, graph::DType::Int64));
+  const int stepped = b.index_select(table, 0, b.iota(2, 1, 3, graph::DType::Int64));
+  g.set_outputs({b.binary(Prim::Mul, PrimArg::of_value(whole), PrimArg::of_value(whole)), stepped});
+  const JointGraph joint = build_joint_graph(g, {true});
+  for (const prims::PrimNode& node : joint.graph.nodes()) {
+    EXPECT_NE(node.prim, Prim::Scatter);
+    EXPECT_NE(node.prim, Prim::IndexSelect);
+  }
+  expect_grads_match_torch(g, {kiln::test::eval("torch.randn(6, 3, dtype=torch.float64)")}, {true});
+}
+
 TEST(JointGraph, InputsWithoutGradAndUnusedInputs) {
   prims::PrimGraph g;
   prims::PrimBuilder b(g);

@@ -19,6 +19,33 @@ graph::TensorMeta meta(std::vector<int64_t> sizes, DType dtype = DType::Float32)
   return m;
 }
 
+// Note [Index ranges]: index_select by an in-range arange is a contiguous
+// clone of a slice (of the whole tensor when the range covers its dim);
+// other indices, and aranges reaching past the dim, stay gathers.
+TEST(PrimBuilder, IndexSelectByAnArangeIsACloneOfASlice) {
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int table = g.add_input(meta({8, 3}));
+  const int whole = b.index_select(table, 0, b.reshape(b.iota(8, 0, 1, DType::Int64), {8}));
+  const int stepped = b.index_select(table, 0, b.iota(3, 1, 2, DType::Int64));
+  const int columns = b.index_select(table, 1, b.iota(2, 1, 1, DType::Int32));
+  const int past = b.index_select(table, 0, b.iota(3, 4, 2, DType::Int64));  // reads row 8
+  const int given = b.index_select(table, 0, g.add_input(meta({2}, DType::Int64)));
+  g.set_outputs({whole, stepped, columns, past, given});
+  EXPECT_EQ(g.verify(), "");
+  auto made_by = [&](int id) { return g.node(g.value(id).node).prim; };
+  EXPECT_EQ(made_by(whole), Prim::Clone);
+  EXPECT_EQ(g.node(g.value(whole).node).args[0].value, table);
+  EXPECT_EQ(made_by(stepped), Prim::Clone);
+  EXPECT_EQ(made_by(columns), Prim::Clone);
+  EXPECT_EQ(made_by(past), Prim::IndexSelect);
+  EXPECT_EQ(made_by(given), Prim::IndexSelect);
+  // The metadata torch's index_select gives: contiguous, the index's length.
+  EXPECT_EQ(g.value(stepped).meta, meta({3, 3}));
+  EXPECT_EQ(g.value(columns).meta, meta({8, 2}));
+  EXPECT_EQ(g.value(whole).meta, meta({8, 3}));
+}
+
 TEST(PrimBuilder, JoinsProductsAndIndexing) {
   PrimGraph g;
   PrimBuilder b(g);
