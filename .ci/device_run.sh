@@ -19,7 +19,8 @@
 #   benchmarks need (about 40% less build time; no C++ tests then).
 #   KILN_CUDA_BENCH_ARGS=--sweep adds inductor_cuda.py's sweep over every
 #   launch configuration of the softmax->layer_norm kernel;
-#   KILN_GPT_BENCH_ARGS=--profile adds gpt_step_cuda.py's kernel profiles.
+#   KILN_GPT_BENCH_ARGS replaces gpt_step_cuda.py's default --repeat 3
+#   (interleaved runs, medians); "--repeat 1 --profile" adds kernel profiles.
 #   (comma-separated: build,pytest). KILN_DEVICE_PYTEST=FILES... limits the
 #   Python tests run (default tests/python); goldens are regenerated anyway.
 #   KILN_TEST_DEVICE=cuda runs the Python tests on CUDA tensors (see
@@ -88,7 +89,7 @@ if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
   "$PY" benchmarks/cuda_overhead.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   "$PY" benchmarks/cuda_compile_time.py >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   # shellcheck disable=SC2086  # a list of options
-  "$PY" benchmarks/gpt_step_cuda.py ${KILN_GPT_BENCH_ARGS:-} >>"$OUT/cuda_bench.txt" 2>&1 || status=1
+  "$PY" benchmarks/gpt_step_cuda.py ${KILN_GPT_BENCH_ARGS:---repeat 3} >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   cat "$OUT/cuda_bench.txt"
 fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
