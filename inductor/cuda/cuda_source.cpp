@@ -46,7 +46,9 @@ namespace kiln::inductor::cuda {
 //     shared memory; each thread's loop is unrolled 8 times, so 8 loads
 //     are in flight. The block's row loop stays uniform for its
 //     __syncthreads, and lanes past the last row recompute it and store
-//     nothing. Otherwise TPR 1: each thread loops over its row alone.
+//     nothing; a vector entry gives each lane several neighbouring tile
+//     points (Note [Vector tiles]). Otherwise TPR 1: each thread loops
+//     over its row alone.
 // Per row, as Note [Reduction kernels] says: phase k computes the Reduce
 // expressions of stage k (each thread its share of the reduced points,
 // then combined so every thread of the row holds the result), the outputs
@@ -513,6 +515,8 @@ class Writer {
   std::string write_rows(const std::string& name, int width);
   int row_vector_width() const;
   std::string write_vector(const std::string& name, int width);
+  int tile_vector_width() const;
+  std::string write_tile_vector(const std::string& name, int width);
   int vector_width() const;
 
   const Kernel& k_;
@@ -1088,6 +1092,241 @@ std::string Writer::write_vector(const std::string& name, int width) {
   return text + row.code + "  }\n}\n";
 }
 
+// Note [Vector tiles]
+// A split tile row (Note [CUDA kernels]) gives each lane one tile point,
+// so a warp's access is 32 consecutive elements: 64 bytes of bfloat16, read
+// by 2-byte loads. The LayerNorm and GELU backward kernels of a GPT layer
+// (activation gradients beside their weight and bias gradients' column
+// sums) ran at 1.3-1.8 TB/s that way on an H100. The vector entry gives
+// each lane `width` consecutive tile points instead, read and written as one
+// 16-byte (or 8-byte) access, with `width` accumulators per reduction; the
+// block's warps still share the reduced points, and their partials combine
+// through shared memory laid out [width][block] (consecutive lanes,
+// consecutive banks). Inside a reduced point, a loop over the lane's
+// `width` tile points computes every value that varies along the tile or
+// the reduced dims; values constant along both are computed once per row
+// group. It needs the tile dim innermost, every operand that varies along
+// it of stride 1 there, other strides, offsets and the tile's size
+// multiples of the width, and the partials within kTileVectorShared bytes.
+constexpr int64_t kTileVectorShared = 24 * 1024;
+
+int Writer::tile_vector_width() const {
+  const int tile = tile_dim(k_);
+  if (!split_tile_ || tile != rank() - 1 || k_.sizes[tile] < 2) return 0;
+  std::vector<size_t> along;
+  for (size_t op = 0; op < operands(); ++op) {
+    const bool input = op < k_.inputs.size();
+    const int64_t stride = strides(op)[tile];
+    // Broadcast inputs are read once per reduced point; outputs constant
+    // along the reduced dims are stored element by element.
+    if ((input && stride == 0) || (!input && !output_is_full(op - k_.inputs.size()))) continue;
+    if (stride != 1) return 0;
+    along.push_back(op);
+  }
+  int64_t widest = 0;
+  for (size_t op : along) widest = std::max(widest, item_size(dtype(op)));
+  if (widest == 0) return 0;
+  const int width = static_cast<int>(config_.vector_bytes / widest);
+  if (width < 2 || k_.sizes[tile] % width != 0) return 0;
+  for (size_t op : along) {
+    if (offset(op) % width != 0) return 0;
+    for (int d = 0; d < tile; ++d) {
+      if (k_.sizes[d] > 1 && strides(op)[d] % width != 0) return 0;
+    }
+  }
+  int64_t shared = 0;
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::Reduce) shared += item_size(e.dtype) * width * tpr_ * rpb_;
+  }
+  return shared <= kTileVectorShared ? width : 0;
+}
+
+// The split tile reduction's vector entry (Note [Vector tiles]).
+std::string Writer::write_tile_vector(const std::string& name, int width) {
+  const int block = tpr_ * rpb_;
+  const size_t count = k_.exprs.size();
+  const int tile = rank() - 1;
+  int phases = 0;
+  for (int s : stage_) phases = std::max(phases, s);
+  const std::string w = std::to_string(width), ws = std::to_string(block);
+  auto along_tile = [&](size_t op) { return strides(op)[tile] != 0; };
+  // Per lane point: what varies along the tile or the reduced dims. A
+  // reduction's result is an array over the lane's points, read as such.
+  std::vector<bool> varies(count, false);
+  for (size_t id = 0; id < count; ++id) {
+    const Expr& e = k_.exprs[id];
+    if (e.kind == ExprKind::Reduce) {
+      varies[id] = true;
+    } else if (e.kind == ExprKind::Load) {
+      varies[id] = varies_[id] || along_tile(static_cast<size_t>(e.input));
+    } else {
+      for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
+    }
+  }
+  std::string text = signature(name, block);
+  for (size_t id = 0; id < count; ++id) {
+    if (k_.exprs[id].kind != ExprKind::Reduce) continue;
+    text += std::string("  __shared__ ") + value_type(k_.exprs[id].dtype) + " s" + std::to_string(id) + "[" +
+            std::to_string(block * width) + "];\n";
+  }
+  text += "  const int kiln_t = (int)(threadIdx.x >> 5);\n";
+  const std::string rows = std::to_string(rows_), span = std::to_string(32 * width);
+  text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * " + span + "; row0 < " + rows + "; row0 += (" + idx_ +
+          ")gridDim.x * " + span + ") {\n";
+  Scope row;
+  row.indent = "    ";
+  row.names.assign(count, "");
+  // Lanes past the last row group recompute the last one and store nothing.
+  row.code += row.indent + "const bool kiln_valid = row0 + (threadIdx.x & 31) * " + w + " < " + rows + ";\n";
+  row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + (threadIdx.x & 31) * " + w + " : " +
+              std::to_string(rows_ - width) + ";\n";
+  row.code += decompose(kept_, "row", row.indent, "i");
+  for (size_t op = 0; op < operands(); ++op) {
+    row.code += row.indent + "const " + idx_ + " b" + std::to_string(op) + " = " + std::to_string(offset(op)) +
+                offset_terms(op, kept_, "i") + ";\n";
+  }
+  std::vector<int> store_pass(k_.outputs.size(), 0);
+  for (size_t i = 0; i < k_.outputs.size(); ++i) {
+    if (output_is_full(i)) store_pass[i] = phases >= 1 && stage_[k_.outputs[i].value] == 0 ? 1 : phases + 1;
+  }
+  auto vec_type = [&](DType d) { return std::string("kiln_vec<") + storage_type(d) + ", " + w + ">"; };
+  const int unroll = std::max(2, kSplitUnroll * 2 / width);
+  // One loop over this thread's reduced points, each a loop over the
+  // lane's tile points; body appends to the inner scope.
+  auto loop = [&](int phase, const std::function<void(Context&, Scope&)>& body) {
+    const std::string at = row.indent + "  ";
+    Scope point;
+    point.prefix = 'w';
+    point.names.assign(count, "");
+    point.indent = at + "  ";
+    std::vector<bool> vector_input(k_.inputs.size(), false), scalar_offset(k_.inputs.size(), false);
+    Context c;
+    c.row = &row;
+    c.point = &point;
+    c.varies = &varies;
+    c.load = [&](int input, bool at_point) {
+      const std::string o = std::to_string(input);
+      if (!at_point) return "in" + o + "[b" + o + "]";
+      if (along_tile(static_cast<size_t>(input))) {
+        vector_input[input] = true;
+        return "x" + o + ".v[u]";
+      }
+      if (!scalar_offset[input]) {
+        scalar_offset[input] = true;
+        point.code += point.indent + "const " + idx_ + " o" + o + " = b" + o +
+                      offset_terms(static_cast<size_t>(input), reduced_, "j") + ";\n";
+      }
+      return "in" + o + "[o" + o + "]";
+    };
+    body(c, point);
+    std::string head, tail;
+    for (size_t op = 0; op < k_.inputs.size(); ++op) {
+      if (!vector_input[op]) continue;
+      const std::string o = std::to_string(op), type = vec_type(dtype(op));
+      head += at + "const " + type + " x" + o + " = *reinterpret_cast<const " + type + "*>(in" + o + " + b" + o +
+              offset_terms(op, reduced_, "j") + ");\n";
+    }
+    for (size_t i = 0; i < k_.outputs.size(); ++i) {
+      if (store_pass[i] != phase) continue;
+      const size_t op = k_.inputs.size() + i;
+      const std::string o = std::to_string(i), type = vec_type(k_.outputs[i].dtype);
+      head += at + type + " y" + o + ";\n";
+      tail += at + "if (kiln_valid) *reinterpret_cast<" + type + "*>(out" + o + " + b" + std::to_string(op) +
+              offset_terms(op, reduced_, "j") + ") = y" + o + ";\n";
+    }
+    std::string code = row.indent + "#pragma unroll " + std::to_string(unroll) + "\n";
+    code += row.indent + "for (" + idx_ + " r = (" + idx_ + ")kiln_t; r < " + std::to_string(row_points_) +
+            "; r += " + std::to_string(tpr_) + ") {\n";
+    code += decompose(reduced_, "r", at, "j") + head;
+    code += at + "#pragma unroll\n" + at + "for (int u = 0; u < " + w + "; ++u) {\n" + point.code + at + "}\n";
+    return code + tail + row.indent + "}\n";
+  };
+  auto store_full = [&](int pass, Context& c, Scope& point) {
+    for (size_t i = 0; i < k_.outputs.size(); ++i) {
+      if (store_pass[i] != pass) continue;
+      const KernelOutput& out = k_.outputs[i];
+      std::string cast = cast_text(value(out.value, c), k_.exprs[out.value].dtype, out.dtype);
+      if (out.dtype == DType::Bool) cast = "(unsigned char)(" + cast + ")";
+      point.code += point.indent + "y" + std::to_string(i) + ".v[u] = " + cast + ";\n";
+    }
+  };
+  auto each_point = [&](const std::string& statement) {
+    return row.indent + "#pragma unroll\n" + row.indent + "for (int u = 0; u < " + w + "; ++u) " + statement + "\n";
+  };
+  for (int phase = 1; phase <= phases; ++phase) {
+    std::vector<int> reductions;
+    for (size_t id = 0; id < count; ++id) {
+      if (k_.exprs[id].kind == ExprKind::Reduce && stage_[id] == phase) reductions.push_back(static_cast<int>(id));
+    }
+    for (int id : reductions) {
+      const Expr& e = k_.exprs[id];
+      const std::string acc = "a" + std::to_string(id);
+      row.code += row.indent + value_type(e.dtype) + " " + acc + "[" + w + "];\n";
+      row.code += each_point(acc + "[u] = " + reduce_init(static_cast<ReduceOp>(e.op), e.dtype) + ";");
+    }
+    row.code += loop(phase, [&](Context& c, Scope& point) {
+      for (int id : reductions) {
+        const Expr& e = k_.exprs[id];
+        const std::string x = value(e.operands[0], c);
+        const std::string acc = "a" + std::to_string(id) + "[u]";
+        point.code += point.indent + acc + " = " + combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, x) + ";\n";
+      }
+      store_full(phase, c, point);
+    });
+    for (int id : reductions) {
+      const std::string i = std::to_string(id);
+      row.code += each_point("s" + i + "[u * " + ws + " + threadIdx.x] = a" + i + "[u];");
+    }
+    row.code += row.indent + "__syncthreads();\n";
+    for (int id : reductions) {
+      const Expr& e = k_.exprs[id];
+      const std::string i = std::to_string(id), acc = "a" + i + "[u]", sm = "s" + i + "[u * " + ws;
+      row.code += each_point("{\n" + row.indent + "  " + acc + " = " + sm + " + (threadIdx.x & 31)];\n" + row.indent +
+                             "  for (int w = 1; w < " + std::to_string(tpr_) + "; ++w) " + acc + " = " +
+                             combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc,
+                                          sm + " + (threadIdx.x & 31) + 32 * w]") +
+                             ";\n" + row.indent + "}");
+      reduce_names_[id] = acc;
+    }
+    // As in write_rows: the next row group's partials must not overtake
+    // these reads; other phases' barriers stand between them otherwise.
+    if (phases == 1) row.code += row.indent + "__syncthreads();\n";
+  }
+  // Outputs constant along the reduced dims: the lane's points, by warp 0.
+  Scope once;
+  once.prefix = 'z';
+  once.names.assign(count, "");
+  once.indent = row.indent + "    ";
+  Context c;
+  c.row = &row;
+  c.point = &once;
+  c.varies = &varies;
+  c.load = [&](int input, bool at_point) {
+    const std::string o = std::to_string(input);
+    return "in" + o + "[b" + o + (at_point ? " + u" : "") + "]";
+  };
+  bool any_last = false;
+  for (size_t i = 0; i < k_.outputs.size(); ++i) {
+    if (output_is_full(i)) {
+      any_last = any_last || store_pass[i] == phases + 1;
+      continue;
+    }
+    const size_t op = k_.inputs.size() + i;
+    const int64_t stride = strides(op)[tile];
+    const std::string v = value(k_.outputs[i].value, c);
+    once.code += once.indent + store(i, v, "b" + std::to_string(op) + " + u" +
+                                               (stride == 1 ? "" : " * " + std::to_string(stride)));
+  }
+  if (!once.code.empty()) {
+    row.code += row.indent + "if (kiln_t == 0 && kiln_valid) {\n" + row.indent + "  #pragma unroll\n" + row.indent +
+                "  for (int u = 0; u < " + w + "; ++u) {\n" + once.code + row.indent + "  }\n" + row.indent + "}\n";
+  }
+  if (any_last) {
+    row.code += loop(phases + 1, [&](Context& c, Scope& point) { store_full(phases + 1, c, point); });
+  }
+  return text + row.code + "  }\n}\n";
+}
+
 // "kiln_row_64x4096": the kernel's strategy (pointwise, row or tile
 // reduction) and sizes, so profiles tell kernels apart. Not its name: two
 // kernels that differ only in name share their source and cubin.
@@ -1145,6 +1384,15 @@ CudaSource Writer::write() {
   out.scalar.block = tpr_ * rpb_;
   out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);  // split tile rows: rpb_ is 32
   out.text += "\n" + write_rows(out.scalar.name, 0);
+  if (const int width = tile_vector_width(); width > 0) {
+    out.vector_width = width;
+    out.vector.name = out.scalar.name + "_vec";
+    out.vector.block = out.scalar.block;
+    out.vector.grid = std::min(kMaxGrid, (rows_ + 32 * width - 1) / (32 * width));
+    reduce_names_.assign(k_.exprs.size(), "");
+    out.text += "\n" + write_tile_vector(out.vector.name, width);
+    return out;
+  }
   if (const int width = row_vector_width(); width > 0) {
     out.vector_width = width;
     out.vector.name = out.scalar.name + "_vec";

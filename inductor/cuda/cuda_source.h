@@ -60,8 +60,8 @@ struct CudaEntry {
 // Note [CUDA kernel ABI]
 // Every entry takes one pointer per kernel input (its first element; the
 // Kernel's input offset is compiled in), then one per output, in order.
-// `vector` (pointwise kernels, and row reductions whose rows are
-// contiguous) reads and writes 16 (or 8) bytes per access and may be launched
+// `vector` (pointwise kernels, row reductions whose rows are contiguous,
+// and split tile reductions whose tile dim is: Note [Vector tiles]) reads and writes 16 (or 8) bytes per access and may be launched
 // only when the pointer of every operand whose innermost stride is 1 is
 // aligned to `vector_width` elements of its dtype; `scalar` runs everywhere.
 struct CudaSource {

@@ -75,7 +75,18 @@ constexpr const char* kTensors =
     "for n in (1, 31, 100, 1000, 4096, 5000):\n"
     "    globals()[f'c{n}'] = torch.randn(7, n) * 3\n"
     "    globals()[f'cw{n}'] = torch.randn(n)\n"
-    "    globals()[f'cb{n}'] = torch.randn(n)\n";
+    "    globals()[f'cb{n}'] = torch.randn(n)\n"
+    // Vector tiles: 200 columns (50 lanes of 4 floats), a bfloat16 block of
+    // 96 (12 lanes of 8), a [4, 300, 40] cube summed over its middle dim,
+    // and a layer_norm backward's operands over 96 columns.
+    "wide = torch.randn(700, 200)\n"
+    "wbf = torch.randn(300, 96).bfloat16()\n"
+    "split3 = torch.randn(4, 300, 40)\n"
+    "lnx = torch.randn(300, 96)\n"
+    "lng = torch.randn(300, 96).bfloat16()\n"
+    "lnm = torch.randn(300, 1)\n"
+    "lnr = torch.rand(300, 1) + 0.5\n"
+    "lnw = torch.randn(96)\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -121,6 +132,10 @@ void expect_close(const PyRef& ns, PyObject* actual, const std::string& expected
     ADD_FAILURE() << "values differ; max abs difference " << (diff ? PyFloat_AsDouble(diff.get()) : -1.0);
   }
 }
+
+// Vector entries check has run (its ASSERTs need a void function), so a
+// test can tell its kernels had one.
+size_t vector_entries_run = 0;
 
 // What check does to the built graph before its final schedule.
 enum class Rewrite { None, RecomputeOutputs };
@@ -171,6 +186,7 @@ void check(const std::vector<std::string>& names,
     }
     for (bool vector : {false, true}) {
       if (vector && source.vector.name.empty()) continue;
+      vector_entries_run += vector ? 1 : 0;
       std::vector<void*> pointers;
       for (int value : lowered.inputs) {
         ASSERT_TRUE(values[value]) << "kernel input %" << value << " is not computed";
@@ -557,6 +573,48 @@ TEST(CudaEmulated, OutputsBesideTheirReductionsAreStoredByPhaseOne) {
           {"torch.nn.functional.gelu(tall)", "torch.nn.functional.gelu(tall).sum(" + std::to_string(dim) + ")"},
           {1e-5, 1e-4});
   }
+}
+
+// Note [Vector tiles]: lanes of 4 floats or 8 bfloat16s, with partial row
+// groups (50 lanes: a second block of 18), a kept dim before the tile, two
+// phases and a last pass (softmax over dim 0), broadcast inputs read per
+// reduced point, and outputs beside their column sums.
+TEST(CudaEmulated, VectorTilesMatchTorch) {
+  KILN_REQUIRE_HOST_COMPILER();
+  const size_t vectors_before = vector_entries_run;
+  check({"wide"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false), b.reduce(Prim::Amax, in[0], {0}, true)};
+        },
+        {"wide.sum(0)", "wide.amax(0, keepdim=True)"}, {1e-4, 1e-5});
+  check({"wide"},
+        [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, in[0], 0)}; },
+        {"torch.softmax(wide, 0)"}, {1e-5, 1e-6});
+  check({"split3"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, false)};
+        },
+        {"split3.sum(1)"}, {1e-4, 1e-5});
+  check({"wbf"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int g = gelu(b, b.convert(in[0], DType::Float32));
+          return std::vector<int>{b.convert(g, DType::BFloat16), b.reduce(Prim::Sum, g, {0}, false)};
+        },
+        {"torch.nn.functional.gelu(wbf.float()).bfloat16()", "torch.nn.functional.gelu(wbf.float()).sum(0)"},
+        {1e-2, 1e-3});
+  // dx-like output g * w * rstd beside the weight and bias gradients'
+  // column sums sum(g * xhat) and sum(g).
+  check({"lnx", "lng", "lnm", "lnr", "lnw"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int g = b.convert(in[1], DType::Float32);
+          const int xhat = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(in[0]), v(in[2]))), v(in[3]));
+          const int dx = b.binary(Prim::Mul, v(b.binary(Prim::Mul, v(g), v(in[4]))), v(in[3]));
+          const int weight_grad = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(g), v(xhat)), {0}, false);
+          return std::vector<int>{b.convert(dx, DType::BFloat16), weight_grad, b.reduce(Prim::Sum, g, {0}, false)};
+        },
+        {"(lng.float() * lnw * lnr).bfloat16()", "(lng.float() * ((lnx - lnm) * lnr)).sum(0)", "lng.float().sum(0)"},
+        {1e-4, 1e-4});
+  EXPECT_EQ(vector_entries_run - vectors_before, 5u);  // every kernel above has a vector entry
 }
 
 TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {
