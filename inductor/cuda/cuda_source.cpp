@@ -1099,15 +1099,22 @@ std::string Writer::write_vector(const std::string& name, int width) {
 // (activation gradients beside their weight and bias gradients' column
 // sums) ran at 1.3-1.8 TB/s that way on an H100. The vector entry gives
 // each lane `width` consecutive tile points instead, read and written as one
-// 16-byte (or 8-byte) access, with `width` accumulators per reduction; the
-// block's warps still share the reduced points, and their partials combine
-// through shared memory laid out [width][block] (consecutive lanes,
-// consecutive banks). Inside a reduced point, a loop over the lane's
-// `width` tile points computes every value that varies along the tile or
-// the reduced dims; values constant along both are computed once per row
-// group. It needs the tile dim innermost, every operand that varies along
-// it of stride 1 there, other strides, offsets and the tile's size
-// multiples of the width, and the partials within kTileVectorShared bytes.
+// 16-byte (or 8-byte) access, with `width` accumulators per reduction.
+// A warp is kTileLanes lanes wide along the tile (a 128-byte segment of a
+// row: 8 lanes of 4 floats or of 8 bfloat16s) and 32 / kTileLanes reduced
+// points deep, so a block still spans as few tile points as the scalar
+// entry's and the grid keeps its blocks: with 32 lanes of 4 floats, a
+// [64, 256, 384] LayerNorm backward had 192 blocks for 132 SMs, and the
+// SMs holding two set the time. The threads of a tile point (a lane of
+// every group of every warp) combine by shuffles within the warp, then
+// through shared memory laid out [width][warp][lane]. Inside a reduced
+// point, a loop over the lane's `width` tile points computes every value
+// that varies along the tile or the reduced dims; values constant along
+// both are computed once per row group. It needs the tile dim innermost,
+// every operand that varies along it of stride 1 there, other strides,
+// offsets and the tile's size multiples of the width, and the partials
+// within kTileVectorShared bytes.
+constexpr int kTileLanes = 8;
 constexpr int64_t kTileVectorShared = 24 * 1024;
 
 int Writer::tile_vector_width() const {
@@ -1136,7 +1143,7 @@ int Writer::tile_vector_width() const {
   }
   int64_t shared = 0;
   for (const Expr& e : k_.exprs) {
-    if (e.kind == ExprKind::Reduce) shared += item_size(e.dtype) * width * tpr_ * rpb_;
+    if (e.kind == ExprKind::Reduce) shared += item_size(e.dtype) * width * tpr_ * kTileLanes;
   }
   return shared <= kTileVectorShared ? width : 0;
 }
@@ -1148,7 +1155,7 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
   const int tile = rank() - 1;
   int phases = 0;
   for (int s : stage_) phases = std::max(phases, s);
-  const std::string w = std::to_string(width), ws = std::to_string(block);
+  const std::string w = std::to_string(width);
   auto along_tile = [&](size_t op) { return strides(op)[tile] != 0; };
   // Per lane point: what varies along the tile or the reduced dims. A
   // reduction's result is an array over the lane's points, read as such.
@@ -1167,18 +1174,23 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
   for (size_t id = 0; id < count; ++id) {
     if (k_.exprs[id].kind != ExprKind::Reduce) continue;
     text += std::string("  __shared__ ") + value_type(k_.exprs[id].dtype) + " s" + std::to_string(id) + "[" +
-            std::to_string(block * width) + "];\n";
+            std::to_string(tpr_ * kTileLanes * width) + "];\n";
   }
-  text += "  const int kiln_t = (int)(threadIdx.x >> 5);\n";
-  const std::string rows = std::to_string(rows_), span = std::to_string(32 * width);
+  // Thread t of a tile point's threads: group (lane / kTileLanes) of warp
+  // (threadIdx.x / 32); it takes reduced points t, t + threads, ...
+  const int groups = 32 / kTileLanes, threads = tpr_ * groups;
+  const std::string lanes = std::to_string(kTileLanes), lane = "(threadIdx.x & " + std::to_string(kTileLanes - 1) + ")";
+  text += "  const int kiln_t = (int)((threadIdx.x >> 5) * " + std::to_string(groups) + " + ((threadIdx.x & 31) >> " +
+          std::to_string(__builtin_ctz(kTileLanes)) + "));\n";
+  const std::string rows = std::to_string(rows_), span = std::to_string(kTileLanes * width);
   text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * " + span + "; row0 < " + rows + "; row0 += (" + idx_ +
           ")gridDim.x * " + span + ") {\n";
   Scope row;
   row.indent = "    ";
   row.names.assign(count, "");
   // Lanes past the last row group recompute the last one and store nothing.
-  row.code += row.indent + "const bool kiln_valid = row0 + (threadIdx.x & 31) * " + w + " < " + rows + ";\n";
-  row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + (threadIdx.x & 31) * " + w + " : " +
+  row.code += row.indent + "const bool kiln_valid = row0 + " + lane + " * " + w + " < " + rows + ";\n";
+  row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + " + lane + " * " + w + " : " +
               std::to_string(rows_ - width) + ";\n";
   row.code += decompose(kept_, "row", row.indent, "i");
   for (size_t op = 0; op < operands(); ++op) {
@@ -1190,7 +1202,9 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
     if (output_is_full(i)) store_pass[i] = phases >= 1 && stage_[k_.outputs[i].value] == 0 ? 1 : phases + 1;
   }
   auto vec_type = [&](DType d) { return std::string("kiln_vec<") + storage_type(d) + ", " + w + ">"; };
-  const int unroll = std::max(2, kSplitUnroll * 2 / width);
+  // Reduced points loaded ahead: a lane's access is already `width` points,
+  // and the H100 step timed 2 (4-wide) and 1 (8-wide) ahead of 4 and 2.
+  const int unroll = std::max(1, kSplitUnroll / width);
   // One loop over this thread's reduced points, each a loop over the
   // lane's tile points; body appends to the inner scope.
   auto loop = [&](int phase, const std::function<void(Context&, Scope&)>& body) {
@@ -1236,7 +1250,7 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
     }
     std::string code = row.indent + "#pragma unroll " + std::to_string(unroll) + "\n";
     code += row.indent + "for (" + idx_ + " r = (" + idx_ + ")kiln_t; r < " + std::to_string(row_points_) +
-            "; r += " + std::to_string(tpr_) + ") {\n";
+            "; r += " + std::to_string(threads) + ") {\n";
     code += decompose(reduced_, "r", at, "j") + head;
     code += at + "#pragma unroll\n" + at + "for (int u = 0; u < " + w + "; ++u) {\n" + point.code + at + "}\n";
     return code + tail + row.indent + "}\n";
@@ -1273,18 +1287,34 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
       }
       store_full(phase, c, point);
     });
-    for (int id : reductions) {
-      const std::string i = std::to_string(id);
-      row.code += each_point("s" + i + "[u * " + ws + " + threadIdx.x] = a" + i + "[u];");
-    }
-    row.code += row.indent + "__syncthreads();\n";
+    // Within the warp: its groups' partials of each tile point (xor masks
+    // kTileLanes .. 16 keep the lane), then across warps in shared memory.
     for (int id : reductions) {
       const Expr& e = k_.exprs[id];
-      const std::string i = std::to_string(id), acc = "a" + i + "[u]", sm = "s" + i + "[u * " + ws;
-      row.code += each_point("{\n" + row.indent + "  " + acc + " = " + sm + " + (threadIdx.x & 31)];\n" + row.indent +
+      const std::string acc = "a" + std::to_string(id) + "[u]";
+      // Every lane shuffles, unconditionally: combine_text may name its
+      // operand twice or short-circuit.
+      for (int m = kTileLanes; m < 32; m *= 2) {
+        row.code += each_point("{\n" + row.indent + "  const " + value_type(e.dtype) + " o = kiln_shfl_xor(" + acc +
+                               ", " + std::to_string(m) + ");\n" + row.indent + "  " + acc + " = " +
+                               combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, "o") + ";\n" + row.indent +
+                               "}");
+      }
+    }
+    const std::string slot = "[u * " + std::to_string(tpr_ * kTileLanes) + " + ";
+    row.code += row.indent + "if ((threadIdx.x & 31) < " + lanes + ") {\n";
+    for (int id : reductions) {
+      const std::string i = std::to_string(id);
+      row.code += row.indent + "  #pragma unroll\n" + row.indent + "  for (int u = 0; u < " + w + "; ++u) s" + i + slot +
+                  "(threadIdx.x >> 5) * " + lanes + " + " + lane + "] = a" + i + "[u];\n";
+    }
+    row.code += row.indent + "}\n" + row.indent + "__syncthreads();\n";
+    for (int id : reductions) {
+      const Expr& e = k_.exprs[id];
+      const std::string i = std::to_string(id), acc = "a" + i + "[u]", sm = "s" + i + slot + lane;
+      row.code += each_point("{\n" + row.indent + "  " + acc + " = " + sm + "];\n" + row.indent +
                              "  for (int w = 1; w < " + std::to_string(tpr_) + "; ++w) " + acc + " = " +
-                             combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc,
-                                          sm + " + (threadIdx.x & 31) + 32 * w]") +
+                             combine_text(static_cast<ReduceOp>(e.op), e.dtype, acc, sm + " + " + lanes + " * w]") +
                              ";\n" + row.indent + "}");
       reduce_names_[id] = acc;
     }
@@ -1388,7 +1418,7 @@ CudaSource Writer::write() {
     out.vector_width = width;
     out.vector.name = out.scalar.name + "_vec";
     out.vector.block = out.scalar.block;
-    out.vector.grid = std::min(kMaxGrid, (rows_ + 32 * width - 1) / (32 * width));
+    out.vector.grid = std::min(kMaxGrid, (rows_ + kTileLanes * width - 1) / (kTileLanes * width));
     reduce_names_.assign(k_.exprs.size(), "");
     out.text += "\n" + write_tile_vector(out.vector.name, width);
     return out;

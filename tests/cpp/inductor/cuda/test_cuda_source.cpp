@@ -265,13 +265,15 @@ TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
     return std::vector<int>{e, b.reduce(Prim::Sum, e, {0}, false)};
   });
   // An output beside the sum, reading no reduction, is stored by the
-  // sum's loop: one loop, one erf per point, in each entry (the vector
-  // entry's lanes take 4 columns: Note [Vector tiles]).
+  // sum's loop: one loop, one erf per point, in each entry. The vector
+  // entry's lanes take 4 columns, 8 lanes a row segment, 4 segments a warp
+  // (Note [Vector tiles]).
   EXPECT_EQ(beside[0].vector_width, 4);
-  EXPECT_EQ(beside[0].vector.grid, 1536 / 128);
+  EXPECT_EQ(beside[0].vector.grid, 1536 / 32);
   EXPECT_EQ(count(beside[0], "erff("), 2u) << beside[0].text;
-  EXPECT_EQ(count(beside[0], "r < 256; r += 8)"), 2u) << beside[0].text;
-  EXPECT_TRUE(has(beside[0], "for (int u = 0; u < 4; ++u) s2[u * 256 + threadIdx.x] = a2[u];")) << beside[0].text;
+  EXPECT_EQ(count(beside[0], "r < 256; r += 8)"), 1u) << beside[0].text;
+  EXPECT_TRUE(has(beside[0], "for (int r = (int)kiln_t; r < 256; r += 32)")) << beside[0].text;
+  EXPECT_TRUE(has(beside[0], "kiln_shfl_xor(a2[u], 16)")) << beside[0].text;
   // Short columns: one thread each, looping alone.
   const auto shallow = compile({cuda_meta(DType::Float32, {40, 70000})}, [](PrimBuilder& b, const std::vector<int>& in) {
     return std::vector<int>{b.reduce(Prim::Sum, in[0], {0}, false)};
