@@ -38,7 +38,19 @@ using prims::PrimNode;
 // lowers and stays acyclic (the value is not written and read back). Last,
 // horizontal fusion: two groups that read a common tensor of their
 // iteration space's shape merge when the merged group lowers and stays
-// acyclic (x.sum(0) and x.amax(0) read x once).
+// acyclic (x.sum(0) and x.amax(0) read x once); so do groups over the same
+// iteration space (sizes and reduced dims) that read nothing in common
+// but lie within kNeighbours groups of each other in graph order, so one
+// launch does the work of two (attention's q, k and v gradients, each
+// transposed back; a layer_norm's weight and bias gradients, each summing
+// its partials: Note [Two-step outer reductions]). The window keeps the
+// pairs tried, each a lowering and a walk of the graph, linear in the
+// groups, and the merged kernel from waiting long for the later group's
+// inputs while the earlier group's stay alive.
+// Horizontal fusion without a common input: the groups after a group in
+// graph order it may merge with.
+constexpr size_t kNeighbours = 4;
+
 class Scheduler {
  public:
   explicit Scheduler(const PrimGraph& graph)
@@ -67,6 +79,7 @@ class Scheduler {
     }
     merge_consumers();
     merge_siblings();
+    merge_neighbours();
     std::vector<KernelGroup> result;
     for (size_t g = 0; g < members_.size(); ++g) {
       if (members_[g].empty()) continue;
@@ -175,6 +188,45 @@ class Scheduler {
           return space > 1 && numel(graph_.value(value).meta.sizes) == space;
         });
         if (!share) continue;
+        try_merge(a, b);
+      }
+    }
+  }
+
+  // Horizontal fusion of groups over one iteration space that share no
+  // input (Note [Kernel scheduling]), each tried with the kNeighbours
+  // groups after it in graph order.
+  void merge_neighbours() {
+    std::vector<int> order;
+    std::vector<int> last(members_.size(), -1);
+    for (size_t g = 0; g < members_.size(); ++g) {
+      if (members_[g].empty()) continue;
+      order.push_back(static_cast<int>(g));
+      last[g] = *std::max_element(members_[g].begin(), members_[g].end());
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return last[a] < last[b]; });
+    // Each group's iteration space: its sizes, then its reduced dims
+    // (empty when it does not lower or has one point).
+    std::vector<std::vector<int64_t>> space(members_.size());
+    auto space_of = [&](int g) {
+      std::vector<int64_t> key;
+      try {
+        const Kernel kernel = lower_group(graph_, group(g)).kernel;
+        if (numel(kernel.sizes) <= 1) return key;
+        key = kernel.sizes;
+        key.push_back(-1);
+        key.insert(key.end(), kernel.reduced.begin(), kernel.reduced.end());
+      } catch (const LoweringError&) {
+      }
+      return key;
+    };
+    for (int g : order) space[g] = space_of(g);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int a = order[i];
+      if (members_[a].empty() || space[a].empty()) continue;
+      for (size_t k = i + 1; k < order.size() && k <= i + kNeighbours; ++k) {
+        const int b = order[k];
+        if (members_[b].empty() || space[b] != space[a]) continue;
         try_merge(a, b);
       }
     }

@@ -295,6 +295,37 @@ TEST(Schedule, SiblingsReadingOneTensorMerge) {
   for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
 }
 
+TEST(Schedule, IndependentNeighboursOverOneSpaceMerge) {
+  // Attention's q, k and v gradients, each transposed back to [b, t, h, d]
+  // (a contiguous clone of a permute): three groups over one space that
+  // read nothing in common become one kernel of three outputs. Two column
+  // sums over one [64, 24] space merge the same way; a sum over another
+  // space, and a group that needs another's result through a matmul, stay
+  // apart.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  std::vector<int> clones;
+  for (int i = 0; i < 3; ++i) {
+    const int grad = graph.add_input(f32({2, 3, 5, 4}));
+    clones.push_back(b.clone(b.permute(grad, {0, 2, 1, 3}), prims::MemoryFormat::Contiguous));
+  }
+  const int p1 = graph.add_input(f32({64, 24})), p2 = graph.add_input(f32({64, 24}));
+  const int s1 = b.reduce(Prim::Sum, p1, {0}, false), s2 = b.reduce(Prim::Sum, p2, {0}, false);
+  const int other = b.reduce(Prim::Sum, graph.add_input(f32({32, 24})), {0}, false);
+  const int e = b.unary(Prim::Exp, graph.add_input(f32({64, 24})));
+  const int product = b.matmul(e, graph.add_input(f32({24, 24})));
+  const int after = b.unary(Prim::Neg, product);
+  graph.set_outputs({clones[0], clones[1], clones[2], s1, s2, other, after});
+  const auto groups = schedule_kernels(graph);
+  std::vector<std::vector<int>> outputs;
+  for (const KernelGroup& group : groups) {
+    outputs.push_back(group.outputs);
+    EXPECT_NO_THROW(lower_group(graph, group));
+  }
+  const std::vector<std::vector<int>> want = {clones, {s1, s2}, {other}, {e}, {after}};
+  EXPECT_EQ(outputs, want);
+}
+
 TEST(KernelIr, ReductionRules) {
   Kernel k;
   k.sizes = {4, 8};

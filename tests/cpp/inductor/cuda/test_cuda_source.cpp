@@ -208,7 +208,7 @@ TEST(CudaSource, MixedAndLowPrecisionDtypes) {
             return std::vector<int>{i, b.binary(Prim::Add, v(d), v(b.unary(Prim::Log1p, in[1]))), u,
                                     b.binary(Prim::Minimum, v(in[0]), v(u))};
           },
-          2);  // u feeds another output: the scheduler keeps it a kernel of its own
+          1);  // four results over one space, u feeding another too: one kernel
 }
 
 TEST(CudaSource, InnerReductionsUseWarpOrBlockRows) {
