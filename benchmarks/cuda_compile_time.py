@@ -8,7 +8,7 @@ one run:
 Each measurement is a fresh process with an empty cache directory (kiln's
 KILN_CACHE_DIR, torch's TORCHINDUCTOR_CACHE_DIR), so "cold" means nothing
 compiled before; the first call is timed up to torch.cuda.synchronize().
-kiln runs backend="inductor" with kiln.config.experimental_cuda_kernels;
+kiln runs backend="inductor" with kiln.config.cuda_kernels;
 torch.compile its default inductor backend. The result of the first call
 is checked against eager in the same process.
 """
@@ -29,7 +29,7 @@ import torch.nn as nn
 compiler, mode = sys.argv[1], sys.argv[2]
 if compiler == "kiln":
     import kiln
-    kiln.config.experimental_cuda_kernels = True
+    kiln.config.cuda_kernels = True
 torch.manual_seed(0)
 model = nn.Sequential(*[nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Sigmoid(), nn.Linear(10, 10),
                                       nn.ReLU()) for _ in range(64)]).cuda()

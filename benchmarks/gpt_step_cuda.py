@@ -37,7 +37,7 @@ from gpt import GPT
 impl, profile = sys.argv[1], sys.argv[2] == "1"
 if impl == "kiln":
     import kiln
-    kiln.config.experimental_cuda_kernels = True
+    kiln.config.cuda_kernels = True
 torch.manual_seed(0)
 model = GPT(65, width=384, heads=6, layers=6, context=256).cuda()
 gen = torch.Generator(device="cuda").manual_seed(1)

@@ -10,7 +10,7 @@ in one run, on the first GPU:
 Each is timed with CUDA events around 10 back-to-back calls, after warm-up
 calls, and the median of 15 such batches is reported as time per call and
 effective TB/s (those bytes over that time). kiln runs backend="inductor"
-with kiln.config.experimental_cuda_kernels, in the default mode and with
+with kiln.config.cuda_kernels, in the default mode and with
 mode="max-autotune" (each kernel times its launch configurations at its
 first launch and keeps the fastest: the candidates and their times are
 printed, KILN_LOGS=autotune). Results are checked against eager first.
@@ -97,7 +97,7 @@ def main():
     if not torch.cuda.is_available():
         print("inductor_cuda.py: no CUDA device", file=sys.stderr)
         return 1
-    kiln.config.experimental_cuda_kernels = True
+    kiln.config.cuda_kernels = True
     torch.manual_seed(0)
     n = 64 * 1024 * 1024
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")

@@ -61,7 +61,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   const inductor::cuda::CudaKernelCacheCounts cuda_before = inductor::cuda::cuda_kernel_cache_counts();
   inductor::KernelTargets targets;
   targets.cpu = cpu_kernels();
-  targets.cuda = experimental_cuda_kernels();
+  targets.cuda = cuda_kernels();
   targets.autotune = autotune;
   targets.autotuned = [] { stats().kernels_autotuned++; };
   targets.cpu_matmul = cpu_matmul();
@@ -151,7 +151,7 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
   // that target's kernels off or unavailable it replays the graph eagerly
   // (kiln.compile warns once for the CPU).
   const bool kernels =
-      backend == "inductor" && (on_cuda(graph) ? experimental_cuda_kernels() && inductor::cuda_kernels_available()
+      backend == "inductor" && (on_cuda(graph) ? cuda_kernels() && inductor::cuda_kernels_available()
                                                : cpu_kernels() && inductor::cpu_kernels_available());
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.

@@ -11,7 +11,7 @@ thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 std::atomic<bool> g_cpu_kernels{true};
-std::atomic<bool> g_experimental_cuda_kernels{false};
+std::atomic<bool> g_cuda_kernels{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 
 std::mutex g_dead_mutex;
@@ -72,8 +72,8 @@ inductor::MatmulPolicy cpu_matmul() { return g_cpu_matmul; }
 
 void set_cpu_matmul(inductor::MatmulPolicy policy) { g_cpu_matmul = policy; }
 
-bool experimental_cuda_kernels() { return g_experimental_cuda_kernels; }
+bool cuda_kernels() { return g_cuda_kernels; }
 
-void set_experimental_cuda_kernels(bool enabled) { g_experimental_cuda_kernels = enabled; }
+void set_cuda_kernels(bool enabled) { g_cuda_kernels = enabled; }
 
 }  // namespace kiln::interpreter

@@ -141,10 +141,11 @@ inductor::MatmulPolicy cpu_matmul();
 void set_cpu_matmul(inductor::MatmulPolicy policy);
 
 // Whether backend "inductor" compiles graphs whose tensors are all on one
-// CUDA device to CUDA kernels through NVRTC
-// (kiln.config.experimental_cuda_kernels, off by default: new).
-bool experimental_cuda_kernels();
-void set_experimental_cuda_kernels(bool enabled);
+// CUDA device to CUDA kernels through NVRTC (kiln.config.cuda_kernels, on
+// by default).
+bool cuda_kernels();
+// Sets cuda_kernels() for graphs compiled from now on.
+void set_cuda_kernels(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

@@ -315,16 +315,14 @@ PyObject* py_clear_matmul_choices(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* py_set_experimental_cuda_kernels(PyObject*, PyObject* arg) {
+PyObject* py_set_cuda_kernels(PyObject*, PyObject* arg) {
   const int enabled = PyObject_IsTrue(arg);
   if (enabled < 0) return nullptr;
-  kiln::interpreter::set_experimental_cuda_kernels(enabled == 1);
+  kiln::interpreter::set_cuda_kernels(enabled == 1);
   Py_RETURN_NONE;
 }
 
-PyObject* py_get_experimental_cuda_kernels(PyObject*, PyObject*) {
-  return PyBool_FromLong(kiln::interpreter::experimental_cuda_kernels());
-}
+PyObject* py_get_cuda_kernels(PyObject*, PyObject*) { return PyBool_FromLong(kiln::interpreter::cuda_kernels()); }
 
 PyObject* py_cuda_kernels_available(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::inductor::cuda_kernels_available());
@@ -458,8 +456,8 @@ PyMethodDef module_methods[] = {
     {"set_cpu_matmul", py_set_cpu_matmul, METH_O, "Sets who computes CPU matmuls: auto, kiln or aten."},
     {"get_cpu_matmul", py_get_cpu_matmul, METH_NOARGS, "Who computes CPU matmuls: auto, kiln or aten."},
     {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
-    {"set_experimental_cuda_kernels", py_set_experimental_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
-    {"get_experimental_cuda_kernels", py_get_experimental_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
+    {"set_cuda_kernels", py_set_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
+    {"get_cuda_kernels", py_get_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},

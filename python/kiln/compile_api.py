@@ -10,10 +10,11 @@ BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 _warned_inductor = False
+_warned_inductor_cuda = False
 
 
 def _check_options(backend, mode, dynamic):
-    global _warned_inductor
+    global _warned_inductor, _warned_inductor_cuda
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"kiln.compile: unknown backend {backend!r}; valid backends: "
                          + ", ".join(repr(b) for b in BACKENDS))
@@ -31,6 +32,16 @@ def _check_options(backend, mode, dynamic):
         if why:
             _warned_inductor = True
             warnings.warn(f"kiln: backend 'inductor' runs compiled CPU graphs through the 'eager' "
+                          f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
+    if backend == "inductor" and not _warned_inductor_cuda and torch.cuda.is_available():
+        why = None
+        if not config.cuda_kernels:
+            why = "kiln.config.cuda_kernels is off"
+        elif not _C.cuda_kernels_available():
+            why = "NVRTC or the CUDA driver cannot be loaded (KILN_LOGS=prims says which)"
+        if why:
+            _warned_inductor_cuda = True
+            warnings.warn(f"kiln: backend 'inductor' runs compiled CUDA graphs through the 'eager' "
                           f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
 
 

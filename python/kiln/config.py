@@ -1,6 +1,7 @@
 """Process-wide settings: `kiln.config.cache_size_limit = 16`."""
 import sys as _sys
 import types as _types
+import warnings as _warnings
 
 from . import _C
 
@@ -52,19 +53,31 @@ class _Config(_types.ModuleType):
         _C.set_cpu_matmul(value)
 
     @property
-    def experimental_cuda_kernels(self) -> bool:
+    def cuda_kernels(self) -> bool:
         """backend="inductor" decomposes graphs whose tensors are all on one
         CUDA device into prims and compiles their fused pointwise and
         reduction groups to CUDA kernels through NVRTC, launched on torch's
-        current stream (default False: this path is new; see
-        docs/architecture.md, "Inductor (CUDA)")."""
-        return _C.get_experimental_cuda_kernels()
+        current stream (default True; False replays such graphs through
+        torch, and kiln.compile warns; see docs/architecture.md, "Inductor
+        (CUDA)"). Read when a graph is compiled."""
+        return _C.get_cuda_kernels()
+
+    @cuda_kernels.setter
+    def cuda_kernels(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"cuda_kernels must be a bool, got {type(value).__name__}")
+        _C.set_cuda_kernels(value)
+
+    @property
+    def experimental_cuda_kernels(self) -> bool:
+        """Deprecated name of cuda_kernels (before CUDA kernels were the default)."""
+        return self.cuda_kernels
 
     @experimental_cuda_kernels.setter
     def experimental_cuda_kernels(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"experimental_cuda_kernels must be a bool, got {type(value).__name__}")
-        _C.set_experimental_cuda_kernels(value)
+        _warnings.warn("kiln.config.experimental_cuda_kernels is deprecated: use kiln.config.cuda_kernels "
+                       "(on by default)", DeprecationWarning, stacklevel=2)
+        self.cuda_kernels = value
 
 
 _sys.modules[__name__].__class__ = _Config

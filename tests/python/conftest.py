@@ -53,7 +53,9 @@ if TEST_DEVICE != "cpu":
         raise RuntimeError(f"KILN_TEST_DEVICE={TEST_DEVICE} needs torch >= 2.0 "
                            f"(torch.set_default_device); this is torch {torch.__version__}")
     torch.set_default_device(TEST_DEVICE)
-CUDA_KERNELS = TEST_DEVICE == "cuda"
+# Graphs on CUDA tensors compile CUDA kernels (kiln.config.cuda_kernels, on
+# by default); KILN_TEST_CUDA_KERNELS=0 runs the suite with them off.
+CUDA_KERNELS = os.environ.get("KILN_TEST_CUDA_KERNELS", "1") != "0"
 
 
 def pytest_configure(config):
@@ -78,17 +80,17 @@ def kiln_clean():
     """Drop all compiled code and counters before each test; restore config after."""
     saved_limit = kiln.config.cache_size_limit
     saved_kernels = kiln.config.cpu_kernels
-    saved_cuda_kernels = kiln.config.experimental_cuda_kernels
+    saved_cuda_kernels = kiln.config.cuda_kernels
     saved_matmul = kiln.config.cpu_matmul
     kiln.config.cpu_kernels = CPU_KERNELS
-    kiln.config.experimental_cuda_kernels = CUDA_KERNELS
+    kiln.config.cuda_kernels = CUDA_KERNELS
     kiln.config.cpu_matmul = CPU_MATMUL
     kiln.reset()
     torch.manual_seed(0)
     yield
     kiln.config.cache_size_limit = saved_limit
     kiln.config.cpu_kernels = saved_kernels
-    kiln.config.experimental_cuda_kernels = saved_cuda_kernels
+    kiln.config.cuda_kernels = saved_cuda_kernels
     kiln.config.cpu_matmul = saved_matmul
     kiln.reset()
 

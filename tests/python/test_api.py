@@ -338,3 +338,51 @@ def test_inductor_says_when_it_replays_eagerly(monkeypatch):
         else:
             assert len(mentions) == 1, [str(w.message) for w in caught]
             assert ("cpu_kernels is off" if not kernels else "no LLVM") in mentions[0]
+
+
+def test_inductor_says_when_cuda_graphs_replay_eagerly(monkeypatch):
+    """Where torch sees a GPU, kiln.compile warns once when CUDA graphs would
+    replay through torch: CUDA kernels turned off, or NVRTC or the driver
+    missing (both faked here, so the test runs without a GPU)."""
+    import warnings
+
+    from kiln import compile_api
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for kernels, loadable, expected in ((True, True, None), (False, True, "cuda_kernels is off"),
+                                        (True, False, "NVRTC or the CUDA driver")):
+        monkeypatch.setattr(compile_api, "_warned_inductor_cuda", False)
+        monkeypatch.setattr(kiln.config, "cuda_kernels", kernels)
+        monkeypatch.setattr(kiln._C, "cuda_kernels_available", lambda: loadable)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kiln.compile(lambda x: x + 1, backend="inductor")
+            kiln.compile(lambda x: x + 2, backend="inductor")
+        mentions = [str(w.message) for w in caught if "CUDA graphs" in str(w.message)]
+        if expected is None:
+            assert mentions == [], mentions
+        else:
+            assert len(mentions) == 1 and expected in mentions[0], mentions
+
+
+def test_cuda_kernels_are_on_by_default_and_keep_their_old_name():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, "-c", "import kiln; print(kiln.config.cuda_kernels)"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-2000:]
+    saved = kiln.config.cuda_kernels
+    try:
+        with pytest.warns(DeprecationWarning, match="use kiln.config.cuda_kernels"):
+            kiln.config.experimental_cuda_kernels = not saved
+        assert kiln.config.cuda_kernels is (not saved)
+        assert kiln.config.experimental_cuda_kernels is (not saved)
+        with pytest.raises(TypeError, match="cuda_kernels must be a bool"):
+            kiln.config.cuda_kernels = 1
+    finally:
+        kiln.config.cuda_kernels = saved

@@ -24,7 +24,7 @@ MODEL = textwrap.dedent("""
     import json
     import torch
     import kiln
-    kiln.config.experimental_cuda_kernels = True
+    kiln.config.cuda_kernels = True
     torch.manual_seed(0)
 
     def f(x, y):

@@ -1,4 +1,4 @@
-"""backend="inductor" with kiln.config.experimental_cuda_kernels on CUDA
+"""backend="inductor" with kiln.config.cuda_kernels on CUDA
 tensors: graphs on one CUDA device are decomposed into prims, and their
 fused pointwise and reduction groups run as NVRTC-compiled CUDA kernels
 launched on torch's current stream; the rest runs through torch. Compared
@@ -19,9 +19,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 @pytest.fixture(autouse=True)
 def cuda_kernels():
     assert kiln._C.cuda_kernels_available(), "a GPU but no NVRTC or CUDA driver for kiln"
-    kiln.config.experimental_cuda_kernels = True
+    kiln.config.cuda_kernels = True
     yield
-    kiln.config.experimental_cuda_kernels = False
 
 
 def _check(fn, *args, rtol=1e-4, atol=1e-5, kernels=1):
