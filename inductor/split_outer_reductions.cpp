@@ -29,7 +29,14 @@ using prims::PrimNode;
 //   - over one dim d of extent R: d is viewed as [S, R / S] (always a view,
 //     whatever the strides), the first reduces R / S, the second S.
 // The first has S times the rows and takes the input's producers into its
-// kernel; the second is small and takes the consumers. Low-precision sums
+// kernel; the second is small and takes the consumers. Reductions over the
+// innermost dim are row reductions, a block per long row, so they split
+// only when their rows are few (at most kMaxLongRows) and long (at least
+// kMinRowExtent points): x.sum() over 16M floats would otherwise run on one
+// block, so on one of an H100's 132 SMs; viewed as [128, 131072] it runs on
+// 128. Trailing reduced dims laid out as one
+// whose outermost has too few points to split at ([4, 1M].sum()) are
+// viewed as one dim first, and keepdim's dims come back by a view. Low-precision sums
 // keep float32 partials (torch accumulates them in float32 too) and convert
 // once at the end. Float sums associate differently than in one step:
 // equal up to rounding, the same bits on every run.
@@ -38,6 +45,8 @@ constexpr int64_t kMaxKeptPoints = 4096;
 constexpr int64_t kMinSteps = 8;        // partials per kept point at least
 constexpr int64_t kMaxSteps = 128;      // ... and at most
 constexpr int64_t kMinChunk = 64;       // points each partial reduces at least
+constexpr int64_t kMaxLongRows = 128;   // row reductions: kept points at most
+constexpr int64_t kMinRowExtent = 65536;  // ... and reduced points at least
 
 bool low_precision(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
 
@@ -48,6 +57,7 @@ struct Split {
   int64_t steps = 0;
   int64_t dim = 0;
   bool view = false;
+  bool flatten = false;  // reduced dims trailing and contiguous: viewed as one dim first
 };
 
 // The number of steps S for extent R: the largest S <= kMaxSteps dividing
@@ -70,8 +80,7 @@ Split plan(const PrimGraph& graph, const PrimNode& node) {
     if (d < 0 || d >= rank) return split;
     reduced[d] = true;
   }
-  // The innermost dim reduced: a row reduction, parallel over its rows already.
-  if (rank == 0 || reduced[rank - 1]) return split;
+  if (rank == 0) return split;
   int64_t kept = 1, extent = 1, d0 = -1;
   for (int64_t d = 0; d < rank; ++d) {
     if (!reduced[d]) {
@@ -81,7 +90,13 @@ Split plan(const PrimGraph& graph, const PrimNode& node) {
       if (d0 < 0) d0 = d;
     }
   }
-  if (extent < kMinExtent || kept == 0 || kept > kMaxKeptPoints) return split;
+  if (kept == 0) return split;
+  if (reduced[rank - 1]) {
+    // A row reduction: parallel over its rows already, unless they are few and long.
+    if (kept > kMaxLongRows || extent < kMinRowExtent) return split;
+  } else if (extent < kMinExtent || kept > kMaxKeptPoints) {
+    return split;
+  }
   if (node.attrs.dims.size() == 1) {
     split.steps = steps_for(extent);
     split.dim = d0;
@@ -89,6 +104,17 @@ Split plan(const PrimGraph& graph, const PrimNode& node) {
   } else if (in.sizes[d0] >= kMinSteps && in.sizes[d0] <= kMaxSteps && extent / in.sizes[d0] >= kMinChunk) {
     split.steps = in.sizes[d0];
     split.dim = d0;
+  } else if (reduced[rank - 1]) {
+    // Trailing reduced dims laid out as one ([4, 1M].sum()): one dim, split by a view.
+    bool trailing = true;
+    for (int64_t d = d0; d < rank; ++d) {
+      trailing = trailing && reduced[d] && in.strides[d] == (d + 1 < rank ? in.strides[d + 1] * in.sizes[d + 1] : 1);
+    }
+    if (trailing) {
+      split.steps = steps_for(extent);
+      split.dim = d0;
+      split.view = split.flatten = true;
+    }
   }
   return split;
 }
@@ -116,11 +142,19 @@ bool split_outer_reductions(const PrimGraph& graph, PrimGraph* out) {
       if (node.prim == Prim::Sum && low_precision(want)) accumulate = DType::Float32;
       const int input = map[node.args[0].value];
       int partials;
+      int source = input;
+      if (split.flatten) {
+        std::vector<int64_t> sizes(b.meta(input).sizes.begin(), b.meta(input).sizes.begin() + split.dim);
+        int64_t extent = 1;
+        for (size_t d = split.dim; d < b.meta(input).sizes.size(); ++d) extent *= b.meta(input).sizes[d];
+        sizes.push_back(extent);
+        source = b.view(input, sizes);
+      }
       if (split.view) {
-        std::vector<int64_t> sizes = b.meta(input).sizes;
+        std::vector<int64_t> sizes = b.meta(source).sizes;
         sizes[split.dim] /= split.steps;
         sizes.insert(sizes.begin() + split.dim, split.steps);
-        partials = b.reduce(node.prim, b.view(input, sizes), {split.dim + 1}, false, accumulate);
+        partials = b.reduce(node.prim, b.view(source, sizes), {split.dim + 1}, false, accumulate);
       } else {
         std::vector<int64_t> rest;
         for (int64_t d : node.attrs.dims) {
@@ -129,8 +163,10 @@ bool split_outer_reductions(const PrimGraph& graph, PrimGraph* out) {
         partials = b.reduce(node.prim, input, rest, node.attrs.keepdim, accumulate);
       }
       // Dims after split.dim may have gone (keepdim false); split.dim itself stays where it was.
-      int value = b.reduce(node.prim, partials, {split.dim}, node.attrs.keepdim,
+      // A flattened reduction keeps no dims of its own; keepdim's come back by a view.
+      int value = b.reduce(node.prim, partials, {split.dim}, node.attrs.keepdim && !split.flatten,
                            node.prim == Prim::Sum ? accumulate : std::nullopt);
+      if (split.flatten && node.attrs.keepdim) value = b.view(value, graph.value(node.outputs[0]).meta.sizes);
       if (b.meta(value).dtype != want) value = b.convert(value, want);
       if (graph.value(node.outputs[0]).grad_stopped) result.stop_grad(value);
       map[node.outputs[0]] = value;

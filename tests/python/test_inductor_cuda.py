@@ -117,6 +117,21 @@ def test_reductions_inner_outer_and_all(op, dim, shape):
     _check(f, x, rtol=1e-3 if op == "prod" else 1e-4, atol=1e-4)
 
 
+def test_few_long_rows_split_across_the_gpu():
+    """Note [Two-step outer reductions]: a full reduction of 4M floats, and
+    3 rows of 256K, become partial rows and a sum of the partials (two
+    kernels each), equal to eager's up to rounding."""
+    torch.manual_seed(0)
+    x = torch.rand(1 << 22, device="cuda")
+    y = torch.rand(3, 1 << 18, device="cuda")
+
+    def f(x, y):
+        return (x.sum(), x.amax(), (x * 2).mean(), y.sum(-1), y.sum(), y.amax((0, 1), keepdim=True))
+
+    s = _check(f, x, y, rtol=1e-4, atol=1e-2, kernels=2)
+    assert s["cuda_kernels_compiled"] >= 2, s
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
 def test_integer_reductions_are_exact(dtype):
     x = torch.randint(-4, 5, (65, 300), device="cuda").to(dtype)

@@ -61,6 +61,37 @@ TEST(SplitOuterReductions, ReductionsOverSeveralDimsSplitAtTheOutermost) {
   }
 }
 
+TEST(SplitOuterReductions, FewLongRowsSplitTheirRows) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int flat = graph.add_input(meta({1 << 20}));
+  const int rows = graph.add_input(meta({4, 1 << 17}));
+  const int many = graph.add_input(meta({4096, 24}));
+  graph.set_outputs({b.reduce(Prim::Sum, flat, {0}, false), b.reduce(Prim::Amax, flat, {0}, true),
+                     b.reduce(Prim::Sum, rows, {1}, true), b.reduce(Prim::Sum, rows, {0, 1}, false),
+                     b.reduce(Prim::Amax, rows, {1, 0}, true),
+                     // Many rows, or short ones: parallel enough as they are.
+                     b.reduce(Prim::Sum, many, {1}, false), b.reduce(Prim::Sum, b.view(rows, {512, 1024}), {1}, false)});
+  PrimGraph split;
+  ASSERT_TRUE(split_outer_reductions(graph, &split));
+  // The first four become two each (the full sum of rows, whose outer dim
+  // has too few points to split at, viewed as one dim first); the last two
+  // stay.
+  EXPECT_EQ(count(split, Prim::Sum), 2 + 2 + 2 + 1 + 1);
+  EXPECT_EQ(count(split, Prim::Amax), 4);
+  // The first reduction over [128, 8192] views of the flat input: rows of
+  // the view's innermost dim.
+  bool viewed = false;
+  for (const auto& node : split.nodes()) {
+    if (node.prim == Prim::View && split.value(node.outputs[0]).meta.sizes == std::vector<int64_t>{128, 8192}) {
+      viewed = true;
+    }
+  }
+  EXPECT_TRUE(viewed);
+  test::expect_same_results(graph, split, {"torch.randn(1 << 20)", "torch.randn(4, 1 << 17)", "torch.randn(4096, 24)"},
+                            /*exact=*/false);
+}
+
 TEST(SplitOuterReductions, LowPrecisionSumsKeepFloat32Partials) {
   PrimGraph graph;
   PrimBuilder b(graph);
