@@ -512,6 +512,7 @@ class Writer {
   std::string offset_terms(size_t op, const std::vector<int>& dims, const std::string& prefix) const;
   bool output_is_full(size_t i) const;
   std::string store(size_t i, const std::string& value, const std::string& at) const;
+  std::string point_load(int input, Scope& point, std::vector<bool>* declared) const;
   std::string write_rows(const std::string& name, int width);
   int row_vector_width() const;
   std::string write_vector(const std::string& name, int width);
@@ -640,6 +641,18 @@ std::string Writer::store(size_t i, const std::string& value, const std::string&
   std::string v = cast_text(value, k_.exprs[out.value].dtype, out.dtype);
   if (out.dtype == DType::Bool) v = "(unsigned char)(" + v + ")";
   return "out" + std::to_string(i) + "[" + at + "] = " + v + ";\n";
+}
+
+// Input `input` read at the point of a loop over reduced points: its
+// offset declared in `point` the first time (`declared`, per input).
+std::string Writer::point_load(int input, Scope& point, std::vector<bool>* declared) const {
+  const std::string op = std::to_string(input);
+  if (!(*declared)[input]) {
+    (*declared)[input] = true;
+    point.code += point.indent + "const " + idx_ + " o" + op + " = b" + op +
+                  offset_terms(static_cast<size_t>(input), reduced_, "j") + ";\n";
+  }
+  return "in" + op + "[o" + op + "]";
 }
 
 // The row kernel (Note [CUDA kernels]): pointwise kernels (rows of one
@@ -786,12 +799,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
         point_offsets[input] = true;
         return "x" + op + ".v[j]";
       }
-      if (!point_offsets[input]) {
-        point_offsets[input] = true;
-        point.code += point.indent + "const " + idx_ + " o" + op + " = b" + op +
-                      offset_terms(static_cast<size_t>(input), reduced_, "j") + ";\n";
-      }
-      return "in" + op + "[o" + op + "]";
+      return point_load(input, point, &point_offsets);
     };
     body(c, point);
     std::string code;
@@ -1225,12 +1233,7 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
         vector_input[input] = true;
         return "x" + o + ".v[u]";
       }
-      if (!scalar_offset[input]) {
-        scalar_offset[input] = true;
-        point.code += point.indent + "const " + idx_ + " o" + o + " = b" + o +
-                      offset_terms(static_cast<size_t>(input), reduced_, "j") + ";\n";
-      }
-      return "in" + o + "[o" + o + "]";
+      return point_load(input, point, &scalar_offset);
     };
     body(c, point);
     std::string head, tail;

@@ -9,12 +9,26 @@ from . import _C, config, policy
 BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-_warned_inductor = False
-_warned_inductor_cuda = False
+# The targets ("CPU", "CUDA") whose eager replay kiln.compile has warned of.
+_warned_inductor = set()
+
+
+def _replay_reason(target):
+    """Why backend 'inductor' would replay `target`'s graphs through torch, or None."""
+    if target == "CPU":
+        if not config.cpu_kernels:
+            return "kiln.config.cpu_kernels is off"
+        if not _C.cpu_kernels_available():
+            return "this build of kiln has no LLVM code generation"
+    else:
+        if not config.cuda_kernels:
+            return "kiln.config.cuda_kernels is off"
+        if not _C.cuda_kernels_available():
+            return "NVRTC or the CUDA driver cannot be loaded (KILN_LOGS=prims says which)"
+    return None
 
 
 def _check_options(backend, mode, dynamic):
-    global _warned_inductor, _warned_inductor_cuda
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"kiln.compile: unknown backend {backend!r}; valid backends: "
                          + ", ".join(repr(b) for b in BACKENDS))
@@ -23,25 +37,16 @@ def _check_options(backend, mode, dynamic):
                          + ", ".join(repr(m) for m in MODES))
     if dynamic not in (None, True, False):
         raise ValueError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
-    if backend == "inductor" and not _warned_inductor:
-        why = None
-        if not config.cpu_kernels:
-            why = "kiln.config.cpu_kernels is off"
-        elif not _C.cpu_kernels_available():
-            why = "this build of kiln has no LLVM code generation"
+    if backend != "inductor":
+        return
+    for target in ("CPU", "CUDA"):
+        # CUDA graphs matter only where torch sees a GPU.
+        if target in _warned_inductor or (target == "CUDA" and not torch.cuda.is_available()):
+            continue
+        why = _replay_reason(target)
         if why:
-            _warned_inductor = True
-            warnings.warn(f"kiln: backend 'inductor' runs compiled CPU graphs through the 'eager' "
-                          f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
-    if backend == "inductor" and not _warned_inductor_cuda and torch.cuda.is_available():
-        why = None
-        if not config.cuda_kernels:
-            why = "kiln.config.cuda_kernels is off"
-        elif not _C.cuda_kernels_available():
-            why = "NVRTC or the CUDA driver cannot be loaded (KILN_LOGS=prims says which)"
-        if why:
-            _warned_inductor_cuda = True
-            warnings.warn(f"kiln: backend 'inductor' runs compiled CUDA graphs through the 'eager' "
+            _warned_inductor.add(target)
+            warnings.warn(f"kiln: backend 'inductor' runs compiled {target} graphs through the 'eager' "
                           f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
 
 

@@ -327,7 +327,7 @@ def test_inductor_says_when_it_replays_eagerly(monkeypatch):
 
     available = kiln._C.cpu_kernels_available()
     for kernels in (True, False):
-        monkeypatch.setattr(compile_api, "_warned_inductor", False)
+        monkeypatch.setattr(compile_api, "_warned_inductor", set())
         monkeypatch.setattr(kiln.config, "cpu_kernels", kernels)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -351,7 +351,7 @@ def test_inductor_says_when_cuda_graphs_replay_eagerly(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for kernels, loadable, expected in ((True, True, None), (False, True, "cuda_kernels is off"),
                                         (True, False, "NVRTC or the CUDA driver")):
-        monkeypatch.setattr(compile_api, "_warned_inductor_cuda", False)
+        monkeypatch.setattr(compile_api, "_warned_inductor", {"CPU"})
         monkeypatch.setattr(kiln.config, "cuda_kernels", kernels)
         monkeypatch.setattr(kiln._C, "cuda_kernels_available", lambda: loadable)
         with warnings.catch_warnings(record=True) as caught:
