@@ -68,6 +68,9 @@ namespace kiln::inductor::cuda {
 // and contiguous in every operand that varies along it get a vector entry
 // too: each thread takes `width` consecutive points per access (a float4
 // of the row), loads them once, and loops over them in registers.
+// An Index expression (argmax's position, Note [Reduction lowering]) is
+// the point's index along each dim (the row's kept indices, the point's
+// reduced ones) times its strides, in int64.
 // Semantics follow llvm_codegen.cpp op for op: float ops in the value's
 // dtype with CUDA's IEEE-accurate functions (expf/exp, erff, tanhf, ...,
 // no fast math), sigmoid 1 / (1 + exp(-x)), rsqrt 1 / sqrt(x), round half
@@ -585,7 +588,17 @@ std::string Writer::compute(int id, Context& c) {
       const std::string a = operand(1);
       return "(" + cond + " ? " + a + " : " + operand(2) + ")";
     }
-    case ExprKind::Index:  // refused by generate_cuda_source
+    case ExprKind::Index: {
+      // The point's index along each dim: i<d> for kept dims (the row's),
+      // j<d> for reduced ones (the point's), as the loops decompose them.
+      std::string text = "(0LL";
+      for (int d = 0; d < rank(); ++d) {
+        if (e.strides[d] == 0 || k_.sizes[d] == 1) continue;
+        text += std::string(" + (long long)") + (is_reduced(k_, d) ? "j" : "i") + std::to_string(d) + " * " +
+                std::to_string(e.strides[d]) + "LL";
+      }
+      return text + ")";
+    }
     case ExprKind::Reduce: break;
   }
   throw CudaError("a reduction computed as a value");
@@ -971,6 +984,10 @@ std::string Writer::write_rows(const std::string& name, int width) {
 // kernels]).
 int Writer::vector_width() const {
   if (!k_.reduced.empty() || k_.sizes.empty()) return 0;
+  // An index (argmax's) would need each lane's point, not the vector's first.
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::Index) return 0;
+  }
   const int inner = rank() - 1;
   int64_t widest = 0;
   for (size_t op = 0; op < operands(); ++op) {
@@ -1128,6 +1145,10 @@ constexpr int64_t kTileVectorShared = 24 * 1024;
 int Writer::tile_vector_width() const {
   const int tile = tile_dim(k_);
   if (!split_tile_ || tile != rank() - 1 || k_.sizes[tile] < 2) return 0;
+  // i<tile> is the lane's first tile point, not each point's.
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::Index && e.strides[tile] != 0) return 0;
+  }
   std::vector<size_t> along;
   for (size_t op = 0; op < operands(); ++op) {
     const bool input = op < k_.inputs.size();
@@ -1174,6 +1195,8 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
       varies[id] = true;
     } else if (e.kind == ExprKind::Load) {
       varies[id] = varies_[id] || along_tile(static_cast<size_t>(e.input));
+    } else if (e.kind == ExprKind::Index) {
+      varies[id] = varies_[id];  // tile_vector_width refuses an index along the tile
     } else {
       for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
     }
@@ -1507,11 +1530,6 @@ std::vector<LaunchConfig> launch_candidates(const Kernel& kernel) {
 }
 
 CudaSource generate_cuda_source(const Kernel& kernel, const LaunchConfig& config) {
-  // Index expressions (argmax/argmin's flat index) are generated for the
-  // CPU only so far: such a group stays with torch on CUDA.
-  for (const Expr& e : kernel.exprs) {
-    if (e.kind == ExprKind::Index) throw CudaError("index expressions (argmax/argmin) have no CUDA code yet");
-  }
   return Writer(kernel, config).write();
 }
 

@@ -117,6 +117,23 @@ def test_reductions_inner_outer_and_all(op, dim, shape):
     _check(f, x, rtol=1e-3 if op == "prod" else 1e-4, atol=1e-4)
 
 
+def test_argmax_and_argmin_are_kernels():
+    """argmax/argmin compile to kernels (an Index expression over the
+    reduced dims): first occurrence of ties, first NaN, as eager."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 5, (64, 1000), device="cuda").float()
+    x[3, 17] = float("nan")
+    x[5, 900] = float("nan")
+
+    def f(x):
+        return x.argmax(1), x.argmin(0), (x * 2).argmax(), x[:, :500].argmin(1, keepdim=True)
+
+    got = kiln.compile(f, backend="inductor")(x)
+    for g, w in zip(got, f(x)):
+        assert torch.equal(g, w)
+    assert kiln.stats()["kernels"] >= 3, kiln.stats()
+
+
 def test_few_long_rows_split_across_the_gpu():
     """Note [Two-step outer reductions]: a full reduction of 4M floats, and
     3 rows of 256K, become partial rows and a sum of the partials (two

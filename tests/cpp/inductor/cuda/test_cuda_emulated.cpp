@@ -86,7 +86,9 @@ constexpr const char* kTensors =
     "lng = torch.randn(300, 96).bfloat16()\n"
     "lnm = torch.randn(300, 1)\n"
     "lnr = torch.rand(300, 1) + 0.5\n"
-    "lnw = torch.randn(96)\n";
+    "lnw = torch.randn(96)\n"
+    // argmax/argmin: ties (first occurrence wins) along both dims.
+    "ties = torch.randint(0, 3, (64, 300)).float()\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -617,6 +619,32 @@ TEST(CudaEmulated, VectorTilesMatchTorch) {
         {"(lng.float() * lnw * lnr).bfloat16()", "(lng.float() * ((lnx - lnm) * lnr)).sum(0)", "lng.float().sum(0)"},
         {1e-4, 1e-4});
   EXPECT_EQ(vector_entries_run - vectors_before, 5u);  // every kernel above has a vector entry
+}
+
+// argmax/argmin (Note [Reduction lowering]): the extreme, then the smallest
+// index where it occurs, an Index expression over the reduced dims, in
+// every row mode: warp rows (looped, persistent), block rows, tiles split
+// over threads (scalar and vector), a middle dim, a full reduction; ties
+// and NaNs as torch (first occurrence, first NaN).
+TEST(CudaEmulated, ArgmaxAndArgminInEveryRowMode) {
+  KILN_REQUIRE_HOST_COMPILER();
+  const size_t vectors_before = vector_entries_run;
+  const std::vector<std::pair<std::string, int64_t>> cases = {
+      {"big", 1}, {"big", 0}, {"d100", 1}, {"k5", 1}, {"cube", 1}, {"nan", 1}, {"nan", 0},
+      {"tall", 0}, {"wide", 0}, {"ties", 0}, {"ties", 1}, {"big", -1}, {"i64", 1}};
+  for (Prim prim : {Prim::Argmax, Prim::Argmin}) {
+    const std::string op = prim == Prim::Argmax ? "argmax" : "argmin";
+    for (const auto& [name, dim] : cases) {
+      const std::string dims = dim < 0 ? "None" : std::to_string(dim);
+      check({name},
+            [&, dim = dim](PrimBuilder& b, const std::vector<int>& in) {
+              return std::vector<int>{
+                  b.reduce(prim, in[0], dim < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{dim}, false)};
+            },
+            {"torch." + op + "(" + name + ", " + dims + ")"});
+    }
+  }
+  EXPECT_GT(vector_entries_run, vectors_before);  // some ran a vector entry (wide: a vector tile)
 }
 
 TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {

@@ -282,6 +282,21 @@ TEST(CudaSource, OuterReductionsSplitOrLoopPerTilePoint) {
   EXPECT_TRUE(has(shallow[0], "r += 1)"));
 }
 
+// argmax/argmin's Index expression (the point's index over the reduced
+// dims) in warp rows, block rows and a vector tile, compiled by NVRTC:
+// int64 minima combined by shuffles and through shared memory.
+TEST(CudaSource, ArgmaxCompilesInEveryRowMode) {
+  KILN_REQUIRE_NVRTC();
+  for (const auto& [sizes, dim] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+           {{64, 300}, 1}, {{4, 5000}, 1}, {{2000, 64}, 0}, {{6, 7, 9}, 1}}) {
+    const auto sources = compile({cuda_meta(DType::Float32, sizes)}, [dim = dim](PrimBuilder& b, const std::vector<int>& in) {
+      return std::vector<int>{b.reduce(Prim::Argmax, in[0], {dim}, false), b.reduce(Prim::Argmin, in[0], {dim}, true)};
+    });
+    ASSERT_EQ(sources.size(), 1u);
+    EXPECT_TRUE(has(sources[0], "(long long)j")) << sources[0].text;
+  }
+}
+
 TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   KILN_REQUIRE_NVRTC();
   const auto sources = compile({cuda_meta(DType::Float32, {16384, 4096}), cuda_meta(DType::Float32, {4096})},
