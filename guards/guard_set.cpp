@@ -5,12 +5,28 @@
 #include <sstream>
 
 #include "runtime/aten_bridge.h"
+#include "runtime/dict_order.h"
 #include "runtime/py_text.h"
 
 namespace kiln::guards {
 namespace {
 
 std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
+
+// The keys of a dict as the text of a tuple, for explanations.
+std::string keys_text(PyObject* value) {
+  std::vector<runtime::PyRef> keys;
+  if (!value || !PyDict_Check(value) || !runtime::dict_keys_in_order(value, keys)) {
+    PyErr_Clear();
+    return "(unreadable)";
+  }
+  runtime::PyRef tuple = runtime::PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(keys.size())));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Py_INCREF(keys[i].get());
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), keys[i].get());
+  }
+  return runtime::py_repr(tuple.get());
+}
 
 // "off", "cpu bfloat16", "cuda bfloat16", "cpu bfloat16, cuda float16".
 std::string describe_autocast(const runtime::AutocastState& state) {
@@ -57,7 +73,10 @@ const char* kind_name(GuardKind kind) {
 }  // namespace
 
 GuardSet::~GuardSet() {
-  for (Guard& guard : guards_) Py_XDECREF(guard.expected);
+  for (Guard& guard : guards_) {
+    Py_XDECREF(guard.expected);
+    Py_XDECREF(guard.keys);
+  }
 }
 
 bool GuardSet::has(GuardKind kind, int source) const {
@@ -125,6 +144,28 @@ void GuardSet::add_length_match(int source, PyObject* sequence) {
                      .source = source,
                      .expected = type,
                      .length = PyObject_Size(sequence)});
+  indexed_ = false;
+}
+
+void GuardSet::add_dict_keys(int source, PyObject* dict, std::vector<runtime::PyRef> keys) {
+  if (has(GuardKind::DictKeys, source)) return;
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(keys.size()));
+  if (!tuple) {
+    PyErr_Clear();
+    return;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    PyObject* key = keys[i].get();
+    Py_INCREF(key);
+    PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), key);
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(dict));
+  Py_INCREF(type);
+  guards_.push_back({.kind = GuardKind::DictKeys,
+                     .source = source,
+                     .expected = type,
+                     .length = static_cast<Py_ssize_t>(keys.size()),
+                     .keys = tuple});
   indexed_ = false;
 }
 
@@ -208,6 +249,9 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
         if (n < 0) PyErr_Clear();
         return n == guard.length;
       }
+    case GuardKind::DictKeys:
+      return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected &&
+             runtime::dict_has_keys(value, guard.keys);
     case GuardKind::GradMode:
       return runtime::grad_mode_enabled() == guard.flag;
     case GuardKind::DefaultDtype:
@@ -304,6 +348,11 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
           << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " of length "
           << guard.length;
       PyErr_Clear();
+      break;
+    case GuardKind::DictKeys:
+      out << where << " is " << type_name(value) << " with keys " << keys_text(value)
+          << ", expected " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " with keys "
+          << runtime::py_repr(guard.keys);
       break;
     case GuardKind::GradMode:
     case GuardKind::DefaultDtype:
@@ -431,6 +480,10 @@ std::string GuardSet::describe(const Guard& guard) const {
     case GuardKind::LengthMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="
           << guard.length;
+      break;
+    case GuardKind::DictKeys:
+      out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " keys="
+          << runtime::py_repr(guard.keys);
       break;
     case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
     case GuardKind::DefaultDtype: out << " " << graph::dtype_name(guard.meta.dtype); break;

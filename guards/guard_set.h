@@ -10,6 +10,7 @@
 
 #include "graph/tensor_meta.h"
 #include "guards/source.h"
+#include "runtime/py_ref.h"
 #include "runtime/aten_bridge.h"
 
 namespace kiln::guards {
@@ -21,6 +22,7 @@ namespace kiln::guards {
   X(IdMatch, "this very object")                                             \
   X(ConstantMatch, "a value of this type equal to this constant")            \
   X(LengthMatch, "a tuple or list of exactly this type and length")          \
+  X(DictKeys, "a dict of exactly this type with these keys in this order")   \
   X(GradMode, "torch.is_grad_enabled() has this value (no source)")         \
   X(DefaultDtype, "torch.get_default_dtype() is this dtype (no source)")    \
   X(DefaultDevice, "torch's default device is this device (no source)")      \
@@ -51,6 +53,7 @@ struct Guard {
   // and the tensor must be contiguous. Empty: every dim static.
   std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
+  PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
   bool flag = false;           // GradMode only
   runtime::AutocastState autocast;  // Autocast only
 };
@@ -74,6 +77,8 @@ class GuardSet {
   void add_id_match(int source, PyObject* object);
   void add_constant_match(int source, PyObject* constant);
   void add_length_match(int source, PyObject* sequence);
+  // `keys`: the dict's keys in its iteration order (what the trace read).
+  void add_dict_keys(int source, PyObject* dict, std::vector<runtime::PyRef> keys);
   void add_grad_mode(bool enabled);
   void add_default_dtype(graph::DType dtype);
   void add_default_device(graph::DeviceType type, int8_t index);

@@ -12,6 +12,7 @@
 #include "interpreter/compile_config.h"
 #include "interpreter/cpython_frame.h"
 #include "runtime/log.h"
+#include "runtime/replace_contents.h"
 #include "runtime/stopwatch.h"
 #include "runtime/small_buffer.h"
 #include "tracer/break_codegen.h"
@@ -129,14 +130,9 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
         failed = PyDict_SetItem(effect.globals.get(), effect.name.get(), value);
         break;
       case tracer::SideEffect::Kind::ListContents:
-        failed = PyList_SetSlice(values.get(effect.target_source), 0, PY_SSIZE_T_MAX, value);
+      case tracer::SideEffect::Kind::DictContents:
+        failed = runtime::replace_contents(values.get(effect.target_source), value);
         break;
-      case tracer::SideEffect::Kind::DictContents: {
-        PyObject* target = values.get(effect.target_source);
-        PyDict_Clear(target);
-        failed = PyDict_Update(target, value);
-        break;
-      }
     }
     if (failed < 0) {
       Py_DECREF(out);

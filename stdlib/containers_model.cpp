@@ -3,6 +3,7 @@
 // can see are written back after the graph (Note [Side effects]).
 #include <algorithm>
 #include "runtime/class_dict.h"
+#include "runtime/dict_order.h"
 
 #include "stdlib/model_registry.h"
 #include "stdlib/model_support.h"
@@ -144,7 +145,7 @@ ValuePtr dict_get(BuiltinContext& context, BuiltinCall& call) {
 ValuePtr dict_view(BuiltinContext& context, BuiltinCall& call) {
   const ValuePtr& self = self_of(context, call, ValueKind::Dict);
   expect_args(context, call, 0, 0);
-  const char kind = call.name[5];  // dict.[k]eys, dict.[v]alues, dict.[i]tems
+  const char kind = call.name[call.name.rfind('.') + 1];  // dict.[k]eys, .[v]alues, .[i]tems
   std::vector<ValuePtr> out;
   for (size_t i = 0; i < self->items.size(); ++i) {
     ValuePtr key = context.constant(self->keys[i].get());
@@ -160,7 +161,66 @@ ValuePtr dict_copy(BuiltinContext& context, BuiltinCall& call) {
   expect_args(context, call, 0, 0);
   ValuePtr copy = tracer::make_sequence(ValueKind::Dict, self->items);
   copy->keys = self->keys;
+  copy->tuple_type = self->tuple_type;  // an OrderedDict's copy is an OrderedDict
   return copy;
+}
+
+ValuePtr dict_clear(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 0, 0);
+  context.note_write(self);
+  self->items.clear();
+  self->keys.clear();
+  return none(context);
+}
+
+// The `last` flag of OrderedDict.popitem / move_to_end: a positional or
+// keyword argument after `positional` others, true by default.
+bool last_flag(BuiltinContext& context, const BuiltinCall& call, size_t positional) {
+  const ValuePtr* flag = call.args.size() > positional ? &call.args[positional] : nullptr;
+  for (const auto& [name, value] : call.kwargs) {
+    if (name != "last" || flag) context.abort(BreakCode::UnsupportedCall, call.name + "() with keyword " + name);
+    flag = &value;
+  }
+  if (!flag) return true;
+  if (!(*flag)->is(ValueKind::Constant)) {
+    context.abort(BreakCode::UnsupportedCall, call.name + "() with a non-constant last=");
+  }
+  const int truth = PyObject_IsTrue((*flag)->obj.get());
+  if (truth < 0) context.abort(BreakCode::PythonException, context.take_python_error());
+  return truth == 1;
+}
+
+// dict.popitem() (the last item) and OrderedDict.popitem(last=True).
+ValuePtr dict_popitem(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  const bool ordered = self->tuple_type.get() != nullptr;
+  expect_args(context, call, 0, ordered ? 1 : 0);
+  const bool last = ordered ? last_flag(context, call, 0) : true;
+  if (self->items.empty()) context.abort(BreakCode::PythonException, "KeyError in " + call.name);
+  const size_t i = last ? self->items.size() - 1 : 0;
+  context.note_write(self);
+  ValuePtr pair = tracer::make_sequence(ValueKind::Tuple, {context.constant(self->keys[i].get()), self->items[i]});
+  self->items.erase(self->items.begin() + static_cast<std::ptrdiff_t>(i));
+  self->keys.erase(self->keys.begin() + static_cast<std::ptrdiff_t>(i));
+  return pair;
+}
+
+// OrderedDict.move_to_end(key, last=True).
+ValuePtr ordered_dict_move_to_end(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr& self = self_of(context, call, ValueKind::Dict);
+  expect_args(context, call, 1, 2);
+  const bool last = last_flag(context, call, 1);
+  const int i = find_key(context, call, *self, call.args[0]);
+  if (i < 0) context.abort(BreakCode::PythonException, "KeyError in " + call.name);
+  context.note_write(self);
+  PyRef key = self->keys[i];
+  ValuePtr item = self->items[i];
+  self->keys.erase(self->keys.begin() + i);
+  self->items.erase(self->items.begin() + i);
+  self->keys.insert(last ? self->keys.end() : self->keys.begin(), key);
+  self->items.insert(last ? self->items.end() : self->items.begin(), item);
+  return none(context);
 }
 
 ValuePtr dict_update(BuiltinContext& context, BuiltinCall& call) {
@@ -219,12 +279,33 @@ void register_containers_model(ModelRegistry& registry) {
       {&PyDict_Type, "keys", dict_view},       {&PyDict_Type, "values", dict_view},
       {&PyDict_Type, "items", dict_view},      {&PyDict_Type, "copy", dict_copy},
       {&PyDict_Type, "update", dict_update},   {&PyDict_Type, "pop", dict_pop},
-      {&PyDict_Type, "setdefault", dict_setdefault},
+      {&PyDict_Type, "setdefault", dict_setdefault}, {&PyDict_Type, "clear", dict_clear},
+      {&PyDict_Type, "popitem", dict_popitem},
   };
   for (const Entry& entry : kEntries) {
     runtime::PyRef descriptor = runtime::own_class_attr(entry.type, entry.name);
     if (!descriptor) continue;
     registry.add_object(descriptor.get(), std::string(entry.type->tp_name) + "." + entry.name, entry.fn);
+  }
+  // OrderedDict overrides most of dict's methods with its own descriptors
+  // (same meaning, its own order) and adds move_to_end; a method of it not
+  // listed here has no model and breaks the graph.
+  struct OrderedEntry {
+    const char* name;
+    ModelFn fn;
+  };
+  static const OrderedEntry kOrderedEntries[] = {
+      {"keys", dict_view},   {"values", dict_view},  {"items", dict_view},
+      {"copy", dict_copy},   {"update", dict_update}, {"pop", dict_pop},
+      {"setdefault", dict_setdefault}, {"clear", dict_clear}, {"popitem", dict_popitem},
+      {"move_to_end", ordered_dict_move_to_end},
+  };
+  auto* ordered = reinterpret_cast<PyTypeObject*>(runtime::ordered_dict_type());
+  for (const OrderedEntry& entry : kOrderedEntries) {
+    if (!ordered) break;
+    runtime::PyRef descriptor = runtime::own_class_attr(ordered, entry.name);
+    if (!descriptor) continue;  // inherited from dict: the dict entry serves
+    registry.add_object(descriptor.get(), std::string("OrderedDict.") + entry.name, entry.fn);
   }
 }
 

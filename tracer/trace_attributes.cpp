@@ -1,5 +1,6 @@
 // Attribute loads, subscripts, iteration and unpacking on symbolic values,
 // including nn.Module's attribute rules (parameters, buffers, submodules).
+#include "runtime/dict_order.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/trace_state.h"
@@ -93,10 +94,14 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       method->kind = ValueKind::ContainerMethod;
       method->self = base;
       method->name = attr;
-      // The descriptor (list.append...) is what the stdlib models are keyed by.
+      // The descriptor (list.append...) is what the stdlib models are keyed
+      // by, looked up on the value's own type: an OrderedDict's move_to_end
+      // or popitem(last=) is not dict's, and has a model of its own or none.
       PyTypeObject* type = base->is(ValueKind::List) ? &PyList_Type
-                           : base->is(ValueKind::Dict) ? &PyDict_Type
-                                                       : &PyTuple_Type;
+                           : base->is(ValueKind::Dict)
+                               ? (base->tuple_type ? reinterpret_cast<PyTypeObject*>(base->tuple_type.get())
+                                                   : &PyDict_Type)
+                               : &PyTuple_Type;
       method->obj = PyRef::borrow(_PyType_Lookup(type, name));
       return method;
     }
@@ -378,14 +383,17 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
         abort_trace(BreakCode::UnsupportedValue, "module container without _modules");
       }
       const int children_source = state_.sources().attr(value->source, modules_name.get());
-      state_.guards().add_length_match(children_source, children.get());
+      std::vector<PyRef> keys;
+      if (!runtime::dict_keys_in_order(children.get(), keys)) {
+        abort_trace(BreakCode::PythonException, take_python_error());
+      }
+      state_.guards().add_dict_keys(children_source, children.get(), keys);
       std::vector<ValuePtr> items;
-      PyObject* key;
-      PyObject* child;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(children.get(), &pos, &key, &child)) {
+      for (const PyRef& key : keys) {
+        PyObject* child = PyDict_GetItemWithError(children.get(), key.get());
+        if (!child) abort_trace(BreakCode::PythonException, take_python_error());
         if (child == Py_None) continue;
-        items.push_back(state_.wrap(child, state_.sources().dict_item(children_source, key)));
+        items.push_back(state_.wrap(child, state_.sources().dict_item(children_source, key.get())));
       }
       return make_sequence(ValueKind::Iterator, std::move(items));
     }

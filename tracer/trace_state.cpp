@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/aten_bridge.h"
+#include "runtime/dict_order.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
 
@@ -79,18 +80,8 @@ bool all_constant_items(PyObject* set, const stdlib::TorchApi& api) {
   return true;
 }
 
-// A dict or an OrderedDict: both iterate in insertion order and index alike.
-bool is_plain_dict(PyObject* obj) {
-  if (PyDict_CheckExact(obj)) return true;
-  static PyObject* ordered = [] {
-    PyObject* collections = PyImport_ImportModule("collections");
-    PyObject* type = collections ? PyObject_GetAttrString(collections, "OrderedDict") : nullptr;
-    Py_XDECREF(collections);
-    PyErr_Clear();
-    return type;  // kept for the life of the process
-  }();
-  return ordered && reinterpret_cast<PyObject*>(Py_TYPE(obj)) == ordered;
-}
+// A dict or an OrderedDict: both index alike; each iterates in its own order.
+bool is_plain_dict(PyObject* obj) { return runtime::is_dict_or_ordered_dict(obj); }
 
 // A tensor on the meta device with these sizes, strides, dtype and grad.
 PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
@@ -233,19 +224,24 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     if (guarded) guards_->add_constant_match(source, copy.get());
     value = make_object(ValueKind::Set, std::move(copy), source);
   } else if (is_plain_dict(obj)) {
-    if (guarded) guards_->add_length_match(source, obj);
+    // Keys in the dict's own iteration order, which the trace's loops and
+    // write-back follow, so the guard holds the order too.
+    std::vector<PyRef> keys;
+    if (!runtime::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
+    for (const PyRef& key : keys) {
+      if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get())) {
+        abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key.get()));
+      }
+    }
+    if (guarded) guards_->add_dict_keys(source, obj, keys);
     value = make_sequence(ValueKind::Dict, {}, source);
     // An OrderedDict (nn.Module._modules) reads like a dict; it keeps its type.
     if (!PyDict_CheckExact(obj)) value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-    PyObject* key;
-    PyObject* item;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(obj, &pos, &key, &item)) {
-      if (!PyUnicode_CheckExact(key) && !PyLong_CheckExact(key)) {
-        abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key));
-      }
-      value->keys.push_back(PyRef::borrow(key));
-      value->items.push_back(wrap(item, guarded ? sources().dict_item(source, key) : -1));
+    for (const PyRef& key : keys) {
+      PyObject* item = PyDict_GetItemWithError(obj, key.get());
+      if (!item) abort_trace(BreakCode::PythonException, "a dict key vanished while it was read: " + py_repr(key.get()));
+      value->keys.push_back(key);
+      value->items.push_back(wrap(item, guarded ? sources().dict_item(source, key.get()) : -1));
     }
   } else if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api->module_type))) {
     if (guarded) guards_->add_id_match(source, obj);

@@ -1,0 +1,231 @@
+"""Mappings and sequences of every type kiln models, built in the frame or
+passed in, returned or mutated, at graph breaks and at the end of a frame,
+on every backend: the compiled call returns what eager returns and leaves
+the caller's objects exactly as eager does (issue 19).
+
+The caller's OrderedDict used to lose its writes (they went into its dict
+storage beneath its order links, so it iterated as empty and a later pop
+raised KeyError); and a dict's key order was not guarded, so a loop over a
+reordered dict replayed the first call's order."""
+import io
+from collections import Counter, OrderedDict, defaultdict, deque
+
+import pytest
+import torch
+
+import kiln
+from conftest import stats
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+class ListSubclass(list):
+    pass
+
+
+class WrappingDict(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, ("wrapped", value))
+
+
+def snapshot(obj):
+    """A comparable picture of a container: its type, items in order, and for
+    tensors their values."""
+    if isinstance(obj, torch.Tensor):
+        return ("tensor", obj.dtype, tuple(obj.shape), obj.detach().cpu().tolist())
+    if isinstance(obj, dict):
+        return (type(obj).__name__, [(k, snapshot(v)) for k, v in obj.items()])
+    if isinstance(obj, (list, tuple, deque)):
+        return (type(obj).__name__, [snapshot(v) for v in obj])
+    return obj
+
+
+def run_both(fn, make_args, backend, calls=2):
+    """Calls fn eagerly and compiled on fresh arguments and compares results
+    and the arguments' state afterwards, call by call."""
+    compiled = kiln.compile(fn, backend=backend)
+    for _ in range(calls):
+        eager_args, kiln_args = make_args(), make_args()
+        expected = fn(*eager_args)
+        got = compiled(*kiln_args)
+        assert snapshot(got) == snapshot(expected)
+        assert type(got) is type(expected)
+        assert snapshot(kiln_args) == snapshot(eager_args)
+        for arg in kiln_args:
+            if isinstance(arg, OrderedDict):
+                # Order links and storage agree: every key pops.
+                for key in list(arg):
+                    arg.pop(key)
+                assert len(arg) == 0
+
+
+def ones():
+    return torch.ones(2)
+
+
+def built_ordered_dict(x):
+    d = OrderedDict()
+    d["out"] = x * 2
+    return d
+
+
+def written_argument(x, d):
+    d["a"] = x * 2
+    return x + 1
+
+
+def deleted_and_written(x, d):
+    del d["a"]
+    d["c"] = x
+    return x + 1
+
+
+def popped(x, d):
+    v = d.pop("a")
+    return x + v
+
+
+def moved_to_end(x, d):
+    d.move_to_end("a")
+    d["z"] = x
+    return x + 1
+
+
+def moved_to_front(x, d):
+    d.move_to_end("b", last=False)
+    return x + d["b"]
+
+
+def popped_first(x, d):
+    k, v = d.popitem(last=False)
+    d[k + "2"] = x * v
+    return x
+
+
+def cleared_and_refilled(x, d):
+    d.clear()
+    d["q"] = x
+    d.setdefault("r", 3)
+    return x + 1
+
+
+def copied(x, d):
+    c = d.copy()
+    c["new"] = x
+    return c
+
+
+def rebuilt(x, d):
+    d2 = OrderedDict(d)
+    d2["c"] = x
+    return d2
+
+
+def written_across_break(x, d):
+    d["k"] = x
+    print("break", file=io.StringIO())
+    d.pop("a")
+    d["m"] = x * 3
+    return x
+
+
+def iterated(x, d):
+    out = x
+    for k, v in d.items():
+        out = out * v
+        out = out + len(k)
+    return out, list(d)
+
+
+def defaultdict_counts(x, d):
+    d["a"] += 1
+    d["n"] += 2
+    return x + 1
+
+
+def counter_update(x, d):
+    d["a"] += 1
+    d.update(b=3)
+    return x + 1
+
+
+def deque_appends(x, d):
+    d.append(x)
+    d.appendleft(x * 2)
+    return x + 1
+
+
+def list_subclass_writes(x, items):
+    items.append(x)
+    items[0] = 5
+    return x + 1
+
+
+def custom_setitem(x, d):
+    d["a"] = x
+    return x + 1
+
+
+def local_defaultdict(x):
+    d = defaultdict(list)
+    d["a"].append(x)
+    d["b"].append(x * 2)
+    return d
+
+
+CASES = [
+    ("built OrderedDict", built_ordered_dict, lambda: (ones(),)),
+    ("written OrderedDict", written_argument, lambda: (ones(), OrderedDict())),
+    ("written dict", written_argument, lambda: (ones(), {})),
+    ("del + write", deleted_and_written, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("pop", popped, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("move_to_end", moved_to_end, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("move_to_end(last=False)", moved_to_front, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("popitem(last=False)", popped_first, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("clear + setdefault", cleared_and_refilled, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("copy keeps the type", copied, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("OrderedDict(d)", rebuilt, lambda: (ones(), OrderedDict(a=1, b=2))),
+    ("writes across a break", written_across_break, lambda: (ones(), OrderedDict(a=1))),
+    ("iteration order", iterated, lambda: (ones(), OrderedDict(b=2, a=3))),
+    ("defaultdict", defaultdict_counts, lambda: (ones(), defaultdict(int, a=1))),
+    ("Counter", counter_update, lambda: (ones(), Counter(a=1))),
+    ("deque", deque_appends, lambda: (ones(), deque([1]))),
+    ("list subclass", list_subclass_writes, lambda: (ones(), ListSubclass([1]))),
+    ("dict subclass __setitem__", custom_setitem, lambda: (ones(), WrappingDict())),
+    ("built defaultdict", local_defaultdict, lambda: (ones(),)),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,fn,make_args", CASES, ids=[c[0] for c in CASES])
+def test_mapping_matches_eager(backend, name, fn, make_args):
+    run_both(fn, make_args, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mapping", [dict, OrderedDict])
+def test_key_order_is_guarded(backend, mapping):
+    def keys_in_order(x, d):
+        out = []
+        for k in d:
+            out.append(k)
+        return x + 1, out
+
+    compiled = kiln.compile(keys_in_order, backend=backend)
+    assert compiled(ones(), mapping(a=1, b=2))[1] == ["a", "b"]
+    assert compiled(ones(), mapping(b=2, a=1))[1] == ["b", "a"]
+    reordered = mapping(a=1, b=2)
+    if mapping is OrderedDict:
+        reordered.move_to_end("a")
+    else:
+        reordered["a"] = reordered.pop("a")
+    assert compiled(ones(), reordered)[1] == ["b", "a"]
+    assert stats()["recompiles"] >= 1
+
+
+def test_key_order_guard_is_listed():
+    def first_key(x, d):
+        return x + 1, next(iter(d))
+
+    dump = kiln.trace_dump(first_key, ones(), OrderedDict(a=1, b=2))
+    assert "DictKeys L['d'] collections.OrderedDict keys=('a', 'b')" in dump
