@@ -32,21 +32,33 @@ std::string code_name(PyCodeObject* code) {
 
 // Directories whose code kiln never traces as frames of their own: torch's
 // and kiln's packages and the standard library, which compiled code reaches
-// only through calls kiln models. Found once, from the modules themselves:
-// matching path fragments instead would skip a user's ".../kiln/" checkout.
-const std::vector<std::string>& skipped_directories() {
-  static const std::vector<std::string> directories = [] {
-    std::vector<std::string> out;
+// only through calls kiln models; and the site-packages directories, whose
+// libraries (transformers, torchvision...) are model code and traced. The
+// standard library's directory can hold site-packages (a venv's or pyenv's
+// lib/python3.X/site-packages), so the longest matching prefix decides.
+// Found once, from the modules themselves: matching path fragments instead
+// would skip a user's ".../kiln/" checkout.
+struct CodeDirectory {
+  std::string path;  // ends with '/'
+  bool skipped;
+};
+
+const std::vector<CodeDirectory>& code_directories() {
+  static const std::vector<CodeDirectory> directories = [] {
+    std::vector<CodeDirectory> out;
     // Imports below run Python frames; they must not come back here.
     ConfigScope untraced(nullptr);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
+    auto add_path = [&out](PyObject* path, bool skipped) {
+      if (path && PyUnicode_Check(path)) out.push_back({std::string(PyUnicode_AsUTF8(path)) + "/", skipped});
+    };
     auto add_package_of = [&out](const char* module_name) {
       PyObject* module = PyImport_ImportModule(module_name);
       PyObject* file = module ? PyObject_GetAttrString(module, "__file__") : nullptr;
       if (file && PyUnicode_Check(file)) {
         std::string path = PyUnicode_AsUTF8(file);
-        out.push_back(path.substr(0, path.rfind('/') + 1));
+        out.push_back({path.substr(0, path.rfind('/') + 1), true});
       }
       Py_XDECREF(file);
       Py_XDECREF(module);
@@ -56,12 +68,17 @@ const std::vector<std::string>& skipped_directories() {
     add_package_of("torch");
     PyObject* sysconfig = PyImport_ImportModule("sysconfig");
     PyObject* paths = sysconfig ? PyObject_CallMethod(sysconfig, "get_paths", nullptr) : nullptr;
-    for (const char* key : {"stdlib", "platstdlib"}) {
-      PyObject* path = paths ? PyDict_GetItemString(paths, key) : nullptr;
-      if (path && PyUnicode_Check(path)) out.push_back(std::string(PyUnicode_AsUTF8(path)) + "/");
-    }
+    for (const char* key : {"stdlib", "platstdlib"}) add_path(paths ? PyDict_GetItemString(paths, key) : nullptr, true);
+    for (const char* key : {"purelib", "platlib"}) add_path(paths ? PyDict_GetItemString(paths, key) : nullptr, false);
     Py_XDECREF(paths);
     Py_XDECREF(sysconfig);
+    PyObject* site = PyImport_ImportModule("site");
+    PyObject* site_dirs = site ? PyObject_CallMethod(site, "getsitepackages", nullptr) : nullptr;
+    if (site_dirs && PyList_Check(site_dirs)) {
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(site_dirs); ++i) add_path(PyList_GET_ITEM(site_dirs, i), false);
+    }
+    Py_XDECREF(site_dirs);
+    Py_XDECREF(site);
     PyErr_Clear();
     PyErr_Restore(type, value, traceback);
     return out;
@@ -74,7 +91,7 @@ bool starts_with(const char* text, const std::string& prefix) {
 }
 
 // True for code kiln never traces as a frame of its own (see
-// skipped_directories). The forwards of torch.nn's modules are the
+// code_directories). The forwards of torch.nn's modules are the
 // exception: they are model code like any user module (module.py, holding
 // Module.__call__'s machinery, is not).
 bool is_skipped_file(PyCodeObject* code) {
@@ -84,16 +101,19 @@ bool is_skipped_file(PyCodeObject* code) {
     return true;
   }
   if (std::strncmp(file, "<frozen", 7) == 0) return true;
-  const std::vector<std::string>& directories = skipped_directories();
-  for (const std::string& directory : directories) {
-    if (!starts_with(file, directory)) continue;
-    const char* rest = file + directory.size();
-    const bool torch_module_forward = std::strncmp(rest, "nn/modules/", 11) == 0 &&
-                                      std::strcmp(rest, "nn/modules/module.py") != 0;
-    return !(torch_module_forward && directory.size() >= 7 &&
-             directory.compare(directory.size() - 7, 7, "/torch/") == 0);
+  const CodeDirectory* closest = nullptr;
+  for (const CodeDirectory& directory : code_directories()) {
+    if (starts_with(file, directory.path) && (!closest || directory.path.size() > closest->path.size())) {
+      closest = &directory;
+    }
   }
-  return false;
+  if (!closest || !closest->skipped) return false;
+  const std::string& directory = closest->path;
+  const char* rest = file + directory.size();
+  const bool torch_module_forward = std::strncmp(rest, "nn/modules/", 11) == 0 &&
+                                    std::strcmp(rest, "nn/modules/module.py") != 0;
+  return !(torch_module_forward && directory.size() >= 7 &&
+           directory.compare(directory.size() - 7, 7, "/torch/") == 0);
 }
 
 guards::FrameView frame_view(KilnFrame* frame) {

@@ -37,3 +37,26 @@ def test_torch_internals_are_not_traced_as_frames():
     a, b = torch.randn(2, 3), torch.randn(3, 4)
     torch.testing.assert_close(compiled("ij,jk->ik", a, b), a @ b)
     assert kiln.stats()["traces"] == 0
+
+
+def test_site_packages_libraries_are_traced_even_inside_the_stdlib_directory():
+    # A venv's (or pyenv's) site-packages lies under its lib/python3.X,
+    # which sysconfig reports as a standard-library directory: the longest
+    # matching directory decides, so torchvision's model code is traced as
+    # its own frame, and one graph covers the whole model.
+    import site
+    import sysconfig
+
+    import torchvision
+
+    stdlib_dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    assert any(torchvision.__file__.startswith(d + "/") for d in stdlib_dirs) or \
+        any(torchvision.__file__.startswith(d) for d in site.getsitepackages())
+    model = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        explanation = kiln.explain(model)(x)
+        assert explanation.graph_count == 1, explanation.graphs[:2]
+        assert explanation.graph_break_count == 0
+        torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
+    assert kiln.stats()["recompiles"] == 0
