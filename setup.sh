@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # kiln's one set-up entry point: installs what is missing (Debian/Ubuntu),
-# configures and builds ./build, makes `import kiln` and `kiln` work from
-# anywhere; optionally runs the tests or the example.
+# makes the project's virtual environment (.venv, from Debian's python3 3.11,
+# with the pinned torch and model libraries of requirements.txt), configures
+# and builds ./build, makes `import kiln` and `kiln` work from anywhere;
+# optionally runs the tests or the example.
 #
 #   ./setup.sh                 set up only
 #   ./setup.sh --test          set up, then run the C++ and Python tests
 #   ./setup.sh --example       set up, then run examples/compile_mlp.py
 #   ./setup.sh --python PATH   build against another CPython 3.11/3.12 with torch
+#                              (no venv is made; its packages are the user's)
 #
 # Environment: KILN_PYTHON (same as --python), KILN_JOBS (parallel jobs,
 # default: all cores).
@@ -17,11 +20,11 @@ warn() { printf 'setup.sh: warning: %s\n' "$*" >&2; }
 die() { printf 'setup.sh: error: %s\n' "$*" >&2; exit 1; }
 trap 'die "unexpected failure at line $LINENO: $BASH_COMMAND"' ERR
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
 
 run_tests=0
 run_example=0
-python="${KILN_PYTHON:-/usr/bin/python3}"
+python="${KILN_PYTHON:-}"
 while (($#)); do
   case "$1" in
     --test) run_tests=1 ;;
@@ -39,6 +42,8 @@ done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="$root/build"
+venv="$root/.venv"
+base_python=/usr/bin/python3  # Debian's: the venv is made from it
 jobs="${KILN_JOBS:-$(nproc)}"
 cd "$root"
 
@@ -60,25 +65,32 @@ resolve_python() {
   [[ "$p" == /* ]] || p="$PWD/$p"
   printf '%s\n' "$p"
 }
-python="$(resolve_python "$python")" || die "no python named '$python' on PATH"
+use_venv=0
+if [[ -z "$python" ]]; then
+  use_venv=1
+  python="$venv/bin/python"
+else
+  python="$(resolve_python "$python")" || die "no python named '$python' on PATH"
+fi
 
 # --- Packages -------------------------------------------------------------------
 # A package counts as present when dpkg has it or when what it provides is
-# already there (a pip torch, a hand-built LLVM), so prepared machines and
-# machines without network access install nothing.
-required_packages=(python3-dev python3-torch python3-numpy python3-pytest libtorch-dev
-                   libgtest-dev libgmock-dev cmake ninja-build g++)
+# already there (a hand-built LLVM, a user's own python), so prepared
+# machines install nothing. torch, numpy and pytest come from PyPI into the
+# venv (requirements.txt), not from Debian.
+required_packages=(python3-dev libgtest-dev libgmock-dev cmake ninja-build g++)
+((use_venv)) && required_packages+=(python3-venv)
 optional_packages=(llvm-16-dev libbenchmark-dev)
 
-py_ok() { [[ -x "$python" ]] && "$python" -c "$1" >/dev/null 2>&1; }
+py_ok() { [[ -x "$1" ]] && "$1" -c "$2" >/dev/null 2>&1; }
+# The interpreter whose headers the build needs: the venv's base before the
+# venv exists.
+header_python() { if ((use_venv)); then printf '%s\n' "$base_python"; else printf '%s\n' "$python"; fi; }
 
 provides() {
   case "$1" in
-    python3-dev) py_ok 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ;;
-    python3-torch) py_ok 'import torch' ;;
-    python3-numpy) py_ok 'import numpy' ;;
-    python3-pytest) py_ok 'import pytest' ;;
-    libtorch-dev) py_ok 'import glob, os, sys, torch.utils; sys.exit(not glob.glob(os.path.join(torch.utils.cmake_prefix_path, "Torch", "TorchConfig.cmake")))' ;;
+    python3-dev) py_ok "$(header_python)" 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ;;
+    python3-venv) py_ok "$base_python" 'import ensurepip, venv' ;;
     llvm-16-dev) [[ -e /usr/lib/llvm-16/lib/cmake/llvm/LLVMConfig.cmake ]] ;;
     libgtest-dev) [[ -e /usr/include/gtest/gtest.h ]] ;;
     libgmock-dev) [[ -e /usr/include/gmock/gmock.h ]] ;;
@@ -119,6 +131,31 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# --- Python environment -----------------------------------------------------------
+# .venv holds exactly requirements.txt; a stamp of that file's hash says the
+# install finished, so later runs (and CI on a machine that already has the
+# wheels in pip's cache) skip it.
+if ((use_venv)); then
+  [[ -x "$base_python" ]] || die "$base_python does not exist (Debian: apt-get install python3)"
+  if [[ ! -x "$venv/bin/python" ]]; then
+    say "making the virtual environment .venv from $base_python"
+    "$base_python" -m venv "$venv" || die "could not make $venv (Debian: apt-get install python3-venv)"
+  fi
+  stamp="$venv/.kiln-requirements"
+  want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+  if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    say "installing requirements.txt into .venv (torch is a CUDA build of several GB: minutes the first time)"
+    rm -f "$stamp"
+    "$python" -m pip install --disable-pip-version-check -q -r requirements.txt ||
+      die "pip could not install requirements.txt into $venv"
+    printf '%s\n' "$want" >"$stamp"
+  fi
+else
+  for module in torch numpy pytest; do
+    py_ok "$python" "import $module" || warn "$python cannot import $module (pip install $module)"
+  done
+fi
+
 # --- Configure ------------------------------------------------------------------
 cache="$build/CMakeCache.txt"
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache" 2>/dev/null; }
@@ -143,7 +180,7 @@ if [[ -n "$configure_reason" ]]; then
   "$python" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' ||
     die "$python is $("$python" -c 'import sys; print(sys.version.split()[0])'); kiln needs CPython 3.11 or 3.12"
   "$python" -c 'import torch' >/dev/null 2>&1 ||
-    die "$python cannot import torch (Debian: apt-get install python3-torch; or pick another python with --python PATH)"
+    die "$python cannot import torch (pip install torch, or run ./setup.sh without --python to use .venv)"
   say "configuring build/ ($configure_reason)"
   configure_log="$(mktemp)"
   "${configure[@]}" >"$configure_log" 2>&1 || {

@@ -1,4 +1,4 @@
-"""Runs the kiln binary and /usr/bin/python3 side by side (test helper)."""
+"""Runs the kiln binary and the python it was built against side by side (test helper)."""
 import os
 import pathlib
 import subprocess

@@ -4,6 +4,7 @@ decomposed into prims, pointwise groups run as LLVM-compiled CPU kernels
 go through kiln's autograd with kernels in both the forward and the
 backward. Compared with eager."""
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -482,4 +483,12 @@ def test_pow_by_torchs_special_exponents_matches_eager_bit_for_bit(exponent, dty
     before = kiln.stats()["kernels"]
     got = compiled(x)
     assert kiln.stats()["kernels"] > before
+    if exponent == 0.5:
+        # torch 2.11's AVX-512 sqrt kernel is not correctly rounded (1 ulp
+        # off on ~15% of inputs); kiln's square root is, so it equals
+        # Python's (correctly rounded) one, and torch's within 1 ulp.
+        exact = torch.tensor([math.sqrt(v) if v >= 0 else math.nan for v in x.tolist()], dtype=dtype)
+        assert torch.equal(got.nan_to_num(7.0), exact.nan_to_num(7.0))
+        torch.testing.assert_close(got, x.pow(exponent), rtol=torch.finfo(dtype).eps, atol=0, equal_nan=True)
+        return
     assert torch.equal(got.nan_to_num(7.0), x.pow(exponent).nan_to_num(7.0))
