@@ -27,7 +27,7 @@
 #   tests/python/conftest.py); goldens are then not regenerated.
 #
 # .carry/pylib holds pytest and its pure-Python dependencies, copied from
-# Debian's python3-pytest by `bash .ci/device_carry.sh`, for images without it.
+# the project's .venv by `bash .ci/device_carry.sh`, for images without it.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/kiln-device-out}

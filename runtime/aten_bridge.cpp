@@ -291,10 +291,7 @@ PyObject* aten_view(PyObject* x, const ViewCall& call) {
       case ViewCall::Op::Expand: return THPVariable_Wrap(t.expand(call.ints));
       case ViewCall::Op::Permute: return THPVariable_Wrap(t.permute(call.ints));
       case ViewCall::Op::Slice: {
-        // torch 1.13's c10::optional is not std::optional.
-        const c10::optional<int64_t> start = call.start ? c10::optional<int64_t>(*call.start) : c10::optional<int64_t>();
-        const c10::optional<int64_t> end = call.end ? c10::optional<int64_t>(*call.end) : c10::optional<int64_t>();
-        return THPVariable_Wrap(t.slice(call.dim, start, end, call.step));
+        return THPVariable_Wrap(t.slice(call.dim, call.start, call.end, call.step));
       }
       case ViewCall::Op::Squeeze:
         return THPVariable_Wrap(call.ints.empty() ? t.squeeze() : t.squeeze(call.ints[0]));
@@ -309,32 +306,11 @@ PyObject* aten_view(PyObject* x, const ViewCall& call) {
   return nullptr;
 }
 
-// torch 2.4 replaced the per-device autocast calls with ones taking the
-// device type; the old ones are gone from later releases.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 namespace {
 bool autocast_on(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
 c10::ScalarType autocast_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
 void set_autocast(c10::DeviceType device, bool on) { at::autocast::set_autocast_enabled(device, on); }
 }  // namespace
-#else
-namespace {
-bool autocast_on(c10::DeviceType device) {
-  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
-}
-c10::ScalarType autocast_dtype(c10::DeviceType device) {
-  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
-                                        : at::autocast::get_autocast_gpu_dtype();
-}
-void set_autocast(c10::DeviceType device, bool on) {
-  if (device == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(on);
-  } else {
-    at::autocast::set_enabled(on);
-  }
-}
-}  // namespace
-#endif
 
 AutocastState autocast_state() {
   AutocastState state;

@@ -133,23 +133,6 @@ bool all_equal(const std::vector<PyRef>& results) {
   return true;
 }
 
-// The dtype torch.full gives a fill value of this Python type when no
-// dtype= is passed (bool, int64, the default complex), or null for floats.
-// Meta tensors of torch 1.13 answer float32 for every fill value, so fake
-// calls of torch.full are given the dtype the real call would choose.
-PyRef full_fill_dtype(PyObject* fill) {
-  const char* name = PyBool_Check(fill) ? "bool" : PyLong_Check(fill) ? "int64" : nullptr;
-  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
-  if (!torch) return PyRef();
-  if (PyComplex_Check(fill)) {
-    PyRef dflt = PyRef::steal(PyObject_CallMethod(torch.get(), "get_default_dtype", nullptr));
-    PyRef f64 = PyRef::steal(PyObject_GetAttrString(torch.get(), "float64"));
-    name = dflt && f64 && dflt.get() == f64.get() ? "complex128" : "complex64";
-  }
-  if (!name) return PyRef();
-  return PyRef::steal(PyObject_GetAttrString(torch.get(), name));
-}
-
 }  // namespace
 
 TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynamic)
@@ -681,14 +664,6 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       } else {
         PyDict_SetItemString(fake_kwargs.get(), key.c_str(), lower_fake(arg, p).get());
       }
-    }
-    if (name == "torch.full" && !PyDict_GetItemString(fake_kwargs.get(), "dtype")) {
-      PyObject* fill = args.size() > 1 ? PyTuple_GET_ITEM(fake_args.get(), 1)
-                                       : PyDict_GetItemString(fake_kwargs.get(), "fill_value");
-      if (PyRef dtype = fill ? full_fill_dtype(fill) : PyRef()) {
-        PyDict_SetItemString(fake_kwargs.get(), "dtype", dtype.get());
-      }
-      PyErr_Clear();
     }
     if (factory && !has_device && !device_found) {
       // Without this, inference would allocate (and draw random numbers) for real.
