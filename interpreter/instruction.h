@@ -103,6 +103,8 @@ namespace kiln::interpreter {
                 "names], pushes a tuple of attributes or None")               \
   X(LoadSuperAttr, "arg: co_names index; flags&kMethod as LoadAttr; pops "     \
                    "[super, class, self] and loads super(class, self).name")  \
+  X(ImportName, "arg: co_names index; pops [level, fromlist], pushes the module")  \
+  X(ImportFrom, "arg: co_names index; pushes getattr(TOS, name), keeping TOS")     \
   X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result") \
   X(ReturnGenerator, "generator prologue; the frame resumes with None pushed")   \
   X(YieldValue, "pops the yielded value; resumes with the sent value pushed")

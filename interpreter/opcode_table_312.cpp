@@ -71,8 +71,8 @@ constexpr OpcodeEntry kRows[] = {
     {105, "BUILD_MAP", Op::BuildMap},
     {106, "LOAD_ATTR", Op::LoadAttr, 9, Operand::Name, ArgKind::AttrIndex},  // low bit: method load
     {107, "COMPARE_OP", Op::CompareOp, 1, Operand::Compare, ArgKind::CompareShift4},  // low four bits: specialization mask
-    {108, "IMPORT_NAME", Op::Unsupported, 0, Operand::Name},
-    {109, "IMPORT_FROM", Op::Unsupported, 0, Operand::Name},
+    {108, "IMPORT_NAME", Op::ImportName, 0, Operand::Name},
+    {109, "IMPORT_FROM", Op::ImportFrom, 0, Operand::Name},
     {110, "JUMP_FORWARD", Op::Jump, 0, Operand::JumpForward},
     {114, "POP_JUMP_IF_FALSE", Op::PopJumpIfFalse, 0, Operand::JumpForward},
     {115, "POP_JUMP_IF_TRUE", Op::PopJumpIfTrue, 0, Operand::JumpForward},

@@ -261,9 +261,57 @@ ValuePtr dict_setdefault(BuiltinContext& context, BuiltinCall& call) {
   return value;
 }
 
+// Puts `value` under the constant `key` of a dict the model is building:
+// a repeated key keeps its first position and takes the new value.
+void put_item(BuiltinContext& context, const std::string& what, Value& dict, const ValuePtr& key,
+              const ValuePtr& value) {
+  if (!key->is(ValueKind::Constant) || (!PyUnicode_CheckExact(key->obj.get()) && !PyLong_CheckExact(key->obj.get()))) {
+    context.abort(BreakCode::UnsupportedCall, what + "() with a key that is not a str or int constant");
+  }
+  for (size_t i = 0; i < dict.keys.size(); ++i) {
+    const int equal = PyObject_RichCompareBool(dict.keys[i].get(), key->obj.get(), Py_EQ);
+    if (equal < 0) PyErr_Clear();
+    if (equal == 1) {
+      dict.items[i] = value;
+      return;
+    }
+  }
+  dict.keys.push_back(key->obj);
+  dict.items.push_back(value);
+}
+
+// dict(...) and OrderedDict(...): from a mapping or an iterable of pairs,
+// then keyword arguments; a new container the trace owns.
+ValuePtr dict_new(BuiltinContext& context, BuiltinCall& call) {
+  if (call.args.size() > 1) context.abort(BreakCode::UnsupportedCall, call.name + "() with several positional arguments");
+  ValuePtr dict = tracer::make_sequence(ValueKind::Dict, {});
+  if (call.name != "dict") dict->tuple_type = PyRef::borrow(runtime::ordered_dict_type());
+  if (!call.args.empty()) {
+    const ValuePtr& source = call.args[0];
+    if (source->is(ValueKind::Dict)) {
+      for (size_t i = 0; i < source->items.size(); ++i) {
+        put_item(context, call.name, *dict, context.constant(source->keys[i].get()), source->items[i]);
+      }
+    } else {
+      for (const ValuePtr& pair : context.unpack(source)) {
+        std::vector<ValuePtr> parts = context.unpack(pair);
+        if (parts.size() != 2) context.abort(BreakCode::PythonException, "ValueError: " + call.name + "() sequence element is not a pair");
+        put_item(context, call.name, *dict, parts[0], parts[1]);
+      }
+    }
+  }
+  for (const auto& [name, value] : call.kwargs) {
+    PyRef key = PyRef::steal(PyUnicode_FromString(name.c_str()));
+    put_item(context, call.name, *dict, context.constant(key.get()), value);
+  }
+  return dict;
+}
+
 }  // namespace
 
 void register_containers_model(ModelRegistry& registry) {
+  registry.add("builtins", "dict", dict_new);
+  if (PyObject* ordered = runtime::ordered_dict_type()) registry.add_object(ordered, "OrderedDict", dict_new);
   struct Entry {
     PyTypeObject* type;
     const char* name;

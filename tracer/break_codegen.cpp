@@ -54,6 +54,8 @@ StackIO stack_io(const Instruction& ins) {
     case Op::StoreSubscr: return {3, 0, 0};
     case Op::StoreAttr: return {2, 0, 0};
     case Op::StoreGlobal: return {1, 0, 0};
+    case Op::ImportName: return {2, 1, 0};
+    case Op::ImportFrom: return {1, 2, 0};
     case Op::LoadAttr:
       if (ins.flags & interpreter::kMethod) fail("a method load cannot be a break point");
       return {1, 1, 0};

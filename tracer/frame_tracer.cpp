@@ -174,6 +174,8 @@ bool breakable_op(interpreter::Op op) {
     case Op::FormatValue:
     case Op::BuildString:
     case Op::UnpackSequence:
+    case Op::ImportName:
+    case Op::ImportFrom:
       return true;
     default:
       return false;
@@ -352,6 +354,8 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::LoadAttr:
     case Op::StoreAttr:
     case Op::DeleteAttr:
+    case Op::ImportName:
+    case Op::ImportFrom:
       step_load_store(ins);
       return;
     case Op::Jump:
@@ -596,6 +600,15 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       store_global(name_at(ins.arg).get(), value);
       return;
     }
+    case Op::ImportName: {
+      ValuePtr fromlist = pop();
+      ValuePtr level = pop();
+      push(import_name(name_at(ins.arg).get(), level, fromlist));
+      return;
+    }
+    case Op::ImportFrom:
+      push(import_from(top(), name_at(ins.arg).get()));
+      return;
     case Op::MakeCell: {
       // A cell is a shared box, so closures created by the trace see later
       // stores (Python's late binding).

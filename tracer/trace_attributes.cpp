@@ -151,10 +151,16 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
     case ValueKind::PyModule: {
       PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
       if (!value) abort_trace(BreakCode::PythonException, take_python_error());
-      if (stdlib::is_fixed_module(base->obj.get()) || base->source < 0) {
-        return state_.wrap_unguarded(value.get());
+      if (stdlib::is_fixed_module(base->obj.get())) return state_.wrap_unguarded(value.get());
+      if (base->source >= 0) return state_.wrap(value.get(), state_.sources().attr(base->source, name));
+      // A module the trace imported (Note [Imports]): its names are guarded
+      // in its dict, like the globals of an inlined function.
+      PyObject* dict = PyModule_GetDict(base->obj.get());
+      if (dict && PyDict_GetItemWithError(dict, name) == value.get()) {
+        return state_.wrap(value.get(), state_.sources().global_in(dict, name));
       }
-      return state_.wrap(value.get(), state_.sources().attr(base->source, name));
+      PyErr_Clear();
+      return state_.wrap_unguarded(value.get());
     }
     case ValueKind::Super:
       return super_attr(base, name);

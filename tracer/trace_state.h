@@ -186,6 +186,10 @@ class FrameTracer {
   // Attribute, operator and subscript semantics (trace_attributes.cpp,
   // trace_operators.cpp).
   ValuePtr load_attr(const ValuePtr& base, PyObject* name);
+  // `import name` / `from name import ...` of a module already loaded, and
+  // `from module import name` (trace_imports.cpp).
+  ValuePtr import_name(PyObject* name, const ValuePtr& level, const ValuePtr& fromlist);
+  ValuePtr import_from(const ValuePtr& module, PyObject* name);
   ValuePtr load_object_attr(const ValuePtr& base, PyObject* name);
   // Reads a class-level descriptor (property, staticmethod, classmethod) on
   // `base`; null for kinds kiln does not model.

@@ -225,7 +225,7 @@ def cpu_amp_block(x, w):
 @pytest.mark.parametrize("fn", [autocast_block, cpu_amp_block])
 def test_autocast_blocks_traced_with_autocast_dtypes(fn):
     check_compiled(fn, lambda: (torch.randn(4, 3), torch.randn(3, 5)))
-    assert not torch.is_autocast_cpu_enabled()
+    assert not torch.is_autocast_enabled("cpu")
 
 
 @pytest.mark.cpu_semantics("torch.autocast('cpu')")
@@ -249,7 +249,7 @@ def test_error_inside_autocast_block_restores_state():
     assert_same(compiled(x, torch.tensor([0, 2])), autocast_raises_at_runtime(x, torch.tensor([0, 2])))
     with pytest.raises((IndexError, RuntimeError)):
         compiled(x, torch.tensor([0, 7]))
-    assert not torch.is_autocast_cpu_enabled()
+    assert not torch.is_autocast_enabled("cpu")
 
 
 def autocast_with_break(x, w):
@@ -264,7 +264,7 @@ def test_trace_stopping_inside_autocast_leaves_it(capsys):
     compiled = kiln.compile(autocast_with_break)
     x, w = torch.randn(2, 3), torch.randn(3, 3)
     assert_same(compiled(x, w), autocast_with_break(x, w))
-    assert not torch.is_autocast_cpu_enabled()
+    assert not torch.is_autocast_enabled("cpu")
 
 
 def formats_with_locals(x):
