@@ -426,10 +426,31 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::ContainsOp: {
       ValuePtr container = pop();
       ValuePtr item = pop();
+      bool found = false;
+      if ((container->is(ValueKind::Tuple) || container->is(ValueKind::List)) && item->is(ValueKind::Object)) {
+        // x in (A, B): identity, then ==, item by item, as CPython does.
+        for (const ValuePtr& element : container->items) {
+          if (element->obj && element->obj.get() == item->obj.get() &&
+              (element->is(ValueKind::Object) || element->is(ValueKind::Constant))) {
+            found = true;
+            break;
+          }
+          ValuePtr equal = compare_objects(Py_EQ, item, element);
+          if (!equal) {
+            abort_trace(BreakCode::UnsupportedOperator,
+                        "'in' comparing " + describe_value(*item) + " with " + describe_value(*element));
+          }
+          if (truthiness(equal)) {
+            found = true;
+            break;
+          }
+        }
+        push(state_.wrap_unguarded((found != (ins.arg == 1)) ? Py_True : Py_False));
+        return;
+      }
       if (!item->is(ValueKind::Constant)) {
         abort_trace(BreakCode::UnsupportedOperator, "'in' with " + describe_value(*item));
       }
-      bool found = false;
       if (container->is(ValueKind::Dict)) {
         for (const PyRef& key : container->keys) {
           found = found || PyObject_RichCompareBool(key.get(), item->obj.get(), Py_EQ) == 1;

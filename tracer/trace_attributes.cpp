@@ -108,6 +108,13 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
     case ValueKind::Module: {
       PyObject* module = base->obj.get();
       PyTypeObject* type = Py_TYPE(module);
+      if (attr == "__class__") {
+        // The module is guarded by identity; its class is guarded too, in
+        // case the code assigns __class__ between calls.
+        PyObject* cls = reinterpret_cast<PyObject*>(type);
+        return base->source >= 0 ? state_.wrap(cls, state_.sources().attr(base->source, name))
+                                 : state_.wrap_unguarded(cls);
+      }
       PyObject* class_attr = _PyType_Lookup(type, name);
       if (class_attr && PyFunction_Check(class_attr)) {
         auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
@@ -255,6 +262,12 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     }
     if (found) {
       if (ValuePtr value = class_descriptor(base, found)) return value;
+    }
+    if (!found && (attr == "__name__" || attr == "__qualname__")) {
+      // Data descriptors of the metaclass: plain strings, guarded by value.
+      PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
+      if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+      return state_.wrap(value.get(), state_.sources().attr(base->source, name));
     }
     if (found && Py_IS_TYPE(found, &PyClassMethodDescr_Type) &&
         PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj), Py_TPFLAGS_IMMUTABLETYPE)) {

@@ -102,6 +102,24 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
   return state_.wrap_unguarded(result.get());
 }
 
+namespace {
+
+// True when `type` inherits __eq__ and __hash__ from one of the immutable
+// builtin value types (str, int, float, bytes, tuple, frozenset), as an
+// Enum with such a mixin does: comparing its instances runs no Python code.
+bool has_value_equality(PyTypeObject* type) {
+  static PyTypeObject* const kValueTypes[] = {&PyUnicode_Type, &PyLong_Type,  &PyFloat_Type,
+                                              &PyBytes_Type,   &PyTuple_Type, &PyFrozenSet_Type};
+  PyRef eq_name = PyRef::steal(PyUnicode_InternFromString("__eq__"));
+  PyObject* eq = _PyType_Lookup(type, eq_name.get());
+  for (PyTypeObject* value_type : kValueTypes) {
+    if (eq && eq == _PyType_Lookup(value_type, eq_name.get()) && PyType_IsSubtype(type, value_type)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 ValuePtr FrameTracer::compare_objects(int cmp, const ValuePtr& a, const ValuePtr& b) {
   if (cmp != Py_EQ && cmp != Py_NE) return nullptr;
   const bool a_object = a->is(ValueKind::Object);
@@ -130,6 +148,12 @@ ValuePtr FrameTracer::compare_objects(int cmp, const ValuePtr& a, const ValuePtr
     }
   } else if (eq == _PyType_Lookup(&PyBaseObject_Type, eq_name.get())) {
     equal = self->obj.get() == other->obj.get();  // object.__eq__ is identity
+  } else if (has_value_equality(type)) {
+    // An Object of an immutable builtin value type's subclass (a str or int
+    // Enum member): its C __eq__ runs no user code and its value is fixed.
+    const int result = PyObject_RichCompareBool(self->obj.get(), other->obj.get(), Py_EQ);
+    if (result < 0) abort_trace(BreakCode::PythonException, take_python_error());
+    equal = result == 1;
   } else {
     return nullptr;
   }
