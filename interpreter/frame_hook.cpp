@@ -396,6 +396,17 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   std::shared_ptr<CacheEntry> hit;
   std::shared_ptr<CacheEntry> last;
   int entries_for_config = 0;
+  // Guards may run Python code (a class's own __getattribute__, Note
+  // [Custom getattr]); its frames are not traced, or a guard of theirs
+  // would run it again without end.
+  auto guards_hold = [&](const CacheEntry& entry) {
+    ConfigScope untraced(nullptr);
+    return entry.guards->check(view, values);
+  };
+  auto explain_miss = [&](const CacheEntry& entry) {
+    ConfigScope untraced(nullptr);
+    return entry.guards->check_verbose(view);
+  };
   for (size_t i = 0; i < cache->entries.size(); ++i) {
     std::shared_ptr<CacheEntry> entry = cache->entries[i];
     if (entry->config_id != config->id) continue;
@@ -404,7 +415,7 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
       hit = std::move(entry);
       break;
     }
-    if (entry->guards->check(view, values)) {
+    if (guards_hold(*entry)) {
       hit = std::move(entry);
       break;
     }
@@ -423,28 +434,28 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
         KILN_LOG(recompiles, "cache limit (" << cache_size_limit() << ") reached for "
                                              << code_name(code) << "; running it eagerly from now on."
                                              << " Last guard failure: "
-                                             << (last ? last->guards->check_verbose(view) : ""));
+                                             << (last ? explain_miss(*last) : ""));
       }
       return kiln_eval_frame_default(tstate, frame, throwflag);
     }
     if (last) {
       stats().recompiles++;
       if (config->report) {
-        config->report->recompiles.push_back(code_name(code) + ": " +
-                                             last->guards->check_verbose(view));
+        config->report->recompiles.push_back(code_name(code) + ": " + explain_miss(*last));
       }
-      KILN_LOG(recompiles, "recompiling " << code_name(code) << ": "
-                                          << last->guards->check_verbose(view));
-      if (config->dynamic == CompileConfig::Dynamic::Automatic) mark_dynamic_dims(cache, code, *last, view, *config);
+      KILN_LOG(recompiles, "recompiling " << code_name(code) << ": " << explain_miss(*last));
+      if (config->dynamic == CompileConfig::Dynamic::Automatic) {
+        ConfigScope untraced(nullptr);  // it re-reads the guards' sources
+        mark_dynamic_dims(cache, code, *last, view, *config);
+      }
     }
     const int64_t trace_start = config->report ? report_clock_ns() : 0;
     hit = trace_into_cache(cache, code, frame, *config);
     if (config->report) config->report->compile_ns += report_clock_ns() - trace_start;
-    if (!hit->failed && !hit->guards->check(view, values)) {
+    if (!hit->failed && !guards_hold(*hit)) {
       // The guards must hold on the frame they were traced from.
       hit->failed = true;
-      hit->reason = code_name(code) + ": guards do not hold on the traced frame: " +
-                    hit->guards->check_verbose(view);
+      hit->reason = code_name(code) + ": guards do not hold on the traced frame: " + explain_miss(*hit);
       hit->hint = "please report this as a kiln bug";
     }
   }

@@ -137,6 +137,9 @@ ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
   if (!holds_real_object(*x)) {
     context.abort(BreakCode::UnsupportedCall, call.name + "() on " + tracer::describe_value(*x));
   }
+  // A store traced earlier in the frame is written back only after the
+  // graph: the real object does not hold it yet.
+  if (context.pending_attr_store(x, name->obj.get())) return has ? boolean(context, 1) : context.load_attr(x, name->obj.get());
   const int found = PyObject_HasAttr(x->obj.get(), name->obj.get());
   if (has) return boolean(context, found);
   return found ? context.load_attr(x, name->obj.get()) : call.args[2];

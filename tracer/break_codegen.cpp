@@ -183,6 +183,16 @@ class ValueEmitter {
           b_.load_const(value->obj.get());  // torch.Size
           return;
         }
+        if (value->tuple_type) {
+          // A namedtuple or structseq: its type rebuilds it from the items.
+          PyRef rebuild = namedtuple_rebuilder(value->tuple_type.get());
+          b_.push_null();
+          b_.load_const(rebuild.get());
+          for (const ValuePtr& item : value->items) emit(item);
+          b_.build_tuple(static_cast<int>(value->items.size()));
+          b_.call(1);
+          return;
+        }
         for (const ValuePtr& item : value->items) emit(item);
         if (value->is(ValueKind::Tuple)) {
           b_.build_tuple(static_cast<int>(value->items.size()));
@@ -191,11 +201,17 @@ class ValueEmitter {
         }
         return;
       case ValueKind::Dict:
+        // An OrderedDict is made from the plain dict of its items.
+        if (value->tuple_type) {
+          b_.push_null();
+          b_.load_const(value->tuple_type.get());
+        }
         for (size_t i = 0; i < value->items.size(); ++i) {
           b_.load_const(value->keys[i].get());
           emit(value->items[i]);
         }
         b_.build_map(static_cast<int>(value->items.size()));
+        if (value->tuple_type) b_.call(1);
         return;
       case ValueKind::Iterator:
         for (size_t i = value->position; i < value->items.size(); ++i) emit(value->items[i]);

@@ -245,7 +245,34 @@ ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_att
   return method;
 }
 
-ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
+bool is_object_getattribute(PyObject* obj) {
+  static PyObject* const generic = [] {
+    PyRef name = PyRef::steal(PyUnicode_InternFromString("__getattribute__"));
+    return _PyType_Lookup(&PyBaseObject_Type, name.get());  // object's dict keeps it alive
+  }();
+  return obj == generic;
+}
+
+// Note [Custom getattr]
+// Library objects customize attribute reads in Python: transformers'
+// configs map aliases in __getattribute__, others compute missing names in
+// __getattr__. A read of such an object inlines the class's own function
+// as CPython would call it (__getattribute__ first; __getattr__ only for a
+// name the generic lookup does not find), and super().__getattribute__ /
+// object.__getattribute__ inside it is the generic lookup, read and
+// guarded through the object's source. The guards re-read attributes with
+// getattr, which runs the override again on every call: the overrides kiln
+// meets compute a pure mapping, so the value read agrees. A C-level
+// tp_getattro other than the generic one is not inlined (the trace breaks).
+ValuePtr FrameTracer::generic_getattr(const ValuePtr& base, const ValuePtr& name) {
+  if (!name->is(ValueKind::Constant) || !PyUnicode_Check(name->obj.get())) {
+    abort_trace(BreakCode::UnsupportedAttribute, "object.__getattribute__ with a non-constant name");
+  }
+  if (!base->is(ValueKind::Object) || base->source < 0) return load_attr(base, name->obj.get());
+  return load_object_attr(base, name->obj.get(), /*generic=*/true);
+}
+
+ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, bool generic) {
   // Only reads that run no user code are traced: the guards re-read the
   // attribute on every call, so a property or __getattr__ would run a
   // different number of times than in eager Python.
@@ -260,6 +287,7 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     if (found && (PyFunction_Check(found) || !Py_TYPE(found)->tp_descr_get || PyType_Check(found))) {
       return state_.wrap(found, state_.sources().attr(base->source, name));
     }
+    if (found && is_object_getattribute(found)) return state_.wrap_unguarded(found);  // builtin, fixed
     if (found) {
       if (ValuePtr value = class_descriptor(base, found)) return value;
     }
@@ -280,9 +308,27 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name) {
     abort_trace(BreakCode::UnsupportedAttribute, std::string("class attribute ") +
                                                      reinterpret_cast<PyTypeObject*>(obj)->tp_name + "." + attr);
   }
-  if (type->tp_getattro != PyObject_GenericGetAttr) {
+  if (!generic && type->tp_getattro != PyObject_GenericGetAttr) {
+    PyRef getattribute_name = intern("__getattribute__");
+    PyRef getattr_name = intern("__getattr__");
+    PyObject* getattribute = _PyType_Lookup(type, getattribute_name.get());
+    PyObject* getattr = _PyType_Lookup(type, getattr_name.get());
+    ValuePtr key = state_.wrap_unguarded(name);
+    if (getattribute && PyFunction_Check(getattribute)) {
+      // Note [Custom getattr]. (A __getattr__ beside it, called when this
+      // raises AttributeError, is not modelled: that raise breaks the trace.)
+      return inline_function(getattribute, -1, {base, key}, {});
+    }
+    const bool generic_first = getattribute == _PyType_Lookup(&PyBaseObject_Type, getattribute_name.get());
+    if (generic_first && getattr && PyFunction_Check(getattr)) {
+      PyObject** dict_ptr = _PyObject_GetDictPtr(obj);
+      const bool in_instance = dict_ptr && *dict_ptr && PyDict_GetItemWithError(*dict_ptr, name);
+      PyErr_Clear();
+      if (in_instance || _PyType_Lookup(type, name)) return load_object_attr(base, name, /*generic=*/true);
+      return inline_function(getattr, -1, {base, key}, {});
+    }
     abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
-                                                     " customizes attribute access (__getattr__ or __getattribute__)");
+                                                     " customizes attribute access in C (tp_getattro)");
   }
   if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
     return state_.wrap(reinterpret_cast<PyObject*>(type), state_.sources().attr(base->source, name));

@@ -178,6 +178,11 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (PyCFunction_Check(obj) && (name_of(obj) == "eval" || name_of(obj) == "exec")) {
         abort_trace(BreakCode::UnsupportedFrame, name_of(obj) + "() runs code in the calling frame");
       }
+      if (is_object_getattribute(obj) && kwargs.empty()) {
+        // object.__getattribute__(x, name), or bound by super() to x.
+        if (callable->self && args.size() == 1) return generic_getattr(callable->self, args[0]);
+        if (!callable->self && args.size() == 2) return generic_getattr(args[0], args[1]);
+      }
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
       if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
       if (is_plain_dataclass_type(obj)) return make_dataclass(callable, std::move(args), std::move(kwargs));

@@ -527,7 +527,51 @@ graph::Arg TraceState::lower_contents(const ValuePtr& container) {
   return arg;
 }
 
+namespace {
+
+// Values whose identity Python code can observe (`is`, mutation through
+// one reference) and that lower_output builds anew each time.
+bool has_identity(const Value& value) {
+  if (value.source >= 0) return false;  // the caller's own object comes back
+  return value.is(ValueKind::List) || value.is(ValueKind::Dict) || value.is(ValueKind::Record);
+}
+
+void count_uses(const ValuePtr& value, std::unordered_map<const Value*, int>& uses) {
+  if (!value) return;
+  if (has_identity(*value) && ++uses[value.get()] > 1) return;  // its items were counted
+  if (value->source >= 0 && !value->is(ValueKind::Tensor)) return;
+  if (value->is(ValueKind::Tuple) || has_identity(*value)) {
+    for (const ValuePtr& item : value->items) count_uses(item, uses);
+  }
+}
+
+}  // namespace
+
+void TraceState::plan_output_identity(const std::vector<ValuePtr>& roots) {
+  output_uses_.clear();
+  output_nodes_.clear();
+  for (const ValuePtr& root : roots) count_uses(root, output_uses_);
+}
+
 graph::Arg TraceState::lower_output(const ValuePtr& value) {
+  auto uses = output_uses_.find(value.get());
+  if (uses == output_uses_.end() || uses->second < 2 || !has_identity(*value)) return lower_output_once(value);
+  auto built = output_nodes_.find(value.get());
+  if (built != output_nodes_.end()) return Arg::of_node(built->second);
+  Arg arg = lower_output_once(value);
+  int node = arg.node;
+  if (arg.kind != Arg::Kind::Node) {
+    // A plain list or dict: one node makes it, its uses share the object.
+    PyObject* type = reinterpret_cast<PyObject*>(value->is(ValueKind::List) ? &PyList_Type : &PyDict_Type);
+    std::vector<Arg> args;
+    args.push_back(std::move(arg));
+    node = graph_->add_call(value->is(ValueKind::List) ? "list" : "dict", type, std::move(args), {});
+  }
+  output_nodes_[value.get()] = node;
+  return Arg::of_node(node);
+}
+
+graph::Arg TraceState::lower_output_once(const ValuePtr& value) {
   if (value->source >= 0 && !value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant)) {
     int node = graph_->add_object_input(value->source, sources().at(value->source).text);
     return Arg::of_node(node);

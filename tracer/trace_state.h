@@ -76,6 +76,11 @@ class TraceState {
   // passed in come back as themselves (identity kept), and named tuples
   // (torch.return_types) as their own type.
   graph::Arg lower_output(const ValuePtr& value);
+  // Before lowering a frame's outputs: finds the lists, dicts and records
+  // reachable more than once from `roots`, which lower_output then builds
+  // once, as a graph node, and returns as that one object everywhere
+  // (`return d, [d]` gives the same dict twice, as in Python).
+  void plan_output_identity(const std::vector<ValuePtr>& roots);
   // Lowers the items of a list or dict as a new list or dict (the contents
   // written back to a container the caller passed in).
   graph::Arg lower_contents(const ValuePtr& container);
@@ -136,6 +141,11 @@ class TraceState {
   guards::FrameView frame_;
   DynamicDims dynamic_;
   SymbolTable symbols_;
+  // plan_output_identity: uses of each container in the outputs, and the
+  // node that builds each shared one once lowered.
+  std::unordered_map<const Value*, int> output_uses_;
+  std::unordered_map<const Value*, int> output_nodes_;
+  graph::Arg lower_output_once(const ValuePtr& value);
   int points_ = 1;
   std::unique_ptr<graph::Graph> graph_;
   std::unique_ptr<guards::GuardSet> guards_;
@@ -190,7 +200,11 @@ class FrameTracer {
   // `from module import name` (trace_imports.cpp).
   ValuePtr import_name(PyObject* name, const ValuePtr& level, const ValuePtr& fromlist);
   ValuePtr import_from(const ValuePtr& module, PyObject* name);
-  ValuePtr load_object_attr(const ValuePtr& base, PyObject* name);
+  // `generic`: object.__getattribute__'s lookup, past a class's own
+  // __getattribute__ (which a read without it inlines; Note [Custom getattr]).
+  ValuePtr load_object_attr(const ValuePtr& base, PyObject* name, bool generic = false);
+  // object.__getattribute__(base, name) called explicitly or through super().
+  ValuePtr generic_getattr(const ValuePtr& base, const ValuePtr& name);
   // Reads a class-level descriptor (property, staticmethod, classmethod) on
   // `base`; null for kinds kiln does not model.
   ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr);
@@ -324,6 +338,9 @@ PyRef constant_to_python(const ValuePtr& value);
 // True for a collections.namedtuple class (and subclasses that keep its
 // __new__ and add no __init__).
 bool is_namedtuple_type(PyObject* type);
+
+// True for object.__getattribute__ (the slot wrapper), the generic lookup.
+bool is_object_getattribute(PyObject* obj);
 // True for a dataclass whose instances the tracer can model as a Record.
 bool is_plain_dataclass_type(PyObject* type);
 // The callable that rebuilds a returned tuple of `type` from a sequence:

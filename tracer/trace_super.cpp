@@ -110,6 +110,12 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
       return method;
     }
     if (Py_TYPE(found)->tp_descr_get && !PyType_Check(found)) {
+      if (is_object_getattribute(found)) {
+        // super().__getattribute__: the generic lookup (Note [Custom getattr]).
+        ValuePtr bound = make_object(ValueKind::Builtin, PyRef::borrow(found));
+        bound->self = receiver;
+        return bound;
+      }
       if (ValuePtr value = class_descriptor(receiver, found)) return value;
       abort_trace(BreakCode::UnsupportedAttribute, "super()." + attr + " is a descriptor kiln does not trace yet");
     }

@@ -47,6 +47,9 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
       result.hint = break_code_hint(state.break_code);
     } else if (!state.stores.empty()) {
       // (result, stored values...): see Note [Side effects].
+      std::vector<ValuePtr> roots{returned};
+      for (const auto& store : state.stores) roots.push_back(store.value);
+      state.plan_output_identity(roots);
       graph::Arg outputs;
       outputs.kind = graph::Arg::Kind::Tuple;
       outputs.items.push_back(state.lower_output(returned));
@@ -58,6 +61,7 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
       }
       state.graph().set_output(std::move(outputs));
     } else {
+      state.plan_output_identity({returned});
       state.graph().set_output(state.lower_output(returned));
     }
     result.ok = true;

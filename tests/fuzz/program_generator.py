@@ -104,7 +104,54 @@ FEATURES = {
     "long": "occasional long programs (20-40 top-level statements)",
     "is_leaf": "Tensor.is_leaf queries (in returns and conditions)",
     "storage_offset": "Tensor.storage_offset() queries in returns",
+    "ordereddict": "collections.OrderedDict built in fn: item writes, del, pop, popitem(last=...), move_to_end, "
+                   "setdefault, update, |=, copy(), iteration over keys/items, returned",
+    "dict_input": "an extra argument dd: an OrderedDict or dict of tensors, mutated in fn (writes, del, pop, "
+                  "popitem, move_to_end, update) and iterated; its key order differs in the resized/scalars calls",
+    "collections": "collections.defaultdict(list/int), Counter, deque (append/appendleft/pop/popleft/indexing, maxlen)",
+    "user_types": "module-level dict/list subclasses (a custom __setitem__), a @dataclass with tensor fields, "
+                  "a typing.NamedTuple with a method, plain objects whose attributes are set in fn",
+    "nested_returns": "nested containers of tensors and objects returned (dict of lists of tuples, "
+                      "OrderedDict of dataclasses, ...)",
 }
+
+OD_KEYS = ("a", "b", "c", "d", "e", "f")
+TYPES_SRC = """
+class Registry(dict):
+    # a dict subclass with a custom __setitem__ (counts writes, stores doubled values)
+    def __setitem__(self, key, value):
+        self.writes = getattr(self, 'writes', 0) + 1
+        super().__setitem__(key, value * 2)
+
+
+class TensorList(list):
+    def total(self):
+        return sum(self)
+
+
+@dataclasses.dataclass
+class Pair:
+    a: torch.Tensor
+    b: torch.Tensor
+    scale: float = 1.0
+
+    def scaled(self):
+        return self.a * self.scale
+
+
+class Stats(typing.NamedTuple):
+    mean: torch.Tensor
+    std: torch.Tensor
+    count: int = 0
+
+    def spread(self):
+        return self.std * 2 + self.count
+
+
+class Box:
+    def __init__(self, tag='box'):
+        self.tag = tag
+"""
 
 
 def const_dim(k):
@@ -227,6 +274,9 @@ class Env:
         self.vars = dict(parent.vars) if parent else {}
         self.order = list(parent.order) if parent else []
         self.noupdate = set(parent.noupdate) if parent else set()
+        # inside a closure/lambda body (may run later, after containers changed):
+        # no reads of container items
+        self.closure = getattr(parent, "closure", False)
 
     def add(self, var):
         if var.name in self.vars:
@@ -261,7 +311,9 @@ class Program:
             lines.append(f"call {i} ({ROLES[i]}): x={t(v['x'])} y={t(v['y'])} n={v['n']} "
                          f"flag={v['flag']} xs=[{v['xs']['len']} x {t(v['xs'])}]"
                          + (f" aliases: {', '.join(v['alias'])}" if v.get("alias") else "")
-                         + (" (called under torch.no_grad())" if v.get("no_grad") else ""))
+                         + (" (called under torch.no_grad())" if v.get("no_grad") else "")
+                         + (f" dd={v['dd']['type']}({', '.join(v['dd']['keys'])}) of {t(v['dd'])}"
+                            if v.get("dd") else ""))
         return "\n".join(lines)
 
 
@@ -294,6 +346,8 @@ class Generator:
         self.needs_kiln = False
         self.needs_decorator = False
         self.stateful = False
+        self.need_types = False
+        self.dd = None
 
     # ------------------------------------------------------------------ utils
     def allow(self, feat):
@@ -412,6 +466,20 @@ class Generator:
         flip = self.allow("grad_flip") and xi.grad and "nonleaf" not in lay["x"] and rng.random() < 0.15
         nograd_call = self.allow("grad_modes") and rng.random() < 0.1
         self.drift = self.allow("drift") and rng.random() < 0.5
+        if self.allow("dict_input") and rng.random() < 0.2:
+            keys = rng.sample(["w", "b", "g", "h", "k"], rng.randint(2, 4))
+            orders = [tuple(keys)] * NV
+            for v in (2, 3):
+                if v == 3 and rng.random() < 0.3:
+                    continue
+                perm = list(keys)
+                while perm == keys:
+                    rng.shuffle(perm)
+                orders[v] = tuple(perm)
+            dshape = rng.choice([xshape, eshape, rand_shape(rng.randint(1, 2))])
+            di = TI(dshape, dt(), rng.random() < 0.2, True)
+            if di.ok():
+                self.dd = {"type": rng.choice(["OrderedDict", "dict"]), "orders": tuple(orders), "info": di}
         variants = []
         for v in range(NV):
             def desc(t, key):
@@ -431,6 +499,10 @@ class Generator:
                 var["x"]["grad"] = False
             if v == 3 and nograd_call:
                 var["no_grad"] = True
+            if self.dd:
+                di = self.dd["info"]
+                var["dd"] = {"type": self.dd["type"], "keys": list(self.dd["orders"][v]),
+                             "shape": [dd[v] for dd in di.shape], "dtype": di.dtype, "grad": di.grad}
             variants.append(var)
         return variants
 
@@ -453,6 +525,9 @@ class Generator:
             elif var.kind == "d" and var.items:
                 k = self.choice(list(var.items))
                 cands.append((f"{name}[{k!r}]", var.items[k], w * 0.5))
+            elif var.kind == "c" and var.items and not getattr(env, "closure", False) and not self.helper_depth:
+                acc = self.choice(list(var.items))
+                cands.append((f"{name}{acc}", var.items[acc], w * 0.5))
         if self.allow("globals") and not atoms:
             cands.append(("BIAS", TI((ONE,), F32, False, True), 0.7))
         if pred:
@@ -1777,6 +1852,7 @@ class Generator:
             env.noupdate.add(cnt)
             return
         cenv = Env(env)
+        cenv.closure = True
         cenv.add(Var("t", "q", qi))
         cenv.noupdate = set(cenv.vars)   # no rebinding of captured names
         self.emit(f"def {name}(q, k={self.scalar(env, small=True)}):")
@@ -1806,6 +1882,7 @@ class Generator:
         if lists and self.chance(0.4):
             lv = self.choice(lists)
             cenv = Env(env)
+            cenv.closure = True
             cenv.add(Var("t", "q", lv.elem))
             code, info = self.like(cenv, lv.elem, 1)
             if "q" not in _names(code):
@@ -1817,6 +1894,7 @@ class Generator:
             return
         q, qi = self.must_pick(env)
         cenv = Env(env)
+        cenv.closure = True
         cenv.add(Var("t", "q", qi))
         code, info = self.texpr(cenv, 2)
         if "q" not in _names(code):
@@ -2009,6 +2087,7 @@ class Generator:
         if k == 0 and lists:
             lv = self.choice(lists)
             cenv = Env(env)
+            cenv.closure = True
             cenv.add(Var("t", "q", lv.elem))
             code, info = self.like(cenv, lv.elem, 1)
             if "q" not in _names(code):
@@ -2325,6 +2404,8 @@ class Generator:
             ("try", 0.4), ("raise", 1.5 if self.raise_left else 0),
             ("global_state", 1.0), ("match", 0.7), ("pyassert", 0.5),
             ("objects", 1.0 if self.allow("globals") else 0),
+            ("ordereddict", 1.2), ("dict_input", 2.5 if self.dd else 0), ("collections", 1.0),
+            ("user_types", 1.2),
         ]
         weights = [(k, w) for k, w in weights if self.allow(k if k != "pyassert" else "pyarith")]
         handlers = {
@@ -2336,7 +2417,8 @@ class Generator:
             "datadep": self.st_datadep, "xs_mutation": self.st_xs_mutation, "no_grad": self.st_no_grad,
             "try": self.st_try, "raise": self.st_raise,
             "global_state": self.st_global_state, "match": self.st_match, "pyassert": self.st_pyassert,
-            "objects": self.st_objects,
+            "objects": self.st_objects, "ordereddict": self.st_ordereddict, "dict_input": self.st_dict_input,
+            "collections": self.st_collections, "user_types": self.st_user_types,
         }
         for _ in range(8):
             k = self.wchoice(weights)
@@ -2545,6 +2627,12 @@ class Generator:
         env.add(Var("t", "y", yi))
         env.add(Var("l", "xs", elem=ei, length=self.len_vals, mutable=True))
         env.noupdate.add("xs")
+        if self.dd:
+            self.used("dict_input")
+            dv = Var("c", "dd", elem=("dd", ()), vals=self.dd["orders"])
+            dv.items = self.c_accessors(dv)
+            env.add(dv)
+            env.noupdate.add("dd")
         if self.allow("input_mutation") and self.chance(0.07):
             try:
                 self.st_input_mutation(env)
@@ -2561,7 +2649,7 @@ class Generator:
             nstmts = self.rng.randint(20, 40)
         for _ in range(nstmts):
             self.st_top(env)
-        self.emit(f"return {self.returns(env)}")
+        self.emit(f"return {self.container_returns(env, self.returns(env))}")
         header = ["import functools", "import itertools", "import math", "import torch",
                   "import torch.nn.functional as F", ""]
         if self.allow("globals"):
@@ -2585,16 +2673,617 @@ class Generator:
         header = ["import functools", "import operator"] + header
         if self.needs_kiln or "nested_compile" in self.features:
             header = ["# `kiln` is injected by the fuzz runner (a shim for the eager reference)"] + header
+        if self.need_types:
+            header = ["import collections", "import dataclasses", "import typing",
+                      "from collections import Counter, OrderedDict, defaultdict, deque"] + header
+            header += TYPES_SRC.strip("\n").split("\n") + ["", ""]
         if self.needs_decorator:
             header += ["", "def passthrough(f):", "    @functools.wraps(f)", "    def wrapper(*args, **kwargs):",
                        "        return f(*args, **kwargs)", "    return wrapper", ""]
         parts = header + ["", *[s + "\n\n" for s in self.helper_src]]
         decl = [f"    global {', '.join(sorted(self.global_decls))}"] if self.global_decls else []
-        src = "\n".join(parts).rstrip() + "\n\n\n" + "def fn(x, y, n, flag, xs):\n" + "\n".join(decl + self.out) + "\n"
+        src = "\n".join(parts).rstrip() + "\n\n\n" + f"def fn(x, y, n, flag, xs{', dd' if self.dd else ''}):\n" + "\n".join(decl + self.out) + "\n"
         src = src.replace("\n\n\n\n", "\n\n\n").lstrip("\n")
         return Program(seed=self.seed, source=src, variants=variants, features=sorted(self.features),
                        expect_raise=self.expect_raise, mutates_inputs=self.mutates_inputs,
                        exclude=tuple(sorted(self.exclude)), stateful=self.stateful, drift=self.drift)
+
+    # ------------------------------------------------- containers and objects
+    # Container values live in Vars of kind "c": elem = (type tag, model), where
+    # the model is an immutable description the generator keeps exact (keys in
+    # order with the TI of each value, deque items, dataclass fields...);
+    # items = accessor suffix -> TI for reads (`od['a']`, `p.a`, `dq[0]`). Only
+    # top-level statements of fn mutate them (never under control flow the
+    # generator does not follow), and closures/lambdas never read them. The
+    # dict argument dd keeps one key order per call (vals), all values of
+    # self.dd["info"].
+
+    def top_level(self):
+        return self.ind == 1 and not self.helper_depth and not self.in_closure
+
+    def c_accessors(self, var):
+        typ, model = var.elem
+        if typ in ("od", "reg", "dict"):
+            return {f"[{k!r}]": ti for k, ti in model}
+        if typ == "dd":
+            orders = var.vals
+            return {f"[{k!r}]": self.dd["info"] for k in orders[0] if all(k in o for o in orders)}
+        if typ == "dq":
+            tis, _ = model
+            return {"[0]": tis[0], "[-1]": tis[-1]} if tis else {}
+        if typ == "tl":
+            elem, n = model
+            return {"[0]": elem, "[-1]": elem, ".total()": elem.like(contig=False)} if n else {}
+        if typ == "pair":
+            a, b = model
+            return {".a": a, ".b": b, ".scaled()": a.like(contig=False)}
+        if typ == "stats":
+            m, sd = model
+            return {".mean": m, "[1]": sd, ".spread()": sd.like(contig=False)}
+        if typ == "box":
+            return {f".{k}": ti for k, ti in model}
+        if typ in ("ddl", "frozen"):
+            return dict(model)
+        return {}
+
+    def set_model(self, var, model, vals=None):
+        var.elem = (var.elem[0], model)
+        if vals is not None:
+            var.vals = vals
+        var.items = self.c_accessors(var)
+
+    def add_c(self, env, typ, name, model):
+        self.need_types = True
+        var = Var("c", name, elem=(typ, model))
+        var.items = self.c_accessors(var)
+        env.add(var)
+        env.noupdate.add(name)
+        return var
+
+    def add_py(self, env, name):
+        """A Python value (list of keys, str, Counter...) that returns may include."""
+        env.add(Var("py", name))
+
+    def any_tensor(self, env):
+        if self.chance(0.5):
+            return self.must_pick(env)
+        return self.texpr(env, 1)
+
+    @staticmethod
+    def m_set(model, key, ti):
+        keys = [k for k, _ in model]
+        if key in keys:
+            return tuple((k, ti if k == key else v) for k, v in model)
+        return tuple(model) + ((key, ti),)
+
+    def st_ordereddict(self, env):
+        if not self.top_level():
+            raise Unfit("not top level")
+        self.used("ordereddict")
+        ods = [v for v in env.of("c") if v.elem[0] == "od"]
+        var = self.choice(ods) if ods and self.chance(0.4) else self.od_create(env)
+        for _ in range(self.rng.randint(1, 3)):
+            try:
+                self.map_op(env, var)
+            except Unfit:
+                pass
+
+    def od_create(self, env):
+        name = self.fresh("od")
+        od = self.choice(["OrderedDict", "collections.OrderedDict"])
+        k = self.rng.randrange(6)
+        srcs = [v for v in env.of("c") if v.elem[0] in ("od", "reg", "dict") and v.elem[1]]
+        if k == 0:
+            self.emit(f"{name} = {od}()")
+            model = ()
+        elif k == 4 and srcs:
+            src = self.choice(srcs)
+            if self.chance(0.3):
+                self.emit(f"{name} = {od}(sorted({src.name}.items()))")
+                model = tuple(sorted(src.elem[1], key=lambda kv: kv[0]))
+            else:
+                self.emit(f"{name} = {od}({src.name})")
+                model = src.elem[1]
+        else:
+            items = [self.any_tensor(env) for _ in range(self.rng.randint(1, 3))]
+            keys = self.rng.sample(OD_KEYS, len(items))
+            if k == 1:
+                self.emit(f"{name} = {od}({', '.join(f'{kk}={c}' for kk, (c, _) in zip(keys, items))})")
+            elif k == 2:
+                self.emit(f"{name} = {od}([{', '.join(f'({kk!r}, {c})' for kk, (c, _) in zip(keys, items))}])")
+            else:
+                self.emit(f"{name} = {od}({{{', '.join(f'{kk!r}: {c}' for kk, (c, _) in zip(keys, items))}}})")
+            model = tuple((kk, i.like()) for kk, (_, i) in zip(keys, items))
+        return self.add_c(env, "od", name, model)
+
+    def map_op(self, env, var):
+        """One operation on an OrderedDict / Registry / dict container built in fn."""
+        typ, model = var.elem
+        name = var.name
+        keys = [k for k, _ in model]
+        info = dict(model)
+        od = typ == "od"
+        k = self.rng.randrange(14)
+        if k <= 1 or not keys:
+            key = self.choice(OD_KEYS)
+            c, ci = self.any_tensor(env)
+            self.emit(f"{name}[{key!r}] = {c}")
+            self.set_model(var, self.m_set(model, key, ci.like(contig=False)))
+        elif k == 2 and len(keys) >= 2:
+            key = self.choice(keys)
+            self.emit(f"del {name}[{key!r}]")
+            self.set_model(var, tuple(kv for kv in model if kv[0] != key))
+        elif k == 3 and len(keys) >= 2:
+            key = self.choice(keys)
+            t = self.fresh("t")
+            self.emit(f"{t} = {name}.pop({key!r})")
+            env.add(Var("t", t, info[key].like()))
+            self.set_model(var, tuple(kv for kv in model if kv[0] != key))
+        elif k == 4:
+            if self.chance(0.5):
+                self.emit(f"{name}.pop('zz', None)")
+            else:
+                c, ci = self.any_tensor(env)
+                t = self.fresh("t")
+                self.emit(f"{t} = {name}.pop('zz', {c})")
+                env.add(Var("t", t, ci.like()))
+        elif k == 5 and len(keys) >= 2:
+            kk, t = self.fresh("key"), self.fresh("t")
+            first = od and self.chance(0.5)
+            arg = "last=False" if first else self.choice(["", "last=True"]) if od else ""
+            self.emit(f"{kk}, {t} = {name}.popitem({arg})")
+            gone = model[0] if first else model[-1]
+            env.add(Var("t", t, gone[1].like()))
+            self.add_py(env, kk)
+            self.set_model(var, tuple(kv for kv in model if kv is not gone))
+        elif k == 6 and od and keys:
+            key = self.choice(keys)
+            rest = tuple(kv for kv in model if kv[0] != key)
+            if self.chance(0.5):
+                self.emit(f"{name}.move_to_end({key!r})")
+                self.set_model(var, rest + ((key, info[key]),))
+            else:
+                self.emit(f"{name}.move_to_end({key!r}, last=False)")
+                self.set_model(var, ((key, info[key]),) + rest)
+        elif k == 7:
+            key = self.choice(OD_KEYS)
+            c, ci = self.any_tensor(env)
+            t = self.fresh("t")
+            self.emit(f"{t} = {name}.setdefault({key!r}, {c})")
+            if key in info:
+                env.add(Var("t", t, info[key].like()))
+            else:
+                # a Registry's setdefault does not go through its __setitem__
+                self.set_model(var, self.m_set(model, key, ci.like()))
+                env.add(Var("t", t, ci.like()))
+        elif k == 8:
+            others = [v for v in env.of("c") if v.elem[0] in ("od", "reg", "dict") and v is not var]
+            if others and self.chance(0.4):
+                o = self.choice(others)
+                self.emit(f"{name}.update({o.name})" if self.chance(0.6) else f"{name} |= {o.name}")
+                m = model
+                for kk, ti in o.elem[1]:
+                    m = self.m_set(m, kk, ti)
+                self.set_model(var, m)
+            else:
+                key = self.choice(OD_KEYS)
+                c, ci = self.any_tensor(env)
+                self.emit(self.choice([f"{name}.update({{{key!r}: {c}}})", f"{name}.update({key}={c})",
+                                       f"{name} |= {{{key!r}: {c}}}", f"{name}.update([({key!r}, {c})])"]))
+                self.set_model(var, self.m_set(model, key, ci.like(contig=False)))
+        elif k == 9:
+            c2 = self.fresh("od" if od else "dc")
+            self.emit(f"{c2} = {name}.copy()" if self.chance(0.7) else
+                      f"{c2} = {'OrderedDict' if od else 'dict'}({name})")
+            # Registry.copy() is a plain dict
+            nv = self.add_c(env, "od" if od else "dict", c2, model)
+            self.map_op(env, nv)
+        elif k == 10 and keys:
+            acc = self.fresh("acc")
+            kk, vv = self.fresh("k"), self.fresh("v")
+            dt = F64 if any(ti.dtype == F64 for ti in info.values()) else F32
+            self.emit(f"{acc} = torch.zeros(())" + (".double()" if dt == F64 else ""))
+            if self.chance(0.5):
+                self.emit(f"for {kk}, {vv} in {name}.items():")
+                self.emit(f"    {acc} = {acc} * 0.5 + {vv}.sum() * len({kk})")
+            else:
+                self.emit(f"for {kk} in {self.choice([name, f'{name}.keys()', f'reversed({name})'])}:")
+                self.emit(f"    {acc} = {acc} * 0.5 + {name}[{kk}].mean()")
+                self.emit(f"    if {kk} == {self.choice(keys)!r}:")
+                self.emit(f"        {acc} = {acc} - 1.0")
+            env.add(Var("t", acc, TI((), dt, any(ti.grad for ti in info.values()))))
+        elif k == 11 and keys:
+            ks = self.fresh("ks")
+            if self.chance(0.5):
+                self.emit(f"{ks} = " + self.choice([f"list({name})", f"tuple({name}.keys())",
+                                                     f"list(reversed({name}))", f"[k for k, _ in {name}.items()]",
+                                                     f"','.join({name})", f"next(iter({name}))"]))
+                self.add_py(env, ks)
+            else:
+                self.emit(f"{ks} = list({name}.values())")
+                env.add(Var("s", ks, items=[ti.like() for ti in info.values()]))
+        elif k == 12:
+            b = self.fresh("b")
+            self.emit(f"{b} = " + self.choice([f"list({name}) == {keys!r}", f"{self.choice(OD_KEYS)!r} in {name}",
+                                               f"len({name}) > {len(keys) - 1}"]))
+            env.add(Var("b", b))
+        elif keys:
+            key = self.choice(keys)
+            t = self.fresh("t")
+            self.emit(f"{t} = {name}.get({key!r})" if self.chance(0.5) else
+                      f"{t} = {name}.get('zz', {name}[{key!r}])")
+            env.add(Var("t", t, info[key].like()))
+        else:
+            raise Unfit("map op")
+
+    def st_dict_input(self, env):
+        dv = env.vars.get("dd")
+        if dv is None or dv.kind != "c" or not self.top_level():
+            raise Unfit("no dd")
+        self.used("dict_input")
+        orders = dv.vals
+        info = self.dd["info"]
+        common = [k for k in orders[0] if all(k in o for o in orders)]
+        od = self.dd["type"] == "OrderedDict"
+        minlen = min(len(o) for o in orders)
+        k = self.rng.randrange(11)
+        if k <= 1:
+            key = self.choice(common + ["n1", "n2"])
+            c, ci = self.like(env, info, 1)
+            self.emit(f"dd[{key!r}] = {c}")
+            self.set_model(dv, (), tuple(o if key in o else o + (key,) for o in orders))
+        elif k == 2 and minlen >= 2 and common:
+            key = self.choice(common)
+            t = self.fresh("t")
+            self.emit(self.choice([f"del dd[{key!r}]", f"{t} = dd.pop({key!r})"]))
+            if "pop" in self.out[-1]:
+                env.add(Var("t", t, info.like()))
+            self.set_model(dv, (), tuple(tuple(q for q in o if q != key) for o in orders))
+        elif k == 3 and minlen >= 2:
+            kk, t = self.fresh("key"), self.fresh("t")
+            first = od and self.chance(0.5)
+            self.emit(f"{kk}, {t} = dd.popitem({'last=False' if first else ''})")
+            env.add(Var("t", t, info.like()))
+            self.add_py(env, kk)
+            self.set_model(dv, (), tuple(o[1:] if first else o[:-1] for o in orders))
+        elif k == 4 and od and common:
+            key = self.choice(common)
+            last = self.chance(0.5)
+            self.emit(f"dd.move_to_end({key!r})" if last else f"dd.move_to_end({key!r}, last=False)")
+            self.set_model(dv, (), tuple(tuple(q for q in o if q != key) + (key,) if last else
+                                         (key,) + tuple(q for q in o if q != key) for o in orders))
+        elif k == 5:
+            # order-dependent: checks kiln's guard on the key order
+            acc, kk, vv = self.fresh("acc"), self.fresh("k"), self.fresh("v")
+            self.emit(f"{acc} = torch.zeros_like(next(iter(dd.values())))")
+            form = self.choice(["dd.items()", "list(dd.items())", "zip(dd.keys(), dd.values())"])
+            self.emit(f"for {kk}, {vv} in {form}:")
+            self.emit(f"    {acc} = {acc} * 0.5 + {vv}" + self.choice(["", " * len(" + kk + ")"]))
+            if self.chance(0.4):
+                self.emit(f"    if {kk} == {self.choice(common or ['w'])!r}:")
+                self.emit(f"        {acc} = {acc}.flip(0)" if info.rank else f"        {acc} = -{acc}")
+            env.add(Var("t", acc, info.like(contig=False)))
+        elif k == 6:
+            ks = self.fresh("ks")
+            self.emit(f"{ks} = " + self.choice(["list(dd)", "tuple(dd.keys())", "next(iter(dd))",
+                                                "[k for k in reversed(dd)]", "'-'.join(dd)",
+                                                "[(k, v.shape) for k, v in dd.items()]",
+                                                "{k: i for i, k in enumerate(dd)}"]))
+            self.add_py(env, ks)
+        elif k == 7:
+            key = self.choice(common + ["n3"])
+            c, ci = self.like(env, info, 1)
+            t = self.fresh("t")
+            self.emit(f"{t} = dd.setdefault({key!r}, {c})")
+            env.add(Var("t", t, info.like(grad=info.grad or ci.grad)))
+            self.set_model(dv, (), tuple(o if key in o else o + (key,) for o in orders))
+        elif k == 8:
+            key = self.choice(common + ["n4"])
+            c, ci = self.like(env, info, 1)
+            self.emit(self.choice([f"dd.update({{{key!r}: {c}}})", f"dd.update({key}={c})", f"dd |= {{{key!r}: {c}}}"]))
+            self.set_model(dv, (), tuple(o if key in o else o + (key,) for o in orders))
+        elif k == 9:
+            lname = self.fresh("l")
+            self.emit(f"{lname} = " + self.choice(["list(dd.values())", "[v * i for i, v in enumerate(dd.values())]",
+                                                   "[dd[k] for k in dd]"]))
+            env.add(Var("l", lname, elem=info.like(contig=False), length=tuple(len(o) for o in orders)))
+        else:
+            nm = self.fresh("m")
+            self.emit(f"{nm} = len(dd)")
+            env.add(Var("i", nm, vals=tuple(len(o) for o in orders)))
+
+    def st_collections(self, env):
+        if not self.top_level():
+            raise Unfit("not top level")
+        self.used("collections")
+        self.need_types = True
+        k = self.rng.randrange(5)
+        xs = env.vars["xs"]
+        if k == 0:
+            if not xs.length or min(xs.length) < 1:
+                raise Unfit("xs empty")
+            name, i, q = self.fresh("groups"), self.fresh("i"), self.fresh("q")
+            self.emit(f"{name} = {self.choice(['defaultdict', 'collections.defaultdict'])}(list)")
+            self.emit(f"for {i}, {q} in enumerate(xs):")
+            self.emit(f"    {name}['even' if {i} % 2 == 0 else 'odd'].append({q} * ({i} + 1))")
+            model = (("['even'][0]", xs.elem.like(contig=False)),)
+            if self.chance(0.5):
+                c, ci = self.any_tensor(env)
+                self.emit(f"{name}['extra'].append({c})")
+                model += (("['extra'][-1]", ci.like()),)
+            if self.chance(0.4):
+                m = self.fresh("m")
+                self.emit(f"{m} = len({name}['odd'])")
+                env.add(Var("i", m, vals=tuple(v // 2 for v in xs.length)))
+            self.add_c(env, "ddl", name, model)
+        elif k == 1:
+            name = self.fresh("cnt")
+            a, ai = self.must_pick(env, atoms=True)
+            self.emit(f"{name} = {self.choice(['defaultdict', 'collections.defaultdict'])}(int)")
+            self.emit(self.choice([f"for q in xs:\n{'    ' * self.ind}    {name}[q.dim()] += 1",
+                                   f"{name}['n'] += n", f"{name}[str({a}.dim())] += 2"]))
+            if self.chance(0.5):
+                t = self.fresh("t")
+                self.emit(f"{t} = {a} * ({name}['missing'] + 1)")   # inserts 'missing'
+                env.add(Var("t", t, ai.like(contig=False)))
+            self.add_c(env, "ddi", name, ())
+        elif k == 2:
+            name = self.fresh("ctr")
+            a, ai = self.must_pick(env, atoms=True)
+            self.emit(f"{name} = " + self.choice(["Counter()", "collections.Counter(['a', 'b', 'a'])",
+                                                  "Counter(q.dim() for q in xs)", "Counter(a=n, b=2)"]))
+            for _ in range(self.rng.randint(1, 3)):
+                self.emit(self.choice([f"{name}['k'] += n", f"{name}.update(['a', 'c', 'a'])",
+                                       f"{name}.update({{'b': len(xs)}})", f"{name}[{a}.dim()] += 1",
+                                       f"{name}.subtract(['a'])"]))
+            if self.chance(0.5):
+                t = self.fresh("t")
+                self.emit(f"{t} = {a} * ({name}['zz'] + {name}['a'] + 1)")   # no insertion in a Counter
+                env.add(Var("t", t, ai.like(contig=False)))
+            if self.chance(0.4):
+                top = self.fresh("top")
+                self.emit(f"{top} = " + self.choice([f"{name}.most_common(2)", f"sorted({name}.elements(), key=str)",
+                                                     f"{name}.total()", f"+{name}"]))
+                self.add_py(env, top)
+            self.add_c(env, "ctr", name, ())
+        else:
+            name = self.fresh("dq")
+            dq = self.choice(["deque", "collections.deque"])
+            maxlen = None
+            if xs.length and min(xs.length) >= 1 and self.chance(0.3):
+                self.emit(f"{name} = {dq}(xs[:1])")
+                tis = [xs.elem.like()]
+            else:
+                items = [self.any_tensor(env) for _ in range(self.rng.randint(0, 2))]
+                if self.chance(0.3):
+                    maxlen = 2
+                    items = items[:2]
+                    self.emit(f"{name} = {dq}([{', '.join(c for c, _ in items)}], maxlen=2)")
+                else:
+                    self.emit(f"{name} = {dq}([{', '.join(c for c, _ in items)}])")
+                tis = [i.like() for _, i in items]
+            for _ in range(self.rng.randint(1, 4)):
+                op = self.rng.randrange(7)
+                if op <= 1 or not tis:
+                    c, ci = self.any_tensor(env)
+                    if self.chance(0.5):
+                        self.emit(f"{name}.append({c})")
+                        tis.append(ci.like())
+                        if maxlen and len(tis) > maxlen:
+                            tis.pop(0)
+                    else:
+                        self.emit(f"{name}.appendleft({c})")
+                        tis.insert(0, ci.like())
+                        if maxlen and len(tis) > maxlen:
+                            tis.pop()
+                elif op == 2 and len(tis) >= 2:
+                    t = self.fresh("t")
+                    if self.chance(0.5):
+                        self.emit(f"{t} = {name}.pop()")
+                        env.add(Var("t", t, tis.pop()))
+                    else:
+                        self.emit(f"{t} = {name}.popleft()")
+                        env.add(Var("t", t, tis.pop(0)))
+                elif op == 3:
+                    t = self.fresh("t")
+                    i = self.rng.randrange(len(tis))
+                    self.emit(f"{t} = {name}[{i}]" if self.chance(0.5) else f"{t} = {name}[{i - len(tis)}]")
+                    env.add(Var("t", t, tis[i].like()))
+                elif op == 4 and len(tis) >= 2:
+                    self.emit(f"{name}.rotate(1)")
+                    tis.insert(0, tis.pop())
+                elif op == 5:
+                    m = self.fresh("m")
+                    self.emit(f"{m} = len({name})")
+                    env.add(Var("i", m, vals=const_dim(len(tis))))
+                else:
+                    lname = self.fresh("lst")
+                    self.emit(f"{lname} = list({name})")
+                    env.add(Var("s", lname, items=[ti.like() for ti in tis]))
+            self.add_c(env, "dq", name, (tuple(tis), maxlen))
+
+    def st_user_types(self, env):
+        if not self.top_level():
+            raise Unfit("not top level")
+        self.used("user_types")
+        self.need_types = True
+        k = self.rng.randrange(6)
+        if k == 0:
+            name = self.fresh("reg")
+            items = [self.any_tensor(env) for _ in range(self.rng.randint(0, 2))]
+            keys = self.rng.sample(OD_KEYS, len(items))
+            form = self.rng.randrange(3)
+            if form == 0 or not items:
+                self.emit(f"{name} = Registry()")
+                model = ()
+                for kk, (c, ci) in zip(keys, items):
+                    self.emit(f"{name}[{kk!r}] = {c}")     # through __setitem__
+                    model = self.m_set(model, kk, ci.like(contig=False))
+            elif form == 1:
+                self.emit(f"{name} = Registry({', '.join(f'{kk}={c}' for kk, (c, _) in zip(keys, items))})")
+                model = tuple((kk, ci.like()) for kk, (_, ci) in zip(keys, items))
+            else:
+                self.emit(f"{name} = Registry({{{', '.join(f'{kk!r}: {c}' for kk, (c, _) in zip(keys, items))}}})")
+                model = tuple((kk, ci.like()) for kk, (_, ci) in zip(keys, items))
+            var = self.add_c(env, "reg", name, model)
+            for _ in range(self.rng.randint(0, 2)):
+                try:
+                    self.map_op(env, var)
+                except Unfit:
+                    pass
+        elif k == 1:
+            a, ai = self.must_pick(env)
+            b, bi = self.like(env, ai, 1)
+            name = self.fresh("tl")
+            elem = ai.like(grad=ai.grad or bi.grad, contig=False)
+            n = 2
+            self.emit(f"{name} = TensorList([{a}, {b}])")
+            if self.chance(0.5):
+                c, ci = self.like(env, ai, 1)
+                self.emit(self.choice([f"{name}.append({c})", f"{name} += [{c}]", f"{name}.extend([{c}])"]))
+                n += 1
+                elem = elem.like(grad=elem.grad or ci.grad)
+            t = self.fresh("t")
+            self.emit(f"{t} = {name}.total()" if self.chance(0.6) else f"{t} = {name}[{n - 1}] - {name}[0]")
+            env.add(Var("t", t, elem.like()))
+            self.add_c(env, "tl", name, (elem, n))
+        elif k == 2:
+            (a, ai), (b, bi) = self.any_tensor(env), self.any_tensor(env)
+            name = self.fresh("p")
+            self.emit(f"{name} = " + self.choice([f"Pair({a}, {b})", f"Pair(a={a}, b={b}, scale={self.scalar(env, small=True)})",
+                                                  f"Pair({a}, {b}, 2.0)", f"Pair(b={b}, a={a})"]))
+            model = (ai.like(), bi.like())
+            for _ in range(self.rng.randint(1, 3)):
+                op = self.rng.randrange(6)
+                if op == 0:
+                    c, ci = self.any_tensor(env)
+                    fld = self.choice(["a", "b"])
+                    self.emit(f"{name}.{fld} = {c}")
+                    model = (ci.like(), model[1]) if fld == "a" else (model[0], ci.like())
+                elif op == 1:
+                    self.emit(self.choice([f"{name}.scale = {name}.scale * 2", f"{name}.scale += n",
+                                           f"{name}.scale = float(len(xs))"]))
+                elif op == 2:
+                    t = self.fresh("t")
+                    self.emit(f"{t} = {name}.scaled() + {name}.a")
+                    env.add(Var("t", t, model[0].like(contig=False)))
+                elif op == 3:
+                    p2 = self.fresh("p")
+                    c, ci = self.any_tensor(env)
+                    self.emit(f"{p2} = dataclasses.replace({name}, b={c})")
+                    self.add_c(env, "pair", p2, (model[0], ci.like()))
+                elif op == 4:
+                    ks = self.fresh("ks")
+                    self.emit(f"{ks} = " + self.choice([f"[f.name for f in dataclasses.fields({name})]",
+                                                        f"dataclasses.is_dataclass({name})",
+                                                        f"type({name}).__name__"]))
+                    self.add_py(env, ks)
+                else:
+                    t = self.fresh("t")
+                    self.emit(f"{t} = {name}.b * {name}.scale")
+                    env.add(Var("t", t, model[1].like(contig=False)))
+            self.add_c(env, "pair", name, model)
+        elif k == 3:
+            (a, ai), (b, bi) = self.any_tensor(env), self.any_tensor(env)
+            name = self.fresh("st")
+            self.emit(f"{name} = " + self.choice([f"Stats({a}, {b})", f"Stats(mean={a}, std={b}, count=n)",
+                                                  f"Stats({a}, {b}, len(xs))", f"Stats._make([{a}, {b}, 3])"]))
+            model = (ai.like(), bi.like())
+            op = self.rng.randrange(5)
+            if op == 0:
+                m, sd, c = self.fresh("t"), self.fresh("t"), self.fresh("m")
+                self.emit(f"{m}, {sd}, {c} = {name}")
+                env.add(Var("t", m, ai.like()))
+                env.add(Var("t", sd, bi.like()))
+            elif op == 1:
+                t = self.fresh("t")
+                self.emit(f"{t} = {name}.spread() + {name}[1]")
+                env.add(Var("t", t, bi.like(contig=False)))
+            elif op == 2:
+                s2 = self.fresh("st")
+                self.emit(f"{s2} = {name}._replace(count={name}.count + 1)")
+                self.add_c(env, "stats", s2, model)
+            elif op == 3:
+                ks = self.fresh("ks")
+                self.emit(f"{ks} = " + self.choice([f"{name}._asdict()", f"{name}._fields", f"len({name})",
+                                                    f"isinstance({name}, tuple)", f"{name}.count"]))
+                self.add_py(env, ks)
+            self.add_c(env, "stats", name, model)
+        elif k == 4:
+            name = self.fresh("bx")
+            self.emit(f"{name} = Box()" if self.chance(0.5) else f"{name} = Box(tag='t{self.counter}')")
+            model = ()
+            for _ in range(self.rng.randint(1, 3)):
+                op = self.rng.randrange(5)
+                if op <= 1:
+                    c, ci = self.any_tensor(env)
+                    attr = self.choice(["t", "u", "w"])
+                    self.emit(f"{name}.{attr} = {c}" if op == 0 else f"setattr({name}, {attr!r}, {c})")
+                    model = self.m_set(model, attr, ci.like())
+                elif op == 2:
+                    self.emit(self.choice([f"{name}.k = n", f"{name}.items = [x, {name}.tag]",
+                                           f"{name}.tag = {name}.tag + '!'"]))
+                elif op == 3 and model:
+                    attr = self.choice([kk for kk, _ in model])
+                    self.emit(f"del {name}.{attr}")
+                    model = tuple(kv for kv in model if kv[0] != attr)
+                elif model:
+                    attr, ti = self.choice(list(model))
+                    t = self.fresh("t")
+                    self.emit(f"{t} = getattr({name}, {attr!r}) * 2 if hasattr({name}, {attr!r}) else {name}.{attr}")
+                    env.add(Var("t", t, ti.like(contig=False)))
+            self.add_c(env, "box", name, model)
+        else:
+            # a nested structure kept in a variable: OrderedDict of dataclasses, dict of lists of tuples
+            self.used("nested_returns") if self.allow("nested_returns") else None
+            (a, ai), (b, bi) = self.any_tensor(env), self.any_tensor(env)
+            name = self.fresh("nest")
+            if self.chance(0.5):
+                self.emit(f"{name} = OrderedDict(first=Pair({a}, {b}), second=Stats({b}, {a}))")
+                model = (("['first'].a", ai.like()), ("['second'].mean", bi.like()))
+            else:
+                self.emit(f"{name} = {{'main': [({a}, {b}), ({b},)], 'meta': {{'k': [{a}]}}}}")
+                model = (("['main'][0][1]", bi.like()), ("['meta']['k'][0]", ai.like()))
+            self.add_c(env, "frozen", name, model)
+
+    def nested_expr(self, env, depth):
+        """A nested container expression of tensors and objects for a return."""
+        r = self.rng.randrange(7)
+        if depth <= 0 or r == 0:
+            objs = env.of("c") + env.of("py")
+            if objs and self.chance(0.4):
+                return self.choice(objs).name
+            return self.must_pick(env)[0]
+        parts = [self.nested_expr(env, depth - 1) for _ in range(self.rng.randint(1, 2))]
+        if r == 1:
+            return "[" + ", ".join(parts) + "]"
+        if r == 2:
+            return "(" + ", ".join(parts) + ",)"
+        if r == 3:
+            return "{" + ", ".join(f"'k{i}': {p}" for i, p in enumerate(parts)) + "}"
+        if r == 4:
+            return "OrderedDict(" + ", ".join(f"f{i}={p}" for i, p in enumerate(parts)) + ")"
+        if r == 5:
+            a, b = self.must_pick(env)[0], self.must_pick(env)[0]
+            return self.choice([f"Pair({a}, {b})", f"Stats({a}, {b}, {len(parts)})"])
+        return "{'items': [" + ", ".join(f"({p}, {i})" for i, p in enumerate(parts)) + "]}"
+
+    def container_returns(self, env, ret):
+        """Adds containers and objects built in fn (and dd) to the returned value."""
+        objs = env.of("c") + env.of("py")
+        nested = self.allow("nested_returns") and (self.need_types or self.chance(0.05)) and self.chance(0.4)
+        if not objs and not nested:
+            return ret
+        if objs and not self.chance(0.85) and not nested:
+            return ret
+        extra = []
+        if objs:
+            extra = [v.name for v in self.rng.sample(objs, min(len(objs), self.rng.randint(1, 3)))]
+        if nested:
+            self.used("nested_returns")
+            self.need_types = True
+            extra.append(self.nested_expr(env, self.rng.randint(1, 2)))
+        return f"({ret}), " + ", ".join(extra)
 
 
 def _snapshot(env):

@@ -106,6 +106,13 @@ def make_inputs(variant, seed, call):
             xs[0] = x
         elif a == "xs1=xs0" and len(xs) >= 2:
             xs[1] = xs[0]
+    if "dd" in variant:
+        # the dict argument: values made in sorted key order (a key gets the same
+        # value whatever the order), inserted in this call's key order
+        d = variant["dd"]
+        vals = {k: make_tensor(d, g) for k in sorted(d["keys"])}
+        cls = collections.OrderedDict if d["type"] == "OrderedDict" else dict
+        return (x, y, variant["n"], variant["flag"], xs, cls((k, vals[k]) for k in d["keys"]))
     return (x, y, variant["n"], variant["flag"], xs)
 
 
@@ -126,9 +133,55 @@ def clone_tensor(a):
     return v.requires_grad_(a.requires_grad)
 
 
+def is_user_object(a):
+    """An instance of a class defined by the program (a dataclass, a plain object...)."""
+    return type(a).__module__.startswith("fuzz_") and hasattr(a, "__dict__") and not isinstance(a, type)
+
+
+def copy_container(a, c):
+    """A copy of container `a` of the same type (OrderedDict, defaultdict, Counter, deque,
+    NamedTuple, dict/list subclasses, dataclasses and plain objects of the program),
+    with c applied to its items; None when `a` is not a container."""
+    t = type(a)
+    if t is list:
+        return [c(v) for v in a]
+    if t is tuple:
+        return tuple(c(v) for v in a)
+    if t is dict:
+        return {k: c(v) for k, v in a.items()}
+    if t is collections.OrderedDict:
+        return collections.OrderedDict((k, c(v)) for k, v in a.items())
+    if t is collections.defaultdict:
+        return collections.defaultdict(a.default_factory, ((k, c(v)) for k, v in a.items()))
+    if t is collections.Counter:
+        r = collections.Counter()
+        for k, v in a.items():
+            dict.__setitem__(r, k, c(v))
+        return r
+    if t is collections.deque:
+        return collections.deque((c(v) for v in a), a.maxlen)
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return t._make(c(v) for v in a)
+    if isinstance(a, dict):
+        r = t.__new__(t)
+        dict.update(r, ((k, c(v)) for k, v in a.items()))
+    elif isinstance(a, list):
+        r = t.__new__(t)
+        list.extend(r, (c(v) for v in a))
+    elif is_user_object(a):
+        r = t.__new__(t)
+    else:
+        return None
+    if hasattr(a, "__dict__"):
+        r.__dict__.update({k: c(v) for k, v in vars(a).items()})
+    return r
+
+
 def snapshot(obj):
     """Deep copy of a result's tensors (aliasing kept) taken right after the call, so that
-    later mutation of what the result aliases (globals, inputs) cannot change it."""
+    later mutation of what the result aliases (globals, inputs) cannot change it.
+    Container types are kept (OrderedDict stays OrderedDict, dataclasses stay
+    dataclasses...)."""
     torch = _torch()
     memo = {}
 
@@ -138,14 +191,10 @@ def snapshot(obj):
         if isinstance(a, torch.Tensor):
             r = a.detach().clone()
             r.requires_grad_(a.requires_grad)
-        elif isinstance(a, list):
-            r = [c(v) for v in a]
-        elif isinstance(a, tuple) and not hasattr(a, "_fields") and type(a) is tuple:
-            r = tuple(c(v) for v in a)
-        elif isinstance(a, dict):
-            r = {k: c(v) for k, v in a.items()}
         else:
-            return a
+            r = copy_container(a, c)
+            if r is None:
+                return a
         memo[id(a)] = r
         return r
     return c(obj)
@@ -165,6 +214,8 @@ def clone_args(args):
             r = [c(v) for v in a]
         elif isinstance(a, tuple):
             r = tuple(c(v) for v in a)
+        elif isinstance(a, dict):
+            r = type(a)((k, c(v)) for k, v in a.items())
         else:
             return a
         memo[id(a)] = r
@@ -174,11 +225,21 @@ def clone_args(args):
 
 def arg_objects(args):
     """path -> object for the caller-visible input objects."""
-    x, y, _, _, xs = args
+    x, y, _, _, xs = args[:5]
     out = {"x": x, "y": y, "xs": xs}
     for i, e in enumerate(xs):
         out[f"xs[{i}]"] = e
+    if len(args) > 5:
+        out["dd"] = args[5]
+        for k, e in args[5].items():
+            out[f"dd[{k!r}]"] = e
     return out
+
+
+def orig_objects(args):
+    """The input tensors whose identity and gradients are followed: xs's items, then
+    the dict argument's values (in its key order)."""
+    return list(args[4]) + (list(args[5].values()) if len(args) > 5 else [])
 
 
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-9)}
@@ -214,47 +275,89 @@ def compare(c, e, path, loosest=None):
         except AssertionError as err:
             raise Mismatch(f"{path}: values differ: {err}") from None
         return
-    if type(c) is not type(e):
-        raise Mismatch(f"{path}: type {type(c).__name__} != eager {type(e).__name__} "
+    if not same_type(c, e):
+        raise Mismatch(f"{path}: type {type(c).__qualname__} != eager {type(e).__qualname__} "
                        f"(compiled {c!r}, eager {e!r})"[:2000])
-    if isinstance(e, (list, tuple)):
+    if isinstance(e, collections.defaultdict) and c.default_factory is not e.default_factory:
+        raise Mismatch(f"{path}: defaultdict default_factory {c.default_factory!r} != eager {e.default_factory!r}")
+    if isinstance(e, collections.deque) and c.maxlen != e.maxlen:
+        raise Mismatch(f"{path}: deque maxlen {c.maxlen} != eager {e.maxlen}")
+    if isinstance(e, (list, tuple, collections.deque)):
         if len(c) != len(e):
             raise Mismatch(f"{path}: length {len(c)} != eager {len(e)}")
         for i, (a, b) in enumerate(zip(c, e)):
             compare(a, b, f"{path}[{i}]", loosest)
     elif isinstance(e, dict):
         if list(c.keys()) != list(e.keys()):
-            raise Mismatch(f"{path}: keys {list(c.keys())} != eager {list(e.keys())}")
+            raise Mismatch(f"{path}: keys {list(c.keys())} != eager {list(e.keys())} (in order)")
         for k in e:
-            compare(c[k], e[k], f"{path}[{k!r}]", loosest)
+            compare(dict.__getitem__(c, k), dict.__getitem__(e, k), f"{path}[{k!r}]", loosest)
     elif isinstance(e, float):
         if math.isnan(e) and math.isnan(c):
             return
         if not math.isclose(c, e, rel_tol=1e-6, abs_tol=1e-9) and c != e:
             raise Mismatch(f"{path}: {c!r} != eager {e!r}")
+    elif is_user_object(e):
+        pass
     elif c != e:
         raise Mismatch(f"{path}: {c!r} != eager {e!r}")
+    if is_user_object(e) or (hasattr(e, "__dict__") and type(e).__module__.startswith("fuzz_")):
+        # attributes of program-defined objects (dataclass fields, attributes set in fn,
+        # attributes of dict/list subclass instances); compared by name
+        ca, ea = vars(c), vars(e)
+        if sorted(ca) != sorted(ea):
+            raise Mismatch(f"{path}: attributes {sorted(ca)} != eager {sorted(ea)}")
+        for k in sorted(ea):
+            compare(ca[k], ea[k], f"{path}.{k}", loosest)
 
 
-def leaves(obj, path="out"):
+def same_type(c, e):
+    """Exact type equality; classes of the program compare by module and qualified name
+    (eager and compiled run in separate module namespaces made from the same text)."""
+    tc, te = type(c), type(e)
+    if tc is te:
+        return True
+    return (te.__module__.startswith("fuzz_") and tc.__module__ == te.__module__
+            and tc.__qualname__ == te.__qualname__)
+
+
+def leaves(obj, path="out", stack=()):
+    """(path, object) for the tensors and mutable containers inside a result, paths as
+    get_path reads them ('out[0]['a'].field[1]'). An object met twice is walked twice
+    (as before: the gradient sum counts it twice in eager and compiled alike); only
+    cycles stop the walk."""
     torch = _torch()
     if isinstance(obj, torch.Tensor):
         yield path, obj
-    elif isinstance(obj, (list, tuple)):
-        if isinstance(obj, list):
+        return
+    if id(obj) in stack:
+        return
+    stack = stack + (id(obj),)
+    if isinstance(obj, (list, tuple, collections.deque)):
+        if not isinstance(obj, tuple):
             yield path, obj
         for i, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{i}]")
+            yield from leaves(v, f"{path}[{i}]", stack)
     elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, f"{path}[{k!r}]")
+        yield path, obj
+        for k, v in list(obj.items()):
+            yield from leaves(v, f"{path}[{k!r}]", stack)
+    if hasattr(obj, "__dict__") and type(obj).__module__.startswith("fuzz_") and not isinstance(obj, type):
+        if not isinstance(obj, (list, dict)):
+            yield path, obj
+        for k, v in list(vars(obj).items()):
+            yield from leaves(v, f"{path}.{k}", stack)
 
 
 def get_path(obj, path):
-    """Follows 'out[0]['a'][1]' style paths."""
-    for m in re.finditer(r"\[([^\]]+)\]", path):
+    """Follows 'out[0]['a'][1].attr' style paths."""
+    for m in re.finditer(r"\[([^\]]+)\]|\.(\w+)", path):
+        if m.group(2) is not None:
+            obj = getattr(obj, m.group(2))
+            continue
         key = m.group(1)
-        obj = obj[int(key)] if key.lstrip("-").isdigit() else obj[key.strip("'")]
+        key = int(key) if key.lstrip("-").isdigit() else key.strip("'")
+        obj = dict.__getitem__(obj, key) if isinstance(obj, dict) else obj[key]
     return obj
 
 
@@ -288,14 +391,23 @@ def check_state(c_args, e_snap, c_orig, e_orig, e_args, loosest=None):
     compare(c_args[0], e_snap[0], "x (after call)", loosest)
     compare(c_args[1], e_snap[1], "y (after call)", loosest)
     compare(c_args[4], e_snap[4], "xs (after call)", loosest)
+    if len(e_args) > 5:
+        # the dict argument: type, keys in order, values
+        compare(c_args[5], e_snap[5], "dd (after call)", loosest)
     e_ids = {id(o): i for i, o in enumerate(e_orig)}
     c_ids = {id(o): i for i, o in enumerate(c_orig)}
+
+    def what(ids, o):
+        return f"original input #{ids[id(o)]}" if id(o) in ids else "a new tensor"
     for j, (ce, ee) in enumerate(zip(c_args[4], e_args[4])):
         if e_ids.get(id(ee)) != c_ids.get(id(ce)):
-            raise Mismatch(f"xs[{j}] (after call): eager holds "
-                           f"{'original xs[%d]' % e_ids[id(ee)] if id(ee) in e_ids else 'a new tensor'}, "
-                           f"compiled holds "
-                           f"{'original xs[%d]' % c_ids[id(ce)] if id(ce) in c_ids else 'a new tensor'}")
+            raise Mismatch(f"xs[{j}] (after call): eager holds {what(e_ids, ee)}, compiled holds {what(c_ids, ce)}")
+    if len(e_args) > 5:
+        for k, ee in e_args[5].items():
+            ce = dict.get(c_args[5], k)
+            if e_ids.get(id(ee)) != c_ids.get(id(ce)):
+                raise Mismatch(f"dd[{k!r}] (after call): eager holds {what(e_ids, ee)}, "
+                               f"compiled holds {what(c_ids, ce)}")
 
 
 def grads_of(out, inputs):
@@ -433,7 +545,7 @@ def check_program(prog, source=None, verbose=False):
         for i, var in enumerate(prog.variants):
             args = make_inputs(var, prog.seed, i)
             eargs = clone_args(args)
-            orig = list(eargs[4])
+            orig = orig_objects(eargs)
             if prog.drift:
                 apply_drift(ns, i)
             out, exc = call(fn, eargs, var.get("no_grad", False))
@@ -483,7 +595,7 @@ def check_program(prog, source=None, verbose=False):
     try:
         for i, (args, eargs, eorig, eout, eexc, egrads, egerr, estate, esnap) in enumerate(eager):
             cargs = clone_args(args)
-            corig = list(cargs[4])
+            corig = orig_objects(cargs)
             if prog.drift:
                 apply_drift(ns_c, i)
             before = kiln.stats()
@@ -510,7 +622,7 @@ def check_program(prog, source=None, verbose=False):
                 raise Failure("kiln-exception", f"{where}: compiled raised {type(cexc).__name__}: {cexc}", i,
                               "".join(traceback.format_exception(cexc)))
             try:
-                loosest = loosest_dtype([cargs[0], cargs[1]] + list(cargs[4]))
+                loosest = loosest_dtype([cargs[0], cargs[1]] + orig_objects(cargs))
                 compare(cout, esnap[0], "out", loosest)
                 check_identity(cout, eout, cargs, eargs)
                 check_state(cargs, esnap[1], corig, eorig, eargs, loosest)
@@ -565,7 +677,7 @@ def check_program(prog, source=None, verbose=False):
                 raise Failure("fullgraph", f"call 0 traced fully by default but fullgraph=True raised "
                               f"{type(cexc).__name__}: {cexc}", 0, "".join(traceback.format_exception(cexc)))
             try:
-                compare(cout, eout, "out", loosest_dtype([cargs[0], cargs[1]] + list(cargs[4])))
+                compare(cout, eout, "out", loosest_dtype([cargs[0], cargs[1]] + orig_objects(cargs)))
             except Mismatch as m:
                 raise Failure("fullgraph", f"fullgraph=True call 0: {m}", 0)
         else:

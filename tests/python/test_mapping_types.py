@@ -8,6 +8,7 @@ storage beneath its order links, so it iterated as empty and a later pop
 raised KeyError); and a dict's key order was not guarded, so a loop over a
 reordered dict replayed the first call's order."""
 import io
+import typing
 from collections import Counter, OrderedDict, defaultdict, deque
 
 import pytest
@@ -229,3 +230,48 @@ def test_key_order_guard_is_listed():
 
     dump = kiln.trace_dump(first_key, ones(), OrderedDict(a=1, b=2))
     assert "DictKeys L['d'] collections.OrderedDict keys=('a', 'b')" in dump
+
+
+class Stats(typing.NamedTuple):
+    mean: torch.Tensor
+    std: torch.Tensor
+
+
+def namedtuple_across_break(y):
+    st = Stats(y, y * 2)
+    d = dict(a=st)
+    print("break", file=io.StringIO())
+    return st.mean + st.std, d
+
+
+def ordered_copy_across_break(a, b):
+    od = OrderedDict({"d": a})
+    od2 = od.copy()
+    od.update([("f", b)])  # a list of pairs: a graph break
+    return od2, od
+
+
+def shared_containers(x):
+    d = {"a": x * 2}
+    items = [x]
+    return d, [d, items], items
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_types_survive_graph_breaks(backend):
+    y = torch.randn(3)
+    got, got_d = kiln.compile(namedtuple_across_break, backend=backend)(y)
+    torch.testing.assert_close(got, y * 3)
+    assert type(got_d["a"]) is Stats
+    a, b = torch.randn(2), torch.randn(2)
+    od2, od = kiln.compile(ordered_copy_across_break, backend=backend)(a, b)
+    assert type(od2) is OrderedDict and type(od) is OrderedDict
+    assert list(od2) == ["d"] and list(od) == ["d", "f"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_container_returned_twice_is_one_object(backend):
+    x = torch.randn(2)
+    d, pair, items = kiln.compile(shared_containers, backend=backend)(x)
+    assert pair[0] is d and pair[1] is items
+    torch.testing.assert_close(d["a"], x * 2)
