@@ -1,5 +1,7 @@
 #include "interpreter/backends.h"
 
+#include <algorithm>
+
 #include "autograd/derivatives.h"
 #include "autograd/function_bridge.h"
 #include "autograd/joint_graph.h"
@@ -12,6 +14,7 @@
 #include "interpreter/compile_config.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/built_output_executor.h"
 #include "runtime/eager_executor.h"
 #include "runtime/cuda_graph_executor.h"
 #include "runtime/log.h"
@@ -103,10 +106,10 @@ void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::v
   for (graph::Arg& item : arg.items) remap_outputs(item, before, after);
 }
 
-std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& graph,
-                                                          const std::string& name,
+// Null, with *why set, where kiln's autograd cannot take the graph.
+std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& name,
                                                           prims::Decomposition decomposition,
-                                                          bool kernels, bool autotune) {
+                                                          bool kernels, bool autotune, std::string* why) {
   const prims::PrimGraph& forward = *decomposition.graph;
   std::vector<bool> requires_grad;
   for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
@@ -131,14 +134,38 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const graph::Graph& gr
     stats().autograd_graphs++;
     return executor;
   } catch (const autograd::NoDerivative& e) {
-    return eager(graph, name, std::string("no derivative: ") + e.what());
+    *why = std::string("no derivative: ") + e.what();
   } catch (const prims::PrimError& e) {
-    return eager(graph, name, std::string("autograd: ") + e.what());
+    *why = std::string("autograd: ") + e.what();
   } catch (const runtime::PrimExecutorError& e) {
-    return eager(graph, name, e.what());
+    *why = e.what();
   } catch (const std::runtime_error& e) {
-    return eager(graph, name, e.what());
+    *why = e.what();
   }
+  return nullptr;
+}
+
+// Null, with *why set, where the prim executor cannot take the graph.
+std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& name,
+                                                           prims::Decomposition decomposition,
+                                                           bool kernels, bool autotune, std::string* why) {
+  try {
+    std::shared_ptr<prims::PrimGraph> prim_graph = decomposition.graph;
+    graph::Arg output = std::move(decomposition.output);
+    if (kernels) {
+      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name, autotune));
+      remap_outputs(output, prim_graph->outputs(), fused->outputs());
+      prim_graph = std::move(fused);
+    }
+    auto executor = std::make_unique<runtime::PrimExecutor>(prim_graph, std::move(output));
+    stats().prim_graphs++;
+    return executor;
+  } catch (const runtime::PrimExecutorError& e) {
+    *why = e.what();
+  } catch (const std::runtime_error& e) {
+    *why = e.what();
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -156,30 +183,32 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);
+  // Calls that only build the output run after the compiled graph (Note
+  // [Output builders]); the graph compiled returns their inputs.
+  std::vector<bool> builders = runtime::output_builders(graph);
+  const bool has_builders = std::find(builders.begin(), builders.end(), true) != builders.end();
+  std::vector<int> leaves;
+  graph::Arg leaf_output;
+  if (has_builders) {
+    leaves = runtime::output_builder_leaves(graph, builders);
+    leaf_output.kind = graph::Arg::Kind::Tuple;
+    for (int leaf : leaves) leaf_output.items.push_back(graph::Arg::of_node(leaf));
+  }
   std::string why;
-  std::optional<prims::Decomposition> decomposition =
-      prims::decompose_graph(graph, runtime::grad_mode_enabled(), &why);
+  std::optional<prims::Decomposition> decomposition = prims::decompose_graph(
+      graph, runtime::grad_mode_enabled(), &why, has_builders ? &leaf_output : nullptr,
+      has_builders ? &builders : nullptr);
   if (!decomposition) return eager(graph, name, "not decomposed: " + why);
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
-  if (training) return autograd_executor(graph, name, std::move(*decomposition), kernels, autotune);
-  try {
-    std::shared_ptr<prims::PrimGraph> prim_graph = decomposition->graph;
-    graph::Arg output = std::move(decomposition->output);
-    if (kernels) {
-      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name, autotune));
-      remap_outputs(output, prim_graph->outputs(), fused->outputs());
-      prim_graph = std::move(fused);
-    }
-    auto executor = std::make_unique<runtime::PrimExecutor>(prim_graph, std::move(output));
-    stats().prim_graphs++;
-    return executor;
-  } catch (const runtime::PrimExecutorError& e) {
-    return eager(graph, name, e.what());
-  } catch (const std::runtime_error& e) {
-    return eager(graph, name, e.what());
-  }
+  std::unique_ptr<runtime::GraphExecutor> executor =
+      training ? autograd_executor(name, std::move(*decomposition), kernels, autotune, &why)
+               : inference_executor(name, std::move(*decomposition), kernels, autotune, &why);
+  if (!executor) return eager(graph, name, why);
+  if (!has_builders) return executor;
+  return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(builders),
+                                                        std::move(leaves));
 }
 
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,

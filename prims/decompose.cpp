@@ -224,10 +224,14 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
 DecomposeFn decomposition_of(stdlib::TorchOp op) { return decomposition_table(op); }
 
 std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool grad_enabled,
-                                             std::string* why) {
+                                             std::string* why, const graph::Arg* output,
+                                             const std::vector<bool>* skipped) {
   const auto& nodes = traced.nodes();
+  const graph::Arg& traced_output = output ? *output : traced.output();
+  auto is_skipped = [skipped](int id) { return skipped && (*skipped)[id]; };
   std::vector<bool> used(nodes.size(), false);
   for (const Node& node : nodes) {
+    if (is_skipped(node.id)) continue;
     if (!node.symbolic_sizes.empty()) {
       *why = "node %" + std::to_string(node.id) + " has symbolic sizes";
       return std::nullopt;
@@ -235,7 +239,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     for (const Arg& arg : node.args) note_uses(arg, used);
     for (const auto& kw : node.kwargs) note_uses(kw.second, used);
   }
-  note_uses(traced.output(), used);
+  note_uses(traced_output, used);
 
   Decomposition out;
   out.graph = std::make_shared<PrimGraph>();
@@ -254,7 +258,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   }
   bool grad_mode = grad_enabled;
   for (const Node& node : nodes) {
-    if (node.kind != NodeKind::Call) continue;
+    if (node.kind != NodeKind::Call || is_skipped(node.id)) continue;
     // Autocast's casts are nodes of their own (Note [Explicit autocast
     // casts]): entering and leaving it means nothing to prims.
     if (node.target_name == "kiln.enter_autocast" || node.target_name == "kiln.exit_autocast") continue;
@@ -326,7 +330,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     ++out.extern_calls;
     KILN_LOG(prims, "extern " << node.target_name << " (node %" << node.id << "): " << reason);
   }
-  if (!remap(traced.output(), values, traced, &out.output)) {
+  if (!remap(traced_output, values, traced, &out.output)) {
     *why = "the output holds a non-tensor value the graph computes";
     return std::nullopt;
   }

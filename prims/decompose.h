@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 #include "prims/prim_graph.h"
@@ -29,7 +30,11 @@ struct Decomposition {
 // nullopt, with *why set, for graphs kiln does not decompose yet: symbolic
 // sizes, inputs that are not tensors, or non-tensor values that later nodes
 // or the output use.
+// `output`, when given, replaces the traced graph's output, and the nodes
+// `skipped` marks are left out (Note [Output builders] in
+// runtime/built_output_executor.h: calls that only build that output).
 std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool grad_enabled,
-                                             std::string* why);
+                                             std::string* why, const graph::Arg* output = nullptr,
+                                             const std::vector<bool>* skipped = nullptr);
 
 }  // namespace kiln::prims

@@ -470,6 +470,36 @@ TEST(GuardSet, FormatListsGuardsInAStableOrder) {
   EXPECT_EQ(guards.format(), expected);
 }
 
+TEST(GuardSet, DictKeysHoldTheKeysInIterationOrder) {
+  PyRef plain = eval("{'a': 1, 'b': 2}");
+  PyRef ordered = eval("__import__('collections').OrderedDict(a=1, b=2)");
+  GuardSet guards;
+  SourceTable& s = guards.sources();
+  std::vector<PyRef> keys{PyRef::steal(PyUnicode_FromString("a")), PyRef::steal(PyUnicode_FromString("b"))};
+  guards.add_dict_keys(s.local(0, "d"), plain.get(), keys);
+  guards.add_dict_keys(s.local(1, "od"), ordered.get(), keys);
+  EXPECT_EQ(guards.format(),
+            "DictKeys L['d'] dict keys=('a', 'b')\n"
+            "DictKeys L['od'] collections.OrderedDict keys=('a', 'b')\n");
+  auto holds = [&](PyObject* d, PyObject* od) {
+    std::vector<PyObject*> locals{d, od};
+    FrameView frame{.localsplus = locals.data()};
+    SourceValues values;
+    return guards.check(frame, values);
+  };
+  EXPECT_TRUE(holds(plain.get(), ordered.get()));
+  PyRef reordered = eval("{'b': 2, 'a': 1}");
+  EXPECT_FALSE(holds(reordered.get(), ordered.get()));
+  // move_to_end changes an OrderedDict's order, not its dict storage's.
+  PyRef moved = eval("(lambda o: (o.move_to_end('a'), o)[1])(__import__('collections').OrderedDict(a=1, b=2))");
+  EXPECT_FALSE(holds(plain.get(), moved.get()));
+  PyRef as_plain = eval("{'a': 1, 'b': 2}");
+  EXPECT_FALSE(holds(plain.get(), as_plain.get()));  // a dict where an OrderedDict was
+  std::vector<PyObject*> locals{plain.get(), moved.get()};
+  FrameView frame{.localsplus = locals.data()};
+  EXPECT_NE(guards.check_verbose(frame).find("with keys ('b', 'a')"), std::string::npos);
+}
+
 TEST(GuardSet, CheckLeavesReferenceCountsUnchanged) {
   PyRef x = eval("torch.ones(2, 3)");
   PyRef n = PyRef::steal(PyLong_FromLong(123456));

@@ -221,7 +221,7 @@ TEST(TraceFrame, ContainersInAndOut) {
   EXPECT_THAT(guards, HasSubstr("LengthMatch L['pair'] tuple len=2\n"));
   EXPECT_THAT(guards, HasSubstr("TensorMatch L['pair'][0] f32[2]\n"));
   EXPECT_THAT(guards, HasSubstr("ConstantMatch L['pair'][1] 5\n"));
-  EXPECT_THAT(guards, HasSubstr("LengthMatch L['opts'] dict len=1\n"));
+  EXPECT_THAT(guards, HasSubstr("DictKeys L['opts'] dict keys=('w',)\n"));
   EXPECT_THAT(guards, HasSubstr("ConstantMatch L['opts']['w'] 10\n"));
   PyRef out = check_and_run(result, call.frame);
   ASSERT_TRUE(out);
@@ -246,7 +246,7 @@ TEST(TraceFrame, VariadicParameters) {
   EXPECT_THAT(guards, HasSubstr("ConstantMatch L['scale'] 3\n"));
   EXPECT_THAT(guards, HasSubstr("LengthMatch L['rest'] tuple len=1\n"));
   EXPECT_THAT(guards, HasSubstr("TensorMatch L['rest'][0] f32[2]\n"));
-  EXPECT_THAT(guards, HasSubstr("LengthMatch L['extra'] dict len=1\n"));
+  EXPECT_THAT(guards, HasSubstr("DictKeys L['extra'] dict keys=('bias',)\n"));
   EXPECT_THAT(guards, HasSubstr("TensorMatch L['extra']['bias'] f32[2]\n"));
   PyRef out = check_and_run(result, call.frame);
   ASSERT_TRUE(out);
