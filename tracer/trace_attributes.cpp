@@ -333,6 +333,14 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
     return state_.wrap(reinterpret_cast<PyObject*>(type), state_.sources().attr(base->source, name));
   }
+  if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
+    // The instance dict: a dict read (and guarded) item by item, like any
+    // dict argument; a write to it is a write to the object.
+    PyObject** dict_ptr = _PyObject_GetDictPtr(obj);
+    if (dict_ptr && *dict_ptr && PyDict_CheckExact(*dict_ptr)) {
+      return state_.wrap(*dict_ptr, state_.sources().attr(base->source, name));
+    }
+  }
   PyObject* class_attr = _PyType_Lookup(type, name);
   if (class_attr && PyFunction_Check(class_attr)) {
     auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));

@@ -729,9 +729,10 @@ TEST(DecodeBytecodeTest, KeywordNamesPointAtTheirConstant) {
 
 TEST(DecodeBytecodeTest, UnsupportedConstructsAreMarked) {
   PyPtr code = compile_function(
-      "def f(p):\n    import os\n    with open(p) as fh:\n        return fh.read()\n");
+      "def f(p):\n    import os\n    class C:\n        pass\n    with open(p) as fh:\n        return fh.read()\n");
   const auto ins = decode_bytecode(as_code(code));
-  EXPECT_EQ(find_raw(ins, "IMPORT_NAME")->op, Op::Unsupported);
+  EXPECT_EQ(find_raw(ins, "IMPORT_NAME")->op, Op::ImportName);  // traced (Note [Imports])
+  EXPECT_EQ(find_raw(ins, "LOAD_BUILD_CLASS")->op, Op::Unsupported);
   EXPECT_EQ(find_raw(ins, "BEFORE_WITH")->op, Op::BeforeWith);  // modelled for grad-mode contexts
   EXPECT_TRUE(has_exception_table(as_code(code)));
   PyPtr plain = compile_function("def f(x):\n    return x\n");
