@@ -55,7 +55,10 @@ int SourceTable::global(PyObject* name) {
 }
 
 int SourceTable::global_in(PyObject* globals_dict, PyObject* name) {
+  // A module's globals name the module; a class's dict (a class attribute
+  // guarded in place) names the class.
   PyObject* module_name = PyDict_GetItemString(globals_dict, "__name__");
+  if (!module_name || !PyUnicode_Check(module_name)) module_name = PyDict_GetItemString(globals_dict, "__qualname__");
   std::string module = module_name && PyUnicode_Check(module_name) ? py_name(module_name) : "?";
   return intern({.kind = SourceKind::GlobalIn,
                  .name = name,

@@ -47,6 +47,9 @@ class BuiltinContext {
   // The value the trace stored to base.name and has not yet written back
   // (Note [Side effects]), or null.
   virtual ValuePtr pending_attr_store(const ValuePtr& base, PyObject* name) = 0;
+  // self.<name>(*args) for a special method the object's class writes in
+  // Python, inlined; null when it has none.
+  virtual ValuePtr call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args) = 0;
   // base[index].
   virtual ValuePtr subscript(const ValuePtr& base, const ValuePtr& index) = 0;
   // container[key] = value.

@@ -104,6 +104,7 @@ ValuePtr len_model(BuiltinContext& context, BuiltinCall& call) {
   if (x->is(ValueKind::Module)) {
     return int_value(context, static_cast<Py_ssize_t>(context.unpack(context.iterate(x)).size()));
   }
+  if (ValuePtr n = context.call_python_special(x, "__len__", {})) return n;
   return fold(context, call);
 }
 

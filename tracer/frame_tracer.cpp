@@ -426,6 +426,10 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::ContainsOp: {
       ValuePtr container = pop();
       ValuePtr item = pop();
+      if (ValuePtr answer = call_python_special(container, "__contains__", {item})) {
+        push(state_.wrap_unguarded((truthiness(answer) != (ins.arg == 1)) ? Py_True : Py_False));
+        return;
+      }
       bool found = false;
       if ((container->is(ValueKind::Tuple) || container->is(ValueKind::List)) && item->is(ValueKind::Object)) {
         // x in (A, B): identity, then ==, item by item, as CPython does.

@@ -203,6 +203,25 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       if (base->is(ValueKind::Object) && base->source >= 0) {
         return state_.wrap(value.get(), state_.sources().attr(base->source, name));
       }
+      if (base->is(ValueKind::Object) && PyType_Check(base->obj.get())) {
+        // A class reached without a source (type(self), an object's
+        // __class__): a name its own dict or a base's holds is guarded in
+        // that dict, like a global (a later patch of the class recompiles).
+        PyObject* mro = reinterpret_cast<PyTypeObject*>(base->obj.get())->tp_mro;
+        for (Py_ssize_t k = 0; mro && k < PyTuple_GET_SIZE(mro); ++k) {
+          PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k))->tp_dict;
+          PyObject* found = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
+          if (!found) continue;
+          const int entry = state_.sources().global_in(dict, name);
+          if (found == value.get()) return state_.wrap(value.get(), entry);
+          if (Py_IS_TYPE(found, &PyStaticMethod_Type)) {
+            PyRef func_name = intern("__func__");
+            return state_.wrap(value.get(), state_.sources().attr(entry, func_name.get()));
+          }
+          break;  // another descriptor: what it produced is not the dict's entry
+        }
+        PyErr_Clear();
+      }
       ValuePtr wrapped = state_.wrap_unguarded(value.get());
       if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple)) {
         abort_trace(BreakCode::UnsupportedAttribute,
@@ -251,6 +270,15 @@ bool is_object_getattribute(PyObject* obj) {
     return _PyType_Lookup(&PyBaseObject_Type, name.get());  // object's dict keeps it alive
   }();
   return obj == generic;
+}
+
+ValuePtr FrameTracer::call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args) {
+  if (!self->is(ValueKind::Object) || !self->obj || PyType_Check(self->obj.get())) return nullptr;
+  PyRef key = intern(name);
+  PyObject* method = _PyType_Lookup(Py_TYPE(self->obj.get()), key.get());
+  if (!method || !PyFunction_Check(method)) return nullptr;
+  args.insert(args.begin(), self);
+  return inline_function(method, -1, std::move(args), {});
 }
 
 // Note [Custom getattr]
@@ -409,6 +437,9 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     }
     return children[i];
   }
+  // A mapping or sequence class written in Python (a registry, a lazy
+  // mapping): its own __getitem__, inlined.
+  if (ValuePtr item = call_python_special(base, "__getitem__", {index})) return item;
   abort_trace(BreakCode::UnsupportedOperator,
               "subscript of " + describe_value(*base) + " with " + describe_value(*index));
 }

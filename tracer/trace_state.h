@@ -203,6 +203,10 @@ class FrameTracer {
   // `generic`: object.__getattribute__'s lookup, past a class's own
   // __getattribute__ (which a read without it inlines; Note [Custom getattr]).
   ValuePtr load_object_attr(const ValuePtr& base, PyObject* name, bool generic = false);
+  // self.<name>(*args) where self is an Object whose class implements the
+  // special method `name` (__getitem__, __contains__, __len__) in Python:
+  // inlined, as the operator would call it; null when it has no such method.
+  ValuePtr call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args);
   // object.__getattribute__(base, name) called explicitly or through super().
   ValuePtr generic_getattr(const ValuePtr& base, const ValuePtr& name);
   // Reads a class-level descriptor (property, staticmethod, classmethod) on

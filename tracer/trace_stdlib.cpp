@@ -33,6 +33,9 @@ class ModelContext final : public stdlib::BuiltinContext {
   }
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a) override { return frame_.unary_op(op, a); }
   ValuePtr load_attr(const ValuePtr& base, PyObject* name) override { return frame_.load_attr(base, name); }
+  ValuePtr call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args) override {
+    return frame_.call_python_special(self, name, std::move(args));
+  }
   ValuePtr pending_attr_store(const ValuePtr& base, PyObject* name) override {
     if (base->source < 0 || !(base->is(ValueKind::Module) || base->is(ValueKind::Object))) return nullptr;
     return state_.stored_attr(base, name);

@@ -1,0 +1,61 @@
+"""Objects whose classes implement container protocols in Python
+(__getitem__, __contains__, __len__), as transformers' attention and mask
+registries do, and class attributes read through type(self): inlined and
+guarded, so the graph does not break there."""
+import torch
+
+import kiln
+from conftest import stats
+
+
+class Registry:
+    _global = {"relu": torch.relu}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __contains__(self, key):
+        return key in self._local or key in self._global
+
+    def __len__(self):
+        return len(self._local) + len(self._global)
+
+
+REGISTRY = Registry()
+
+
+class Block(torch.nn.Module):
+    def forward(self, x):
+        scale = type(self).helper
+        return scale(x) + len(REGISTRY)
+
+    @staticmethod
+    def helper(x):
+        return x * 2
+
+
+def uses_registry(x, block):
+    if "relu" in REGISTRY and "missing" not in REGISTRY:
+        x = REGISTRY["relu"](x)
+    return block(x)
+
+
+def test_python_container_protocols_and_class_attributes_trace_whole():
+    x = torch.randn(3)
+    block = Block()
+    compiled = kiln.compile(uses_registry, fullgraph=True)
+    torch.testing.assert_close(compiled(x, block), uses_registry(x, block))
+    REGISTRY._local["relu"] = torch.sigmoid  # read through the inlined __getitem__: guarded
+    original = Block.__dict__["helper"]
+    Block.helper = staticmethod(lambda t: t * 3)  # the class attribute: guarded
+    try:
+        torch.testing.assert_close(compiled(x, block), uses_registry(x, block))
+        assert stats()["recompiles"] == 1
+    finally:
+        REGISTRY._local.clear()
+        Block.helper = original
