@@ -255,8 +255,8 @@ TEST(CpuCodegen, LowPrecisionStorage) {
         "xb.float()");
   check({"x"}, [](PrimBuilder& b, const std::vector<int>& in) { return b.convert(in[0], graph::DType::BFloat16); },
         "x.bfloat16()");
-  // Chains keep float32 intermediates (torch rounds after each op; torch
-  // 1.13 has no float16 tanh on CPU, so the reference rounds, then widens).
+  // Chains keep float32 intermediates (torch rounds after each op, so the
+  // reference computes in float32, then rounds).
   check({"xh"},
         [](PrimBuilder& b, const std::vector<int>& in) {
           return b.unary(Prim::Tanh, b.binary(Prim::Mul, v(in[0]), f(1.7)));

@@ -288,11 +288,7 @@ TEST(Decompositions, Losses) {
   });
 }
 
-TEST(Decompositions, ScaledDotProductAttentionWhenTorchHasIt) {
-  if (test::eval("hasattr(torch.nn.functional, 'scaled_dot_product_attention')").get() != Py_True) {
-    GTEST_SKIP() << "torch " << test::str_of(test::eval("torch.__version__").get())
-                 << " has no scaled_dot_product_attention";
-  }
+TEST(Decompositions, ScaledDotProductAttention) {
   check_all({
       "F.scaled_dot_product_attention(q, k, val)", "F.scaled_dot_product_attention(q, q, q, is_causal=True)",
       "F.scaled_dot_product_attention(q, k, val, attn_mask=am)",
