@@ -46,6 +46,10 @@ PyObject* type_of(BuiltinContext& context, const ValuePtr& x) {
     case ValueKind::Object:
     case ValueKind::TorchCallable:
       return as_object(Py_TYPE(x->obj.get()));
+    case ValueKind::Method:
+      return as_object(&PyMethod_Type);  // a Python function bound to its receiver
+    case ValueKind::LocalFunction:
+      return as_object(&PyFunction_Type);
     default:
       return nullptr;
   }

@@ -2,6 +2,8 @@
 (__getitem__, __contains__, __len__), as transformers' attention and mask
 registries do, and class attributes read through type(self): inlined and
 guarded, so the graph does not break there."""
+import types
+
 import torch
 
 import kiln
@@ -59,3 +61,21 @@ def test_python_container_protocols_and_class_attributes_trace_whole():
     finally:
         REGISTRY._local.clear()
         Block.helper = original
+
+
+class Chunked(torch.nn.Module):
+    def chunk(self, x):
+        return x * 2
+
+    def forward(self, x):
+        step = self.chunk
+        bump = lambda t: t + 1  # noqa: E731
+        if isinstance(step, types.MethodType) and isinstance(bump, types.FunctionType):
+            return bump(step(x))
+        return x
+
+
+def test_isinstance_of_bound_methods_and_local_functions():
+    model = Chunked()
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(model, fullgraph=True)(x), model(x))
