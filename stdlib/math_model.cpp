@@ -47,6 +47,10 @@ void register_math_model(ModelRegistry& registry) {
     if (PyCFunction_Check(value) && PyUnicode_Check(key)) registry.add("math", PyUnicode_AsUTF8(key), fold);
   }
   registry.add("math", "fsum", fsum_model);
+  // A dtype's numeric limits (torch.finfo(x.dtype).min, masks in attention
+  // code): a call on a constant dtype folds like math's functions.
+  registry.add("torch", "finfo", fold);
+  registry.add("torch", "iinfo", fold);
   registry.add("math", "prod", prod_model);
 }
 

@@ -79,3 +79,14 @@ def test_isinstance_of_bound_methods_and_local_functions():
     model = Chunked()
     x = torch.randn(3)
     torch.testing.assert_close(kiln.compile(model, fullgraph=True)(x), model(x))
+
+
+def masks_with_dtype_limits(x):
+    return x.clamp(min=torch.finfo(x.dtype).min / 2) + torch.finfo(x.dtype).eps + torch.iinfo(torch.int8).max
+
+
+def test_torch_finfo_and_iinfo_fold_per_dtype():
+    compiled = kiln.compile(masks_with_dtype_limits, fullgraph=True)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(4, dtype=dtype)
+        torch.testing.assert_close(compiled(x), masks_with_dtype_limits(x))
