@@ -119,6 +119,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       if (class_attr && PyFunction_Check(class_attr)) {
         auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
         method->self = base;
+        method->func_source = class_entry_source(type, name, class_attr);
         return method;
       }
       if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyFunction_Check(class_attr) &&
@@ -264,6 +265,18 @@ ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_att
   return method;
 }
 
+int FrameTracer::class_entry_source(PyTypeObject* type, PyObject* name, PyObject* entry) {
+  PyObject* mro = type->tp_mro;
+  for (Py_ssize_t k = 0; mro && k < PyTuple_GET_SIZE(mro); ++k) {
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k))->tp_dict;
+    PyObject* found = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
+    if (!found) continue;
+    return found == entry ? state_.sources().global_in(dict, name) : -1;
+  }
+  PyErr_Clear();
+  return -1;
+}
+
 bool is_object_getattribute(PyObject* obj) {
   static PyObject* const generic = [] {
     PyRef name = PyRef::steal(PyUnicode_InternFromString("__getattribute__"));
@@ -373,6 +386,7 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   if (class_attr && PyFunction_Check(class_attr)) {
     auto method = make_object(ValueKind::Method, PyRef::borrow(class_attr));
     method->self = base;
+    method->func_source = class_entry_source(type, name, class_attr);
     return method;
   }
   // A __slots__ member reads a field stored in the object: no user code.

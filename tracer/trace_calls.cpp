@@ -157,8 +157,11 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::Function:
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
     case ValueKind::Method:
+      // A bound method re-fetched by its source reads its function's
+      // __closure__ and __defaults__ too (bound methods forward them).
       args.insert(args.begin(), callable->self);
-      return inline_function(callable->obj.get(), -1, std::move(args), std::move(kwargs));
+      return inline_function(callable->obj.get(), callable->source >= 0 ? callable->source : callable->func_source,
+                             std::move(args), std::move(kwargs));
     case ValueKind::Module:
       return call_module(callable, std::move(args), std::move(kwargs));
     case ValueKind::LocalFunction:
@@ -321,7 +324,9 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
     abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + ".forward is not a Python function");
   }
   args.insert(args.begin(), module);
-  return inline_function(forward, -1, std::move(args), std::move(kwargs));
+  // Its class dict's entry is where a wrapped forward's closure is re-read.
+  return inline_function(forward, class_entry_source(type, forward_name.get(), forward), std::move(args),
+                         std::move(kwargs));
 }
 
 ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,

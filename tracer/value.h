@@ -89,6 +89,7 @@ struct Value {
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
   ValuePtr self;            // Method/TensorMethod/Super receiver; Record: its class value
+  int func_source = -1;     // Method without a source: its function's entry in its class's dict
   PyRef tuple_type;         // Tuple: a namedtuple / structseq type (torch.return_types.max);
                             // Record: its dataclass
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null

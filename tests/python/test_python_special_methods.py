@@ -2,6 +2,7 @@
 (__getitem__, __contains__, __len__), as transformers' attention and mask
 registries do, and class attributes read through type(self): inlined and
 guarded, so the graph does not break there."""
+import functools
 import types
 
 import torch
@@ -90,3 +91,34 @@ def test_torch_finfo_and_iinfo_fold_per_dtype():
     for dtype in (torch.float32, torch.float64):
         x = torch.randn(4, dtype=dtype)
         torch.testing.assert_close(compiled(x), masks_with_dtype_limits(x))
+
+
+def with_counter(fn):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)  # `fn` lives in wrapper's closure
+        print("", end="")  # a graph break inside the wrapper
+        return out + 1
+    return wrapper
+
+
+class Decorated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    @with_counter
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_a_decorated_forward_reads_its_closure_across_a_break():
+    # The wrapper's closure is re-read through its class's dict, so the
+    # graph break inside it resumes instead of running the frame eagerly.
+    model = Decorated()
+    x = torch.randn(2, 3)
+    compiled = kiln.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert stats()["unsupported"] == 0
