@@ -88,6 +88,20 @@ bool same_shape_and_type(const graph::TensorMeta& a, const graph::TensorMeta& b)
   return a.sizes == b.sizes && a.dtype == b.dtype && a.device_type == b.device_type;
 }
 
+// True when the layouts agree wherever a stride means something (dims of
+// more than one element, in a tensor that has elements): later views,
+// .stride() and is_contiguous() of the value read them.
+bool same_layout(const graph::TensorMeta& a, const graph::TensorMeta& b) {
+  if (a.sizes != b.sizes || a.strides.size() != b.strides.size()) return false;
+  for (int64_t size : a.sizes) {
+    if (size == 0) return true;
+  }
+  for (size_t d = 0; d < a.sizes.size(); ++d) {
+    if (a.sizes[d] > 1 && a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
+
 // Runs the decomposition of one call; returns its values, or an empty
 // vector with *why set when the call stays an extern.
 std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const Node& node,
@@ -119,11 +133,14 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
         }
         b.graph().stop_grad(values[i]);
       }
-      // A safety net: a decomposition must reproduce torch's result type.
-      if (!same_shape_and_type(b.meta(values[i]), node.metas[i])) {
+      // A safety net: a decomposition must reproduce torch's result type
+      // and layout (Note [Meta layouts]: a number raised to a transposed
+      // tensor is contiguous, and a later view(-1) relies on it).
+      if (!same_shape_and_type(b.meta(values[i]), node.metas[i]) || !same_layout(b.meta(values[i]), node.metas[i])) {
         *why = spelling.text + ": decomposition gave " + graph::format_tensor_meta(b.meta(values[i])) +
                ", torch " + graph::format_tensor_meta(node.metas[i]);
         values.clear();
+        break;
       }
     }
   } catch (const NotDecomposed& e) {

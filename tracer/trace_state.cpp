@@ -133,6 +133,18 @@ bool all_equal(const std::vector<PyRef>& results) {
   return true;
 }
 
+// number ** tensor, spelt operator.pow(n, t), torch.pow(n, t) or
+// t.__rpow__(n) (Note [Meta layouts]).
+bool number_base_pow(const std::string& name, const std::vector<ValuePtr>& args) {
+  if (args.size() != 2) return false;
+  auto number = [](const ValuePtr& v) {
+    return v->is(ValueKind::Constant) && (PyFloat_Check(v->obj.get()) || PyLong_Check(v->obj.get()));
+  };
+  if (name == "operator.pow" || name == "torch.pow") return number(args[0]) && args[1]->is(ValueKind::Tensor);
+  if (name == "Tensor.__rpow__") return args[0]->is(ValueKind::Tensor) && number(args[1]);
+  return false;
+}
+
 }  // namespace
 
 TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynamic)
@@ -761,6 +773,13 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       result = implicit_autocast
                    ? infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index)
                    : PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+    }
+    if (result && number_base_pow(name, args)) {
+      // Note [Meta layouts]: torch's CPU and CUDA kernels give a Python
+      // number raised to a tensor a contiguous result, its meta kernel the
+      // exponent's layout; the fake must have the real result's strides,
+      // which later views and .stride() read.
+      result = PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
     }
     if (!result) {
       std::string error = take_python_error();

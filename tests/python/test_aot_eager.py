@@ -272,3 +272,20 @@ def test_no_grad_block_results_carry_no_gradient():
     (gx,) = torch.autograd.grad(got[1].sum(), x)
     (wx,) = torch.autograd.grad(want[1].sum(), x)
     torch.testing.assert_close(gx, wx)
+
+
+def number_raised_to_a_tensor(x):
+    t = 0.5 ** x
+    return t.view(-1)[[0, 1]], torch.pow(2, x).stride(), x.__rpow__(3).is_contiguous()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_number_raised_to_a_transposed_tensor_is_contiguous_as_in_torch(backend):
+    # Note [Meta layouts]: torch's meta kernel gives pow(number, tensor) the
+    # exponent's layout, its CPU kernel a contiguous result; kiln follows the
+    # real kernel, so the view(-1) works as in eager.
+    x = torch.randn(6, 5).t()
+    got = kiln.compile(number_raised_to_a_tensor, backend=backend)(x)
+    want = number_raised_to_a_tensor(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:] == want[1:]
