@@ -3,10 +3,9 @@ sigmoid -> Linear(10,10) -> ReLU), kiln beside torch.compile in one run.
 
 Time to trace = first call after a reset minus a steady-state call, median
 over repetitions. torch.compile runs with backend="eager" so that both
-numbers are tracing (Dynamo) rather than code generation; it is skipped
-when torch has no torch.compile (torch 1.13 on the development machine).
+numbers are tracing (Dynamo) rather than code generation.
 
-    python3 benchmarks/models/trace_time.py [--repeat 7]
+    .venv/bin/python benchmarks/models/trace_time.py [--repeat 7]
 """
 import argparse
 import platform
@@ -62,8 +61,6 @@ def measure_kiln(model, x, repeat):
 
 
 def measure_torch_compile(model, x, repeat):
-    if not hasattr(torch, "compile"):
-        return None, None
     from torch import _dynamo
     samples = []
     for _ in range(repeat):
@@ -90,13 +87,12 @@ def main():
           f"torch {torch.__version__}, 1 thread")
     print("| what | kiln | torch.compile (backend=eager) | eager |")
     print("|---|---|---|---|")
-    tc = lambda v: "n/a (no torch.compile)" if v is None else f"{v * 1e3:.1f} ms"
+    tc = lambda v: f"{v * 1e3:.1f} ms"
     print(f"| trace the 64-layer model (median of {args.repeat}) | {kiln_trace * 1e3:.1f} ms | "
           f"{tc(tc_trace)} | - |")
     tcc = "n/a" if tc_call is None else f"{tc_call * 1e6:.0f} µs"
     print(f"| steady-state call | {kiln_call * 1e6:.0f} µs | {tcc} | {eager * 1e6:.0f} µs |")
-    if tc_trace:
-        print(f"trace-time ratio torch.compile / kiln: {tc_trace / kiln_trace:.1f}x")
+    print(f"trace-time ratio torch.compile / kiln: {tc_trace / kiln_trace:.1f}x")
 
 
 if __name__ == "__main__":
