@@ -58,5 +58,8 @@ def test_site_packages_libraries_are_traced_even_inside_the_stdlib_directory():
         explanation = kiln.explain(model)(x)
         assert explanation.graph_count == 1, explanation.graphs[:2]
         assert explanation.graph_break_count == 0
-        torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
+        # cuDNN may pick other convolution algorithms for kiln's graph than
+        # for eager's calls: CUDA results agree to 1e-3.
+        tol = 1e-3 if x.is_cuda else 1e-4
+        torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=tol, atol=tol)
     assert kiln.stats()["recompiles"] == 0
