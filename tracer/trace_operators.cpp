@@ -168,6 +168,9 @@ ValuePtr FrameTracer::unary_op(interpreter::Op op, const ValuePtr& a) {
                      : op == interpreter::Op::UnaryPositive ? "pos"
                                                             : "invert";
   PyRef fn = operator_function(name);
+  if (a->is(ValueKind::Tensor) && op == interpreter::Op::UnaryPositive && a->meta.dtype != graph::DType::Bool) {
+    return a;  // +t is t itself in torch (torch.positive aliases), which `is` can observe
+  }
   if (a->is(ValueKind::Tensor)) {
     return state_.call_torch(std::string("operator.") + name, fn.get(), {a}, {}, false);
   }

@@ -275,3 +275,16 @@ def test_a_container_returned_twice_is_one_object(backend):
     d, pair, items = kiln.compile(shared_containers, backend=backend)(x)
     assert pair[0] is d and pair[1] is items
     torch.testing.assert_close(d["a"], x * 2)
+
+
+def unary_plus_aliases(x):
+    t = x[1:] * 2
+    return {"o": t}, [+t], +x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unary_plus_of_a_tensor_is_the_tensor(backend):
+    # torch.positive returns its argument: `+t is t` (fuzz seed 5225).
+    x = torch.randn(3)
+    d, items, plus_x = kiln.compile(unary_plus_aliases, backend=backend)(x)
+    assert items[0] is d["o"] and plus_x is x
