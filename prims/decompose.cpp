@@ -153,7 +153,8 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
 }
 
 // The out-of-place twin of an in-place torch callable (Tensor.mul_ ->
-// Tensor.mul, torch.relu_ -> torch.relu, F.relu_ -> F.relu), or null.
+// Tensor.mul, torch.relu_ -> torch.relu, F.relu_ -> F.relu) or augmented
+// assignment (operator.iadd -> operator.add: `t += x`), or null.
 PyRef out_of_place_twin(PyObject* target) {
   PyRef name = PyRef::steal(PyObject_GetAttrString(target, "__name__"));
   if (!name || !PyUnicode_Check(name.get())) {
@@ -161,6 +162,18 @@ PyRef out_of_place_twin(PyObject* target) {
     return PyRef();
   }
   std::string text = PyUnicode_AsUTF8(name.get());
+  PyRef module = PyRef::steal(PyObject_GetAttrString(target, "__module__"));
+  if (!module) PyErr_Clear();
+  if (module && PyUnicode_Check(module.get()) && std::string(PyUnicode_AsUTF8(module.get())) == "_operator") {
+    static const char* const kAugmented[] = {"iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
+                                             "iand", "ior", "ixor", "ilshift", "irshift", "imatmul"};
+    if (std::find(std::begin(kAugmented), std::end(kAugmented), text) == std::end(kAugmented)) return PyRef();
+    PyRef operator_module = PyRef::steal(PyImport_ImportModule("operator"));
+    PyRef twin = operator_module ? PyRef::steal(PyObject_GetAttrString(operator_module.get(), text.c_str() + 1))
+                                 : PyRef();
+    if (!twin) PyErr_Clear();
+    return twin;
+  }
   if (text.size() < 2 || text.back() != '_' || text.starts_with("__")) return PyRef();
   text.pop_back();
   PyRef owner = PyRef::steal(PyObject_GetAttrString(target, "__objclass__"));

@@ -492,3 +492,22 @@ def test_pow_by_torchs_special_exponents_matches_eager_bit_for_bit(exponent, dty
         torch.testing.assert_close(got, x.pow(exponent), rtol=torch.finfo(dtype).eps, atol=0, equal_nan=True)
         return
     assert torch.equal(got.nan_to_num(7.0), x.pow(exponent).nan_to_num(7.0))
+
+
+def augmented_assignment_in_a_loop(x, y):
+    w = y.clone()
+    t = w
+    for _ in range(4):
+        t = t * 0.5
+        w += x  # on an intermediate: computed out of place (fuzz seed 5518)
+        w = t * 1.5
+    return x - w
+
+
+def test_augmented_assignment_on_intermediates_is_functional():
+    # `w += x` used to stay an extern operator.iadd writing in place, and
+    # kernels that recompute values from w's buffer read it after the write.
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 2, 4), torch.randn(4, 2, 4)
+    got = kiln.compile(augmented_assignment_in_a_loop, backend="inductor")(x, y)
+    torch.testing.assert_close(got, augmented_assignment_in_a_loop(x, y))
