@@ -208,20 +208,8 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
         // A class reached without a source (type(self), an object's
         // __class__): a name its own dict or a base's holds is guarded in
         // that dict, like a global (a later patch of the class recompiles).
-        PyObject* mro = reinterpret_cast<PyTypeObject*>(base->obj.get())->tp_mro;
-        for (Py_ssize_t k = 0; mro && k < PyTuple_GET_SIZE(mro); ++k) {
-          PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k))->tp_dict;
-          PyObject* found = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
-          if (!found) continue;
-          const int entry = state_.sources().global_in(dict, name);
-          if (found == value.get()) return state_.wrap(value.get(), entry);
-          if (Py_IS_TYPE(found, &PyStaticMethod_Type)) {
-            PyRef func_name = intern("__func__");
-            return state_.wrap(value.get(), state_.sources().attr(entry, func_name.get()));
-          }
-          break;  // another descriptor: what it produced is not the dict's entry
-        }
-        PyErr_Clear();
+        const int source = class_entry_source(reinterpret_cast<PyTypeObject*>(base->obj.get()), name, value.get());
+        if (source >= 0) return state_.wrap(value.get(), source);
       }
       ValuePtr wrapped = state_.wrap_unguarded(value.get());
       if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple)) {
@@ -271,7 +259,16 @@ int FrameTracer::class_entry_source(PyTypeObject* type, PyObject* name, PyObject
     PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k))->tp_dict;
     PyObject* found = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
     if (!found) continue;
-    return found == entry ? state_.sources().global_in(dict, name) : -1;
+    const int source = state_.sources().global_in(dict, name);
+    if (found == entry) return source;
+    if (Py_IS_TYPE(found, &PyStaticMethod_Type)) {
+      // What reading the name gives is the static method's function.
+      PyRef func_name = intern("__func__");
+      PyRef func = PyRef::steal(PyObject_GetAttr(found, func_name.get()));
+      if (!func) PyErr_Clear();
+      if (func.get() == entry) return state_.sources().attr(source, func_name.get());
+    }
+    return -1;  // another descriptor: what it produced is not the dict's entry
   }
   PyErr_Clear();
   return -1;

@@ -207,8 +207,9 @@ class FrameTracer {
   // special method `name` (__getitem__, __contains__, __len__) in Python:
   // inlined, as the operator would call it; null when it has no such method.
   ValuePtr call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args);
-  // A source for `entry`, found as `name` in the dict of `type` or of a base
-  // (a guarded GlobalIn entry of that dict), or -1.
+  // A source for `entry`, what reading `name` through `type` gives: the
+  // GlobalIn entry of the dict (of `type` or a base) that holds it, or that
+  // entry's __func__ for a static method; -1 for anything else.
   int class_entry_source(PyTypeObject* type, PyObject* name, PyObject* entry);
   // object.__getattribute__(base, name) called explicitly or through super().
   ValuePtr generic_getattr(const ValuePtr& base, const ValuePtr& name);
