@@ -204,6 +204,18 @@ void GuardSet::add_no_module_hooks(int source) {
   indexed_ = false;
 }
 
+void GuardSet::add_has_attr(int source, PyObject* name, bool present) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::HasAttr && guard.source == source &&
+        PyUnicode_Compare(guard.expected, name) == 0) {
+      return;
+    }
+  }
+  Py_INCREF(name);
+  guards_.push_back({.kind = GuardKind::HasAttr, .source = source, .expected = name, .flag = present});
+  indexed_ = false;
+}
+
 void GuardSet::build_index() const {
   by_source_.assign(sources_.size(), {});
   for (int i = 0; i < static_cast<int>(guards_.size()); ++i) {
@@ -266,6 +278,11 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       return runtime::autocast_state() == guard.autocast;
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
+    case GuardKind::HasAttr: {
+      if (!value) return false;
+      const int found = PyObject_HasAttr(value, guard.expected);  // clears any error
+      return (found == 1) == guard.flag;
+    }
   }
   return false;
 }
@@ -361,6 +378,10 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       break;
     case GuardKind::NoModuleHooks:
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
+      break;
+    case GuardKind::HasAttr:
+      out << where << (guard.flag ? " lacks" : " has") << " the attribute " << runtime::py_repr(guard.expected)
+          << (guard.flag ? ", which it had when traced" : ", which it lacked when traced");
       break;
   }
   return out.str();
@@ -492,6 +513,7 @@ std::string GuardSet::describe(const Guard& guard) const {
       break;
     case GuardKind::Autocast: out << " " << describe_autocast(guard.autocast); break;
     case GuardKind::NoModuleHooks: break;
+    case GuardKind::HasAttr: out << (guard.flag ? " has " : " lacks ") << runtime::py_repr(guard.expected); break;
   }
   return out.str();
 }

@@ -27,7 +27,8 @@ namespace kiln::guards {
   X(DefaultDtype, "torch.get_default_dtype() is this dtype (no source)")    \
   X(DefaultDevice, "torch's default device is this device (no source)")      \
   X(Autocast, "CPU and CUDA autocast are on or off, with these dtypes (no source)") \
-  X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks")
+  X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks") \
+  X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -54,7 +55,7 @@ struct Guard {
   std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
   PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
-  bool flag = false;           // GradMode only
+  bool flag = false;           // GradMode; HasAttr: the attribute is present
   runtime::AutocastState autocast;  // Autocast only
 };
 
@@ -84,6 +85,10 @@ class GuardSet {
   void add_default_device(graph::DeviceType type, int8_t index);
   void add_autocast(const runtime::AutocastState& state);
   void add_no_module_hooks(int source);
+  // hasattr(source, name) is `present` (a getattr default or a hasattr the
+  // trace relied on; a present attribute that is read is guarded by its
+  // own source).
+  void add_has_attr(int source, PyObject* name, bool present);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.

@@ -67,6 +67,8 @@ class BuiltinContext {
   virtual ValuePtr read_attr(const ValuePtr& base, const char* name) = 0;
   // Guards that an input value still has exactly `type` on later calls.
   virtual void guard_type(const ValuePtr& value, PyObject* type) = 0;
+  // Guards that hasattr(value, name) stays `present` on later calls.
+  virtual void guard_has_attr(const ValuePtr& value, PyObject* name, bool present) = 0;
   // Records an in-place change of a list, dict, iterator or std object: a
   // container the caller can see is written back after the graph.
   virtual void note_write(const ValuePtr& target) = 0;

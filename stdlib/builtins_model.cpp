@@ -146,6 +146,9 @@ ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
   // graph: the real object does not hold it yet.
   if (context.pending_attr_store(x, name->obj.get())) return has ? boolean(context, 1) : context.load_attr(x, name->obj.get());
   const int found = PyObject_HasAttr(x->obj.get(), name->obj.get());
+  // What the trace decided on must hold on later calls (an attribute set
+  // or deleted between calls changes the branch taken).
+  context.guard_has_attr(x, name->obj.get(), found == 1);
   if (has) return boolean(context, found);
   return found ? context.load_attr(x, name->obj.get()) : call.args[2];
 }

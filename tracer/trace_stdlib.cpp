@@ -62,6 +62,9 @@ class ModelContext final : public stdlib::BuiltinContext {
   void guard_type(const ValuePtr& value, PyObject* type) override {
     if (value->source >= 0) state_.guards().add_type_match(value->source, type);
   }
+  void guard_has_attr(const ValuePtr& value, PyObject* name, bool present) override {
+    if (value->source >= 0) state_.guards().add_has_attr(value->source, name, present);
+  }
   void note_write(const ValuePtr& target) override {
     if (target->source >= 0 && (target->is(ValueKind::List) || target->is(ValueKind::Dict))) {
       state_.note_container_write(target);  // written back after the graph

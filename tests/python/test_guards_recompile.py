@@ -597,3 +597,30 @@ def test_user_dunder_results_are_not_baked_in():
     finally:
         BAG.items[:] = [1, 2]
         SWITCH.on = False
+
+
+class _Settings:
+    pass
+
+
+def _has_branch(x, cfg):
+    return x * 2 if hasattr(cfg, "a") else x * 3
+
+
+def _getattr_default(x, cfg):
+    return x * getattr(cfg, "b", 5)
+
+
+@pytest.mark.parametrize("fn", [_has_branch, _getattr_default])
+def test_attribute_presence_is_guarded(fn):
+    # hasattr() and getattr()'s default decide on whether an attribute
+    # exists: setting or deleting it between calls must retrace, not replay.
+    compiled = kiln.compile(fn)
+    cfg, x = _Settings(), torch.ones(2)
+    assert_same(compiled(x, cfg), fn(x, cfg))
+    cfg.a, cfg.b = 1, 7
+    before = stats()
+    assert_same(compiled(x, cfg), fn(x, cfg))
+    assert delta(before, stats())["recompiles"] == 1
+    del cfg.a, cfg.b
+    assert_same(compiled(x, cfg), fn(x, cfg))
