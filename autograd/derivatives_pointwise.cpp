@@ -199,11 +199,14 @@ std::vector<int> vjp_pointwise(prims::PrimBuilder& b, const NodeView& view,
       return out;
     }
     case Prim::Atan2: {
-      // d atan2(a, c) = (c da - a dc) / (a^2 + c^2); a scalar's square folded.
+      // d atan2(a, c) = (c da - a dc) / (a^2 + c^2); a scalar's square
+      // folded. At (0, 0) both are 0, as torch's (its reciprocal of the
+      // denominator is masked to 0 there), not 0/0.
       auto square = [&](prims::PrimArg p) { return p.is_value() ? v(mul(p, p)) : f(p.scalar.as_double() * p.scalar.as_double()); };
       const int denom = b.binary(Prim::Add, square(a), square(c));
-      if (want(0)) out[0] = to_input(0, div(v(mul(v(g), c)), v(denom)));
-      if (want(1)) out[1] = to_input(1, b.unary(Prim::Neg, div(v(mul(v(g), a)), v(denom))));
+      const int recip = b.where(b.binary(Prim::Eq, v(denom), f(0)), f(0), v(div(f(1), v(denom))));
+      if (want(0)) out[0] = to_input(0, mul(v(mul(v(g), c)), v(recip)));
+      if (want(1)) out[1] = to_input(1, b.unary(Prim::Neg, mul(v(mul(v(g), a)), v(recip))));
       return out;
     }
     case Prim::Fmod:

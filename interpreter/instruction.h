@@ -107,7 +107,13 @@ namespace kiln::interpreter {
   X(ImportFrom, "arg: co_names index; pushes getattr(TOS, name), keeping TOS")     \
   X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result") \
   X(ReturnGenerator, "generator prologue; the frame resumes with None pushed")   \
-  X(YieldValue, "pops the yielded value; resumes with the sent value pushed")
+  X(YieldValue, "pops the yielded value; resumes with the sent value pushed") \
+  X(PushExcInfo, "handler entry: pops exc, pushes the handled exception, then exc") \
+  X(PopExcept, "pops the handled exception to restore")                          \
+  X(CheckExcMatch, "pops a type (or tuple); pushes whether TOS (an exception) matches") \
+  X(Reraise, "arg: nonzero if a lasti slot sits below; pops and raises TOS")      \
+  X(RaiseVarargs, "arg: 0 re-raise, 1 raise TOS, 2 raise TOS1 from TOS")         \
+  X(WithExceptStart, "calls a with-block's __exit__ with the exception")
 
 // One normalized operation.
 enum class Op : uint8_t {

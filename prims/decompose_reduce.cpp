@@ -7,6 +7,8 @@
 namespace kiln::prims {
 namespace {
 
+PrimArg v(int id) { return PrimArg::of_value(id); }
+
 // The dims argument: empty (all dims) when None.
 std::vector<int64_t> dims_of(DecomposeCall& c, const char* name = "dim") {
   return c.given(name) ? c.ints(name) : std::vector<int64_t>{};
@@ -70,7 +72,16 @@ std::vector<int> decompose_Argmin(DecomposeCall& c) { return arg_extreme(c, Prim
 
 std::vector<int> decompose_Var(DecomposeCall& c) { return {var_mean_of(c).first}; }
 
-std::vector<int> decompose_Std(DecomposeCall& c) { return {c.b.unary(Prim::Sqrt, var_mean_of(c).first)}; }
+// sqrt(var), with torch's gradient where var is 0: its std_backward gives
+// 0 there, where sqrt's would give 0 * inf = NaN (all-equal rows). Both
+// wheres keep the sqrt's input and its gradient finite at 0.
+std::vector<int> decompose_Std(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int var = var_mean_of(c).first;
+  const int zero = b.binary(Prim::Eq, v(var), PrimArg::of_scalar(Scalar::of_float(0)));
+  const int safe = b.where(zero, PrimArg::of_scalar(Scalar::of_float(1)), v(var));
+  return {b.where(zero, PrimArg::of_scalar(Scalar::of_float(0)), v(b.unary(Prim::Sqrt, safe)))};
+}
 
 std::vector<int> decompose_VarMean(DecomposeCall& c) {
   auto [var, mean] = var_mean_of(c);

@@ -139,6 +139,19 @@ ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
     context.abort(BreakCode::UnsupportedCall, call.name + "() with a non-constant name");
   }
   if (!has && call.args.size() == 2) return context.load_attr(x, name->obj.get());
+  PyObject* tensor_type = !x->is(ValueKind::Tensor) ? nullptr
+                          : x->obj && PyType_Check(x->obj.get()) ? x->obj.get()
+                          : x->fake ? reinterpret_cast<PyObject*>(Py_TYPE(x->fake.get()))  // an intermediate
+                                    : nullptr;
+  if (tensor_type) {
+    // Duck typing on tensors (`hasattr(x, "jax")`): the class answers; an
+    // input is guarded to keep the answer (an attribute set on the tensor
+    // object itself makes the guard fail, and the call retraces).
+    const int found = PyObject_HasAttr(tensor_type, name->obj.get());
+    context.guard_has_attr(x, name->obj.get(), found == 1);
+    if (has) return boolean(context, found);
+    return found ? context.load_attr(x, name->obj.get()) : call.args[2];
+  }
   if (!holds_real_object(*x)) {
     context.abort(BreakCode::UnsupportedCall, call.name + "() on " + tracer::describe_value(*x));
   }

@@ -19,6 +19,9 @@ void expect_args(BuiltinContext& context, const BuiltinCall& call, size_t min, s
 
 PyRef python_constant(const Value& value) {
   if (value.is(ValueKind::Constant)) return value.obj;
+  // An exception the trace made or caught (Note [Exceptions in inlined
+  // frames]): str(e), e.args and the like read what it was made with.
+  if (value.is(ValueKind::Object) && value.source < 0 && PyExceptionInstance_Check(value.obj.get())) return value.obj;
   if (value.is(ValueKind::Set)) return PyRef::steal(PySet_New(value.obj.get()));  // a copy
   if (value.is(ValueKind::SymInt)) throw tracer::Specialize("a dynamic size is used as a plain Python value");
   const bool tuple = value.is(ValueKind::Tuple);

@@ -90,6 +90,18 @@ CallableInfo classify_callable(PyObject* callable) {
   }
   const std::string module = module_of(callable);
   if (module != "torch" && !starts_with(module, "torch.")) return info;
+  // Note [Compiler queries]: "is a compiler tracing this?" is answered yes
+  // inside a kiln trace, as torch.compile answers it, so library code takes
+  // the path it keeps for graph capture (no ContextVar, no logging, no
+  // data-dependent checks). torch.compiler.is_dynamo_compiling() and
+  // is_exporting() stay what they are: code under them may use Dynamo's
+  // or export's own APIs.
+  if (name == "is_compiling" &&
+      (module == "torch.compiler" || module == "torch._utils" || module == "torch._dynamo.external_utils")) {
+    info.kind = CallableClass::CompilerQuery;
+    info.name = module + "." + name;
+    return info;
+  }
   if (refused_torch_functions().count(name)) {
     info.kind = CallableClass::Refused;
     info.name = "torch." + name;

@@ -13,6 +13,7 @@ enum class CallableClass {
   GraphOp,    // becomes a graph node
   Factory,    // a graph node that makes tensors without tensor inputs
   Refused,    // a torch callable with effects a graph cannot hold
+  CompilerQuery,  // torch.compiler.is_compiling(): True while kiln traces
 };
 
 struct CallableInfo {

@@ -127,7 +127,12 @@ ValuePtr FrameTracer::run() {
         }
       }
       const Instruction& ins = instructions_[pc_++];
-      step(ins);
+      try {
+        step(ins);
+      } catch (PythonRaise& raised) {
+        // Note [Exceptions in inlined frames].
+        if (!enter_handler(raised)) throw;
+      }
     }
   } catch (TraceAbort& abort) {
     if (abort.location.empty()) {
@@ -522,6 +527,14 @@ void FrameTracer::step(const Instruction& ins) {
     }
     case Op::MakeFunction:
       push(make_function(ins));
+      return;
+    case Op::PushExcInfo:
+    case Op::PopExcept:
+    case Op::CheckExcMatch:
+    case Op::Reraise:
+    case Op::RaiseVarargs:
+    case Op::WithExceptStart:
+      step_exceptions(ins);
       return;
     case Op::BeforeWith:
       before_with();

@@ -153,8 +153,15 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
         return source >= 0 ? state_.wrap(class_attr, source) : state_.wrap_unguarded(class_attr);
       }
       PyErr_Clear();
-      abort_trace(BreakCode::PythonException,
-                  std::string("AttributeError: ") + type->tp_name + " has no attribute '" + attr + "'");
+      // Module.__getattr__ raises AttributeError: the real one, raised as
+      // eager would (Note [Exceptions in inlined frames]), with a guard
+      // that the attribute stays missing.
+      PyRef probe = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
+      if (probe) abort_trace(BreakCode::UnsupportedAttribute, std::string(type->tp_name) + "." + attr);
+      if (base->source >= 0 && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        state_.guards().add_has_attr(base->source, name, false);
+      }
+      raise_python_error();
     }
     case ValueKind::PyModule: {
       PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
@@ -200,7 +207,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
         return state_.wrap_unguarded(reinterpret_cast<PyObject*>(Py_TYPE(base->obj.get())));  // fixed with the value
       }
       PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
-      if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+      if (!value) raise_python_error();  // a fixed object: exact
       if (base->is(ValueKind::Object) && base->source >= 0) {
         return state_.wrap(value.get(), state_.sources().attr(base->source, name));
       }
@@ -212,7 +219,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
         if (source >= 0) return state_.wrap(value.get(), source);
       }
       ValuePtr wrapped = state_.wrap_unguarded(value.get());
-      if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple)) {
+      // An exception's cause or context is another exception the trace holds.
+      const bool exception = PyExceptionInstance_Check(base->obj.get()) && PyExceptionInstance_Check(value.get());
+      if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple) && !exception) {
         abort_trace(BreakCode::UnsupportedAttribute,
                     "attribute " + attr + " of " + describe_value(*base) + " is not a constant");
       }
@@ -393,7 +402,14 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
     abort_trace(BreakCode::UnsupportedAttribute, where + " is a descriptor kiln does not trace yet");
   }
   PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
-  if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+  if (!value) {
+    // No user code ran: the attribute is missing, and stays so on calls
+    // that reuse this trace.
+    if (base->source >= 0 && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      state_.guards().add_has_attr(base->source, name, false);
+    }
+    raise_python_error();
+  }
   return state_.wrap(value.get(), state_.sources().attr(base->source, name));
 }
 
@@ -408,7 +424,11 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     if (PyLong_Check(key)) {
       Py_ssize_t i = PyLong_AsSsize_t(key);
       if (i < 0) i += n;
-      if (i < 0 || i >= n) abort_trace(BreakCode::PythonException, "IndexError: index out of range");
+      if (i < 0 || i >= n) {
+        PyErr_SetString(PyExc_IndexError, base->is(ValueKind::Tuple) ? "tuple index out of range"
+                                                                     : "list index out of range");
+        raise_python_error();
+      }
       return base->items[i];
     }
     if (PySlice_Check(key)) {
@@ -426,12 +446,14 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     for (size_t i = 0; i < base->keys.size(); ++i) {
       if (PyObject_RichCompareBool(base->keys[i].get(), index->obj.get(), Py_EQ) == 1) return base->items[i];
     }
+    // The dict's keys are guarded (DictKeys) or made by the trace: exact.
     PyErr_Clear();
-    abort_trace(BreakCode::PythonException, "KeyError: " + py_repr(index->obj.get()));
+    PyErr_SetObject(PyExc_KeyError, index->obj.get());
+    raise_python_error();
   }
   if (base->is(ValueKind::Constant) && index->is(ValueKind::Constant)) {
     PyRef value = PyRef::steal(PyObject_GetItem(base->obj.get(), index->obj.get()));
-    if (!value) abort_trace(BreakCode::PythonException, take_python_error());
+    if (!value) raise_python_error();
     return state_.wrap_unguarded(value.get());
   }
   if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PySlice_Check(index->obj.get())) {

@@ -140,6 +140,10 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TorchCallable: {
       stdlib::CallableInfo info = stdlib::classify_callable(callable->obj.get());
       if (info.kind == stdlib::CallableClass::Refused) abort_trace(BreakCode::SideEffect, info.reason);
+      if (info.kind == stdlib::CallableClass::CompilerQuery) {
+        if (!args.empty() || !kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, info.name + "() with arguments");
+        return state_.wrap_unguarded(Py_True);  // Note [Compiler queries] in stdlib/torch_callables.cpp
+      }
       return state_.call_torch(info.name, callable->obj.get(), args, kwargs,
                                info.kind == stdlib::CallableClass::Factory);
     }
@@ -185,6 +189,19 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         // object.__getattribute__(x, name), or bound by super() to x.
         if (callable->self && args.size() == 1) return generic_getattr(callable->self, args[0]);
         if (!callable->self && args.size() == 2) return generic_getattr(args[0], args[1]);
+      }
+      if (PyExceptionClass_Check(obj) && exception_class_is_builtin_made(obj)) {
+        // ValueError("...") made to be raised (Note [Exceptions in inlined frames]).
+        PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+        for (size_t i = 0; i < args.size(); ++i) {
+          PyRef arg = constant_to_python(args[i]);
+          if (!arg) abort_trace(BreakCode::UnsupportedCall, "an exception made from " + describe_value(*args[i]));
+          PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), arg.release());
+        }
+        if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "an exception made with keywords");
+        PyRef made = PyRef::steal(PyObject_Call(obj, call_args.get(), nullptr));
+        if (!made) raise_python_error();
+        return state_.wrap_unguarded(made.get());
       }
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
       if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);

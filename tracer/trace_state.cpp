@@ -782,6 +782,9 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       result = PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
     }
     if (!result) {
+      // No tensor took part: the call ran on the real Python values and
+      // raised as it would eagerly (Note [Exceptions in inlined frames]).
+      if (!device_found && !dynamic) raise_python_error(name + " raised ");
       std::string error = take_python_error();
       if (p > 0) throw Specialize(name + " fails when the dynamic sizes change: " + error);
       if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {
@@ -802,6 +805,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     ValuePtr value = wrap_result(node, out, device_type, device_index);
     graph_->node(node).metas.push_back(value->meta);
     if (dynamic) attach_points(value, results, node);
+    if (value->meta.requires_grad && is_inplace_method(name) && !args.empty()) mark_requires_grad(args[0]);
     return value;
   }
   if (is_tensor_sequence(out)) {
@@ -853,6 +857,26 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   }
   abort_trace(BreakCode::UnsupportedValue,
               name + " returned a " + Py_TYPE(out)->tp_name + ", which a graph cannot hold");
+}
+
+// True for Tensor.add_ and the like: methods that write their self.
+bool TraceState::is_inplace_method(const std::string& name) {
+  return name.rfind("Tensor.", 0) == 0 && name.size() > 8 && name.back() == '_' && name[name.size() - 2] != '_';
+}
+
+// `w.add_(y)` with y requiring grad makes w require grad, as eagerly: later
+// reads of w (the same Value) must see it, whichever rule inferred the
+// call's result (Note [Own metas] computes it without touching w's fake).
+void TraceState::mark_requires_grad(const ValuePtr& target) {
+  if (!target->is(ValueKind::Tensor) || target->meta.requires_grad) return;
+  target->meta.requires_grad = true;
+  auto set_grad = [](const PyRef& fake) {
+    if (!fake) return;
+    PyRef done = PyRef::steal(PyObject_CallMethod(fake.get(), "requires_grad_", "O", Py_True));
+    if (!done) abort_trace(BreakCode::ShapeInference, "a fake tensor cannot require grad: " + take_python_error());
+  };
+  set_grad(target->fake);
+  for (const PyRef& fake : target->alt_fakes) set_grad(fake);
 }
 
 void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node) {

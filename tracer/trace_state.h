@@ -13,6 +13,7 @@
 #include "graph/graph.h"
 #include "runtime/py_text.h"
 #include "guards/guard_set.h"
+#include "interpreter/exception_table.h"
 #include "interpreter/instruction.h"
 #include "tracer/break_reason.h"
 #include "tracer/dynamic_shapes.h"
@@ -24,6 +25,18 @@ namespace kiln::tracer {
 // Casts autocast applies to an op's inputs: (meta fake, torch dtype).
 using AutocastCasts = std::vector<std::pair<runtime::PyRef, runtime::PyRef>>;
 
+// A Python exception the traced code raises exactly as eager Python would
+// (its cause is guarded or fixed): a handler in an inlined frame may catch
+// it (Note [Exceptions in inlined frames] in trace_exceptions.cpp).
+class PythonRaise : public TraceAbort {
+ public:
+  PythonRaise(const std::string& message, PyRef exception)
+      : TraceAbort(BreakCode::PythonException, message), exception(std::move(exception)) {}
+  PyRef exception;  // the exception instance
+};
+
+// Throws the pending Python error as a PythonRaise, its message `prefix`
+// then "Type: message".
 // One trace: owns the graph and guards until they are handed to the cache.
 class TraceState {
  public:
@@ -106,6 +119,9 @@ class TraceState {
 
   // Stores to caller-visible state, in program order (Note [Side effects]).
   std::vector<BreakInfo::PendingStore> stores;
+  // The exception an inlined handler is handling (sys.exception()), null
+  // outside handlers (Note [Exceptions in inlined frames]).
+  ValuePtr handled_exception;
   // Marks a list or dict the caller passed in as changed by the trace: its
   // new contents are written back like a store (Note [Side effects]).
   void note_container_write(const ValuePtr& container);
@@ -127,6 +143,10 @@ class TraceState {
   graph::Arg lower_record(const ValuePtr& record);
   ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
                        int device_index);
+  // True for a Tensor method that writes its self (Tensor.add_).
+  static bool is_inplace_method(const std::string& name);
+  // An in-place op made `target` require grad: its meta and fakes follow.
+  void mark_requires_grad(const ValuePtr& target);
   // Gives a result tensor its fakes at the other points and names its
   // symbolic dims on the node.
   void attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node);
@@ -291,6 +311,11 @@ class FrameTracer {
   PyRef const_at(int index) const;  // co_consts[index]
   std::string local_name(int index) const;
 
+  // try/except in inlined frames (trace_exceptions.cpp): jumps to the
+  // handler that catches `raised` here; false when none does.
+  bool enter_handler(const PythonRaise& raised);
+  void step_exceptions(const interpreter::Instruction& ins);
+
   // Records a graph break before instruction `pc` from the snapshot taken
   // there; false when the state cannot be handed to CPython.
   bool record_break(TraceAbort& abort);
@@ -328,10 +353,20 @@ class FrameTracer {
   bool returned_ = false;
   // Top frame: instructions a user's try/except/finally protects.
   std::vector<bool> in_user_try_;
+  // co_exceptiontable, decoded when something first raises in the frame.
+  std::vector<interpreter::ExceptionTableEntry> exception_entries_;
+  bool exception_entries_read_ = false;
 };
 
 // Throws a TraceAbort with a formatted message.
 [[noreturn]] void abort_trace(BreakCode code, const std::string& message);
+
+[[noreturn]] void raise_python_error(const std::string& prefix = "");
+// Throws `exception` (an instance) as a PythonRaise.
+[[noreturn]] void raise_exception_object(PyObject* exception);
+// True for an exception class whose __new__ and __init__ are C code (the
+// builtin exceptions and subclasses that add only methods or attributes).
+bool exception_class_is_builtin_made(PyObject* cls);
 
 using runtime::py_repr;
 

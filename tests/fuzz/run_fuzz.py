@@ -635,6 +635,13 @@ def check_program(prog, source=None, verbose=False):
             # torch.compile does the same, so not a failure.
             if egerr and not cgerr and "modified by an inplace operation" in egerr.text:
                 egerr = egrads = None
+            # Eager refuses a backward through an op torch has no derivative
+            # for (floor_divide) even when only zero gradients reach it (its
+            # input came from sign()); kiln's autograd drops paths whose
+            # gradient is identically zero and never asks. Its gradients are
+            # the right ones; nothing to compare against.
+            if egerr and not cgerr and "is not implemented" in egerr.text and "derivative for" in egerr.text:
+                egerr = egrads = None
             if egerr != cgerr:
                 detail = "; ".join(f"{who}: {err.text}" for who, err in (("eager", egerr), ("compiled", cgerr)) if err)
                 raise Failure("grad", f"{where}: backward: eager {egerr or 'ok'}, compiled {cgerr or 'ok'} ({detail})", i)

@@ -409,7 +409,8 @@ TEST(OpcodeTableTest, VersionSpecificMappings) {
   EXPECT_EQ(by_name(t11, "POP_JUMP_BACKWARD_IF_FALSE").op, Op::PopJumpIfFalse);
   EXPECT_EQ(by_name(t11, "JUMP_BACKWARD_NO_INTERRUPT").op, Op::Jump);
   EXPECT_EQ(by_name(t11, "LOAD_NAME").op, Op::Unsupported);
-  EXPECT_EQ(by_name(t11, "PUSH_EXC_INFO").op, Op::Unsupported);
+  EXPECT_EQ(by_name(t11, "PUSH_EXC_INFO").op, Op::PushExcInfo);
+  EXPECT_EQ(by_name(t11, "LOAD_BUILD_CLASS").op, Op::Unsupported);
   EXPECT_EQ(by_name(t12, "LOAD_FAST_CHECK").op, Op::LoadFast);
   EXPECT_EQ(by_name(t12, "LOAD_SUPER_ATTR").op, Op::LoadSuperAttr);
   EXPECT_EQ(by_name(t11, "MATCH_CLASS").op, Op::MatchClass);
