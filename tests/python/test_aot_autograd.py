@@ -515,3 +515,45 @@ def test_an_embedding_read_by_an_arange_is_a_slice(backend, t, capfd):
     assert backward.count(" = scatter(") == 1, backward  # the token embedding's only
     for p, q in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def _grads(fn, backend, *shapes_and_makers):
+    inputs = [make().requires_grad_() for make in shapes_and_makers]
+    fn(*inputs).sum().backward()
+    eager = [t.grad.clone() for t in inputs]
+    for t in inputs:
+        t.grad = None
+    kiln.compile(fn, backend=backend)(*inputs).sum().backward()
+    return eager, [t.grad for t in inputs]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_gradients_at_degenerate_points_match_torch(backend):
+    # torch's formulas mask these points: std of equal values (std_backward
+    # gives 0 where the result is 0) and atan2 at (0, 0).
+    def std_of_equal_rows(x):
+        return x[:1].expand(4, 3).std(dim=0)
+
+    def atan2_at_origin(a):
+        masked = a * (a > 0)
+        return torch.atan2(masked, masked)
+
+    for fn in (std_of_equal_rows, atan2_at_origin):
+        eager, compiled = _grads(fn, backend, lambda: torch.randn(4, 3))
+        for e, c in zip(eager, compiled):
+            assert not c.isnan().any(), fn.__name__
+            torch.testing.assert_close(c, e)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_in_place_op_makes_its_target_require_grad(backend):
+    def fn(y):
+        w = torch.zeros_like(y)
+        w.add_(y, alpha=0.5)
+        return torch.tanh(w)
+
+    y = torch.randn(5, 2, requires_grad=True)
+    out = kiln.compile(fn, backend=backend)(y)
+    assert out.requires_grad
+    eager, compiled = _grads(fn, backend, lambda: torch.randn(5, 2))
+    torch.testing.assert_close(compiled[0], eager[0])

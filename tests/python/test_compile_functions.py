@@ -814,3 +814,16 @@ def test_unary_metadata_matches_eager(op, inputs):
 
 def test_relu_of_an_integer_tensor_keeps_its_dtype():
     check_compiled(lambda x: F.relu(x) + torch.relu(x), lambda: (torch.randint(-5, 5, (4, 3)),))
+
+
+def test_compiler_is_compiling_is_true_while_tracing():
+    # Library code keeps a graph-capture path under torch.compiler.is_compiling()
+    # (Note [Compiler queries]); kiln's trace takes it, eager code does not.
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x * 2
+        return x * 3
+
+    x = torch.ones(3)
+    assert torch.equal(fn(x), x * 3)
+    assert torch.equal(kiln.compile(fn, fullgraph=True)(x), x * 2)
