@@ -44,6 +44,9 @@ class BuiltinContext {
   virtual ValuePtr unary_op(interpreter::Op op, const ValuePtr& a) = 0;
   // base.name, with the tracer's attribute rules.
   virtual ValuePtr load_attr(const ValuePtr& base, PyObject* name) = 0;
+  // base.name, or null where that raises AttributeError exactly as eager
+  // Python would (getattr's default, hasattr).
+  virtual ValuePtr try_load_attr(const ValuePtr& base, PyObject* name) = 0;
   // The value the trace stored to base.name and has not yet written back
   // (Note [Side effects]), or null.
   virtual ValuePtr pending_attr_store(const ValuePtr& base, PyObject* name) = 0;

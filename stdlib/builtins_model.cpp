@@ -109,6 +109,7 @@ ValuePtr len_model(BuiltinContext& context, BuiltinCall& call) {
     return int_value(context, static_cast<Py_ssize_t>(context.unpack(context.iterate(x)).size()));
   }
   if (ValuePtr n = context.call_python_special(x, "__len__", {})) return n;
+  if (x->is(ValueKind::Record) && x->contents) return int_value(context, static_cast<Py_ssize_t>(x->contents->items.size()));
   return fold(context, call);
 }
 
@@ -143,6 +144,13 @@ ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
                           : x->obj && PyType_Check(x->obj.get()) ? x->obj.get()
                           : x->fake ? reinterpret_cast<PyObject*>(Py_TYPE(x->fake.get()))  // an intermediate
                                     : nullptr;
+  if (x->is(ValueKind::Record)) {
+    // A Record is known whole (Note [User objects]): its lookup decides,
+    // a Python __getattr__ included.
+    ValuePtr found = context.try_load_attr(x, name->obj.get());
+    if (has) return boolean(context, found != nullptr);
+    return found ? found : call.args[2];
+  }
   if (tensor_type) {
     // Duck typing on tensors (`hasattr(x, "jax")`): the class answers; an
     // input is guarded to keep the answer (an attribute set on the tensor

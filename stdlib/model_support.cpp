@@ -22,6 +22,13 @@ PyRef python_constant(const Value& value) {
   // An exception the trace made or caught (Note [Exceptions in inlined
   // frames]): str(e), e.args and the like read what it was made with.
   if (value.is(ValueKind::Object) && value.source < 0 && PyExceptionInstance_Check(value.obj.get())) return value.obj;
+  // A class whose metaclass keeps type's str() and repr(): str(type(x)) is
+  // "<class 'torch.Tensor'>" for as long as the class is the one guarded.
+  if (value.is(ValueKind::Object) && value.obj && PyType_Check(value.obj.get()) &&
+      Py_TYPE(value.obj.get())->tp_repr == PyType_Type.tp_repr &&
+      Py_TYPE(value.obj.get())->tp_str == PyType_Type.tp_str) {
+    return value.obj;
+  }
   if (value.is(ValueKind::Set)) return PyRef::steal(PySet_New(value.obj.get()));  // a copy
   if (value.is(ValueKind::SymInt)) throw tracer::Specialize("a dynamic size is used as a plain Python value");
   const bool tuple = value.is(ValueKind::Tuple);

@@ -218,8 +218,20 @@ class ValueEmitter {
         b_.build_tuple(static_cast<int>(value->items.size() - value->position));
         if (!iterator_as_tuple) b_.get_iter();
         return;
-      case ValueKind::TensorMethod:
-      case ValueKind::ContainerMethod: {
+      case ValueKind::ContainerMethod:
+        if (value->self->is(ValueKind::Record)) {
+          // types.MethodType(descriptor, obj): the very method found (a
+          // super() one too), bound to the rebuilt object.
+          static PyObject* method_type = reinterpret_cast<PyObject*>(&PyMethod_Type);
+          b_.push_null();
+          b_.load_const(method_type);
+          b_.load_const(value->obj.get());
+          emit(value->self);
+          b_.call(2);
+          return;
+        }
+        [[fallthrough]];
+      case ValueKind::TensorMethod: {
         emit(value->self);
         PyRef name = PyRef::steal(PyUnicode_FromString(value->name.c_str()));
         b_.load_attr(name.get());
@@ -234,6 +246,27 @@ class ValueEmitter {
           break;
         }
         b_.load_attr(name.get());
+        return;
+      }
+      case ValueKind::Record: {
+        // rebuild_object(cls, attrs, contents) (Note [User objects]).
+        auto emit_dict = [&](const ValuePtr& dict) {
+          for (size_t i = 0; i < dict->items.size(); ++i) {
+            b_.load_const(dict->keys[i].get());
+            emit(dict->items[i]);
+          }
+          b_.build_map(static_cast<int>(dict->items.size()));
+        };
+        b_.push_null();
+        b_.load_const(record_rebuilder());
+        b_.load_const(value->tuple_type.get());
+        emit_dict(value->attrs);
+        if (value->contents) {
+          emit_dict(value->contents);
+        } else {
+          b_.load_const(Py_None);
+        }
+        b_.call(3);
         return;
       }
       case ValueKind::StdObject:

@@ -105,7 +105,7 @@ ValuePtr FrameTracer::run() {
     // does (Note [Tracing try blocks]). The top frame needs to know where
     // user handlers protect it, to make no graph break there.
     if (is_top_) in_user_try_ = user_try_coverage(code_, instructions_);
-    while (!returned_) {
+    while (!returned_ && !suspended_) {
       if (pc_ >= instructions_.size()) {
         abort_trace(BreakCode::UnsupportedOpcode, "ran past the end of the bytecode");
       }
@@ -207,7 +207,7 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
       }
       return true;
     case ValueKind::Iterator:
-      if (!on_stack) return false;
+      if (!on_stack || value->generator) return false;  // a suspended generator cannot be handed over
       for (size_t i = value->position; i < value->items.size(); ++i) {
         if (!reconstructible(value->items[i], false)) return false;
       }
@@ -228,6 +228,9 @@ bool reconstructible(const ValuePtr& value, bool on_stack) {
     case ValueKind::StdObject:
       // Made again by calling its type with the stored arguments.
       return reconstructible(value->items[0], false) && reconstructible(value->items[1], false);
+    case ValueKind::Record:
+      // Made again by rebuild_object (Note [User objects]).
+      return reconstructible(value->attrs, false) && (!value->contents || reconstructible(value->contents, false));
     case ValueKind::Module:
     case ValueKind::Function:
     case ValueKind::TorchCallable:
@@ -248,6 +251,8 @@ void collect_tensors(const ValuePtr& value, std::vector<int>& nodes) {
   }
   for (const ValuePtr& item : value->items) collect_tensors(item, nodes);
   if (value->self) collect_tensors(value->self, nodes);
+  if (value->attrs) collect_tensors(value->attrs, nodes);
+  if (value->contents) collect_tensors(value->contents, nodes);
 }
 
 }  // namespace
@@ -435,6 +440,7 @@ void FrameTracer::step(const Instruction& ins) {
         push(state_.wrap_unguarded((truthiness(answer) != (ins.arg == 1)) ? Py_True : Py_False));
         return;
       }
+      if (container->is(ValueKind::Record) && container->contents) container = container->contents;
       bool found = false;
       if ((container->is(ValueKind::Tuple) || container->is(ValueKind::List)) && item->is(ValueKind::Object)) {
         // x in (A, B): identity, then ==, item by item, as CPython does.
@@ -560,10 +566,18 @@ void FrameTracer::step(const Instruction& ins) {
     }
     case Op::ReturnGenerator:
     case Op::YieldValue:
-      // Only generator expressions are traced, eagerly: see inline_callee.
-      if (!yields_) abort_trace(BreakCode::UnsupportedFrame, "a generator frame");
-      if (ins.op == Op::YieldValue) yields_->push_back(pop());
-      push(state_.wrap_unguarded(Py_None));
+      // Generator expressions run to completion; other generators a yield
+      // at a time (Note [Generators]).
+      if (!yields_ && !generator_) abort_trace(BreakCode::UnsupportedFrame, "a generator frame");
+      if (ins.op == Op::YieldValue) {
+        if (generator_) {
+          yielded_ = pop();
+          suspended_ = true;
+        } else {
+          yields_->push_back(pop());
+        }
+      }
+      push(state_.wrap_unguarded(Py_None));  // what send() passes: next() sends None
       return;
     case Op::BuildSlice: {
       std::vector<ValuePtr> parts = pop_n(ins.arg);
@@ -996,7 +1010,9 @@ void FrameTracer::step_jump(const Instruction& ins) {
     }
     case Op::GetIter: {
       ValuePtr iterable = pop();
-      push(get_iter(iterable));
+      // Graph breaks happen in the top frame, where a suspended generator
+      // could not be handed to CPython: there it runs to its end first.
+      push(get_iter(iterable, /*lazy=*/!is_top_));
       return;
     }
     case Op::ForIter: {
@@ -1004,8 +1020,8 @@ void FrameTracer::step_jump(const Instruction& ins) {
       if (!iterator->is(ValueKind::Iterator)) {
         abort_trace(BreakCode::UnsupportedValue, "iteration over " + describe_value(*iterator));
       }
-      if (iterator->position < iterator->items.size()) {
-        push(iterator->items[iterator->position++]);
+      if (ValuePtr item = next_item(iterator)) {
+        push(item);
         return;
       }
       pop();

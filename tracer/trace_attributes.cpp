@@ -292,9 +292,16 @@ bool is_object_getattribute(PyObject* obj) {
 }
 
 ValuePtr FrameTracer::call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args) {
-  if (!self->is(ValueKind::Object) || !self->obj || PyType_Check(self->obj.get())) return nullptr;
+  PyTypeObject* type = nullptr;
+  if (self->is(ValueKind::Record)) {
+    type = reinterpret_cast<PyTypeObject*>(self->tuple_type.get());
+  } else if (self->is(ValueKind::Object) && self->obj && !PyType_Check(self->obj.get())) {
+    type = Py_TYPE(self->obj.get());
+  } else {
+    return nullptr;
+  }
   PyRef key = intern(name);
-  PyObject* method = _PyType_Lookup(Py_TYPE(self->obj.get()), key.get());
+  PyObject* method = _PyType_Lookup(type, key.get());
   if (!method || !PyFunction_Check(method)) return nullptr;
   args.insert(args.begin(), self);
   return inline_function(method, -1, std::move(args), {});
@@ -327,7 +334,16 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   PyTypeObject* type = Py_TYPE(obj);
   const std::string attr = PyUnicode_AsUTF8(name);
   const std::string where = std::string(type->tp_name) + "." + attr;
-  if (PyType_Check(obj) && Py_TYPE(obj) == &PyType_Type) {
+  // A metaclass that keeps type's attribute lookup (one that only
+  // customizes class creation or __setattr__, like transformers'
+  // ModelOutput's) reads class attributes as type does, unless it defines
+  // a data descriptor of that name itself.
+  const bool plain_metaclass =
+      PyType_Check(obj) && (Py_TYPE(obj) == &PyType_Type || (type->tp_getattro == PyType_Type.tp_getattro && [&] {
+                              PyObject* meta_attr = _PyType_Lookup(type, name);
+                              return !meta_attr || !Py_TYPE(meta_attr)->tp_descr_set;
+                            }()));
+  if (plain_metaclass) {
     // A class attribute: plain values and functions are read (and guarded)
     // through the class; static and class methods are unwrapped.
     PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(obj), name);
@@ -335,6 +351,9 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
       return state_.wrap(found, state_.sources().attr(base->source, name));
     }
     if (found && is_object_getattribute(found)) return state_.wrap_unguarded(found);  // builtin, fixed
+    if (found && (is_object_slot(found, "__setattr__") || is_object_slot(found, "__init__"))) {
+      return state_.wrap_unguarded(found);  // object.__setattr__(self, ...) (Note [User objects])
+    }
     if (found) {
       if (ValuePtr value = class_descriptor(base, found)) return value;
     }
@@ -473,12 +492,19 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
   // A mapping or sequence class written in Python (a registry, a lazy
   // mapping): its own __getitem__, inlined.
   if (ValuePtr item = call_python_special(base, "__getitem__", {index})) return item;
+  if (base->is(ValueKind::Record) && base->contents) return subscript(base->contents, index);
   abort_trace(BreakCode::UnsupportedOperator,
               "subscript of " + describe_value(*base) + " with " + describe_value(*index));
 }
 
-ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
+ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
   const stdlib::TorchApi* api = stdlib::torch_api();
+  if (value->is(ValueKind::Iterator) && !lazy) drain(value);
+  if (value->is(ValueKind::Record) || value->is(ValueKind::Object)) {
+    // A Python __iter__ (a generator function, as collections.abc.Sequence's).
+    if (ValuePtr iterator = call_python_special(value, "__iter__", {})) return get_iter(iterator, lazy);
+    if (value->is(ValueKind::Record) && value->contents) return get_iter(value->contents);
+  }
   switch (value->kind) {
     case ValueKind::Iterator:
       return value;
@@ -547,7 +573,8 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value) {
 }
 
 std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
-  ValuePtr iterator = get_iter(value);
+  ValuePtr iterator = get_iter(value);  // a generator runs to its end
+
   std::vector<ValuePtr> items(iterator->items.begin() + iterator->position, iterator->items.end());
   iterator->position = iterator->items.size();
   if (count >= 0 && static_cast<int>(items.size()) != count) {
@@ -563,6 +590,14 @@ namespace kiln::tracer {
 
 void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
   const stdlib::TorchApi* api = stdlib::torch_api();
+  if (container->is(ValueKind::Record)) {
+    // Note [User objects]: the class's __setitem__, else the dict's items.
+    if (call_python_special(container, "__setitem__", {key, value})) return;
+    if (!container->contents) {
+      abort_trace(BreakCode::UnsupportedOperator, "item assignment on " + describe_value(*container));
+    }
+    return store_subscript(container->contents, key, value);
+  }
   if (container->is(ValueKind::Tensor)) {
     PyRef setitem = PyRef::steal(PyObject_GetAttrString(api->operator_module, "setitem"));
     state_.call_torch("operator.setitem", setitem.get(), {container, key, value}, {}, false);
@@ -603,6 +638,10 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
 }
 
 void FrameTracer::delete_subscript(const ValuePtr& container, const ValuePtr& key) {
+  if (container->is(ValueKind::Record)) {
+    if (call_python_special(container, "__delitem__", {key})) return;
+    if (container->contents) return delete_subscript(container->contents, key);
+  }
   if (!key->is(ValueKind::Constant) || !(container->is(ValueKind::Dict) || container->is(ValueKind::List))) {
     abort_trace(BreakCode::UnsupportedOperator, "del of " + describe_value(*container) + "[" + describe_value(*key) + "]");
   }

@@ -3,6 +3,7 @@
 // builtins and std-module callables go to their models (trace_stdlib.cpp).
 
 #include "runtime/aten_bridge.h"
+#include "stdlib/model_registry.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/trace_state.h"
@@ -131,7 +132,14 @@ void FrameTracer::step_call(const Instruction& ins) {
       }
     }
   }
-  push(call_value(callable, std::move(args), std::move(kwargs)));
+  ValuePtr result = call_value(callable, std::move(args), std::move(kwargs));
+  // A generator stays suspended only for a for loop that starts right here
+  // in an inlined frame (Note [Generators]); any other use sees it whole.
+  if (result->is(ValueKind::Iterator) && result->generator &&
+      (is_top_ || pc_ >= instructions_.size() || instructions_[pc_].op != Op::GetIter)) {
+    drain(result);
+  }
+  push(std::move(result));
 }
 
 ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr> args,
@@ -150,10 +158,19 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
+      if (callable->self->is(ValueKind::Record) && callable->self->contents) {
+        // A dict method of a Record (Note [User objects]) acts on its items.
+        auto on_contents = std::make_shared<Value>(*callable);
+        on_contents->self = callable->self->contents;
+        return call_value(on_contents, std::move(args), std::move(kwargs));
+      }
       if (callable->self->is(ValueKind::Constant)) return call_constant_method(callable, args, kwargs);
       if (callable->self->is(ValueKind::Set)) return call_set_method(callable, args, kwargs);
       if (callable->self->tuple_type && (callable->name == "_replace" || callable->name == "_asdict")) {
         return call_namedtuple_method(callable, std::move(args), std::move(kwargs));
+      }
+      if (callable->self->is(ValueKind::Dict) && callable->name.rfind("__", 0) == 0) {
+        return call_dict_dunder(callable, std::move(args), kwargs);
       }
       return call_modelled(callable, std::move(args), std::move(kwargs));
     case ValueKind::StdObject:
@@ -185,6 +202,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (PyCFunction_Check(obj) && (name_of(obj) == "eval" || name_of(obj) == "exec")) {
         abort_trace(BreakCode::UnsupportedFrame, name_of(obj) + "() runs code in the calling frame");
       }
+      if (ValuePtr done = call_object_slot(callable, args, kwargs)) return done;
       if (is_object_getattribute(obj) && kwargs.empty()) {
         // object.__getattribute__(x, name), or bound by super() to x.
         if (callable->self && args.size() == 1) return generic_getattr(callable->self, args[0]);
@@ -205,7 +223,6 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       }
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
       if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
-      if (is_plain_dataclass_type(obj)) return make_dataclass(callable, std::move(args), std::move(kwargs));
       if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "super() with keywords");
         return make_super(args);
@@ -213,6 +230,9 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (obj == api->no_grad || obj == api->enable_grad || obj == api->set_grad_enabled) {
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "grad-mode context with keywords");
         return make_grad_mode_context(obj, args);
+      }
+      if (!stdlib::find_model(*callable) && is_record_class(obj)) {
+        return make_record(callable, std::move(args), std::move(kwargs));
       }
       return call_modelled(callable, std::move(args), std::move(kwargs));
     }
@@ -395,12 +415,14 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
   const std::string qualname = PyUnicode_AsUTF8(code->co_qualname);
   // A generator expression runs to completion here and becomes an iterator
   // over what it yielded: the values are the same as lazy evaluation gives
-  // when the consumer takes them all, which sum(), list(), for, ... do. Any
-  // other generator, or a coroutine, is not traced.
+  // when the consumer takes them all, which sum(), list(), for, ... do.
+  // Other generators run a yield at a time (Note [Generators]); coroutines
+  // are not traced.
   const bool genexpr = (code->co_flags & CO_GENERATOR) &&
                        PyUnicode_CompareWithASCIIString(code->co_name, "<genexpr>") == 0;
-  if ((code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) && !genexpr) {
-    abort_trace(BreakCode::UnsupportedCall, "call of generator or coroutine function " + qualname);
+  const bool generator = (code->co_flags & CO_GENERATOR) && !genexpr;
+  if (code->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
+    abort_trace(BreakCode::UnsupportedCall, "call of coroutine function " + qualname);
   }
   const int argcount = code->co_argcount;
   const int kwonly = code->co_kwonlyargcount;
@@ -484,6 +506,16 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
     if (!found) fail("missing required keyword-only argument '" + name + "'");
     locals[i] = found;
   }
+  if (generator) {
+    auto frame = std::make_shared<FrameTracer>(state_, code, target.globals, target.func, target.func_source,
+                                               depth_ + 1);
+    frame->set_locals(std::move(locals));
+    frame->set_closure(target.closure);
+    frame->make_generator();
+    ValuePtr iterator = make_sequence(ValueKind::Iterator, {});
+    iterator->generator = std::move(frame);
+    return iterator;
+  }
   FrameTracer callee(state_, code, target.globals, target.func, target.func_source, depth_ + 1);
   callee.set_locals(std::move(locals));
   callee.set_closure(target.closure);
@@ -494,6 +526,55 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
     return make_sequence(ValueKind::Iterator, std::move(yields));
   }
   return callee.run();
+}
+
+// Note [Generators]
+// A generator function an inlined frame calls (collections.abc.Sequence's
+// __iter__, a library's own) becomes an Iterator value holding the
+// generator's frame, not yet run. Where the for loop starting at the call
+// consumes it, FOR_ITER resumes that frame to its next YIELD_VALUE for
+// each item, so the generator's work interleaves with the loop body's as
+// in eager Python (a loop that stops early never runs the rest, and a
+// generator that ends by catching IndexError, as Sequence's does, ends
+// where eager's does). Every other use (list(), zip(), unpacking, an
+// iterator kept in a variable, anything in the top frame, where a graph
+// break could not hand a suspended frame to CPython) runs it to its end
+// first: the same values, with the generator's steps before the
+// consumer's. Generator expressions always run to their end at once.
+ValuePtr FrameTracer::resume() {
+  if (returned_) return nullptr;
+  suspended_ = false;
+  yielded_.reset();
+  try {
+    run();
+  } catch (...) {
+    returned_ = true;  // a generator that raised is finished
+    throw;
+  }
+  return suspended_ ? yielded_ : nullptr;
+}
+
+ValuePtr FrameTracer::next_item(const ValuePtr& iterator) {
+  if (iterator->position < iterator->items.size()) return iterator->items[iterator->position++];
+  if (!iterator->generator) return nullptr;
+  ValuePtr item = iterator->generator->resume();
+  if (!item) {
+    iterator->generator.reset();
+    return nullptr;
+  }
+  iterator->items.push_back(item);
+  return iterator->items[iterator->position++];
+}
+
+void FrameTracer::drain(const ValuePtr& iterator) {
+  while (iterator->generator) {
+    ValuePtr item = iterator->generator->resume();
+    if (!item) {
+      iterator->generator.reset();
+      break;
+    }
+    iterator->items.push_back(item);
+  }
 }
 
 }  // namespace kiln::tracer

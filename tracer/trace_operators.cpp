@@ -206,6 +206,12 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
       if (!sized) return true;
       return !unpack(get_iter(value), -1).empty();
     }
+    case ValueKind::Record: {
+      // The class's __bool__ or __len__, else a dict's items, else true.
+      if (ValuePtr truth = call_python_special(value, "__bool__", {})) return truthiness(truth);
+      if (ValuePtr n = call_python_special(value, "__len__", {})) return truthiness(n);
+      return !value->contents || !value->contents->items.empty();
+    }
     case ValueKind::Function:
     case ValueKind::Method:
     case ValueKind::TensorMethod:

@@ -555,6 +555,13 @@ void count_uses(const ValuePtr& value, std::unordered_map<const Value*, int>& us
   if (value->is(ValueKind::Tuple) || has_identity(*value)) {
     for (const ValuePtr& item : value->items) count_uses(item, uses);
   }
+  if (value->is(ValueKind::Record)) {
+    // Its __dict__ and items are rebuilt as fresh dicts; what they hold counts.
+    for (const ValuePtr& item : value->attrs->items) count_uses(item, uses);
+    if (value->contents) {
+      for (const ValuePtr& item : value->contents->items) count_uses(item, uses);
+    }
+  }
 }
 
 }  // namespace

@@ -195,6 +195,11 @@ class FrameTracer {
   void set_closure(std::vector<ValuePtr> cells) { closure_ = std::move(cells); }
   // Runs a generator's code to completion, collecting what it yields.
   void collect_yields(std::vector<ValuePtr>* yields) { yields_ = yields; }
+  // Makes this frame a generator's, run a yield at a time by resume().
+  void make_generator() { generator_ = true; }
+  // Runs a generator's frame to its next yield: the value yielded, or null
+  // once it returned (Note [Generators]).
+  ValuePtr resume();
   // Runs to the frame's return; returns the returned value.
   ValuePtr run();
 
@@ -244,7 +249,14 @@ class FrameTracer {
   ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
   ValuePtr subscript(const ValuePtr& base, const ValuePtr& index);
   bool truthiness(const ValuePtr& value);
-  ValuePtr get_iter(const ValuePtr& value);
+  // iter(value). `lazy`: a generator may stay suspended (GET_ITER in an
+  // inlined frame, whose FOR_ITER pulls its items one by one).
+  ValuePtr get_iter(const ValuePtr& value, bool lazy = false);
+  // The next item of an iterator value, resuming its generator if needed;
+  // null when it is exhausted.
+  ValuePtr next_item(const ValuePtr& iterator);
+  // Runs an iterator's generator to its end, so `items` holds everything.
+  void drain(const ValuePtr& iterator);
   std::vector<ValuePtr> unpack(const ValuePtr& value, int count);
 
   // Call kinds (trace_calls.cpp).
@@ -286,9 +298,19 @@ class FrameTracer {
   ValuePtr make_set(const std::vector<ValuePtr>& items);
   void set_insert(const ValuePtr& set, const std::vector<ValuePtr>& items);
   ValuePtr call_set_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
-  ValuePtr make_dataclass(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
+  // Objects of plain Python classes the trace makes (Note [User objects]).
+  ValuePtr make_record(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr record_attr(const ValuePtr& record, PyObject* name);
-  void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value);
+  // `generic`: object.__setattr__'s store, past a Python __setattr__.
+  void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
+  // A dict or OrderedDict method `descriptor` bound to the record's contents.
+  ValuePtr record_method(const ValuePtr& record, PyObject* name, PyObject* descriptor);
+  // d.__setitem__(k, v) and the other dunders of a dict value, called as
+  // methods (super().__setitem__ in a dict subclass).
+  ValuePtr call_dict_dunder(const ValuePtr& method, std::vector<ValuePtr> args, const KwArgs& kwargs);
+  // object.__setattr__ / object.__init__ called on a Record (null when
+  // `callable` is neither).
+  ValuePtr call_object_slot(const ValuePtr& callable, std::vector<ValuePtr> args, const KwArgs& kwargs);
 
   // Enum members (trace_enums.cpp): Cls.MEMBER, member.name/.value (null
   // when `base` is no enum class or member), and ==/!= between members.
@@ -336,6 +358,9 @@ class FrameTracer {
   std::vector<ValuePtr> locals_;
   std::vector<ValuePtr> closure_;
   std::vector<ValuePtr>* yields_ = nullptr;
+  bool generator_ = false;   // a generator's frame, run by resume()
+  bool suspended_ = false;   // stopped at a yield; yielded_ holds the value
+  ValuePtr yielded_;
   std::vector<ValuePtr> stack_;
   PyRef kwnames_;
   size_t pc_ = 0;
@@ -384,8 +409,15 @@ bool is_namedtuple_type(PyObject* type);
 
 // True for object.__getattribute__ (the slot wrapper), the generic lookup.
 bool is_object_getattribute(PyObject* obj);
-// True for a dataclass whose instances the tracer can model as a Record.
-bool is_plain_dataclass_type(PyObject* type);
+// True for object's own slot wrapper `name` (object.__setattr__, ...).
+bool is_object_slot(PyObject* obj, const char* name);
+// True for a method of dict or OrderedDict (a method descriptor or slot wrapper).
+bool is_dict_descriptor(PyObject* obj);
+// True for a plain Python class whose instances the tracer can model as a
+// Record (Note [User objects] in trace_records.cpp).
+bool is_record_class(PyObject* type);
+// The callable that rebuilds a Record: rebuild_object(cls, attrs, contents).
+PyObject* record_rebuilder();
 // The callable that rebuilds a returned tuple of `type` from a sequence:
 // Type._make for namedtuples, the type itself for torch.return_types.
 PyRef namedtuple_rebuilder(PyObject* type);

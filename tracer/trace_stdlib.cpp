@@ -62,6 +62,17 @@ class ModelContext final : public stdlib::BuiltinContext {
   void guard_type(const ValuePtr& value, PyObject* type) override {
     if (value->source >= 0) state_.guards().add_type_match(value->source, type);
   }
+  ValuePtr try_load_attr(const ValuePtr& base, PyObject* name) override {
+    try {
+      return frame_.load_attr(base, name);
+    } catch (PythonRaise& raised) {
+      if (!PyErr_GivenExceptionMatches(reinterpret_cast<PyObject*>(Py_TYPE(raised.exception.get())),
+                                       PyExc_AttributeError)) {
+        throw;
+      }
+      return nullptr;
+    }
+  }
   void guard_has_attr(const ValuePtr& value, PyObject* name, bool present) override {
     if (value->source >= 0) state_.guards().add_has_attr(value->source, name, present);
   }

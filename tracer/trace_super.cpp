@@ -67,10 +67,20 @@ ValuePtr FrameTracer::make_super(const std::vector<ValuePtr>& args) {
   if (!cls->obj || !PyType_Check(cls->obj.get())) {
     abort_trace(BreakCode::PythonException, "TypeError: super() argument 1 must be a type");
   }
+  PyObject* start = cls->obj.get();
+  if (receiver->is(ValueKind::Record)) {
+    // Note [User objects]: the receiver's class is known without an object.
+    if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(receiver->tuple_type.get()),
+                          reinterpret_cast<PyTypeObject*>(start))) {
+      abort_trace(BreakCode::PythonException, "TypeError: super(type, obj): obj must be an instance or subtype of type");
+    }
+    ValuePtr value = make_object(ValueKind::Super, cls->obj);
+    value->self = receiver;
+    return value;
+  }
   if (!receiver->obj || receiver->is(ValueKind::Tensor) || receiver->is(ValueKind::Constant)) {
     abort_trace(BreakCode::UnsupportedCall, "super() of " + describe_value(*receiver));
   }
-  PyObject* start = cls->obj.get();
   PyObject* self_obj = receiver->obj.get();
   const bool is_type_receiver = PyType_Check(self_obj) &&
                                 PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(self_obj),
@@ -89,7 +99,9 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
   const std::string attr = PyUnicode_AsUTF8(name);
   const ValuePtr& receiver = super->self;
   PyObject* start = super->obj.get();
-  PyTypeObject* type = lookup_type(receiver->obj.get(), start);
+  const bool record = receiver->is(ValueKind::Record);
+  PyTypeObject* type = record ? reinterpret_cast<PyTypeObject*>(receiver->tuple_type.get())
+                              : lookup_type(receiver->obj.get(), start);
   PyObject* mro = type->tp_mro;
   const Py_ssize_t n = mro ? PyTuple_GET_SIZE(mro) : 0;
   Py_ssize_t i = 0;
@@ -102,7 +114,7 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
     if (PyFunction_Check(found)) {
       // On a class, super().f is the plain function; on an instance, a
       // method bound to the same receiver.
-      if (PyType_Check(receiver->obj.get()) && type == reinterpret_cast<PyTypeObject*>(receiver->obj.get())) {
+      if (!record && PyType_Check(receiver->obj.get()) && type == reinterpret_cast<PyTypeObject*>(receiver->obj.get())) {
         return make_object(ValueKind::Function, PyRef::borrow(found));
       }
       ValuePtr method = make_object(ValueKind::Method, PyRef::borrow(found));
@@ -110,12 +122,14 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
       return method;
     }
     if (Py_TYPE(found)->tp_descr_get && !PyType_Check(found)) {
-      if (is_object_getattribute(found)) {
-        // super().__getattribute__: the generic lookup (Note [Custom getattr]).
+      if (is_object_getattribute(found) || is_object_slot(found, "__setattr__") || is_object_slot(found, "__init__")) {
+        // super().__getattribute__: the generic lookup (Note [Custom getattr]);
+        // super().__setattr__ and super().__init__ of object (Note [User objects]).
         ValuePtr bound = make_object(ValueKind::Builtin, PyRef::borrow(found));
         bound->self = receiver;
         return bound;
       }
+      if (record && receiver->contents && is_dict_descriptor(found)) return record_method(receiver, name, found);
       if (ValuePtr value = class_descriptor(receiver, found)) return value;
       abort_trace(BreakCode::UnsupportedAttribute, "super()." + attr + " is a descriptor kiln does not trace yet");
     }

@@ -39,8 +39,9 @@ using runtime::PyRef;
   X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
   X(GradModeExit, "__exit__ of an entered grad-mode context")                  \
   X(Super, "super(cls, self): obj is cls, self the receiver")                 \
-  X(Record, "a dataclass instance made by the trace: obj is its class, "      \
-            "keys the attribute names, items their values")                  \
+  X(Record, "an instance of a plain Python class made by the trace: "        \
+            "tuple_type is its class, self the class value, attrs its __dict__, " \
+            "contents its items when it is a dict (Note [User objects])")     \
   X(AutocastContext, "torch.autocast(...) not yet entered: obj is the real "  \
                      "autocast object")                                        \
   X(AutocastExit, "__exit__ of an entered autocast block: node is the graph " \
@@ -62,6 +63,7 @@ const char* value_kind_name(ValueKind kind);
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+class FrameTracer;
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
 struct Value {
@@ -94,6 +96,12 @@ struct Value {
                             // Record: its dataclass
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null
   ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
+  // Iterator over a generator an inlined frame called: its frame, suspended
+  // at a yield, makes the items after `items` on demand (Note [Generators]);
+  // null once all are known.
+  std::shared_ptr<FrameTracer> generator;
+  ValuePtr attrs;           // Record: its instance __dict__, a Dict value
+  ValuePtr contents;        // Record of a dict subclass: its items, a Dict value (else null)
   bool outer_cell = false;  // Cell: belongs to a scope the caller can see
   bool grad_enabled = false;  // GradModeContext: mode it sets; GradModeExit: mode it restores
   bool already_set = false;   // GradModeContext: set_grad_enabled() set it when called

@@ -1,0 +1,200 @@
+"""Objects of plain Python classes made inside a compiled frame (Note [User
+objects], tracer/trace_records.cpp).
+
+Library code builds small objects in forward: transformers' ModelOutput (an
+OrderedDict subclass and dataclass with its own __setattr__, __setitem__ and
+__post_init__), caches, helper classes. kiln traces their construction, reads,
+writes and dict behaviour, and rebuilds them with their real class when they
+leave the trace (the frame's result, or a graph break).
+"""
+import dataclasses
+from collections import OrderedDict
+
+import pytest
+import torch
+
+import kiln
+from conftest import assert_same, check_compiled, delta, stats
+
+
+class Scaled:
+    def __init__(self, t, factor=2.0):
+        self.t = t
+        self.factor = factor
+
+    def value(self):
+        return self.t * self.factor
+
+    @property
+    def doubled(self):
+        return self.value() * 2
+
+
+def test_plain_class_made_used_and_returned():
+    def fn(x):
+        s = Scaled(x + 1, factor=3.0)
+        s.extra = s.doubled - 1
+        return s.value() + s.extra, s
+
+    check_compiled(lambda x: fn(x)[0], lambda: (torch.randn(3),))
+    compiled = kiln.compile(fn, fullgraph=True)
+    out, obj = compiled(torch.ones(2))
+    assert type(obj) is Scaled
+    assert list(vars(obj)) == ["t", "factor", "extra"]
+    assert_same(obj.t, torch.full((2,), 2.0))
+    assert_same(obj.extra, torch.full((2,), 11.0))
+    assert_same(out, torch.full((2,), 17.0))
+
+
+class Registry(OrderedDict):
+    """A dict subclass whose __setitem__ records writes and scales values."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value * 2)
+        self.last = key
+
+    def total(self):
+        return sum(self.values())
+
+
+def test_ordered_dict_subclass_with_custom_setitem():
+    def fn(x):
+        r = Registry()
+        r["b"] = x
+        r["a"] = x + 1
+        return r.total() + len(r) * ("a" in r), r
+
+    compiled = check_compiled(fn, lambda: (torch.randn(3),))
+    _, r = compiled(torch.ones(2))
+    assert type(r) is Registry and list(r) == ["b", "a"] and r.last == "a"
+    r.move_to_end("b")  # the order links OrderedDict keeps are intact
+    assert list(r) == ["a", "b"]
+
+
+@dataclasses.dataclass
+class Output(OrderedDict):
+    """Like transformers' ModelOutput: fields mirrored as items when set."""
+
+    logits: torch.Tensor = None
+    aux: torch.Tensor = None
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            v = self.__dict__.get(field.name)
+            if v is not None:
+                self[field.name] = v
+
+    def __setattr__(self, name, value):
+        if value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return tuple(self.values())[k]
+
+
+def test_model_output_style_dataclass():
+    def fn(x):
+        out = Output(logits=x * 2)
+        y = out.logits + out[0] + out["logits"]
+        out.aux = y
+        return Output(logits=y, aux=None), out
+
+    compiled = check_compiled(fn, lambda: (torch.randn(3),))
+    first, second = compiled(torch.ones(2))
+    assert type(first) is Output and list(first.keys()) == ["logits"] and first.aux is None
+    assert list(second.keys()) == ["logits", "aux"]
+    assert_same(second["aux"], torch.full((2,), 6.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: torch.Tensor
+    b: int = 3
+
+
+def test_frozen_dataclass_and_its_error():
+    def fn(x):
+        f = Frozen(x)
+        return f.a * f.b
+
+    check_compiled(fn, lambda: (torch.randn(3),))
+
+    def writes(x):
+        f = Frozen(x)
+        f.b = 4
+        return x
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        kiln.compile(writes)(torch.randn(2))
+
+
+class Lazy:
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, name):
+        if name.startswith("times_"):
+            return self.base * int(name[len("times_"):])
+        raise AttributeError(name)
+
+
+def test_getattr_fallback_and_missing_attribute_probe():
+    def fn(x):
+        lazy = Lazy(x)
+        missing = getattr(lazy, "other", None)
+        return lazy.times_3 + (0 if missing is None else 1)
+
+    check_compiled(fn, lambda: (torch.randn(3),))
+
+
+def test_object_alive_across_a_graph_break():
+    def fn(x):
+        s = Scaled(x * 2)
+        print("", end="")  # a graph break with s alive
+        return s.value() + 1, s
+
+    compiled = kiln.compile(fn)
+    before = stats()
+    out, s = compiled(torch.ones(2))
+    assert_same(out, torch.full((2,), 5.0))
+    assert type(s) is Scaled and s.factor == 2.0
+    assert delta(before, stats())["graph_breaks"] == 1
+
+
+class WithDel:
+    def __init__(self, t):
+        self.t = t
+
+    def __del__(self):
+        pass
+
+
+def test_classes_with_finalizers_are_not_modelled():
+    def fn(x):
+        return WithDel(x).t + 1
+
+    compiled = kiln.compile(fn)
+    assert_same(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    assert kiln.explain(fn)(torch.ones(2)).graph_break_count >= 1
+
+
+def test_transformers_model_output():
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    def fn(x):
+        hidden = outputs.BaseModelOutputWithPast(last_hidden_state=x * 2)
+        logits = hidden.last_hidden_state + hidden[0]
+        return outputs.CausalLMOutputWithPast(logits=logits, loss=None)
+
+    compiled = check_compiled(fn, lambda: (torch.randn(2, 3),))
+    out = compiled(torch.ones(2, 3))
+    assert type(out).__name__ == "CausalLMOutputWithPast"
+    assert list(out.keys()) == ["logits"] and out.loss is None
+    assert_same(out.to_tuple()[0], torch.full((2, 3), 4.0))
