@@ -709,6 +709,21 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       has_device = true;
     }
   }
+  // x.to(device) / x.to("cuda:0"): the device is positional. Fakes live on
+  // the meta device, so they are moved to "meta"; the result's device is
+  // the one named (a move to the tensor's own device is a no-op eagerly).
+  std::vector<bool> positional_device(args.size(), false);
+  if (name == "Tensor.to") {
+    for (size_t i = 1; i < args.size(); ++i) {
+      PyObject* spec = args[i]->is(ValueKind::Constant) ? args[i]->obj.get() : nullptr;
+      if (!spec || !(PyUnicode_Check(spec) || Py_TYPE(spec) == reinterpret_cast<PyTypeObject*>(api->device_type))) {
+        continue;
+      }
+      parse_device(spec, *api, &device_type, &device_index);
+      positional_device[i] = true;
+      has_device = true;
+    }
+  }
   const bool default_device = !device_found && !has_device;
   if (default_device) {
     int8_t index = -1;
@@ -718,7 +733,10 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   // The fakes standing for the arguments at sample point p.
   auto fakes_at = [&](int p) {
     PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-    for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(fake_args.get(), i, lower_fake(args[i], p).release());
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyObject* fake = positional_device[i] ? PyUnicode_FromString("meta") : lower_fake(args[i], p).release();
+      PyTuple_SET_ITEM(fake_args.get(), i, fake);
+    }
     PyRef fake_kwargs = PyRef::steal(PyDict_New());
     for (const auto& [key, arg] : kwargs) {
       if (key == "device" && arg->is(ValueKind::Constant) && arg->obj.get() != Py_None) {

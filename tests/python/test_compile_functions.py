@@ -827,3 +827,12 @@ def test_compiler_is_compiling_is_true_while_tracing():
     x = torch.ones(3)
     assert torch.equal(fn(x), x * 3)
     assert torch.equal(kiln.compile(fn, fullgraph=True)(x), x * 2)
+
+
+def test_to_the_tensors_own_device_is_traced():
+    # `y.to(x.device)` (GPT-2's position embeddings): the device is positional.
+    def fn(x):
+        positions = torch.arange(x.shape[-1], device=x.device)
+        return x + positions.to(x.device) + (x * 2).to("cpu", torch.float64).to(x.dtype)
+
+    check_compiled(fn, lambda: (torch.randn(2, 3),))
