@@ -79,6 +79,7 @@ const Model* find_model(const Value& callee) {
       return registry.find_instances(callee.obj.get());
     case ValueKind::Builtin:
     case ValueKind::ContainerMethod:
+    case ValueKind::Function:  // a Python function kiln evaluates rather than inlines
       return registry.find(callee.obj.get());
     case ValueKind::Object:
       if (const Model* model = registry.find(callee.obj.get())) return model;

@@ -53,7 +53,8 @@ class ModelRegistry {
   X(math)                     \
   X(operator)                 \
   X(functools)                \
-  X(itertools)
+  X(itertools)                \
+  X(inspect)
 
 #define KILN_DECLARE_MODEL(family) void register_##family##_model(ModelRegistry& registry);
 KILN_STDLIB_MODELS(KILN_DECLARE_MODEL)

@@ -748,13 +748,34 @@ void FrameTracer::store_global(PyObject* name, const ValuePtr& value) {
   state_.stores.push_back(std::move(store));
 }
 
+namespace {
+
+// A value a replayed store can hand over (Note [Side effects]): what the
+// graph can return (tensors, constants, containers and objects the trace
+// built of them) or what a source fetches again.
+bool storable(const ValuePtr& value) {
+  if (value->source >= 0 || value->is(ValueKind::Tensor) || value->is(ValueKind::Constant)) return true;
+  switch (value->kind) {
+    case ValueKind::Tuple:
+    case ValueKind::List:
+    case ValueKind::Dict:
+      return std::all_of(value->items.begin(), value->items.end(), storable);
+    case ValueKind::Record:
+      return storable(value->attrs) && (!value->contents || storable(value->contents));
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void FrameTracer::store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value) {
   if (target->is(ValueKind::Record)) return store_record_attr(target, name, value);
   const std::string attr = PyUnicode_AsUTF8(name);
   if (target->source < 0 || !(target->is(ValueKind::Module) || target->is(ValueKind::Object))) {
     abort_trace(BreakCode::SideEffect, "assignment to attribute '" + attr + "' of " + describe_value(*target));
   }
-  if (!value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant) && value->source < 0) {
+  if (!storable(value)) {
     abort_trace(BreakCode::SideEffect, "assignment of " + describe_value(*value) + " to attribute '" + attr + "'");
   }
   PyObject* obj = target->obj.get();

@@ -219,6 +219,11 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
         if (source >= 0) return state_.wrap(value.get(), source);
       }
       ValuePtr wrapped = state_.wrap_unguarded(value.get());
+      // What an immutable constant holds is fixed with it (a Signature's
+      // parameters mapping), unless it is something to call.
+      if (base->is(ValueKind::Constant) && !wrapped->is(ValueKind::Constant) && !PyCallable_Check(value.get())) {
+        wrapped = make_constant(value);
+      }
       // An exception's cause or context is another exception the trace holds.
       const bool exception = PyExceptionInstance_Check(base->obj.get()) && PyExceptionInstance_Check(value.get());
       if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple) && !exception) {

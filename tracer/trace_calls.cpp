@@ -176,6 +176,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::StdObject:
       return call_modelled(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
+      if (stdlib::find_model(*callable)) return call_modelled(callable, std::move(args), std::move(kwargs));
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
     case ValueKind::Method:
       // A bound method re-fetched by its source reads its function's

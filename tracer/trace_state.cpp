@@ -23,6 +23,18 @@ bool is_constant_object(PyObject* obj, const stdlib::TorchApi& api) {
     return true;
   }
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  // inspect's Signature and Parameter are immutable by design.
+  static PyObject* signature_type = nullptr;
+  static PyObject* parameter_type = nullptr;
+  if (!signature_type) {
+    PyRef inspect = PyRef::steal(PyImport_ImportModule("inspect"));
+    if (inspect) {
+      signature_type = PyObject_GetAttrString(inspect.get(), "Signature");  // kept for the process
+      parameter_type = PyObject_GetAttrString(inspect.get(), "Parameter");
+    }
+    PyErr_Clear();
+  }
+  if (type == signature_type || type == parameter_type) return true;
   return type == api.dtype_type || type == api.device_type ||
          type == reinterpret_cast<PyObject*>(&PySlice_Type) ||
          type == reinterpret_cast<PyObject*>(&PyRange_Type) ||
@@ -219,25 +231,7 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     if (guarded) guards_->add_constant_match(source, copy.get());
     value = make_object(ValueKind::Set, std::move(copy), source);
   } else if (is_plain_dict(obj)) {
-    // Keys in the dict's own iteration order, which the trace's loops and
-    // write-back follow, so the guard holds the order too.
-    std::vector<PyRef> keys;
-    if (!runtime::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
-    for (const PyRef& key : keys) {
-      if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get())) {
-        abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key.get()));
-      }
-    }
-    if (guarded) guards_->add_dict_keys(source, obj, keys);
-    value = make_sequence(ValueKind::Dict, {}, source);
-    // An OrderedDict (nn.Module._modules) reads like a dict; it keeps its type.
-    if (!PyDict_CheckExact(obj)) value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-    for (const PyRef& key : keys) {
-      PyObject* item = PyDict_GetItemWithError(obj, key.get());
-      if (!item) abort_trace(BreakCode::PythonException, "a dict key vanished while it was read: " + py_repr(key.get()));
-      value->keys.push_back(key);
-      value->items.push_back(wrap(item, guarded ? sources().dict_item(source, key.get()) : -1));
-    }
+    value = wrap_dict(obj, source, guarded);
   } else if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(api->module_type))) {
     if (guarded) guards_->add_id_match(source, obj);
     value = make_object(ValueKind::Module, PyRef::borrow(obj), source);
@@ -267,6 +261,35 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
   }
   if (source >= 0) wrapped_[source] = value;
   if (source >= 0 && (PyList_CheckExact(obj) || is_plain_dict(obj))) wrapped_containers_[obj] = value;
+  return value;
+}
+
+// A dict read item by item: its keys (in iteration order) guarded with it,
+// each item through its own source. A dict subclass keeps its type.
+ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
+  // Keys in the dict's own iteration order, which the trace's loops and
+  // write-back follow, so the guard holds the order too.
+  std::vector<PyRef> keys;
+  if (!runtime::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
+  for (const PyRef& key : keys) {
+    if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get())) {
+      abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key.get()));
+    }
+  }
+  if (guarded) guards_->add_dict_keys(source, obj, keys);
+  ValuePtr value = make_sequence(ValueKind::Dict, {}, source);
+  // An OrderedDict (nn.Module._modules) reads like a dict; it keeps its
+  // order semantics (a dict subclass's own methods are not the view's).
+  PyObject* ordered = runtime::ordered_dict_type();
+  if (ordered && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(ordered))) {
+    value->tuple_type = PyRef::borrow(ordered);
+  }
+  for (const PyRef& key : keys) {
+    PyObject* item = PyDict_GetItemWithError(obj, key.get());
+    if (!item) abort_trace(BreakCode::PythonException, "a dict key vanished while it was read: " + py_repr(key.get()));
+    value->keys.push_back(key);
+    value->items.push_back(wrap(item, guarded ? sources().dict_item(source, key.get()) : -1));
+  }
   return value;
 }
 

@@ -59,6 +59,9 @@ class TraceState {
   // Wraps an object kiln assumes fixed (torch's namespace, constants made
   // by the trace): no source, no guard.
   ValuePtr wrap_unguarded(PyObject* obj);
+  // A dict (or a dict subclass seen through dict's own methods) as a Dict
+  // value read item by item, its keys guarded when `guarded`.
+  ValuePtr wrap_dict(PyObject* obj, int source, bool guarded);
 
   // Emits a call of a torch callable as a graph node, inferring its result
   // on meta tensors. `factory` marks callables that create tensors without

@@ -130,6 +130,15 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
         return bound;
       }
       if (record && receiver->contents && is_dict_descriptor(found)) return record_method(receiver, name, found);
+      if (!record && receiver->is(ValueKind::Object) && receiver->source >= 0 && PyDict_Check(receiver->obj.get()) &&
+          is_dict_descriptor(found)) {
+        // super().get(k) in a dict subclass the frame reads (a registry):
+        // dict's method on its items, read and guarded like a dict's.
+        auto method = make_object(ValueKind::ContainerMethod, PyRef::borrow(found));
+        method->self = state_.wrap_dict(receiver->obj.get(), receiver->source, /*guarded=*/true);
+        method->name = attr;
+        return method;
+      }
       if (ValuePtr value = class_descriptor(receiver, found)) return value;
       abort_trace(BreakCode::UnsupportedAttribute, "super()." + attr + " is a descriptor kiln does not trace yet");
     }
