@@ -6,6 +6,7 @@
 
 #include "runtime/aten_bridge.h"
 #include "runtime/dict_order.h"
+#include "runtime/environ.h"
 #include "runtime/py_text.h"
 
 namespace kiln::guards {
@@ -216,6 +217,17 @@ void GuardSet::add_has_attr(int source, PyObject* name, bool present) {
   indexed_ = false;
 }
 
+void GuardSet::add_env_var(PyObject* name, PyObject* value) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::EnvVar && PyObject_RichCompareBool(guard.keys, name, Py_EQ) == 1) return;
+  }
+  PyErr_Clear();
+  Py_INCREF(name);
+  Py_XINCREF(value);
+  guards_.push_back({.kind = GuardKind::EnvVar, .expected = value, .keys = name});
+  indexed_ = false;
+}
+
 void GuardSet::build_index() const {
   by_source_.assign(sources_.size(), {});
   for (int i = 0; i < static_cast<int>(guards_.size()); ++i) {
@@ -278,6 +290,14 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       return runtime::autocast_state() == guard.autocast;
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
+    case GuardKind::EnvVar: {
+      PyObject* now = runtime::environ_value(guard.keys);
+      const bool same = now == guard.expected ||
+                        (now && guard.expected && PyObject_RichCompareBool(now, guard.expected, Py_EQ) == 1);
+      Py_XDECREF(now);
+      PyErr_Clear();
+      return same;
+    }
     case GuardKind::HasAttr: {
       if (!value) return false;
       const int found = PyObject_HasAttr(value, guard.expected);  // clears any error
@@ -329,6 +349,14 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
         << graph::device_name(guard.meta.device_type, guard.meta.device_index);
     return out.str();
   }
+  if (guard.kind == GuardKind::EnvVar) {
+    PyObject* now = runtime::environ_value(guard.keys);
+    out << "os.environ[" << runtime::py_repr(guard.keys) << "] is " << (now ? runtime::py_repr(now) : "unset")
+        << ", expected " << (guard.expected ? runtime::py_repr(guard.expected) : "unset");
+    Py_XDECREF(now);
+    PyErr_Clear();
+    return out.str();
+  }
   if (guard.kind == GuardKind::Autocast) {
     out << "autocast is " << describe_autocast(runtime::autocast_state()) << ", expected "
         << describe_autocast(guard.autocast);
@@ -378,6 +406,8 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       break;
     case GuardKind::NoModuleHooks:
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
+      break;
+    case GuardKind::EnvVar:
       break;
     case GuardKind::HasAttr:
       out << where << (guard.flag ? " lacks" : " has") << " the attribute " << runtime::py_repr(guard.expected)
@@ -514,6 +544,10 @@ std::string GuardSet::describe(const Guard& guard) const {
     case GuardKind::Autocast: out << " " << describe_autocast(guard.autocast); break;
     case GuardKind::NoModuleHooks: break;
     case GuardKind::HasAttr: out << (guard.flag ? " has " : " lacks ") << runtime::py_repr(guard.expected); break;
+    case GuardKind::EnvVar:
+      out << " os.environ[" << runtime::py_repr(guard.keys) << "] "
+          << (guard.expected ? "== " + runtime::py_repr(guard.expected) : std::string("unset"));
+      break;
   }
   return out.str();
 }

@@ -28,7 +28,8 @@ namespace kiln::guards {
   X(DefaultDevice, "torch's default device is this device (no source)")      \
   X(Autocast, "CPU and CUDA autocast are on or off, with these dtypes (no source)") \
   X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks") \
-  X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected")
+  X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
+  X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -89,6 +90,8 @@ class GuardSet {
   // trace relied on; a present attribute that is read is guarded by its
   // own source).
   void add_has_attr(int source, PyObject* name, bool present);
+  // os.environ.get(name) is `value` (null: the variable is unset).
+  void add_env_var(PyObject* name, PyObject* value);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.

@@ -436,7 +436,9 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::ContainsOp: {
       ValuePtr container = pop();
       ValuePtr item = pop();
-      if (ValuePtr answer = call_python_special(container, "__contains__", {item})) {
+      ValuePtr answer = is_environ(container) ? read_environ("__contains__", {item}, {})
+                                              : call_python_special(container, "__contains__", {item});
+      if (answer) {
         push(state_.wrap_unguarded((truthiness(answer) != (ins.arg == 1)) ? Py_True : Py_False));
         return;
       }

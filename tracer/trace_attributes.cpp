@@ -189,6 +189,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       return method;
     }
     case ValueKind::Object:
+      if (is_environ(base)) {
+        if (ValuePtr method = environ_method(base, name)) return method;
+      }
       if (ValuePtr member = enum_attr(base, name)) return member;
       if (base->source >= 0) return load_object_attr(base, name);
       [[fallthrough]];
@@ -496,6 +499,7 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
   }
   // A mapping or sequence class written in Python (a registry, a lazy
   // mapping): its own __getitem__, inlined.
+  if (is_environ(base)) return read_environ("__getitem__", {index}, {});
   if (ValuePtr item = call_python_special(base, "__getitem__", {index})) return item;
   if (base->is(ValueKind::Record) && base->contents) return subscript(base->contents, index);
   abort_trace(BreakCode::UnsupportedOperator,

@@ -158,6 +158,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::TensorMethod:
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
+      if (is_environ(callable->self)) return read_environ(callable->name, args, kwargs);
       if (callable->self->is(ValueKind::Record) && callable->self->contents) {
         // A dict method of a Record (Note [User objects]) acts on its items.
         auto on_contents = std::make_shared<Value>(*callable);
@@ -176,6 +177,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::StdObject:
       return call_modelled(callable, std::move(args), std::move(kwargs));
     case ValueKind::Function:
+      if (is_getenv(callable->obj.get())) return read_environ("get", args, kwargs);
       if (stdlib::find_model(*callable)) return call_modelled(callable, std::move(args), std::move(kwargs));
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
     case ValueKind::Method:

@@ -272,8 +272,8 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   std::vector<PyRef> keys;
   if (!runtime::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
   for (const PyRef& key : keys) {
-    if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get())) {
-      abort_trace(BreakCode::UnsupportedValue, "dict with non-str, non-int key " + py_repr(key.get()));
+    if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get()) && !PyBytes_CheckExact(key.get())) {
+      abort_trace(BreakCode::UnsupportedValue, "dict with a key not str, int or bytes: " + py_repr(key.get()));
     }
   }
   if (guarded) guards_->add_dict_keys(source, obj, keys);

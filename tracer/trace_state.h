@@ -308,6 +308,11 @@ class FrameTracer {
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
   // A dict or OrderedDict method `descriptor` bound to the record's contents.
   ValuePtr record_method(const ValuePtr& record, PyObject* name, PyObject* descriptor);
+  // os.environ reads (trace_environ.cpp, Note [Environment variables]): the
+  // bound method for get/__getitem__/__contains__ (null for others), and
+  // the read itself, `op` one of get, __getitem__, __contains__.
+  ValuePtr environ_method(const ValuePtr& environ, PyObject* name);
+  ValuePtr read_environ(const std::string& op, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // d.__setitem__(k, v) and the other dunders of a dict value, called as
   // methods (super().__setitem__ in a dict subclass).
   ValuePtr call_dict_dunder(const ValuePtr& method, std::vector<ValuePtr> args, const KwArgs& kwargs);
@@ -412,6 +417,9 @@ bool is_namedtuple_type(PyObject* type);
 
 // True for object.__getattribute__ (the slot wrapper), the generic lookup.
 bool is_object_getattribute(PyObject* obj);
+// True for the value of os.environ, and for the function os.getenv.
+bool is_environ(const ValuePtr& value);
+bool is_getenv(PyObject* callable);
 // True for object's own slot wrapper `name` (object.__setattr__, ...).
 bool is_object_slot(PyObject* obj, const char* name);
 // True for a method of dict or OrderedDict (a method descriptor or slot wrapper).

@@ -624,3 +624,31 @@ def test_attribute_presence_is_guarded(fn):
     assert delta(before, stats())["recompiles"] == 1
     del cfg.a, cfg.b
     assert_same(compiled(x, cfg), fn(x, cfg))
+
+
+def test_environment_variable_reads_are_guarded_one_by_one(monkeypatch):
+    # Note [Environment variables]: a read is evaluated and guarded on its
+    # own name; changing it retraces, changing another variable does not.
+    import os
+
+    def fn(x):
+        scale = 2.0 if os.environ.get("KILN_TEST_SWITCH", "0") == "1" else 3.0
+        if "KILN_TEST_OTHER" in os.environ:
+            scale += 1
+        return x * scale * float(os.getenv("KILN_TEST_FACTOR", "1"))
+
+    monkeypatch.delenv("KILN_TEST_SWITCH", raising=False)
+    monkeypatch.delenv("KILN_TEST_OTHER", raising=False)
+    monkeypatch.setenv("KILN_TEST_FACTOR", "2")
+    compiled = kiln.compile(fn, fullgraph=True)
+    x = torch.ones(2)
+    assert_same(compiled(x), fn(x))
+    monkeypatch.setenv("KILN_TEST_UNRELATED", "1")
+    before = stats()
+    assert_same(compiled(x), fn(x))
+    assert delta(before, stats())["recompiles"] == 0
+    for name, value in (("KILN_TEST_SWITCH", "1"), ("KILN_TEST_OTHER", ""), ("KILN_TEST_FACTOR", "5")):
+        monkeypatch.setenv(name, value)
+        before = stats()
+        assert_same(compiled(x), fn(x))
+        assert delta(before, stats())["recompiles"] == 1, name
