@@ -17,7 +17,7 @@ const std::unordered_set<std::string_view>& refused_torch_functions() {
       "save", "load", "set_printoptions", "use_deterministic_algorithms",
       "compile", "no_grad", "enable_grad", "inference_mode", "autocast",
       "equal", "allclose", "is_nonzero", "set_num_threads", "set_anomaly_enabled",
-      "is_grad_enabled", "is_inference_mode_enabled"};
+      "is_inference_mode_enabled"};
   return names;
 }
 
@@ -100,6 +100,11 @@ CallableInfo classify_callable(PyObject* callable) {
       (module == "torch.compiler" || module == "torch._utils" || module == "torch._dynamo.external_utils")) {
     info.kind = CallableClass::CompilerQuery;
     info.name = module + "." + name;
+    return info;
+  }
+  if (name == "is_grad_enabled" && is_attr_of(api->torch, name, callable)) {
+    info.kind = CallableClass::GradModeQuery;
+    info.name = "torch.is_grad_enabled";
     return info;
   }
   if (refused_torch_functions().count(name)) {

@@ -14,6 +14,7 @@ enum class CallableClass {
   Factory,    // a graph node that makes tensors without tensor inputs
   Refused,    // a torch callable with effects a graph cannot hold
   CompilerQuery,  // torch.compiler.is_compiling(): True while kiln traces
+  GradModeQuery,  // torch.is_grad_enabled(): the traced grad mode, guarded
 };
 
 struct CallableInfo {

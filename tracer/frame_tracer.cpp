@@ -963,13 +963,15 @@ void FrameTracer::step_build(const Instruction& ins) {
     }
     case Op::FormatValue:
     case Op::BuildString: {
-      // Formatting of constants folds; anything else is not traced yet.
+      // Formatting of constants (and tuples and lists of them: an error
+      // message naming x.shape) folds; anything else is not traced yet.
       const int count = ins.op == Op::BuildString ? ins.arg : 1 + ((ins.arg & 0x04) ? 1 : 0);
       std::vector<ValuePtr> parts = pop_n(count);
-      for (const ValuePtr& part : parts) {
-        if (!part->is(ValueKind::Constant)) {
-          abort_trace(BreakCode::UnsupportedValue, "formatting of " + describe_value(*part));
-        }
+      for (ValuePtr& part : parts) {
+        if (part->is(ValueKind::Constant)) continue;
+        PyRef folded = part->is(ValueKind::Tuple) || part->is(ValueKind::List) ? constant_to_python(part) : PyRef();
+        if (!folded) abort_trace(BreakCode::UnsupportedValue, "formatting of " + describe_value(*part));
+        part = make_constant(folded);
       }
       PyRef result;
       if (ins.op == Op::BuildString) {

@@ -229,7 +229,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       // An exception's cause or context is another exception the trace holds.
       const bool exception = PyExceptionInstance_Check(base->obj.get()) && PyExceptionInstance_Check(value.get());
-      if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple) && !exception) {
+      // A fixed object's class (a function's __class__) is fixed with it.
+      const bool cls = PyType_Check(value.get());
+      if (!wrapped->is(ValueKind::Constant) && !wrapped->is(ValueKind::Tuple) && !exception && !cls) {
         abort_trace(BreakCode::UnsupportedAttribute,
                     "attribute " + attr + " of " + describe_value(*base) + " is not a constant");
       }

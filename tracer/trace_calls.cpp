@@ -152,6 +152,12 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         if (!args.empty() || !kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, info.name + "() with arguments");
         return state_.wrap_unguarded(Py_True);  // Note [Compiler queries] in stdlib/torch_callables.cpp
       }
+      if (info.kind == stdlib::CallableClass::GradModeQuery) {
+        // The mode at this point of the trace: the mode on entry (guarded for
+        // every graph) changed by the traced grad-mode blocks so far.
+        if (!args.empty() || !kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, info.name + "() with arguments");
+        return state_.wrap_unguarded(runtime::grad_mode_enabled() ? Py_True : Py_False);
+      }
       return state_.call_torch(info.name, callable->obj.get(), args, kwargs,
                                info.kind == stdlib::CallableClass::Factory);
     }
@@ -237,7 +243,28 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (!stdlib::find_model(*callable) && is_record_class(obj)) {
         return make_record(callable, std::move(args), std::move(kwargs));
       }
+      if (callable->is(ValueKind::Object) && !PyType_Check(obj) && !stdlib::find_model(*callable)) {
+        // An instance whose class defines __call__ in Python (diffusers'
+        // attention processors): called as CPython would, obj.__call__(...).
+        PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
+        PyObject* call = _PyType_Lookup(Py_TYPE(obj), call_name.get());
+        if (call && PyFunction_Check(call)) {
+          args.insert(args.begin(), callable);
+          return inline_function(call, class_entry_source(Py_TYPE(obj), call_name.get(), call), std::move(args),
+                                 std::move(kwargs));
+        }
+      }
       return call_modelled(callable, std::move(args), std::move(kwargs));
+    }
+    case ValueKind::Record: {
+      // A Python __call__ of the object's class (Note [User objects]).
+      PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
+      PyObject* call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(callable->tuple_type.get()), call_name.get());
+      if (!call || !PyFunction_Check(call)) {
+        abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callable));
+      }
+      args.insert(args.begin(), callable);
+      return inline_function(call, -1, std::move(args), std::move(kwargs));
     }
     case ValueKind::AutocastExit:
       return exit_autocast(callable);

@@ -19,7 +19,12 @@ constexpr const char* kStrMethods[] = {
 }  // namespace
 
 bool is_constant_method(const ValuePtr& base, const std::string& name) {
-  if (!base->is(ValueKind::Constant) || !PyUnicode_Check(base->obj.get())) return false;
+  if (!base->is(ValueKind::Constant)) return false;
+  if (PyObject_TypeCheck(base->obj.get(), &PyDictProxy_Type)) {
+    // A read-only mapping a constant holds (a Signature's parameters).
+    return name == "keys" || name == "values" || name == "items" || name == "get" || name == "__contains__";
+  }
+  if (!PyUnicode_Check(base->obj.get())) return false;
   for (const char* allowed : kStrMethods) {
     if (name == allowed) return true;
   }
@@ -28,7 +33,7 @@ bool is_constant_method(const ValuePtr& base, const std::string& name) {
 
 ValuePtr FrameTracer::call_constant_method(const ValuePtr& method, const std::vector<ValuePtr>& args,
                                            const KwArgs& kwargs) {
-  const std::string what = "str." + method->name + "()";
+  const std::string what = std::string(Py_TYPE(method->self->obj.get())->tp_name) + "." + method->name + "()";
   PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyRef arg = constant_to_python(args[i]);
@@ -44,7 +49,10 @@ ValuePtr FrameTracer::call_constant_method(const ValuePtr& method, const std::ve
   PyRef bound = PyRef::steal(PyObject_GetAttrString(method->self->obj.get(), method->name.c_str()));
   PyRef result = bound ? PyRef::steal(PyObject_Call(bound.get(), call_args.get(), call_kwargs.get())) : PyRef();
   if (!result) abort_trace(BreakCode::PythonException, what + " raised " + take_python_error());
-  return state_.wrap_unguarded(result.get());
+  ValuePtr wrapped = state_.wrap_unguarded(result.get());
+  // A view of a read-only constant mapping is as fixed as the mapping.
+  if (!wrapped->is(ValueKind::Constant) && !PyUnicode_Check(method->self->obj.get())) wrapped = make_constant(result);
+  return wrapped;
 }
 
 }  // namespace kiln::tracer

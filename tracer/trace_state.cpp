@@ -64,6 +64,77 @@ bool is_tensor_sequence(PyObject* obj) {
   return true;
 }
 
+// A tuple or list of tensors and Nones with at least one tensor, as
+// F.multi_head_attention_forward(..., need_weights=False) returns.
+bool is_tensor_or_none_sequence(PyObject* obj) {
+  if (!PyTuple_Check(obj) && !PyList_Check(obj)) return false;
+  bool any = false;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(obj, i);
+    if (runtime::is_tensor(item)) {
+      any = true;
+    } else if (item != Py_None) {
+      return false;
+    }
+  }
+  return any;
+}
+
+// select_tensors(target, positions, *args, **kwargs): the items of
+// target(*args, **kwargs) at `positions`, as a tuple (the item alone when
+// `positions` is one int). A graph node returns
+// only tensors; the Nones a call returns beside them are constants of the
+// trace.
+PyObject* select_tensors(PyObject*, PyObject* args, PyObject* kwargs) {
+  if (PyTuple_GET_SIZE(args) < 2 ||
+      !(PyTuple_Check(PyTuple_GET_ITEM(args, 1)) || PyLong_Check(PyTuple_GET_ITEM(args, 1)))) {
+    PyErr_SetString(PyExc_TypeError, "select_tensors(target, positions, *args, **kwargs)");
+    return nullptr;
+  }
+  PyRef rest = PyRef::steal(PyTuple_GetSlice(args, 2, PyTuple_GET_SIZE(args)));
+  PyRef result = PyRef::steal(PyObject_Call(PyTuple_GET_ITEM(args, 0), rest.get(), kwargs));
+  if (!result) return nullptr;
+  PyRef items = PyRef::steal(PySequence_Fast(result.get(), "select_tensors: the call returned no sequence"));
+  if (!items) return nullptr;
+  PyObject* positions = PyTuple_GET_ITEM(args, 1);
+  if (PyLong_Check(positions)) {
+    // One tensor: the node returns it alone.
+    const Py_ssize_t i = PyLong_AsSsize_t(positions);
+    if (i < 0 || i >= PySequence_Fast_GET_SIZE(items.get())) {
+      PyErr_SetString(PyExc_IndexError, "select_tensors: the call returned fewer items than traced");
+      return nullptr;
+    }
+    PyObject* item = PySequence_Fast_GET_ITEM(items.get(), i);
+    Py_INCREF(item);
+    return item;
+  }
+  PyRef out = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(positions)));
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(positions); ++k) {
+    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, k));
+    if (i < 0 || i >= PySequence_Fast_GET_SIZE(items.get())) {
+      PyErr_SetString(PyExc_IndexError, "select_tensors: the call returned fewer items than traced");
+      return nullptr;
+    }
+    PyObject* item = PySequence_Fast_GET_ITEM(items.get(), i);
+    Py_INCREF(item);
+    PyTuple_SET_ITEM(out.get(), k, item);
+  }
+  return out.release();
+}
+
+// functools.partial(select_tensors, target, positions).
+PyRef tensor_selector(PyObject* target, PyObject* positions) {
+  static PyMethodDef def = {"select_tensors", reinterpret_cast<PyCFunction>(select_tensors),
+                            METH_VARARGS | METH_KEYWORDS, "The tensor items of a call's result."};
+  static PyObject* selector = PyCFunction_New(&def, nullptr);
+  PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
+  PyRef partial = functools ? PyRef::steal(PyObject_GetAttrString(functools.get(), "partial")) : PyRef();
+  PyRef made = partial ? PyRef::steal(PyObject_CallFunctionObjArgs(partial.get(), selector, target, positions, nullptr))
+                       : PyRef();
+  if (!made) abort_trace(BreakCode::PythonException, take_python_error());
+  return made;
+}
+
 void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bool* found) {
   // A SymInt's operands are where its value comes from, not op arguments.
   if (*found || value->is(ValueKind::SymInt)) return;
@@ -116,11 +187,43 @@ PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int6
   return fake;
 }
 
+// An op's result that requires grad is no leaf (it has a grad_fn), so
+// in-place ops on it (F.hardswish(x, inplace=True)) are allowed, as
+// eagerly; a leaf fake that requires grad refuses them. A clone of it is
+// the non-leaf twin; where clone would not keep the strides (an expanded
+// result's zero strides), a strided view of a cloned flat buffer is.
+PyRef non_leaf(PyRef fake) {
+  auto fail = [] { abort_trace(BreakCode::ShapeInference, "cannot make a fake result: " + take_python_error()); };
+  PyRef cloned = PyRef::steal(PyObject_CallMethod(fake.get(), "clone", nullptr));
+  PyRef strides = PyRef::steal(PyObject_CallMethod(fake.get(), "stride", nullptr));
+  PyRef cloned_strides = cloned ? PyRef::steal(PyObject_CallMethod(cloned.get(), "stride", nullptr)) : PyRef();
+  if (!cloned || !strides || !cloned_strides) fail();
+  const int same = PyObject_RichCompareBool(strides.get(), cloned_strides.get(), Py_EQ);
+  if (same < 0) fail();
+  if (same) return cloned;
+  PyRef sizes = PyRef::steal(PyObject_CallMethod(fake.get(), "size", nullptr));
+  if (!sizes) fail();
+  int64_t extent = 1;
+  for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(sizes.get()); ++d) {
+    const int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes.get(), d));
+    if (size == 0) return cloned;  // nothing to view
+    extent += (size - 1) * PyLong_AsLongLong(PyTuple_GET_ITEM(strides.get(), d));
+  }
+  PyRef flat = PyRef::steal(PyObject_CallMethod(fake.get(), "new_empty", "((L))", static_cast<long long>(extent)));
+  PyRef grad = flat ? PyRef::steal(PyObject_CallMethod(flat.get(), "requires_grad_", "O", Py_True)) : PyRef();
+  PyRef buffer = grad ? PyRef::steal(PyObject_CallMethod(flat.get(), "clone", nullptr)) : PyRef();
+  PyRef view = buffer ? PyRef::steal(PyObject_CallMethod(buffer.get(), "as_strided", "OO", sizes.get(), strides.get()))
+                      : PyRef();
+  if (!view) fail();
+  return view;
+}
+
 // A meta tensor for what kiln's own rule says a call returns (Note [Own metas]).
 PyRef own_meta_tensor(const OwnMeta& meta) {
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(meta.like->fake.get(), "dtype"));
   if (!dtype) abort_trace(BreakCode::ShapeInference, "a fake tensor without a dtype: " + take_python_error());
-  return make_meta_tensor(meta.sizes, meta.strides, dtype.get(), meta.requires_grad);
+  PyRef fake = make_meta_tensor(meta.sizes, meta.strides, dtype.get(), meta.requires_grad);
+  return meta.requires_grad ? non_leaf(std::move(fake)) : fake;
 }
 
 // True when the value holds something that differs between sample points.
@@ -188,8 +291,11 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
   const bool guarded = source >= 0;
   if (runtime::is_tensor(obj)) {
     if (!guarded) {
-      abort_trace(BreakCode::UnsupportedValue,
-                  "a tensor reached through torch's namespace cannot be a graph input");
+      graph::TensorMeta meta;
+      runtime::read_tensor_meta(obj, &meta);
+      abort_trace(BreakCode::UnsupportedValue, "a tensor (" + graph::format_tensor_meta(meta) +
+                                                   ") reached without a source (through torch's namespace or a "
+                                                   "fixed object) cannot be a graph input");
     }
     value = wrap_tensor(obj, source);
   } else if (is_constant_object(obj, *api)) {
@@ -856,6 +962,47 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     if (value->meta.requires_grad && is_inplace_method(name) && !args.empty()) mark_requires_grad(args[0]);
     return value;
   }
+  if (!dynamic && !is_tensor_sequence(out) && is_tensor_or_none_sequence(out)) {
+    // (tensor, None): the node returns the tensors; the Nones are constants.
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
+    std::vector<Py_ssize_t> tensor_positions;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (runtime::is_tensor(PySequence_Fast_GET_ITEM(out, i))) tensor_positions.push_back(i);
+    }
+    const bool single = tensor_positions.size() == 1;
+    PyRef positions = PyRef::steal(single ? PyLong_FromSsize_t(tensor_positions[0])
+                                          : PyTuple_New(static_cast<Py_ssize_t>(tensor_positions.size())));
+    for (size_t k = 0; !single && k < tensor_positions.size(); ++k) {
+      PyTuple_SET_ITEM(positions.get(), static_cast<Py_ssize_t>(k), PyLong_FromSsize_t(tensor_positions[k]));
+    }
+    PyRef selector = tensor_selector(target, positions.get());
+    int node = graph_->add_call(name, selector.get(), std::move(graph_args), std::move(graph_kwargs));
+    graph_->node(node).returns_tuple = !single;
+    graph_->node(node).autocast_implicit = implicit_autocast;
+    std::vector<ValuePtr> items;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* item_obj = PySequence_Fast_GET_ITEM(out, i);
+      if (item_obj == Py_None) {
+        items.push_back(wrap_unguarded(Py_None));
+        continue;
+      }
+      if (single) {
+        ValuePtr item = wrap_result(node, item_obj, device_type, device_index);
+        graph_->node(node).metas.push_back(item->meta);
+        items.push_back(item);
+        continue;
+      }
+      PyRef index = PyRef::steal(PyLong_FromSsize_t(k++));
+      int item_node = graph_->add_call("operator.getitem", api->getitem,
+                                       {Arg::of_node(node), Arg::of_constant(index.get())}, {});
+      ValuePtr item = wrap_result(item_node, item_obj, device_type, device_index);
+      graph_->node(item_node).metas.push_back(item->meta);
+      graph_->node(node).metas.push_back(item->meta);
+      items.push_back(item);
+    }
+    return make_sequence(PyList_Check(out) ? ValueKind::List : ValueKind::Tuple, std::move(items));
+  }
   if (is_tensor_sequence(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     graph_->node(node).returns_tuple = true;
@@ -918,13 +1065,16 @@ bool TraceState::is_inplace_method(const std::string& name) {
 void TraceState::mark_requires_grad(const ValuePtr& target) {
   if (!target->is(ValueKind::Tensor) || target->meta.requires_grad) return;
   target->meta.requires_grad = true;
-  auto set_grad = [](const PyRef& fake) {
+  // A fresh non-leaf fake that requires grad, with the same metadata.
+  auto with_grad = [](PyRef& fake) {
     if (!fake) return;
-    PyRef done = PyRef::steal(PyObject_CallMethod(fake.get(), "requires_grad_", "O", Py_True));
+    PyRef leaf = PyRef::steal(PyObject_CallMethod(fake.get(), "detach", nullptr));
+    PyRef done = leaf ? PyRef::steal(PyObject_CallMethod(leaf.get(), "requires_grad_", "O", Py_True)) : PyRef();
     if (!done) abort_trace(BreakCode::ShapeInference, "a fake tensor cannot require grad: " + take_python_error());
+    fake = non_leaf(std::move(leaf));
   };
-  set_grad(target->fake);
-  for (const PyRef& fake : target->alt_fakes) set_grad(fake);
+  with_grad(target->fake);
+  for (PyRef& fake : target->alt_fakes) with_grad(fake);
 }
 
 void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node) {

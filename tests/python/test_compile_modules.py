@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 import kiln
-from conftest import assert_same, delta, stats
+from conftest import assert_same, check_compiled, delta, stats
 
 
 class MLP(nn.Module):
@@ -422,3 +422,16 @@ def test_forward_mutating_module_state():
         x = torch.randn(2)
         assert_same(compiled(x), ref(x))
     assert model.calls == ref.calls == 3
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_attention_returning_none_weights(need_weights):
+    # F.multi_head_attention_forward returns (output, None) without weights:
+    # the node returns the tensors, the None is a constant of the trace.
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+
+    def fn(x):
+        out, weights = mha(x, x, x, need_weights=need_weights)
+        return out * 2, weights
+
+    check_compiled(fn, lambda: (torch.randn(2, 5, 16),))

@@ -198,3 +198,21 @@ def test_transformers_model_output():
     assert type(out).__name__ == "CausalLMOutputWithPast"
     assert list(out.keys()) == ["logits"] and out.loss is None
     assert_same(out.to_tuple()[0], torch.full((2, 3), 4.0))
+
+
+class Processor:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, t, shift=0.0):
+        return t * self.scale + shift
+
+
+PROCESSOR = Processor(3.0)
+
+
+def test_callable_objects_made_or_passed_in():
+    def fn(x):
+        return Processor(2.0)(x, shift=1.0) + PROCESSOR(x)
+
+    check_compiled(fn, lambda: (torch.randn(3),))
