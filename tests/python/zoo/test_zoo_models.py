@@ -70,3 +70,22 @@ def test_zoo_training_step(name):
     for (label, b_eager), b_kiln in zip(model.named_buffers(), twin.buffers()):
         torch.testing.assert_close(b_kiln, b_eager, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
     assert kiln.stats()["graph_breaks"] == 0
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
+def test_zoo_generate_greedy_tokens(name):
+    # generate() with its KV cache, the model's forward compiled by kiln:
+    # the same 16 greedy tokens as eager. (Each step's new cache length is
+    # a new shape: how many compiles that takes is the dynamic-shapes
+    # issue's; the tokens must be right whatever it takes.)
+    model, args, _ = build(name)
+    model.eval()
+    ids = args[0]
+    options = dict(max_new_tokens=16, do_sample=False, attention_mask=torch.ones_like(ids), pad_token_id=0)
+    with torch.no_grad():
+        expected = model.generate(ids, **options)
+        model.forward = kiln.compile(model.forward)
+        got = model.generate(ids, **options)
+    assert torch.equal(got, expected)
+    assert kiln.stats()["graph_breaks"] == 0

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Capture of the zoo models, kiln beside torch.compile on the same torch.
+
+    PYTHONPATH=python .venv/bin/python benchmarks/zoo_capture.py [--models hf-gpt2,...] [--train]
+
+For every model of tests/python/zoo/zoo_models.py, one inference call (or,
+with --train, a forward and backward): graphs and graph breaks kiln makes
+(kiln.explain) and torch.compile's Dynamo makes (torch._dynamo.explain),
+whether the compiled outputs equal eager's, and the first-call time of
+kiln.compile and torch.compile (backend inductor, the default) measured in
+the same process. Prints a markdown table (docs/perf.md keeps it).
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python", "zoo"))
+
+import torch  # noqa: E402
+
+import kiln  # noqa: E402
+import zoo_models  # noqa: E402
+
+
+def close(a, b):
+    ta, tb = zoo_models.tensors_of(a), zoo_models.tensors_of(b)
+    return len(ta) == len(tb) > 0 and all(torch.allclose(x, y, rtol=1e-3, atol=1e-3) for x, y in zip(ta, tb))
+
+
+def measure(name, train):
+    model, args, kwargs = zoo_models.build(name)
+    if train:
+        model = zoo_models.without_randomness(model).train()
+    else:
+        model.eval()
+
+    def step(m):
+        out = m(*args, **kwargs)
+        if train:
+            zoo_models.loss_of(out).backward()
+        return out
+
+    context = torch.enable_grad() if train else torch.no_grad()
+    with context:
+        expected = step(model)
+        kiln.reset()
+        explained = kiln.explain(model)(*args, **kwargs)
+        kiln.reset()
+        start = time.perf_counter()
+        got = step(kiln.compile(model))
+        kiln_first = time.perf_counter() - start
+        torch._dynamo.reset()
+        dynamo = torch._dynamo.explain(model)(*args, **kwargs)
+        torch._dynamo.reset()
+        start = time.perf_counter()
+        tc_out = step(torch.compile(model))
+        tc_first = time.perf_counter() - start
+    return {
+        "name": name,
+        "kiln_graphs": explained.graph_count,
+        "kiln_breaks": explained.graph_break_count,
+        "tc_graphs": dynamo.graph_count,
+        "tc_breaks": dynamo.graph_break_count,
+        "kiln_ok": close(got, expected),
+        "tc_ok": close(tc_out, expected),
+        "kiln_first_s": kiln_first,
+        "tc_first_s": tc_first,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(zoo_models.MODELS))
+    ap.add_argument("--train", action="store_true", help="a forward and backward instead of inference")
+    opts = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    for name in opts.models.split(","):
+        try:
+            rows.append(measure(name, opts.train))
+        except Exception as exc:  # a model that fails is a row, not the end of the table
+            rows.append({"name": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
+        print(rows[-1], file=sys.stderr, flush=True)
+    mode = "training step" if opts.train else "inference"
+    print(f"| model ({mode}) | kiln graphs / breaks | torch.compile graphs / breaks | equal to eager (kiln, tc) "
+          f"| first call kiln | first call torch.compile |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['name']} | error: {r['error']} | | | | |")
+            continue
+        print(f"| {r['name']} | {r['kiln_graphs']} / {r['kiln_breaks']} | {r['tc_graphs']} / {r['tc_breaks']} "
+              f"| {r['kiln_ok']}, {r['tc_ok']} | {r['kiln_first_s']:.2f} s | {r['tc_first_s']:.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
