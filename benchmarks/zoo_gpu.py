@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The GPU model zoo: full-size real models, kiln vs eager vs torch.compile
+side by side in one process (bf16 autocast, CUDA).
+
+    python3 benchmarks/zoo_gpu.py --models hf-gpt2,hf-bert --mode infer [--json out.json]
+
+Per model and mode (infer: a forward under no_grad; train: forward,
+backward and an SGD step): the median step time of eager, kiln.compile and
+torch.compile (default inductor backend) over interleaved repeats, the first
+call of each compiler, kiln's graph breaks, recompiles and frames run
+eagerly over the timed calls, and whether kiln's outputs (infer) or loss
+(train) match eager's within bf16 tolerance. Prints a markdown table; the
+figures go to docs/perf.md with the GPU named.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python", "zoo"))
+
+import torch  # noqa: E402
+
+import kiln  # noqa: E402
+from zoo_models import loss_of, tensors_of, without_randomness  # noqa: E402
+
+BATCH_TEXT, SEQ = 8, 512
+BATCH_IMAGE = 32
+
+
+def _tokens(vocab):
+    return (torch.randint(0, vocab, (BATCH_TEXT, SEQ), device="cuda"),)
+
+
+def _images(size=224):
+    return (torch.randn(BATCH_IMAGE, 3, size, size, device="cuda"),)
+
+
+def hf_gpt2():
+    import transformers
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config()), _tokens(50257)
+
+
+def hf_bert():
+    import transformers
+    return transformers.BertModel(transformers.BertConfig()), _tokens(30522)
+
+
+def hf_llama():
+    import transformers
+    config = transformers.LlamaConfig(num_hidden_layers=6, hidden_size=1024, num_attention_heads=16,
+                                      num_key_value_heads=8, intermediate_size=2816, vocab_size=32000)
+    return transformers.LlamaForCausalLM(config), _tokens(32000)
+
+
+def hf_t5():
+    import transformers
+    return transformers.T5EncoderModel(transformers.T5Config()), _tokens(32128)
+
+
+def hf_distilbert():
+    import transformers
+    return transformers.DistilBertModel(transformers.DistilBertConfig()), _tokens(30522)
+
+
+def hf_vit():
+    import transformers
+    return transformers.ViTModel(transformers.ViTConfig()), _images()
+
+
+def _timm(name):
+    import timm
+    return timm.create_model(name, pretrained=False), _images()
+
+
+def _tv(name):
+    import torchvision
+    return getattr(torchvision.models, name)(weights=None), _images()
+
+
+MODELS = {
+    "hf-gpt2": hf_gpt2,
+    "hf-bert": hf_bert,
+    "hf-llama-6l": hf_llama,
+    "hf-t5-encoder": hf_t5,
+    "hf-distilbert": hf_distilbert,
+    "hf-vit-base": hf_vit,
+    "timm-resnet50": lambda: _timm("resnet50"),
+    "timm-efficientnet_b0": lambda: _timm("efficientnet_b0"),
+    "timm-convnext_tiny": lambda: _timm("convnext_tiny"),
+    "timm-vit_small": lambda: _timm("vit_small_patch16_224"),
+    "tv-resnet50": lambda: _tv("resnet50"),
+    "tv-mobilenet_v3_large": lambda: _tv("mobilenet_v3_large"),
+    "tv-convnext_tiny": lambda: _tv("convnext_tiny"),
+    "tv-vit_b_16": lambda: _tv("vit_b_16"),
+    "tv-swin_t": lambda: _tv("swin_t"),
+}
+
+
+def timed(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def run_model(name, mode, repeat, rounds):
+    torch.manual_seed(0)
+    model, args = MODELS[name]()
+    model = model.cuda()
+    train = mode == "train"
+    model = without_randomness(model).train() if train else model.eval()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4) if train else None
+
+    def step(m):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = m(*args)
+            if not train:
+                return out
+            loss = loss_of(out)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def first_call(m):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = step(m)
+        torch.cuda.synchronize()
+        return out, time.perf_counter() - start
+
+    grad = torch.enable_grad() if train else torch.no_grad()
+    with grad:
+        expected, _ = first_call(model)
+        kiln.reset()
+        explained = kiln.explain(model)(*args) if not train else None
+        kiln.reset()
+        kiln_model = kiln.compile(model)
+        got, kiln_first = first_call(kiln_model)
+        torch._dynamo.reset()
+        tc_model = torch.compile(model)
+        _, tc_first = first_call(tc_model)
+        before = kiln.stats()
+        samples = {"eager": [], "kiln": [], "torch.compile": []}
+        for _ in range(rounds):  # interleaved, so drifts hit all three alike
+            samples["eager"] += timed(lambda: step(model), repeat)
+            samples["kiln"] += timed(lambda: step(kiln_model), repeat)
+            samples["torch.compile"] += timed(lambda: step(tc_model), repeat)
+        after = kiln.stats()
+    want, have = tensors_of(expected), tensors_of(got)
+    # Training steps move the weights; the first (compared) step saw the same ones.
+    ok = len(want) == len(have) > 0 and all(
+        torch.allclose(a.float(), b.float(), rtol=5e-2, atol=5e-2) for a, b in zip(have, want))
+    medians = {k: statistics.median(v) for k, v in samples.items()}
+    return {
+        "model": name, "mode": mode, "gpu": torch.cuda.get_device_name(),
+        "eager_ms": medians["eager"], "kiln_ms": medians["kiln"], "tc_ms": medians["torch.compile"],
+        "kiln_vs_tc": medians["torch.compile"] / medians["kiln"], "kiln_vs_eager": medians["eager"] / medians["kiln"],
+        "kiln_first_s": kiln_first, "tc_first_s": tc_first,
+        "breaks": explained.graph_break_count if explained else None,
+        "recompiles": after["recompiles"] - before["recompiles"], "eager_runs": after["eager_runs"] - before["eager_runs"],
+        "ok": ok,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--mode", choices=["infer", "train"], default="infer")
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    opts = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    for name in opts.models.split(","):
+        try:
+            rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds))
+        except Exception as exc:  # a failing model is a row of the table, not its end
+            rows.append({"model": name, "mode": opts.mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        torch.cuda.empty_cache()
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("| model | mode | eager ms | kiln ms | torch.compile ms | kiln vs tc | kiln vs eager | first call kiln / tc "
+          "| breaks | recompiles, eager runs | matches eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['model']} | {r['mode']} | error: {r['error']} |||||||||")
+            continue
+        print(f"| {r['model']} | {r['mode']} | {r['eager_ms']:.2f} | {r['kiln_ms']:.2f} | {r['tc_ms']:.2f} "
+              f"| {r['kiln_vs_tc']:.2f}x | {r['kiln_vs_eager']:.2f}x | {r['kiln_first_s']:.1f} s / {r['tc_first_s']:.1f} s "
+              f"| {r['breaks']} | {r['recompiles']}, {r['eager_runs']} | {r['ok']} |")
+
+
+if __name__ == "__main__":
+    main()
