@@ -186,12 +186,21 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (is_getenv(callable->obj.get())) return read_environ("get", args, kwargs);
       if (stdlib::find_model(*callable)) return call_modelled(callable, std::move(args), std::move(kwargs));
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
-    case ValueKind::Method:
+    case ValueKind::Method: {
+      // super().__call__(...) in a module class that overrides __call__:
+      // nn.Module's own call of the receiver.
+      const stdlib::TorchApi* api = stdlib::torch_api();
+      PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
+      if (callable->self && callable->self->is(ValueKind::Module) &&
+          callable->obj.get() == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
+        return call_module(callable->self, std::move(args), std::move(kwargs), /*base_call=*/true);
+      }
       // A bound method re-fetched by its source reads its function's
       // __closure__ and __defaults__ too (bound methods forward them).
       args.insert(args.begin(), callable->self);
       return inline_function(callable->obj.get(), callable->source >= 0 ? callable->source : callable->func_source,
                              std::move(args), std::move(kwargs));
+    }
     case ValueKind::Module:
       return call_module(callable, std::move(args), std::move(kwargs));
     case ValueKind::LocalFunction:
@@ -350,16 +359,24 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
   return state_.call_torch("Tensor." + name, target.get(), args, kwargs, false);
 }
 
-ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
+ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs, bool base_call) {
   const stdlib::TorchApi* api = stdlib::torch_api();
   PyObject* obj = module->obj.get();
   PyTypeObject* type = Py_TYPE(obj);
   PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
   // Compared with Module's __call__ as it is now, not as it was at startup:
   // `kiln --compile=modules` replaces it with an equivalent entry point.
-  if (_PyType_Lookup(type, call_name.get()) !=
-      _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
-    abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " overrides __call__");
+  PyObject* own_call = _PyType_Lookup(type, call_name.get());
+  if (!base_call && own_call != _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
+    // A layer class's own __call__ (transformers' gradient-checkpointing
+    // layers in some versions): inlined; its super().__call__ comes back
+    // here as the base call.
+    if (!own_call || !PyFunction_Check(own_call)) {
+      abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " overrides __call__ in C");
+    }
+    args.insert(args.begin(), module);
+    return inline_function(own_call, class_entry_source(type, call_name.get(), own_call), std::move(args),
+                           std::move(kwargs));
   }
   // Hooks run Python code kiln does not see; refuse rather than skip them,
   // and guard that none appear later.

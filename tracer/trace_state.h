@@ -288,7 +288,10 @@ class FrameTracer {
   };
   ValuePtr inline_callee(const Callee& callee, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr make_function(const interpreter::Instruction& ins);
-  ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
+  // module(*args): its forward, with nn.Module.__call__'s rules. A Python
+  // __call__ of the module's class is inlined first unless `base_call` (the
+  // call is nn.Module.__call__ itself, reached through super()).
+  ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs, bool base_call = false);
   ValuePtr load_global(PyObject* name);
   ValuePtr load_free_var(int index);
 

@@ -435,3 +435,27 @@ def test_multihead_attention_returning_none_weights(need_weights):
         return out * 2, weights
 
     check_compiled(fn, lambda: (torch.randn(2, 5, 16),))
+
+
+def test_module_class_overriding_call_is_inlined():
+    # A layer class's own __call__ that defers to nn.Module's through
+    # super() (transformers' gradient-checkpointing layers in some versions).
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 2
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    layers = torch.nn.ModuleList([Layer(), Layer()])
+
+    def fn(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    check_compiled(fn, lambda: (torch.randn(2, 4),))
