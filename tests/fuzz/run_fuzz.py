@@ -245,12 +245,17 @@ def orig_objects(args):
 TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-9)}
 
 
-def loosest_dtype(tensors):
-    """The dtype of TOL with the widest tolerance among `tensors`: a float64
-    gradient can pass through float32 math when a program mixes them, and
-    then carries float32 rounding (reduction order differs legitimately)."""
+def loosest_dtype(tensors, source=""):
+    """The dtype of TOL with the widest tolerance among `tensors` and the
+    dtypes the program's text casts to: a float64 gradient can pass through
+    float32 math when a program mixes them (`t.to(torch.float32)` inside,
+    seed 7826), and then carries float32 rounding (reduction order differs
+    legitimately)."""
     torch = _torch()
     names = {str(t.dtype).replace("torch.", "") for t in tensors if isinstance(t, torch.Tensor)}
+    names |= {name for name in TOL if f"torch.{name}" in source}
+    if ".float()" in source:
+        names.add("float32")
     known = [n for n in names if n in TOL]
     return max(known, key=lambda n: TOL[n][0]) if known else None
 
@@ -650,7 +655,8 @@ def check_program(prog, source=None, verbose=False):
                     raise Failure("grad", f"{where}: compiled outputs do not require grad", i)
                 try:
                     inputs = [cargs[0], cargs[1]] + list(corig)
-                    compare([g for g in cgrads], [g for g in egrads], "grads", loosest_dtype(inputs))
+                    compare([g for g in cgrads], [g for g in egrads], "grads",
+                            loosest_dtype(inputs, prog.source if source is None else source))
                 except Mismatch as m:
                     raise Failure("grad", f"{where}: {m}", i)
         fully = sum(unsupported_per_call) == 0
