@@ -13,6 +13,7 @@ inputs with autocast out of the way (Note [Explicit autocast casts] in
 tracer/trace_autocast.cpp).
 """
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 
@@ -69,13 +70,30 @@ class _DeviceFake(torch.Tensor):
                         else t, out)
 
 
+class _MetaFactories(TorchDispatchMode):
+    """Tensors a composite op makes from nothing on the claimed device (an
+    SDPA backend's mask or scale, ``full(..., device=cuda)``) are made on
+    meta and claim the device, like every other tensor of the inference."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if isinstance(device, torch.device) and device.type != "meta" and not any(
+                isinstance(t, _DeviceFake) for t in _tensors((args, kwargs))):
+            out = func(*args, **dict(kwargs, device=torch.device("meta")))
+            return tree_map(lambda t: _DeviceFake(t, device) if isinstance(t, torch.Tensor) and t.device.type == "meta"
+                            else t, out)
+        return func(*args, **kwargs)
+
+
 def infer(fn, args, kwargs, device):
     """Runs ``fn`` on meta fakes as if they lived on ``device`` (under the current autocast)."""
     def wrap(t):
         if isinstance(t, torch.Tensor) and t.device.type == "meta":
             return _DeviceFake(t, device, is_input=True)
         return t
-    out = fn(*tree_map(wrap, args), **tree_map(wrap, kwargs))
+    with _MetaFactories():
+        out = fn(*tree_map(wrap, args), **tree_map(wrap, kwargs))
 
     def unwrap(t):
         return t.meta_twin if isinstance(t, _DeviceFake) else t

@@ -130,3 +130,18 @@ def test_casts_are_explicit_only_when_they_reproduce_autocast():
         # A composite whose matmul runs in bf16 and whose sum with x widens
         # back to float32: no casts of its inputs reproduce both.
         assert _autocast.explicit_casts(lambda a: torch.mm(a, a) + a, (x,), {}, "cpu") is None
+
+
+def test_inference_under_autocast_makes_factory_tensors_on_meta():
+    # A composite op that makes a tensor from nothing on the claimed device
+    # (CUDA SDPA's mask handling does) must not mix a real tensor with the
+    # meta fakes: kiln._autocast.infer makes it on meta (_MetaFactories).
+    from kiln import _autocast
+
+    def composite(x):
+        return x * torch.ones(x.shape[-1], device=x.device)
+
+    fake = torch.empty(3, 4, device="meta")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _autocast.infer(composite, (fake,), {}, "cpu")
+    assert out.device.type == "meta" and out.shape == (3, 4)
