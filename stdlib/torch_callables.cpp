@@ -90,6 +90,10 @@ CallableInfo classify_callable(PyObject* callable) {
   }
   const std::string module = module_of(callable);
   if (module != "torch" && !starts_with(module, "torch.")) return info;
+  // torch's decorator plumbing (`@torch.no_grad()` wraps a method in
+  // torch.utils._contextlib's functions, which make a fresh context and
+  // enter it): plain Python to inline, so the grad-mode block is traced.
+  if (module == "torch.utils._contextlib") return info;
   // Note [Compiler queries]: "is a compiler tracing this?" is answered yes
   // inside a kiln trace, as torch.compile answers it, so library code takes
   // the path it keeps for graph capture (no ContextVar, no logging, no

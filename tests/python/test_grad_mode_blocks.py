@@ -106,3 +106,27 @@ def test_graph_text_shows_mode_switches():
     out = kiln.explain(no_grad_block)(torch.randn(2, requires_grad=True))
     assert out.graph_count == 1 and out.graph_break_count == 0
     assert "torch._C._set_grad_enabled(False)" in out.graphs[0]
+
+
+def test_no_grad_decorated_method_is_traced():
+    # `@torch.no_grad()` on a method (rotary embeddings in transformers):
+    # torch.utils._contextlib's wrapper is inlined, the block traced.
+    class Rotary(torch.nn.Module):
+        @torch.no_grad()
+        def forward(self, x):
+            return x * 2, torch.is_grad_enabled()
+
+    rotary = Rotary()
+
+    def fn(x):
+        y, enabled = rotary(x)
+        return y + x, enabled
+
+    x = torch.randn(3, requires_grad=True)
+    compiled = kiln.compile(fn, fullgraph=True)
+    out, enabled = compiled(x)
+    want, want_enabled = fn(x)
+    assert enabled is want_enabled is False
+    assert out.requires_grad and torch.equal(out, want)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.ones(3))
