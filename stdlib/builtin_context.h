@@ -30,6 +30,9 @@ class BuiltinContext {
   virtual std::vector<ValuePtr> unpack(const ValuePtr& iterable) = 0;
   // iter(value), as an Iterator value.
   virtual ValuePtr iterate(const ValuePtr& iterable) = 0;
+  // The next item of an Iterator value (resuming its generator), or null
+  // when it is exhausted.
+  virtual ValuePtr next_item(const ValuePtr& iterator) = 0;
   // Calls any value as the CALL instruction would (inlining, graph nodes,
   // other models).
   virtual ValuePtr call(const ValuePtr& callable, std::vector<ValuePtr> args, KwArgs kwargs) = 0;

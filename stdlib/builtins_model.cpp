@@ -269,9 +269,9 @@ ValuePtr next_model(BuiltinContext& context, BuiltinCall& call) {
   if (!iterator->is(ValueKind::Iterator)) {
     context.abort(BreakCode::UnsupportedCall, "next() of " + tracer::describe_value(*iterator));
   }
-  if (iterator->position < iterator->items.size()) {
+  if (ValuePtr item = context.next_item(iterator)) {
     context.note_write(iterator);
-    return iterator->items[iterator->position++];
+    return item;
   }
   if (call.args.size() == 2) return call.args[1];
   context.abort(BreakCode::PythonException, "StopIteration: next() of an exhausted iterator");

@@ -132,14 +132,7 @@ void FrameTracer::step_call(const Instruction& ins) {
       }
     }
   }
-  ValuePtr result = call_value(callable, std::move(args), std::move(kwargs));
-  // A generator stays suspended only for a for loop that starts right here
-  // in an inlined frame (Note [Generators]); any other use sees it whole.
-  if (result->is(ValueKind::Iterator) && result->generator &&
-      (is_top_ || pc_ >= instructions_.size() || instructions_[pc_].op != Op::GetIter)) {
-    drain(result);
-  }
-  push(std::move(result));
+  push(call_value(callable, std::move(args), std::move(kwargs)));
 }
 
 ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr> args,
@@ -578,16 +571,16 @@ ValuePtr FrameTracer::inline_callee(const Callee& target, std::vector<ValuePtr> 
 // Note [Generators]
 // A generator function an inlined frame calls (collections.abc.Sequence's
 // __iter__, a library's own) becomes an Iterator value holding the
-// generator's frame, not yet run. Where the for loop starting at the call
-// consumes it, FOR_ITER resumes that frame to its next YIELD_VALUE for
-// each item, so the generator's work interleaves with the loop body's as
-// in eager Python (a loop that stops early never runs the rest, and a
-// generator that ends by catching IndexError, as Sequence's does, ends
-// where eager's does). Every other use (list(), zip(), unpacking, an
-// iterator kept in a variable, anything in the top frame, where a graph
-// break could not hand a suspended frame to CPython) runs it to its end
-// first: the same values, with the generator's steps before the
-// consumer's. Generator expressions always run to their end at once.
+// generator's frame, not yet run. A for loop in an inlined frame and next()
+// resume that frame to its next YIELD_VALUE for each item, so the
+// generator's work interleaves with the consumer's as in eager Python (a
+// loop that stops early never runs the rest; a generator that ends by
+// catching IndexError, as Sequence's does, ends where eager's does). Every
+// other consumer (list(), zip(), unpacking, a loop in the top frame, where a
+// graph break could not hand a suspended frame to CPython) runs it to its
+// end first, at the point it consumes it, and only when that is invisible:
+// the generator changed no state and raised nothing on the way (drain()).
+// Generator expressions always run to their end at once.
 ValuePtr FrameTracer::resume() {
   if (returned_) return nullptr;
   suspended_ = false;
@@ -614,13 +607,36 @@ ValuePtr FrameTracer::next_item(const ValuePtr& iterator) {
 }
 
 void FrameTracer::drain(const ValuePtr& iterator) {
-  while (iterator->generator) {
-    ValuePtr item = iterator->generator->resume();
-    if (!item) {
-      iterator->generator.reset();
-      break;
+  if (!iterator->generator) return;
+  // Run ahead of its consumer, a generator must be one whose steps commute
+  // with the consumer's: no state changed (stores, container writes,
+  // in-place tensor ops), and no exception the consumer would have caught
+  // at a different point.
+  const uint64_t mutations = state_.mutations();
+  const size_t stores = state_.stores.size();
+  const size_t nodes = state_.graph().nodes().size();
+  try {
+    while (iterator->generator) {
+      ValuePtr item = iterator->generator->resume();
+      if (!item) {
+        iterator->generator.reset();
+        break;
+      }
+      iterator->items.push_back(item);
     }
-    iterator->items.push_back(item);
+  } catch (PythonRaise& raised) {
+    abort_trace(BreakCode::UnsupportedCall,
+                std::string(raised.what()) + " (raised by a generator run ahead of its consumer)");
+  }
+  bool writes = state_.mutations() != mutations || state_.stores.size() != stores;
+  for (size_t n = nodes; n < state_.graph().nodes().size() && !writes; ++n) {
+    const std::string& name = state_.graph().node(static_cast<int>(n)).target_name;
+    writes = TraceState::is_inplace_method(name) || name.rfind("operator.i", 0) == 0 || name == "operator.setitem";
+  }
+  if (writes) {
+    abort_trace(BreakCode::UnsupportedCall,
+                "a generator that changes state, consumed other than by a for loop over its call (its steps would run "
+                "ahead of the consumer's)");
   }
 }
 

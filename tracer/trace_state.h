@@ -62,6 +62,8 @@ class TraceState {
   // A dict (or a dict subclass seen through dict's own methods) as a Dict
   // value read item by item, its keys guarded when `guarded`.
   ValuePtr wrap_dict(PyObject* obj, int source, bool guarded);
+  // True for a Tensor method that writes its self (Tensor.add_).
+  static bool is_inplace_method(const std::string& name);
 
   // Emits a call of a torch callable as a graph node, inferring its result
   // on meta tensors. `factory` marks callables that create tensors without
@@ -146,8 +148,6 @@ class TraceState {
   graph::Arg lower_record(const ValuePtr& record);
   ValuePtr wrap_result(int node, PyObject* fake_result, graph::DeviceType device_type,
                        int device_index);
-  // True for a Tensor method that writes its self (Tensor.add_).
-  static bool is_inplace_method(const std::string& name);
   // An in-place op made `target` require grad: its meta and fakes follow.
   void mark_requires_grad(const ValuePtr& target);
   // Gives a result tensor its fakes at the other points and names its

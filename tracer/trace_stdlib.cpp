@@ -21,6 +21,7 @@ class ModelContext final : public stdlib::BuiltinContext {
     return frame_.unpack(iterable, -1);
   }
   ValuePtr iterate(const ValuePtr& iterable) override { return frame_.get_iter(iterable); }
+  ValuePtr next_item(const ValuePtr& iterator) override { return frame_.next_item(iterator); }
   ValuePtr call(const ValuePtr& callable, std::vector<ValuePtr> args, KwArgs kwargs) override {
     return frame_.call_value(callable, std::move(args), std::move(kwargs));
   }
@@ -98,6 +99,15 @@ ValuePtr FrameTracer::call_modelled(const ValuePtr& callee, std::vector<ValuePtr
                   std::string(value_kind_name(callee->self->kind)) + "." + callee->name + "() is not traced yet");
     }
     abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callee));
+  }
+  // A model consumes its arguments now (Note [Generators]); next() alone
+  // takes one item at a time.
+  const bool takes_one = model->name == "next" || model->name == "builtins.next";
+  for (const ValuePtr& arg : args) {
+    if (!takes_one && arg->is(ValueKind::Iterator) && arg->generator) drain(arg);
+  }
+  for (const auto& kw : kwargs) {
+    if (kw.second->is(ValueKind::Iterator) && kw.second->generator) drain(kw.second);
   }
   ModelContext context(*this, state_);
   stdlib::BuiltinCall call{callee, model->name, args, kwargs};
