@@ -2,15 +2,27 @@
 
 namespace kiln::runtime {
 
+namespace {
+
+// os.<name>, kept for the process; null (no error set) if missing.
+PyObject* os_attr(const char* name) {
+  PyObject* os = PyImport_ImportModule("os");
+  PyObject* found = os ? PyObject_GetAttrString(os, name) : nullptr;
+  Py_XDECREF(os);
+  if (!found) PyErr_Clear();
+  return found;
+}
+
+}  // namespace
+
 PyObject* environ_object() {
-  static PyObject* environ = [] {
-    PyObject* os = PyImport_ImportModule("os");
-    PyObject* found = os ? PyObject_GetAttrString(os, "environ") : nullptr;  // kept for the process
-    Py_XDECREF(os);
-    if (!found) PyErr_Clear();
-    return found;
-  }();
+  static PyObject* environ = os_attr("environ");
   return environ;
+}
+
+PyObject* getenv_function() {
+  static PyObject* getenv = os_attr("getenv");
+  return getenv;
 }
 
 PyObject* environ_value(PyObject* name) {

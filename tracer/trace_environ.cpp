@@ -20,13 +20,7 @@ bool is_environ(const ValuePtr& value) {
 }
 
 bool is_getenv(PyObject* callable) {
-  static PyObject* getenv = [] {
-    PyObject* os = PyImport_ImportModule("os");
-    PyObject* found = os ? PyObject_GetAttrString(os, "getenv") : nullptr;  // kept for the process
-    Py_XDECREF(os);
-    if (!found) PyErr_Clear();
-    return found;
-  }();
+  PyObject* getenv = runtime::getenv_function();
   return getenv && callable == getenv;
 }
 

@@ -10,17 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import kiln  # noqa: E402
-
-
-def tensors_of(output):
-    """The tensors of a model output in a stable order (ModelOutput, dict, tuple)."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, dict):
-        return [t for value in output.values() for t in tensors_of(value)]
-    if isinstance(output, (list, tuple)):
-        return [t for value in output for t in tensors_of(value)]
-    return []
+from zoo_models import tensors_of  # noqa: E402
 
 
 def gpt2():
