@@ -374,12 +374,28 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
   auto reduce = [&](ReduceOp op, int x) { return k.reduced.empty() ? x : k.reduce(op, x); };
   if (node.prim == Prim::VarMean) {
     const DType dtype = compute_dtype(graph_.value(node.outputs[1]).meta.dtype);
+    // Note [Corrected two-pass variance]
+    // The plain two-pass form sum((x - m)^2) / d, m = sum(x) / n, misses
+    // by the rounding of m: for a row of equal values m is not the value
+    // itself, so the variance comes out a tiny positive number where
+    // eager's Welford gives exactly 0, and std's gradient there is noise
+    // instead of 0. The corrected form (Chan, Golub and LeVeque) adds the
+    // sum of the deviations in the same second pass: the mean becomes
+    // m + sum(x - m) / n and the variance (sum((x - m)^2) - sum(x - m)^2 / n)
+    // / d, exact for equal values (x - m is then one small exact number)
+    // and never less accurate than the plain form. Clamped at 0: the two
+    // sums may round the difference below it.
     const int x = cast_to(emit(input, identity), dtype);
-    const int mean = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, x), k.constant(dtype, static_cast<double>(count)));
-    const int centered = k.binary(BinaryOp::Sub, x, mean);
-    const int squares = k.binary(BinaryOp::Mul, centered, centered);
+    const int n = k.constant(dtype, static_cast<double>(count));
+    const int rough_mean = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, x), n);
+    const int centered = k.binary(BinaryOp::Sub, x, rough_mean);
+    const int deviation = reduce(ReduceOp::Sum, centered);
+    const int squares = reduce(ReduceOp::Sum, k.binary(BinaryOp::Mul, centered, centered));
+    const int mean = k.binary(BinaryOp::Add, rough_mean, k.binary(BinaryOp::Div, deviation, n));
+    const int spread = k.binary(BinaryOp::Sub, squares, k.binary(BinaryOp::Div, k.binary(BinaryOp::Mul, deviation, deviation), n));
     const double divisor = std::max(static_cast<double>(count) - node.attrs.correction, 0.0);
-    const int var = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, squares), k.constant(dtype, divisor));
+    const int var = k.binary(BinaryOp::Div, k.binary(BinaryOp::Maximum, spread, k.constant(dtype, 0)),
+                             k.constant(dtype, divisor));
     reductions_[node.outputs[0]] = var;
     reductions_[node.outputs[1]] = mean;
     return reductions_.at(value);

@@ -55,3 +55,41 @@ def test_fuzz_bounded(tmp_path, config):
                            "PYTHONPATH=python python3 tests/fuzz/run_fuzz.py --repro SEED)")
     lo, hi = (int(v) for v in seeds.split(":"))
     assert programs >= 0.9 * (hi - lo), f"too many discarded programs: {lines[-1]}"
+
+
+def _runner():
+    sys.path.insert(0, os.path.dirname(RUNNER))
+    import run_fuzz
+    return run_fuzz
+
+
+def test_float64_judge_passes_rounding_and_fails_wrong_values():
+    """The fuzzer's second look (within_eager_error): a float32 result outside
+    tolerance passes only when it is as close to the float64 result as eager's
+    is, up to a few ulps of the largest output."""
+    import torch
+    rf = _runner()
+    ref = torch.tensor([0.0, 1e-14, -3e-15], dtype=torch.float64)
+    eager = torch.zeros(3)
+    rounded = torch.tensor([2e-5, -1e-5, 0.0])       # cancellation noise of outputs near 40
+    wrong = torch.tensor([2e-5, -1e-5, 0.5])
+    assert rf.within_eager_error(rounded, eager, ref, scale=40.0)
+    assert not rf.within_eager_error(rounded, eager, ref, scale=1.0)
+    assert not rf.within_eager_error(wrong, eager, ref, scale=40.0)
+    assert not rf.within_eager_error(torch.tensor([float("nan"), 0, 0]), eager, ref, scale=40.0)
+    assert not rf.within_eager_error(rounded, eager, None, scale=40.0)
+    # where eager itself is far from float64, kiln may be as far
+    noisy = torch.tensor([3e-3, 0.0, 0.0])
+    assert rf.within_eager_error(torch.tensor([-4e-3, 1e-3, 0.0]), noisy, ref, scale=1.0)
+    assert not rf.within_eager_error(torch.tensor([-9e-3, 1e-3, 0.0]), noisy, ref, scale=1.0)
+
+
+def test_float64_reference_run_promotes_inputs():
+    """float64_reference replays a program with its float32 inputs in float64."""
+    import torch
+    rf = _runner()
+    from program_generator import generate
+    prog = generate(11200)
+    out, args, grads, scale = rf.float64_reference(prog, None, 1)
+    assert out.dtype == torch.float64 and args[0].dtype == torch.float64
+    assert grads is not None and grads[0].dtype == torch.float64 and scale > 0
