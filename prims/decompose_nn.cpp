@@ -7,6 +7,7 @@
 
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
+#include "prims/layout.h"
 
 namespace kiln::prims {
 namespace {
@@ -155,10 +156,50 @@ std::vector<int> decompose_Embedding(DecomposeCall& c) {
   return {c.b.reshape(rows, sizes)};
 }
 
+namespace {
+
+// The call kept as torch's attention (Note [Attention on the GPU]). Its
+// fused kernels take a mask only with unit stride along keys: a broadcast
+// mask (a padding mask expanded over queries, stride 0) would send torch to
+// its math backend, which writes the score matrix in float32. Such a mask
+// is made contiguous first, as a buffer the graph computes.
+std::vector<int> attention_call(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  std::vector<graph::Arg> args = {graph::Arg::of_node(c.tensor("query")), graph::Arg::of_node(c.tensor("key")),
+                                  graph::Arg::of_node(c.tensor("value"))};
+  std::vector<std::pair<std::string, graph::Arg>> kwargs;
+  if (c.given("attn_mask")) {
+    int mask = c.tensor("attn_mask");
+    const graph::TensorMeta& m = b.meta(mask);
+    if (!is_contiguous(m.sizes, m.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+    kwargs.emplace_back("attn_mask", graph::Arg::of_node(mask));
+  }
+  for (const char* name : {"dropout_p", "is_causal", "scale", "enable_gqa"}) {
+    if (!c.has_param(name) || !c.given(name)) continue;
+    PyObject* constant = c.constant(name);
+    if (!constant) c.unsupported(std::string(name) + " is not a constant");
+    kwargs.emplace_back(name, graph::Arg::of_constant(constant));
+  }
+  return b.extern_call(c.node.target, c.node.target_name, std::move(args), std::move(kwargs), {c.traced(0)},
+                       /*pure=*/true);
+}
+
+}  // namespace
+
 // softmax(q k^T * scale + mask) v, with is_causal as a lower-triangular mask.
+// On the GPU the call stays torch's (Note [Attention on the GPU]).
 std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   PrimBuilder& b = c.b;
+  // Note [Attention on the GPU]
+  // torch's CUDA attention (flash, cuDNN, memory-efficient) never writes the
+  // L x S score matrix and runs as one kernel; the decomposition writes it,
+  // reads it back for the softmax and again for the second matmul, and on
+  // the zoo's transformers that made whole models slower than eager
+  // (docs/perf.md). The call stays an extern there: kiln fuses the work
+  // around it, and its gradient comes from torch's own attention backward
+  // (Note [Extern gradients]).
   if (c.number("dropout_p") != 0) c.unsupported("dropout_p > 0");
+  if (b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA) return attention_call(c);
   if (c.flag("enable_gqa")) c.unsupported("enable_gqa=True");
   const int q = c.tensor("query"), k = c.tensor("key"), value = c.tensor("value");
   const auto& qs = b.meta(q).sizes;

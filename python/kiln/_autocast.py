@@ -31,6 +31,11 @@ def exit(ctx):
 
 # While explicit_casts runs: id(meta input) -> the dtype autocast cast it to.
 _recorded_casts = None
+# Autocast casts an op's inputs before the op runs; once any other op has
+# been dispatched the op's own body has started, and a copy of an input
+# there is the op's (SDPA's math backend upcasts bf16 inputs to float32
+# inside), not autocast's.
+_casts_closed = False
 
 
 class _DeviceFake(torch.Tensor):
@@ -50,11 +55,16 @@ class _DeviceFake(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        global _casts_closed
         kwargs = kwargs or {}
-        # A copy of one of the op's own inputs is autocast casting it.
-        if (_recorded_casts is not None and func is torch.ops.aten._to_copy.default and args
-                and isinstance(args[0], _DeviceFake) and args[0].is_input and kwargs.get("dtype") is not None):
-            _recorded_casts[id(args[0].meta_twin)] = (args[0].meta_twin, kwargs["dtype"])
+        # A copy of one of the op's own inputs, before anything else ran, is
+        # autocast casting it.
+        if _recorded_casts is not None and not _casts_closed:
+            if (func is torch.ops.aten._to_copy.default and args and isinstance(args[0], _DeviceFake)
+                    and args[0].is_input and kwargs.get("dtype") is not None):
+                _recorded_casts[id(args[0].meta_twin)] = (args[0].meta_twin, kwargs["dtype"])
+            else:
+                _casts_closed = True
         device = next(t.claimed_device for t in _tensors((args, kwargs)) if isinstance(t, _DeviceFake))
 
         def unwrap(t):
@@ -119,13 +129,13 @@ def explicit_casts(fn, args, kwargs, device):
     an op on cast inputs: a list of (meta input, dtype), [] when autocast
     leaves the op alone, or None when no input casts reproduce autocast's
     result dtypes. ``args`` hold meta tensors standing for ``device``."""
-    global _recorded_casts
-    _recorded_casts = {}
+    global _recorded_casts, _casts_closed
+    _recorded_casts, _casts_closed = {}, False
     try:
         out = infer(fn, args, kwargs, device)
         casts = _recorded_casts
     finally:
-        _recorded_casts = None
+        _recorded_casts, _casts_closed = None, False
     want = _dtypes(out)
 
     def reproduces(casts):
@@ -133,6 +143,15 @@ def explicit_casts(fn, args, kwargs, device):
         return _dtypes(fn(*_cast(args, casts), **_cast(kwargs, casts))) == want
     if reproduces(casts):
         return list(casts.values())
+    # A composite op may copy an input itself before any other op shows:
+    # SDPA's math backend upcasts bf16 inputs to float32 inside, which
+    # looks like autocast's float32 policy. Such up-casts are dropped when
+    # the op without them is what autocast ran; autocast's casts to its
+    # lower-precision dtype are never dropped.
+    kept = {k: (t, d) for k, (t, d) in casts.items()
+            if not (d == torch.float32 and t.dtype in (torch.float16, torch.bfloat16))}
+    if len(kept) < len(casts) and reproduces(kept):
+        return list(kept.values())
     # Ops autocast runs with dtype= set (sum, prod, cumsum, softmax on
     # some versions) compute in the result's dtype: casting their floating
     # inputs to it is the same op. Only when autocast cast no input: a

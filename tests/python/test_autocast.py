@@ -114,6 +114,20 @@ def test_training_step_under_autocast_matches_eager(backend):
     assert s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["graph_breaks"] == 0, s
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_ops_own_upcasts_are_not_autocast_casts(device):
+    # SDPA's math backend copies bf16 inputs to float32 inside the op, before
+    # any other op shows; autocast itself cast nothing (the inputs are already
+    # bf16), so the call is explicit with no casts and its graph decomposes.
+    from kiln import _autocast
+    q = torch.empty(2, 4, 16, 8, device="meta", dtype=torch.bfloat16)
+    mask = torch.empty(2, 1, 16, 16, device="meta", dtype=torch.bool)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for kwargs in ({}, {"attn_mask": mask}, {"is_causal": True}):
+            assert _autocast.explicit_casts(F.scaled_dot_product_attention, (q, q, q), kwargs,
+                                            torch.device(device)) == [], kwargs
+
+
 def test_casts_are_explicit_only_when_they_reproduce_autocast():
     from kiln import _autocast
     x, w = torch.randn(4, 4, device="meta"), torch.randn(4, 4, device="meta")

@@ -332,3 +332,40 @@ def test_gpt_training_step_under_bf16_autocast_matches_eager():
     # bf16 products go to torch, the rest runs as CUDA kernels.
     s = train_gpt_under_autocast("cuda", "inductor", loss_tol=2e-3, grad_tol=3e-2)
     assert s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0 and s["kernels"] > 0, s
+
+
+@pytest.mark.parametrize("mask", ["causal", "none", "padding"])
+def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
+    # Note [Attention on the GPU]: no L x S score matrix is decomposed on the
+    # GPU; the projection around the call still fuses, gradients match eager.
+    # A padding mask broadcast over queries is made contiguous for torch's
+    # fused kernels.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
+    keep = torch.arange(64, device="cuda") < 50
+
+    def f(q, k, v):
+        kwargs = {"is_causal": True} if mask == "causal" else {}
+        if mask == "padding":
+            kwargs["attn_mask"] = keep[None, None, None, :].expand(2, 1, 64, 64)
+        return F.scaled_dot_product_attention(q * 0.5, k, v, **kwargs).relu() + 1
+
+    want = f(q, k, v)
+    want.sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    kiln._C.set_logs("prims")
+    try:
+        got = compiled(q, k, v)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "extern F.scaled_dot_product_attention" in log, log
+    got.sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for t, g in zip((q, k, v), grads):
+        torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-4)
+    assert kiln.stats()["kernels"] >= 1
