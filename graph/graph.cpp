@@ -64,7 +64,8 @@ Node::Node(Node&& other) noexcept
       target(other.target), args(std::move(other.args)), kwargs(std::move(other.kwargs)),
       input_name(std::move(other.input_name)), input_source(other.input_source),
       metas(std::move(other.metas)), symbolic_sizes(std::move(other.symbolic_sizes)),
-      returns_tuple(other.returns_tuple), autocast_implicit(other.autocast_implicit) {
+      returns_tuple(other.returns_tuple), autocast_implicit(other.autocast_implicit),
+      fresh_result(other.fresh_result) {
   other.target = nullptr;
 }
 

@@ -63,6 +63,9 @@ struct Node {
   // nodes (Note [Explicit autocast casts]): it means its traced dtypes only
   // under autocast, so the graph is not decomposed to prims.
   bool autocast_implicit = false;
+  // A torch call whose tensor result shares storage with none of the
+  // tensors it was passed (Note [Fresh results] in tracer/trace_state.cpp).
+  bool fresh_result = false;
 
   Node() = default;
   Node(const Node&) = delete;

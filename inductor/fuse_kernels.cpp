@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -298,8 +299,8 @@ namespace {
 // With `externs_in_order`, extern nodes (torch calls, which may mutate,
 // e.g. batch_norm's running statistics) also keep their order among
 // themselves. Empty when no order exists.
-std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int>& unit_of_node, int units,
-                            const std::vector<int>& position, bool externs_in_order) {
+std::optional<std::vector<int>> unit_order(const prims::PrimGraph& graph, const std::vector<int>& unit_of_node,
+                                           int units, const std::vector<int>& position, bool externs_in_order) {
   std::vector<std::set<int>> deps(units);
   std::vector<std::vector<int>> dependents(units);
   auto depend = [&](int u, int on) {
@@ -337,7 +338,7 @@ std::vector<int> unit_order(const prims::PrimGraph& graph, const std::vector<int
       if (--waiting[v] == 0) ready.insert({position[v], v});
     }
   }
-  if (static_cast<int>(order.size()) != units) return {};
+  if (static_cast<int>(order.size()) != units) return std::nullopt;
   return order;
 }
 
@@ -454,14 +455,17 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
     node_of_unit.push_back(n);
   }
   const int units = static_cast<int>(position.size());
-  std::vector<int> order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/true);
-  if (order.empty()) {
+  // (A graph with no nodes, such as a backward with nothing to compute, has
+  // the empty order.)
+  std::optional<std::vector<int>> ordered = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/true);
+  if (!ordered) {
     // A kernel would have to run both before and after some extern: keep
     // the data order only (the scheduler guarantees that one exists).
     KILN_LOG(prims, "kernel nodes reorder extern calls");
-    order = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false);
-    if (order.empty()) throw std::runtime_error("kernel groups form a cycle");
+    ordered = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false);
+    if (!ordered) throw std::runtime_error("kernel groups form a cycle");
   }
+  const std::vector<int>& order = *ordered;
 
   // Note [Buffer reuse] in buffer_plan.cpp.
   std::vector<PlanUnit> plan_units;

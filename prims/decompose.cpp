@@ -198,8 +198,8 @@ bool may_alias(const PrimGraph& graph, int value) {
   if (v.node < 0) return true;  // a graph input: the caller sees its changes
   if (prim_info(graph.node(v.node).prim).family == Family::View) return true;
   // An extern's result may be one of its arguments (operator.iadd returns
-  // the tensor it wrote into).
-  if (graph.node(v.node).prim == Prim::Extern) return true;
+  // the tensor it wrote into), unless the trace saw a new tensor.
+  if (graph.node(v.node).prim == Prim::Extern && !graph.node(v.node).attrs.extern_fresh) return true;
   for (const PrimNode& node : graph.nodes()) {
     const bool view = prim_info(node.prim).family == Family::View;
     for (const PrimArg& arg : node.args) {
@@ -214,29 +214,59 @@ bool may_alias(const PrimGraph& graph, int value) {
   return false;
 }
 
+// Rewrites `call`'s arguments so that an `inplace` parameter of `spelling`
+// given as True is False; false when the call has no such argument.
+bool without_inplace_flag(const stdlib::OpSpelling& spelling, Node* call) {
+  for (auto& [key, arg] : call->kwargs) {
+    if (key == "inplace" && arg.kind == Arg::Kind::Constant && arg.constant == Py_True) {
+      arg = Arg::of_constant(Py_False);
+      return true;
+    }
+  }
+  for (size_t i = 0; i < spelling.params.size() && i < call->args.size(); ++i) {
+    const stdlib::Param& param = spelling.params[i];
+    if (param.keyword_only || param.varargs) break;
+    if (param.name == "inplace" && call->args[i].kind == Arg::Kind::Constant && call->args[i].constant == Py_True) {
+      call->args[i] = Arg::of_constant(Py_False);
+      return true;
+    }
+  }
+  return false;
+}
+
 // Note [In-place ops on intermediates]
 // `y.mul_(2)` on a tensor the graph made, which nothing else can see (no
 // view of it, not an input), is the out-of-place `y.mul(2)` with every later
 // use of y reading the new value: the same numbers, and a graph autograd can
 // differentiate. Anything that may alias stays an extern running in place.
+// The same holds for a call with inplace=True (F.relu(y, inplace=True), the
+// nn.ReLU(inplace=True) of conv nets): it is the call with inplace=False.
 std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& traced, const Node& node,
                                        std::vector<std::vector<int>>& values) {
   if (node.args.empty() || node.args[0].kind != Arg::Kind::Node) return {};
   const int base = node.args[0].node;
   if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
   const int mutated = values[base][0];
-  PyRef twin = out_of_place_twin(node.target);
-  if (!twin || may_alias(b.graph(), mutated)) return {};
-  const stdlib::OpSpelling* spelling = stdlib::find_torch_op(twin.get());
-  if (!spelling) return {};
+  if (may_alias(b.graph(), mutated)) return {};
   Node functional;
   functional.id = node.id;
   functional.kind = NodeKind::Call;
-  functional.target_name = spelling->text;
-  functional.target = twin.release();
   functional.args = node.args;
   functional.kwargs = node.kwargs;
   functional.metas = node.metas;
+  const stdlib::OpSpelling* spelling = nullptr;
+  if (PyRef twin = out_of_place_twin(node.target)) {
+    spelling = stdlib::find_torch_op(twin.get());
+    functional.target = twin.release();
+  } else if (spelling = stdlib::find_torch_op(node.target); spelling && without_inplace_flag(*spelling, &functional)) {
+    // F.relu(x, inplace=True): the same call with inplace=False
+    Py_INCREF(node.target);
+    functional.target = node.target;
+  } else {
+    return {};
+  }
+  if (!spelling) return {};
+  functional.target_name = spelling->text;
   std::string why;
   std::vector<int> result = try_decompose(b, traced, functional, *spelling, values, &why);
   if (result.size() != 1) return {};
@@ -356,7 +386,8 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     }
     std::vector<graph::TensorMeta> metas = node.metas;
     for (graph::TensorMeta& meta : metas) meta.requires_grad = meta.requires_grad && grad_enabled;
-    values[node.id] = b.extern_call(node.target, node.target_name, std::move(args), std::move(kwargs), metas);
+    values[node.id] = b.extern_call(node.target, node.target_name, std::move(args), std::move(kwargs), metas,
+                                    /*pure=*/false, /*fresh=*/node.fresh_result);
     ++out.extern_calls;
     KILN_LOG(prims, "extern " << node.target_name << " (node %" << node.id << "): " << reason);
   }

@@ -183,6 +183,28 @@ std::vector<int> decompose_Silu(DecomposeCall& c) {
   return {c.b.binary(Prim::Mul, v(x), v(c.b.unary(Prim::Sigmoid, x)))};
 }
 
+// hardsigmoid(x) = min(max(x + 3, 0), 6) / 6, written with wheres so that
+// the gradient is torch's: 1/6 strictly inside (-3, 3), 0 elsewhere.
+std::vector<int> decompose_Hardsigmoid(DecomposeCall& c) {
+  if (inplace(c)) c.unsupported("inplace=True");
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const int ramp = b.binary(Prim::Div, v(b.binary(Prim::Add, v(x), f(3))), f(6));
+  const int high = b.where(b.binary(Prim::Ge, v(x), f(3)), f(1), v(ramp));
+  return {b.where(b.binary(Prim::Le, v(x), f(-3)), f(0), v(high))};
+}
+
+// hardswish(x) = x min(max(x + 3, 0), 6) / 6, with torch's gradient: 0 up
+// to -3, x/3 + 1/2 strictly inside, 1 from 3 on.
+std::vector<int> decompose_Hardswish(DecomposeCall& c) {
+  if (inplace(c)) c.unsupported("inplace=True");
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const int middle = b.binary(Prim::Div, v(b.binary(Prim::Mul, v(x), v(b.binary(Prim::Add, v(x), f(3))))), f(6));
+  const int high = b.where(b.binary(Prim::Ge, v(x), f(3)), v(x), v(middle));
+  return {b.where(b.binary(Prim::Le, v(x), f(-3)), f(0), v(high))};
+}
+
 // gelu(x) = x/2 (1 + erf(x / sqrt 2)); the tanh form approximates erf.
 std::vector<int> decompose_Gelu(DecomposeCall& c) {
   const std::string approximate = c.text("approximate");

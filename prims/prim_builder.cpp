@@ -296,7 +296,8 @@ void check_extern_arg(const graph::Arg& arg, int value_count) {
 std::vector<int> PrimBuilder::extern_call(PyObject* target, std::string target_name,
                                           std::vector<graph::Arg> args,
                                           std::vector<std::pair<std::string, graph::Arg>> kwargs,
-                                          const std::vector<graph::TensorMeta>& metas, bool pure) {
+                                          const std::vector<graph::TensorMeta>& metas, bool pure,
+                                          bool fresh) {
   const int value_count = static_cast<int>(graph_.values().size());
   for (const graph::Arg& arg : args) check_extern_arg(arg, value_count);
   for (const auto& kw : kwargs) check_extern_arg(kw.second, value_count);
@@ -307,6 +308,7 @@ std::vector<int> PrimBuilder::extern_call(PyObject* target, std::string target_n
   attrs.extern_args = std::move(args);
   attrs.extern_kwargs = std::move(kwargs);
   attrs.extern_pure = pure;
+  attrs.extern_fresh = fresh || pure;
   return graph_.add_node(Prim::Extern, {}, std::move(attrs), extern_meta(metas));
 }
 

@@ -95,12 +95,14 @@ class PrimBuilder {
   // `metas` are the outputs' metadata, given by the caller (one output: the
   // call's result; several: the items of the tuple it returns; none: the
   // call is kept for its effect). `pure`: the call writes none of its
-  // arguments and returns fresh tensors (PrimAttrs::extern_pure). Returns
-  // the output value ids.
+  // arguments and returns fresh tensors (PrimAttrs::extern_pure); `fresh`:
+  // its result aliases no argument (PrimAttrs::extern_fresh). Returns the
+  // output value ids.
   std::vector<int> extern_call(PyObject* target, std::string target_name,
                                std::vector<graph::Arg> args,
                                std::vector<std::pair<std::string, graph::Arg>> kwargs,
-                               const std::vector<graph::TensorMeta>& metas, bool pure = false);
+                               const std::vector<graph::TensorMeta>& metas, bool pure = false,
+                               bool fresh = false);
 
  private:
   // (start, step) when `index` is an iota (through 1-D reshapes) reading

@@ -25,7 +25,7 @@ PrimAttrs::PrimAttrs(const PrimAttrs& other)
       value(other.value), value2(other.value2), accumulate(other.accumulate),
       device_type(other.device_type), device_index(other.device_index), target(other.target),
       target_name(other.target_name), extern_args(other.extern_args),
-      extern_kwargs(other.extern_kwargs), extern_pure(other.extern_pure) {
+      extern_kwargs(other.extern_kwargs), extern_pure(other.extern_pure), extern_fresh(other.extern_fresh) {
   Py_XINCREF(target);
 }
 
@@ -45,7 +45,8 @@ PrimAttrs::PrimAttrs(PrimAttrs&& other) noexcept
       value2(other.value2), accumulate(other.accumulate), device_type(other.device_type),
       device_index(other.device_index), target(other.target),
       target_name(std::move(other.target_name)), extern_args(std::move(other.extern_args)),
-      extern_kwargs(std::move(other.extern_kwargs)), extern_pure(other.extern_pure) {
+      extern_kwargs(std::move(other.extern_kwargs)), extern_pure(other.extern_pure),
+      extern_fresh(other.extern_fresh) {
   other.target = nullptr;
 }
 
@@ -74,6 +75,7 @@ PrimAttrs& PrimAttrs::operator=(PrimAttrs&& other) noexcept {
   extern_args = std::move(other.extern_args);
   extern_kwargs = std::move(other.extern_kwargs);
   extern_pure = other.extern_pure;
+  extern_fresh = other.extern_fresh;
   return *this;
 }
 

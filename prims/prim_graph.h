@@ -73,6 +73,9 @@ struct PrimAttrs {
   // Extern: the call writes none of its arguments and returns fresh
   // tensors (Note [Extern writes] orders nothing around it).
   bool extern_pure = false;
+  // Extern: its result shares storage with none of its arguments (it may
+  // still write into them); Note [Fresh results] in tracer/trace_state.cpp.
+  bool extern_fresh = false;
 
   PrimAttrs() = default;
   PrimAttrs(const PrimAttrs& other);

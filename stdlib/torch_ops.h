@@ -102,6 +102,8 @@ namespace kiln::stdlib {
   /* activations */                                                                                \
   X(Relu, "torch.relu(input)", "Tensor.relu(input)", "F.relu(input, inplace=False)")               \
   X(Silu, "F.silu(input, inplace=False)")                                                          \
+  X(Hardsigmoid, "F.hardsigmoid(input, inplace=False)")                                            \
+  X(Hardswish, "F.hardswish(input, inplace=False)")                                                \
   X(Gelu, "F.gelu(input, approximate='none')")                                                     \
   /* reductions */                                                                                 \
   X(Sum, "torch.sum(input, dim=None, keepdim=False, *, dtype=None)",                               \

@@ -693,6 +693,64 @@ void count_uses(const ValuePtr& value, std::unordered_map<const Value*, int>& us
   }
 }
 
+// Note [Fresh results]
+// An extern's result may be one of its arguments or a view of one (x.add_
+// returns x, x.transpose a view), so the prim graph assumes it aliases, and
+// an in-place op on it stays in place (Note [In-place ops on intermediates]
+// in prims/decompose.cpp): the conv2d -> SiLU(inplace=True) of conv nets
+// then kept their whole training graph out of kiln's autograd. The fakes
+// tell: meta tensors keep storage identity through views and in-place ops,
+// so a result whose storage is none of the arguments' is a new tensor.
+
+// The identity of `tensor`'s storage, or null.
+PyRef storage_of(PyObject* tensor) {
+  PyRef storage = PyRef::steal(PyObject_CallMethod(tensor, "untyped_storage", nullptr));
+  PyRef id = storage ? PyRef::steal(PyObject_GetAttrString(storage.get(), "_cdata")) : PyRef();
+  if (!id) PyErr_Clear();
+  return id;
+}
+
+// Appends the storage identities of the tensors in `obj` (nested tuples,
+// lists and dict values); false when one cannot be read.
+bool collect_storages(PyObject* obj, std::vector<PyRef>* out) {
+  if (runtime::is_tensor(obj)) {
+    PyRef id = storage_of(obj);
+    if (!id) return false;
+    out->push_back(std::move(id));
+    return true;
+  }
+  if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) {
+      if (!collect_storages(PySequence_Fast_GET_ITEM(obj, i), out)) return false;
+    }
+  } else if (PyDict_Check(obj)) {
+    PyObject* key;
+    PyObject* item;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &key, &item)) {
+      if (!collect_storages(item, out)) return false;
+    }
+  }
+  return true;
+}
+
+// True when tensor `result` shares storage with no tensor in the call's
+// fake arguments (Note [Fresh results]).
+bool shares_no_storage(PyObject* result, PyObject* args, PyObject* kwargs) {
+  if (!runtime::is_tensor(result)) return false;
+  std::vector<PyRef> inputs;
+  PyRef made = storage_of(result);
+  if (!made || !collect_storages(args, &inputs) || !collect_storages(kwargs, &inputs)) return false;
+  for (const PyRef& id : inputs) {
+    const int same = PyObject_RichCompareBool(id.get(), made.get(), Py_EQ);
+    if (same != 0) {
+      if (same < 0) PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void TraceState::plan_output_identity(const std::vector<ValuePtr>& roots) {
@@ -914,6 +972,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   }
   // A dynamic op runs at every sample point (Note [Dynamic shapes]).
   std::vector<PyRef> results;
+  bool fresh = false;
   const int npoints = dynamic ? points_ : 1;
   for (int p = 0; p < npoints; ++p) {
     auto [fake_args, fake_kwargs] = fakes_at(p);
@@ -924,9 +983,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       }
     }
     if (!result) {
-      result = implicit_autocast
-                   ? infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index)
-                   : PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+      if (implicit_autocast) {
+        result = infer_under_autocast(target, fake_args.get(), fake_kwargs.get(), device_type, device_index);
+      } else {
+        result = PyRef::steal(PyObject_Call(target, fake_args.get(), fake_kwargs.get()));
+        if (result && p == 0) fresh = shares_no_storage(result.get(), fake_args.get(), fake_kwargs.get());
+      }
     }
     if (result && number_base_pow(name, args)) {
       // Note [Meta layouts]: torch's CPU and CUDA kernels give a Python
@@ -956,6 +1018,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   if (runtime::is_tensor(out)) {
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     graph_->node(node).autocast_implicit = implicit_autocast;
+    graph_->node(node).fresh_result = fresh;
     ValuePtr value = wrap_result(node, out, device_type, device_index);
     graph_->node(node).metas.push_back(value->meta);
     if (dynamic) attach_points(value, results, node);

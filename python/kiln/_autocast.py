@@ -12,7 +12,10 @@ applied to the op's inputs, checked by running the op again on the cast
 inputs with autocast out of the way (Note [Explicit autocast casts] in
 tracer/trace_autocast.cpp).
 """
+import contextlib
+
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -36,6 +39,17 @@ _recorded_casts = None
 # there is the op's (SDPA's math backend upcasts bf16 inputs to float32
 # inside), not autocast's.
 _casts_closed = False
+class _TopLevelCalls(TorchFunctionMode):
+    """Counts the torch calls a function makes at its own level (a mode is
+    off while it handles a call, so calls inside one are not seen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 class _DeviceFake(torch.Tensor):
@@ -96,14 +110,16 @@ class _MetaFactories(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def infer(fn, args, kwargs, device):
-    """Runs ``fn`` on meta fakes as if they lived on ``device`` (under the current autocast)."""
+def infer(fn, args, kwargs, device, calls=None):
+    """Runs ``fn`` on meta fakes as if they lived on ``device`` (under the current autocast);
+    ``calls``, a _TopLevelCalls, counts fn's own torch calls."""
     def wrap(t):
         if isinstance(t, torch.Tensor) and t.device.type == "meta":
             return _DeviceFake(t, device, is_input=True)
         return t
-    with _MetaFactories():
-        out = fn(*tree_map(wrap, args), **tree_map(wrap, kwargs))
+    fake_args, fake_kwargs = tree_map(wrap, args), tree_map(wrap, kwargs)
+    with _MetaFactories(), (calls if calls is not None else contextlib.nullcontext()):
+        out = fn(*fake_args, **fake_kwargs)
 
     def unwrap(t):
         return t.meta_twin if isinstance(t, _DeviceFake) else t
@@ -131,26 +147,33 @@ def explicit_casts(fn, args, kwargs, device):
     result dtypes. ``args`` hold meta tensors standing for ``device``."""
     global _recorded_casts, _casts_closed
     _recorded_casts, _casts_closed = {}, False
+    calls = _TopLevelCalls()
     try:
-        out = infer(fn, args, kwargs, device)
+        out = infer(fn, args, kwargs, device, calls)
         casts = _recorded_casts
     finally:
         _recorded_casts, _casts_closed = None, False
     want = _dtypes(out)
 
     def reproduces(casts):
-        # Meta tensors escape autocast, so this runs the op as it is.
-        return _dtypes(fn(*_cast(args, casts), **_cast(kwargs, casts))) == want
+        # Meta tensors escape autocast, so this runs the op as it is. A set
+        # of casts the op rejects (mixed dtypes) is not autocast's.
+        try:
+            return _dtypes(fn(*_cast(args, casts), **_cast(kwargs, casts))) == want
+        except RuntimeError:
+            return False
     if reproduces(casts):
         return list(casts.values())
     # A composite op may copy an input itself before any other op shows:
     # SDPA's math backend upcasts bf16 inputs to float32 inside, which
     # looks like autocast's float32 policy. Such up-casts are dropped when
-    # the op without them is what autocast ran; autocast's casts to its
-    # lower-precision dtype are never dropped.
+    # the op without them is what autocast ran, and only for one torch call
+    # (a Python composite's own up-cast at its level is followed by inner
+    # ops autocast casts again, which no input cast expresses); autocast's
+    # casts to its lower-precision dtype are never dropped.
     kept = {k: (t, d) for k, (t, d) in casts.items()
             if not (d == torch.float32 and t.dtype in (torch.float16, torch.bfloat16))}
-    if len(kept) < len(casts) and reproduces(kept):
+    if calls.count == 1 and len(kept) < len(casts) and reproduces(kept):
         return list(kept.values())
     # Ops autocast runs with dtype= set (sum, prod, cumsum, softmax on
     # some versions) compute in the result's dtype: casting their floating

@@ -563,3 +563,54 @@ def test_in_place_op_makes_its_target_require_grad(backend):
     eager, compiled = _grads(fn, backend, lambda: torch.randn(5, 2))
     torch.testing.assert_close(compiled[0], eager[0])
 
+
+
+class InPlaceActivations(nn.Module):
+    """The conv-net pattern: in-place activations straight after convolutions
+    (a torch call whose result is new: Note [Fresh results]) and after
+    elementwise work, and mobilenet's hardswish/hardsigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+        self.drop = nn.Dropout(0.0, inplace=True)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x), inplace=True)
+        x = F.silu(self.conv2(x), inplace=True)
+        x = x * F.hardsigmoid(x.mean((2, 3), keepdim=True), inplace=True)
+        x = F.hardswish(x.mean((2, 3)), inplace=True)
+        return self.head(self.drop(x))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_in_place_activations_train_through_kiln(backend):
+    torch.manual_seed(0)
+    model = InPlaceActivations()
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8) * 3
+    model(x).sum().backward()
+    kiln.reset()
+    kiln.compile(twin, backend=backend)(x).sum().backward()
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+    assert kiln.stats()["autograd_graphs"] == 1, kiln.stats()
+    for (label, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_hard_activations_match_torch_at_their_corners(backend):
+    x = torch.tensor([-4., -3., -2.5, -1.5, -1., 0., 1., 1.5, 2.9, 3., 3.5, 7.])
+
+    def f(x):
+        return F.hardswish(x) + F.hardsigmoid(x * 2) * 3
+
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want = f(a)
+    want.sum().backward()
+    got = kiln.compile(f, backend=backend)(b)
+    got.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(b.grad, a.grad)

@@ -126,6 +126,12 @@ def test_an_ops_own_upcasts_are_not_autocast_casts(device):
         for kwargs in ({}, {"attn_mask": mask}, {"is_causal": True}):
             assert _autocast.explicit_casts(F.scaled_dot_product_attention, (q, q, q), kwargs,
                                             torch.device(device)) == [], kwargs
+        # A composite autocast passes through: its own up-cast is followed by
+        # a matmul autocast casts again, which no input cast expresses.
+        def upcast_then_mm(a):
+            return torch.mm(a.float(), a.float()).to(a.dtype)
+        square = torch.empty(8, 8, device="meta", dtype=torch.bfloat16)
+        assert _autocast.explicit_casts(upcast_then_mm, (square,), {}, "cpu") is None
 
 
 def test_casts_are_explicit_only_when_they_reproduce_autocast():

@@ -511,3 +511,21 @@ def test_augmented_assignment_on_intermediates_is_functional():
     x, y = torch.randn(4, 2, 4), torch.randn(4, 2, 4)
     got = kiln.compile(augmented_assignment_in_a_loop, backend="inductor")(x, y)
     torch.testing.assert_close(got, augmented_assignment_in_a_loop(x, y))
+
+
+def test_inference_reading_a_parameter_through_a_view_runs_kernels():
+    # Under no_grad a view of a parameter (w.t() of a linear layer) still
+    # requires grad, so the graph takes the autograd path with an empty
+    # backward; an empty graph has the empty kernel order, not a cycle.
+    w = torch.nn.Parameter(torch.randn(5, 4))
+
+    def f(x):
+        return torch.relu(x @ w.t()) + 1
+
+    x = torch.randn(3, 4)
+    kiln.reset()
+    with torch.no_grad():
+        out = kiln.compile(f)(x)
+        torch.testing.assert_close(out, f(x))
+    s = kiln.stats()
+    assert s["prim_fallbacks"] == 0 and s["kernels"] >= 1, s
