@@ -73,6 +73,8 @@ def test_zoo_training_step(name):
     for (label, b_eager), b_kiln in zip(model.named_buffers(), twin.buffers()):
         torch.testing.assert_close(b_kiln, b_eager, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
     assert kiln.stats()["graph_breaks"] == 0
+    # forward and backward run as kiln's prims and kernels (kiln's autograd)
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
