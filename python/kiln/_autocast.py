@@ -39,6 +39,8 @@ _recorded_casts = None
 # there is the op's (SDPA's math backend upcasts bf16 inputs to float32
 # inside), not autocast's.
 _casts_closed = False
+# True while an input's fake is being made (its clone is no op of the call).
+_wrapping = False
 class _TopLevelCalls(TorchFunctionMode):
     """Counts the torch calls a function makes at its own level (a mode is
     off while it handles a call, so calls inside one are not seen)."""
@@ -73,7 +75,7 @@ class _DeviceFake(torch.Tensor):
         kwargs = kwargs or {}
         # A copy of one of the op's own inputs, before anything else ran, is
         # autocast casting it.
-        if _recorded_casts is not None and not _casts_closed:
+        if _recorded_casts is not None and not _casts_closed and not _wrapping:
             if (func is torch.ops.aten._to_copy.default and args and isinstance(args[0], _DeviceFake)
                     and args[0].is_input and kwargs.get("dtype") is not None):
                 _recorded_casts[id(args[0].meta_twin)] = (args[0].meta_twin, kwargs["dtype"])
@@ -110,12 +112,29 @@ class _MetaFactories(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _input_fake(meta, device):
+    """The fake of an input: a leaf like ``meta``, or, for an op's result (it
+    has a grad_fn), a non-leaf, so that in-place ops on it are allowed as
+    eagerly (F.relu(x, inplace=True) refuses a leaf that requires grad)."""
+    global _wrapping
+    if meta.is_leaf or not meta.requires_grad:
+        return _DeviceFake(meta, device, is_input=True)
+    _wrapping = True
+    try:
+        with torch.enable_grad():
+            fake = _DeviceFake(meta, device).clone()
+    finally:
+        _wrapping = False
+    fake.meta_twin, fake.is_input = meta, True
+    return fake
+
+
 def infer(fn, args, kwargs, device, calls=None):
     """Runs ``fn`` on meta fakes as if they lived on ``device`` (under the current autocast);
     ``calls``, a _TopLevelCalls, counts fn's own torch calls."""
     def wrap(t):
         if isinstance(t, torch.Tensor) and t.device.type == "meta":
-            return _DeviceFake(t, device, is_input=True)
+            return _input_fake(t, device)
         return t
     fake_args, fake_kwargs = tree_map(wrap, args), tree_map(wrap, kwargs)
     with _MetaFactories(), (calls if calls is not None else contextlib.nullcontext()):

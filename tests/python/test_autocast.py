@@ -2,6 +2,8 @@
 tracer/trace_autocast.cpp): blocks inside the compiled function and
 autocast already on around the call, compiled to prims and kernels, against
 eager torch under the same autocast."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,3 +167,27 @@ def test_inference_under_autocast_makes_factory_tensors_on_meta():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = _autocast.infer(composite, (fake,), {}, "cpu")
     assert out.device.type == "meta" and out.shape == (3, 4)
+
+
+def test_in_place_activation_on_a_result_under_autocast_trains_whole():
+    # Autocast's inference of an op runs it on fakes that claim the device; an
+    # op's result among them must stay a non-leaf, or F.relu(x, inplace=True)
+    # on it raises where eager does not (every conv net's ReLU(inplace=True)
+    # broke its frame under autocast training).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(inplace=True),
+                                torch.nn.Conv2d(8, 4, 3), torch.nn.Hardswish(inplace=True))
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 10, 10)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model(x).float().sum()
+    want.backward()
+    kiln.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = kiln.compile(twin)(x).float().sum()
+    got.backward()
+    s = kiln.stats()
+    assert s["graph_breaks"] == 0 and s["unsupported"] == 0 and s["prim_fallbacks"] == 0, s
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    for (label, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=5e-2, atol=5e-2, msg=lambda m: f"{label}: {m}")
