@@ -33,3 +33,36 @@ def test_outputs_without_gradient_are_skipped():
     xr = x.clone().requires_grad_()
     (want,) = torch.autograd.grad(F.max_pool2d(xr, 2), xr, g)
     assert torch.equal(got, want)
+
+
+def test_convolutions_take_torchs_backward_without_running_again(monkeypatch):
+    # _BACKWARDS: no second forward; strides, padding, dilation, groups, bias
+    # and keyword arguments as eager autograd has them.
+    import kiln._extern_vjp as ev
+    cases = [
+        (F.conv1d, (torch.randn(2, 4, 9), torch.randn(6, 2, 3), torch.randn(6)), {"stride": 2, "groups": 2}),
+        (F.conv2d, (torch.randn(2, 3, 8, 7), torch.randn(5, 3, 3, 2)), {"padding": (1, 0), "dilation": 2}),
+        (F.conv3d, (torch.randn(1, 2, 5, 5, 5), torch.randn(3, 2, 2, 2, 2)), {"bias": torch.randn(3), "stride": 1}),
+    ]
+    for fn, args, kwargs in cases:
+        args = tuple(a.double() for a in args)
+        kwargs = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        leaves = [a.clone().requires_grad_() for a in args]
+        kw = {k: v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        out = fn(*leaves, **kw)
+        g = torch.randn_like(out)
+        wanted = leaves + [v for v in kw.values() if isinstance(v, torch.Tensor)]
+        want = torch.autograd.grad(out, wanted, g)
+        slots = [(0, i) for i in range(len(args))] + [(1, k) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        monkeypatch.setattr(ev, "_replace", lambda *a: (_ for _ in ()).throw(AssertionError("ran the op again")))
+        got = extern_vjp(fn, args, kwargs, slots, (g,))
+        monkeypatch.undo()
+        got = got if isinstance(got, tuple) else (got,)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    # string padding is not the backward kernel's: the op runs again
+    x, w = torch.randn(1, 2, 5, 5, dtype=torch.float64), torch.randn(3, 2, 3, 3, dtype=torch.float64)
+    g = torch.randn(1, 3, 5, 5, dtype=torch.float64)
+    gx = extern_vjp(F.conv2d, (x, w), {"padding": "same"}, ((0, 0),), (g,))
+    xr = x.clone().requires_grad_()
+    torch.testing.assert_close(gx, torch.autograd.grad(F.conv2d(xr, w, padding="same"), xr, g)[0])

@@ -7,8 +7,9 @@ on the model (0 for every model of the zoo today, measured with
 torch._dynamo.explain by benchmarks/zoo_capture.py), and 20 more calls at the
 same shapes with no retrace and no frame run eagerly; every graph runs
 as kiln's prims and kernels (no prim fallback). Training: the same
-loss, the same gradient for every parameter, the same buffers (batch-norm
-statistics) afterwards.
+loss, every parameter's gradient as close to the float64 one as eager's
+(or within tolerance of it), the same buffers (batch-norm statistics)
+afterwards.
 """
 import copy
 
@@ -54,22 +55,41 @@ def test_zoo_inference(name):
         assert_outputs_close(got, expected)
 
 
+def float64_gradients(model, args, kwargs):
+    """Parameter gradients of the training loss computed in float64: the
+    reference both eager's and kiln's float32 gradients are measured against."""
+    twin = copy.deepcopy(model).double()
+    def cast(a):
+        return a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+    loss_of(twin(*map(cast, args), **{k: cast(v) for k, v in kwargs.items()})).backward()
+    return [p.grad for p in twin.parameters()]
+
+
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_zoo_training_step(name):
     model, args, kwargs = build(name)
     model = without_randomness(model).train()
     twin = copy.deepcopy(model)
+    reference = float64_gradients(model, args, kwargs)
     eager_loss = loss_of(model(*args, **kwargs))
     eager_loss.backward()
     compiled = kiln.compile(twin)
     loss = loss_of(compiled(*args, **kwargs))
     loss.backward()
     torch.testing.assert_close(loss, eager_loss, rtol=1e-4, atol=1e-5)
-    for (label, p_eager), p_kiln in zip(model.named_parameters(), twin.parameters()):
+    # Every gradient as close to the float64 one as eager's own, or within
+    # tolerance of it: batch norm over few values (a 32x32 image is 1x1 at a
+    # ResNet's last stage) makes eager's float32 kernels lose digits that
+    # kiln's decomposition keeps, so eager is no fixed-tolerance reference.
+    for (label, p_eager), p_kiln, p_ref in zip(model.named_parameters(), twin.parameters(), reference):
         assert (p_kiln.grad is None) == (p_eager.grad is None), label
-        if p_eager.grad is not None:
-            torch.testing.assert_close(p_kiln.grad, p_eager.grad, rtol=1e-3, atol=1e-4, msg=lambda m: f"{label}: {m}")
+        if p_eager.grad is None:
+            continue
+        scale = p_ref.abs().max().item()
+        kiln_error = (p_kiln.grad.double() - p_ref).abs().max().item()
+        eager_error = (p_eager.grad.double() - p_ref).abs().max().item()
+        assert kiln_error <= 2 * eager_error + 1e-4 * scale + 1e-6, (label, kiln_error, eager_error, scale)
     for (label, b_eager), b_kiln in zip(model.named_buffers(), twin.buffers()):
         torch.testing.assert_close(b_kiln, b_eager, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
     assert kiln.stats()["graph_breaks"] == 0
