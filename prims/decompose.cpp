@@ -142,6 +142,14 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
         values.clear();
         break;
       }
+      // Strides along size-1 dims address nothing, but Tensor.stride()
+      // shows them (a clone of a [1] tensor with stride 2 keeps 2, and so
+      // does an in-place op on it): a value this decomposition made takes
+      // torch's.
+      if (values[i] >= first_value && b.meta(values[i]).strides != node.metas[i].strides &&
+          !std::any_of(node.metas[i].sizes.begin(), node.metas[i].sizes.end(), [](int64_t s) { return s == 0; })) {
+        b.graph().set_unit_dim_strides(values[i], node.metas[i].strides);
+      }
     }
   } catch (const NotDecomposed& e) {
     *why = e.what();

@@ -1,6 +1,7 @@
 #include "prims/prim_graph.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <sstream>
 
 #include "graph/graph_printer.h"
@@ -106,6 +107,18 @@ std::vector<int> PrimGraph::add_node(Prim prim, std::vector<PrimArg> args, PrimA
 int PrimGraph::add_node1(Prim prim, std::vector<PrimArg> args, PrimAttrs attrs,
                          const graph::TensorMeta& meta) {
   return add_node(prim, std::move(args), std::move(attrs), {meta})[0];
+}
+
+void PrimGraph::set_unit_dim_strides(int id, const std::vector<int64_t>& strides) {
+  graph::TensorMeta& meta = values_.at(id).meta;
+  if (strides.size() != meta.sizes.size()) throw std::logic_error("set_unit_dim_strides: rank differs");
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (meta.sizes[d] == 1) {
+      meta.strides[d] = strides[d];
+    } else if (meta.sizes[d] != 0 && meta.strides[d] != strides[d]) {
+      throw std::logic_error("set_unit_dim_strides: a stride of a dim longer than 1 differs");
+    }
+  }
 }
 
 void PrimGraph::truncate(size_t node_count) {

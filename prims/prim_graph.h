@@ -124,6 +124,11 @@ class PrimGraph {
     values_[id].meta.requires_grad = false;
   }
 
+  // Sets value `id`'s strides along its size-1 dims, which address nothing,
+  // to `strides` (torch's, as Tensor.stride() reports them); the other
+  // dims' strides must already agree.
+  void set_unit_dim_strides(int id, const std::vector<int64_t>& strides);
+
   // Drops nodes from `node_count` on and the values they made (a
   // decomposition backing out of a call). Inputs are kept.
   void truncate(size_t node_count);

@@ -306,6 +306,33 @@ PyObject* aten_view(PyObject* x, const ViewCall& call) {
   return nullptr;
 }
 
+PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides) {
+  const at::Tensor& t = THPVariable_Unpack(x);
+  const auto have = t.strides();
+  const auto sizes = t.sizes();
+  bool differs = false;
+  if (have.size() == strides.size()) {
+    for (size_t d = 0; d < strides.size(); ++d) {
+      if (have[d] == strides[d]) continue;
+      if (sizes[d] != 1) {
+        differs = false;
+        break;
+      }
+      differs = true;
+    }
+  }
+  if (!differs) {
+    Py_INCREF(x);
+    return x;
+  }
+  try {
+    return THPVariable_Wrap(t.as_strided(sizes, strides, t.storage_offset()));
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "%s", e.what());
+    return nullptr;
+  }
+}
+
 namespace {
 bool autocast_on(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
 c10::ScalarType autocast_dtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }

@@ -97,6 +97,12 @@ struct ViewCall {
 // Precondition: is_tensor(x).
 PyObject* aten_view(PyObject* x, const ViewCall& call);
 
+// `x` (a new reference) with its strides along size-1 dims set to
+// `strides`' (a view, where they differ): torch's layout for a value whose
+// other strides already agree; `x` itself when any other stride differs.
+// Precondition: is_tensor(x).
+PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides);
+
 // This thread's autocast state for the CPU and CUDA: whether each is on
 // and its lower dtype (torch.get_autocast_dtype). What a graph traced
 // under autocast depends on (the Autocast guard).

@@ -48,7 +48,17 @@ struct PrimExecutor::Step {
   std::optional<ViewCall> view;
   bool matmul = false;
   std::vector<int> native_inputs;  // value ids of the native call's operands
+  // Note [Strides of size-1 dims]: the output's strides, where it has a
+  // size-1 dim whose stride torch's op may set otherwise.
+  std::optional<std::vector<int64_t>> unit_dim_strides;
 };
+
+// Note [Strides of size-1 dims]
+// A size-1 dim's stride addresses nothing, but Tensor.stride() shows it, and
+// decompositions take torch's (prims/decompose.cpp: a clone of a [1] tensor
+// with stride 2, and an in-place op on it, keep 2). The torch op a prim
+// runs here may choose another (div of that clone is contiguous), so such
+// outputs are viewed with the graph's strides.
 
 namespace {
 
@@ -284,6 +294,10 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
     const PrimAttrs& a = node.attrs;
     Step& step = steps_[n];
     step.outputs = node.outputs;
+    if (node.outputs.size() == 1 && prims::prim_info(node.prim).family != prims::Family::View) {
+      const graph::TensorMeta& m = g.value(node.outputs[0]).meta;
+      if (std::find(m.sizes.begin(), m.sizes.end(), 1) != m.sizes.end()) step.unit_dim_strides = m.strides;
+    }
     step.label = node.prim == Prim::Extern && a.target ? Py_TYPE(a.target)->tp_name : prims::prim_name(node.prim);
     std::vector<std::pair<const char*, Arg>> kwargs;
     auto in = [&](size_t i) -> int {
@@ -680,6 +694,11 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
       result = second;
     }
     if (!result) return fail();
+    if (step.unit_dim_strides && plain_tensor(result)) {  // Note [Strides of size-1 dims]
+      PyObject* viewed = aten_unit_dim_strides(result, *step.unit_dim_strides);
+      Py_DECREF(result);
+      if (!(result = viewed)) return fail();
+    }
     if (step.outputs.size() == 1) {
       values[step.outputs[0]] = result;
     } else if (!step.outputs.empty()) {

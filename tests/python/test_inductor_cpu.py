@@ -529,3 +529,23 @@ def test_inference_reading_a_parameter_through_a_view_runs_kernels():
         torch.testing.assert_close(out, f(x))
     s = kiln.stats()
     assert s["prim_fallbacks"] == 0 and s["kernels"] >= 1, s
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_strides_of_size_one_dims_are_torchs(backend):
+    # They address nothing, but Tensor.stride() shows them: a clone keeps an
+    # input's stride 2 along a size-1 dim, and an in-place op keeps its
+    # target's layout (fuzz seeds 22199, 32306).
+    def f(y):
+        w = y.clone()
+        w.div_(2.0)
+        return w, w.stride()
+
+    z = torch.empty_strided((1,), (2,)).fill_(3.0)
+    t = torch.randn(1, 2).permute(1, 0)
+    for x in (z, t):
+        kiln.reset()
+        got = kiln.compile(f, backend=backend)(x)
+        want = f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and got[0].stride() == want[0].stride()
