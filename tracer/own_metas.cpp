@@ -94,12 +94,78 @@ std::optional<OwnMeta> unary(const std::vector<ValuePtr>& args, const KwArgs& kw
   return out;
 }
 
+// x.norm(p, dim, keepdim) of a float tensor over given dims. Also a
+// correction, not only a shortcut: torch 2.11's meta kernel keeps a reduced
+// dim of size 1 ([6, 1].norm(dim=-1) is [6, 1] on meta, [6] eagerly).
+std::optional<OwnMeta> norm(const std::vector<ValuePtr>& args, const KwArgs& kwargs, bool grad_mode) {
+  if (args.empty() || args.size() > 4 || !tensor(args[0])) return std::nullopt;
+  static const char* const kNames[] = {"input", "p", "dim", "keepdim"};
+  ValuePtr bound[4] = {args[0], nullptr, nullptr, nullptr};
+  for (size_t i = 1; i < args.size(); ++i) bound[i] = args[i];
+  for (const auto& [key, value] : kwargs) {
+    int slot = -1;
+    for (int i = 1; i < 4; ++i) {
+      if (key == kNames[i]) slot = i;
+    }
+    if (slot < 0 || bound[slot]) return std::nullopt;
+    bound[slot] = value;
+  }
+  const TensorMeta& input = args[0]->meta;
+  if (!floating(input.dtype)) return std::nullopt;
+  auto is_constant = [](const ValuePtr& v) { return v && v->is(ValueKind::Constant); };
+  if (bound[1] && !(is_constant(bound[1]) && (bound[1]->obj.get() == Py_None || PyFloat_Check(bound[1]->obj.get()) ||
+                                              PyLong_Check(bound[1]->obj.get())))) {
+    return std::nullopt;
+  }
+  if (!is_constant(bound[2])) return std::nullopt;  // dim=None: torch's path
+  bool keepdim = false;
+  if (bound[3]) {
+    if (!is_constant(bound[3]) || !PyBool_Check(bound[3]->obj.get())) return std::nullopt;
+    keepdim = bound[3]->obj.get() == Py_True;
+  }
+  const int64_t rank = static_cast<int64_t>(input.sizes.size());
+  std::vector<bool> reduced(rank, false);
+  auto take = [&](PyObject* item) {
+    if (!PyLong_Check(item)) return false;
+    int64_t d = PyLong_AsLongLong(item);
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank || reduced[d]) return false;
+    reduced[d] = true;
+    return true;
+  };
+  PyObject* dim = bound[2]->obj.get();
+  if (PyLong_Check(dim)) {
+    if (!take(dim)) return std::nullopt;
+  } else if (PyTuple_Check(dim) || PyList_Check(dim)) {
+    if (PySequence_Fast_GET_SIZE(dim) == 0) return std::nullopt;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(dim); ++i) {
+      if (!take(PySequence_Fast_GET_ITEM(dim, i))) return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  OwnMeta out;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!reduced[d]) {
+      out.sizes.push_back(input.sizes[d]);
+    } else if (keepdim) {
+      out.sizes.push_back(1);
+    }
+  }
+  out.strides = graph::contiguous_strides(out.sizes);
+  out.dtype = input.dtype;
+  out.requires_grad = grad_mode && input.requires_grad;
+  out.like = args[0].get();
+  return out;
+}
+
 }  // namespace
 
 std::optional<OwnMeta> own_meta(const std::string& name, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
                                 bool grad_mode) {
   if (name == "F.linear") return linear(args, kwargs, grad_mode);
   if (unary_float_ops().contains(name)) return unary(args, kwargs, grad_mode);
+  if (name == "Tensor.norm" || name == "torch.norm") return norm(args, kwargs, grad_mode);
   return std::nullopt;
 }
 

@@ -614,3 +614,22 @@ def test_hard_activations_match_torch_at_their_corners(backend):
     got.sum().backward()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(b.grad, a.grad)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_norm_over_a_size_one_dim_drops_it(backend):
+    # torch 2.11's meta kernel keeps the reduced size-1 dim of norm
+    # ([6, 1] -> [6, 1]; eagerly [6]); kiln's own rule has torch's eager
+    # shape (fuzz seed 40054).
+    def fn(y):
+        return y.norm(dim=-1).pow(3), torch.norm(y, 2, (0, 1), True), y.norm(p=1, dim=0)
+
+    y = torch.randn(6, 1, dtype=torch.float64, requires_grad=True)
+    want = fn(y)
+    got = kiln.compile(fn, backend=backend)(y)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b)
+    (ga,) = torch.autograd.grad(sum(t.sum() for t in got), y)
+    (gb,) = torch.autograd.grad(sum(t.sum() for t in want), y)
+    torch.testing.assert_close(ga, gb)
