@@ -483,6 +483,14 @@ ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
   // with dynamic dims, one more per sample point at the scaled sizes.
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
   value->fake = make_meta_tensor(meta.sizes, meta.strides, dtype.get(), meta.requires_grad);
+  // A tensor with a grad_fn (an activation passed in, or an earlier graph's
+  // result reaching a resumed frame) is no leaf: in-place ops on it are
+  // allowed eagerly, and a leaf fake would refuse them at trace time.
+  if (meta.requires_grad) {
+    PyRef grad_fn = PyRef::steal(PyObject_GetAttrString(tensor, "grad_fn"));
+    if (!grad_fn) PyErr_Clear();
+    if (grad_fn && grad_fn.get() != Py_None) value->fake = non_leaf(std::move(value->fake));
+  }
   if (!dim_symbols.empty()) {
     for (int p = 1; p < points_; ++p) {
       std::vector<int64_t> sizes = meta.sizes;

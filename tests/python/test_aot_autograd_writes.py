@@ -1,6 +1,7 @@
 """aot_eager with writes into tensors (setitem, in-place methods on views)
 and with inputs whose gradient eager leaves None: the cases the aot_eager
 fuzzer found (Note [Writes in the joint graph], autograd/partitioner.cpp)."""
+import pytest
 import torch
 
 import kiln
@@ -262,3 +263,30 @@ def test_shape_only_arguments_get_no_gradient():
         gx, gy = torch.autograd.grad(kiln.compile(f, backend=backend)(x, y).sum(), (x, y), allow_unused=True)
         torch.testing.assert_close(gx, torch.full_like(x, 4.0))
         assert gy is None
+
+
+def test_in_place_op_on_a_non_leaf_input_traces_without_a_break():
+    # An activation passed in (it has a grad_fn) is no leaf: eagerly an
+    # in-place op on it is allowed, so its fake must allow it too (a leaf
+    # fake raised at trace time and broke the graph). A leaf still raises.
+    def f(x, y):
+        x += y
+        return x * 2
+
+    w = torch.randn(3, requires_grad=True)
+    y = torch.randn(3)
+    eager_in = w * 1.5
+    want = f(eager_in, y)
+    want.sum().backward()
+    want_grad = w.grad.clone()
+    w.grad = None
+    kiln.reset()
+    compiled_in = w * 1.5
+    got = kiln.compile(f)(compiled_in, y)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["unsupported"] == 0, kiln.stats()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(compiled_in, eager_in)  # the caller's tensor was written
+    got.sum().backward()
+    torch.testing.assert_close(w.grad, want_grad)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        kiln.compile(f)(w, y)
