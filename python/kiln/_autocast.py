@@ -41,6 +41,8 @@ _recorded_casts = None
 _casts_closed = False
 # True while an input's fake is being made (its clone is no op of the call).
 _wrapping = False
+
+
 class _TopLevelCalls(TorchFunctionMode):
     """Counts the torch calls a function makes at its own level (a mode is
     off while it handles a call, so calls inside one are not seen)."""

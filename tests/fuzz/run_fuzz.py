@@ -116,14 +116,16 @@ def make_inputs(variant, seed, call):
     return (x, y, variant["n"], variant["flag"], xs)
 
 
-def clone_tensor(a):
-    """A copy with the same sizes, strides, storage offset, type and requires_grad."""
+def clone_tensor(a, float32_as=None):
+    """A copy with the same sizes, strides, storage offset, type and requires_grad;
+    with `float32_as`, a float32 tensor becomes one of that dtype."""
     torch = _torch()
+    dtype = float32_as if float32_as is not None and a.dtype == torch.float32 else a.dtype
     try:
         n = a.untyped_storage().nbytes() // a.element_size()
     except AttributeError:
         n = a.storage().size()
-    buf = torch.zeros(max(n, 1), dtype=a.dtype)
+    buf = torch.zeros(max(n, 1), dtype=dtype)
     v = buf.as_strided(a.size(), a.stride(), a.storage_offset())
     v.copy_(a.detach())
     if isinstance(a, torch.nn.Parameter):
@@ -200,8 +202,9 @@ def snapshot(obj):
     return c(obj)
 
 
-def clone_args(args):
-    """Copies of the arguments keeping layouts and aliasing (an object passed twice is cloned once)."""
+def clone_args(args, float32_as=None):
+    """Copies of the arguments keeping layouts and aliasing (an object passed twice is cloned once);
+    `float32_as` as for clone_tensor."""
     torch = _torch()
     memo = {}
 
@@ -209,7 +212,7 @@ def clone_args(args):
         if id(a) in memo:
             return memo[id(a)]
         if isinstance(a, torch.Tensor):
-            r = clone_tensor(a)
+            r = clone_tensor(a, float32_as)
         elif isinstance(a, list):
             r = [c(v) for v in a]
         elif isinstance(a, tuple):
@@ -381,41 +384,13 @@ def within_eager_error(c, e, ref, scale):
 FP32_ULPS = 64
 
 
-def promote_args(args):
-    """The inputs with float32 tensors converted to float64: same values, aliasing,
-    requires_grad, leaf-ness and Parameter type."""
-    torch = _torch()
-    memo = {}
-
-    def c(a):
-        if id(a) in memo:
-            return memo[id(a)]
-        if isinstance(a, torch.Tensor):
-            v = a.detach().to(torch.float64) if a.dtype == torch.float32 else a.detach().clone()
-            if isinstance(a, torch.nn.Parameter):
-                r = torch.nn.Parameter(v, requires_grad=a.requires_grad)
-            elif not a.is_leaf:
-                r = v.requires_grad_(True) * 1.0
-            else:
-                r = v.requires_grad_(a.requires_grad)
-        elif isinstance(a, (list, tuple)):
-            r = type(a)(c(v) for v in a)
-        elif isinstance(a, dict):
-            r = type(a)((k, c(v)) for k, v in a.items())
-        else:
-            return a
-        memo[id(a)] = r
-        return r
-    return tuple(c(a) for a in args)
-
-
 def float64_reference(prog, source, upto):
     """(output snapshot, input snapshot, gradients, largest output magnitude) of call `upto` of the program run
     eagerly with its float32 inputs in float64 (calls before it replayed the same
     way, for programs with state); None when that run raises."""
     fn, ns = load_program(prog, source, real_kiln=False)
     for i, var in enumerate(prog.variants[:upto + 1]):
-        args = promote_args(make_inputs(var, prog.seed, i))
+        args = clone_args(make_inputs(var, prog.seed, i), float32_as=_torch().float64)
         orig = orig_objects(args)
         if prog.drift:
             apply_drift(ns, i)
