@@ -121,10 +121,16 @@ def _input_fake(meta, device):
     global _wrapping
     if meta.is_leaf or not meta.requires_grad:
         return _DeviceFake(meta, device, is_input=True)
+    # The fake must have meta's strides, or a composite op (reshape) decides
+    # on the wrapper's strides what the meta twin cannot do (view an expanded
+    # tensor). A clone is a non-leaf with dense strides, so clone the whole
+    # storage and view it with meta's geometry.
+    storage = torch.empty(meta.untyped_storage().nbytes() // meta.element_size(), dtype=meta.dtype, device="meta")
+    storage.requires_grad_(True)
     _wrapping = True
     try:
         with torch.enable_grad():
-            fake = _DeviceFake(meta, device).clone()
+            fake = _DeviceFake(storage, device).clone().as_strided(meta.size(), meta.stride(), meta.storage_offset())
     finally:
         _wrapping = False
     fake.meta_twin, fake.is_input = meta, True

@@ -191,3 +191,28 @@ def test_in_place_activation_on_a_result_under_autocast_trains_whole():
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     for (label, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=5e-2, atol=5e-2, msg=lambda m: f"{label}: {m}")
+
+
+def test_an_expanded_result_reshapes_under_autocast_training():
+    # The fake of an op's result must keep the result's strides: reshape of
+    # an expanded tensor copies, but when the fake looked dense reshape chose
+    # a view, which the meta tensor underneath refused (transformers'
+    # repeat_kv broke every Llama attention under autocast training on CUDA).
+    def f(x, w):
+        h = (x @ w)[:, :, None, :].expand(2, 3, 2, 4)
+        return h.reshape(2, 6, 4).float().sum()
+
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 3, 4), torch.randn(4, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = f(x, w)
+    want.backward()
+    want_grad, w.grad = w.grad, None
+    kiln.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = kiln.compile(f)(x, w)
+    got.backward()
+    s = kiln.stats()
+    assert s["graph_breaks"] == 0 and s["unsupported"] == 0, s
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w.grad, want_grad)
