@@ -270,6 +270,12 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     }
     case ValueKind::AutocastExit:
       return exit_autocast(callable);
+    case ValueKind::UserContextExit: {
+      --state_.open_grad_contexts;
+      ValuePtr result = call_python_special(callable->self, "__exit__", std::move(args));
+      if (!result) abort_trace(BreakCode::UnsupportedCall, "__exit__ of " + describe_value(*callable->self));
+      return result;
+    }
     case ValueKind::GradModeExit: {
       // __exit__(None, None, None) at the end of the with block.
       state_.set_grad_mode(callable->grad_enabled);
@@ -304,6 +310,7 @@ ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vecto
 void FrameTracer::before_with() {
   ValuePtr context = pop();
   if (context->is(ValueKind::AutocastContext)) return enter_autocast(context);
+  if (context->is(ValueKind::Record) || context->is(ValueKind::Object)) return enter_user_context(context);
   if (!context->is(ValueKind::GradModeContext)) {
     abort_trace(BreakCode::UnsupportedOpcode, "with-block over " + describe_value(*context));
   }
@@ -318,6 +325,33 @@ void FrameTracer::before_with() {
   ++state_.open_grad_contexts;
   push(exit);
   push(state_.wrap_unguarded(Py_None));
+}
+
+// Note [Python context managers]
+// A context whose class defines __enter__ and __exit__ in Python
+// (contextlib.nullcontext, a library's own timer or flag) is traced as
+// CPython runs it: __exit__ is pushed first, then __enter__ is inlined and
+// its result pushed; the call of the exit value at the block's end inlines
+// __exit__. Both run as ordinary traced code, so what they change is
+// recorded like any other store. No graph break is possible inside such a
+// block: the resumed code could not re-enter a context it never entered.
+void FrameTracer::enter_user_context(const ValuePtr& context) {
+  PyTypeObject* type = context->is(ValueKind::Record) ? reinterpret_cast<PyTypeObject*>(context->tuple_type.get())
+                                                      : Py_TYPE(context->obj.get());
+  for (const char* name : {"__enter__", "__exit__"}) {
+    PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
+    PyObject* method = _PyType_Lookup(type, key.get());
+    if (!method || !PyFunction_Check(method)) {
+      abort_trace(BreakCode::UnsupportedOpcode, "with-block over " + describe_value(*context) + ": " + name +
+                                                    " is not a Python function");
+    }
+  }
+  auto exit = std::make_shared<Value>();
+  exit->kind = ValueKind::UserContextExit;
+  exit->self = context;
+  push(exit);
+  ++state_.open_grad_contexts;
+  push(call_python_special(context, "__enter__", {}));
 }
 
 ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args,

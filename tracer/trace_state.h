@@ -111,8 +111,8 @@ class TraceState {
   // Emits torch._C._set_grad_enabled(enabled) into the graph and sets the
   // mode for the rest of the trace (fake tensors follow it too).
   void set_grad_mode(bool enabled);
-  // `with` blocks of grad-mode and autocast contexts open at the current
-  // instruction.
+  // `with` blocks of grad-mode, autocast and Python-defined contexts open
+  // at the current instruction (no graph break inside one).
   int open_grad_contexts = 0;
   // Tracing twins of the autocast blocks open now, innermost last (Note
   // [Autocast blocks]); while any is open, ops infer their results through
@@ -267,6 +267,9 @@ class FrameTracer {
   // Builtins, std-module callables and container methods (trace_stdlib.cpp).
   ValuePtr call_modelled(const ValuePtr& callee, std::vector<ValuePtr> args, KwArgs kwargs);
   friend class ModelContext;
+  // BEFORE_WITH over a context whose __enter__/__exit__ are Python
+  // functions (Note [Python context managers]).
+  void enter_user_context(const ValuePtr& context);
   ValuePtr make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args);
   void before_with();
   void store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);

@@ -38,6 +38,8 @@ using runtime::PyRef;
   X(LocalFunction, "a function created by the trace (lambda, nested def)")    \
   X(GradModeContext, "torch.no_grad() / enable_grad() / set_grad_enabled(b)") \
   X(GradModeExit, "__exit__ of an entered grad-mode context")                  \
+  X(UserContextExit, "__exit__ of an entered context whose class defines "     \
+                     "__enter__/__exit__ in Python: self is the context")      \
   X(Super, "super(cls, self): obj is cls, self the receiver")                 \
   X(Record, "an instance of a plain Python class made by the trace: "        \
             "tuple_type is its class, self the class value, attrs its __dict__, " \
