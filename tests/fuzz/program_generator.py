@@ -1704,10 +1704,11 @@ class Generator:
         posonly = False
         if kind == "varargs":
             params = [params[0]] * nparams
-            args = []
+            first, args = args[0], []
             for _ in range(nparams):
                 m = self.tensor_cands(env, pred=lambda t: t.same(params[0]))
-                args.append(self.choice(m)[0])
+                # The first pick may be an expression no variable matches.
+                args.append(self.choice(m)[0] if m else first)
         saved_out, saved_ind = self.out, self.ind
         self.out, self.ind = [], 1
         self.helper_depth += 1

@@ -82,6 +82,12 @@ def test_float64_judge_passes_rounding_and_fails_wrong_values():
     noisy = torch.tensor([3e-3, 0.0, 0.0])
     assert rf.within_eager_error(torch.tensor([-4e-3, 1e-3, 0.0]), noisy, ref, scale=1.0)
     assert not rf.within_eager_error(torch.tensor([-9e-3, 1e-3, 0.0]), noisy, ref, scale=1.0)
+    # a float64 value with float32 rounding in it (the gradient of a float64
+    # input cast to float32) gets no float32 ulps: only eager's error, twice
+    ref64 = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    eager64 = ref64 + torch.tensor([1e-6, -1e-6, 0.0], dtype=torch.float64)
+    assert rf.within_eager_error(ref64 + 1.5e-6, eager64, ref64, scale=40.0)
+    assert not rf.within_eager_error(ref64 + 3e-6, eager64, ref64, scale=40.0)
 
 
 def test_float64_reference_run_promotes_inputs():
