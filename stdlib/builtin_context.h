@@ -81,6 +81,9 @@ class BuiltinContext {
 
   // Fetches and clears the pending Python exception as "Type: message".
   virtual std::string take_python_error() = 0;
+  // Raises the pending Python exception in the traced code, where eager
+  // Python raises it too: a handler of the traced frames may catch it.
+  [[noreturn]] virtual void raise_exact() = 0;
 
   // Abandons the trace; the tracer turns it into a graph break or an eager run.
   [[noreturn]] void abort(BreakCode code, const std::string& message) {

@@ -274,7 +274,9 @@ ValuePtr next_model(BuiltinContext& context, BuiltinCall& call) {
     return item;
   }
   if (call.args.size() == 2) return call.args[1];
-  context.abort(BreakCode::PythonException, "StopIteration: next() of an exhausted iterator");
+  // Exact: the iterator's items are known (contextlib's __exit__ catches it).
+  PyErr_SetString(PyExc_StopIteration, "");
+  context.raise_exact();
 }
 
 // map(fn, *iterables) and filter(fn, iterable), evaluated eagerly like a

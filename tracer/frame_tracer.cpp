@@ -729,9 +729,12 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       store_attr(target, name_at(ins.arg).get(), value);
       return;
     }
-    case Op::DeleteAttr:
+    case Op::DeleteAttr: {
+      ValuePtr target = pop();
+      if (target->is(ValueKind::Record)) return delete_record_attr(target, name_at(ins.arg).get());
       abort_trace(BreakCode::SideEffect, "deletion of attribute '" +
                                              std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
+    }
     default:
       abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
   }

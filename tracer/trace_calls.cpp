@@ -621,6 +621,15 @@ ValuePtr FrameTracer::resume() {
   yielded_.reset();
   try {
     run();
+  } catch (PythonRaise& raised) {
+    returned_ = true;
+    if (PyErr_GivenExceptionMatches(reinterpret_cast<PyObject*>(Py_TYPE(raised.exception.get())),
+                                    PyExc_StopIteration)) {
+      // PEP 479: CPython turns it into a RuntimeError; a consumer must not
+      // take it for the generator's end.
+      abort_trace(BreakCode::PythonException, "a generator raised StopIteration");
+    }
+    throw;
   } catch (...) {
     returned_ = true;  // a generator that raised is finished
     throw;

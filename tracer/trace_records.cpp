@@ -501,6 +501,24 @@ void FrameTracer::store_record_attr(const ValuePtr& record, PyObject* name, cons
   attrs->items.push_back(value);
 }
 
+void FrameTracer::delete_record_attr(const ValuePtr& record, PyObject* name) {
+  auto* type = reinterpret_cast<PyTypeObject*>(record->tuple_type.get());
+  PyObject* class_attr = _PyType_Lookup(type, name);
+  if (python_method(type, "__delattr__") || (class_attr && Py_TYPE(class_attr)->tp_descr_set)) {
+    abort_trace(BreakCode::UnsupportedAttribute, std::string("deletion of attribute '") + PyUnicode_AsUTF8(name) +
+                                                     "' of " + type->tp_name + ", which customizes it");
+  }
+  ValuePtr& attrs = record->attrs;
+  const int own = dict_index(*attrs, name);
+  if (own < 0) {
+    PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", type->tp_name, name);
+    raise_python_error();
+  }
+  state_.note_mutation();
+  attrs->keys.erase(attrs->keys.begin() + own);
+  attrs->items.erase(attrs->items.begin() + own);
+}
+
 graph::Arg TraceState::lower_record(const ValuePtr& record) {
   auto lower_dict = [&](const ValuePtr& dict) {
     graph::Arg out;

@@ -312,6 +312,8 @@ class FrameTracer {
   ValuePtr record_attr(const ValuePtr& record, PyObject* name);
   // `generic`: object.__setattr__'s store, past a Python __setattr__.
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
+  // `del record.name` on an object the trace made: its __dict__ entry goes.
+  void delete_record_attr(const ValuePtr& record, PyObject* name);
   // A dict or OrderedDict method `descriptor` bound to the record's contents.
   ValuePtr record_method(const ValuePtr& record, PyObject* name, PyObject* descriptor);
   // os.environ reads (trace_environ.cpp, Note [Environment variables]): the

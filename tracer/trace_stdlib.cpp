@@ -74,6 +74,7 @@ class ModelContext final : public stdlib::BuiltinContext {
       return nullptr;
     }
   }
+  [[noreturn]] void raise_exact() override { raise_python_error(); }
   void guard_has_attr(const ValuePtr& value, PyObject* name, bool present) override {
     if (value->source >= 0) state_.guards().add_has_attr(value->source, name, present);
   }

@@ -4,6 +4,8 @@ CPython runs them, results and the contexts' state as eager's (Note
 [Python context managers])."""
 import contextlib
 
+import pytest
+
 import torch
 
 import kiln
@@ -107,3 +109,66 @@ def test_a_break_inside_a_python_context_runs_the_frame_eagerly_and_correctly():
     x = torch.randn(3)
     got, want = run_both(f, x)
     assert_same(got, want)
+
+
+class Flags:
+    scaling = False
+
+
+FLAGS = Flags()
+
+
+@contextlib.contextmanager
+def doubled(value):
+    yield value * 2
+
+
+@contextlib.contextmanager
+def scaling_on():
+    FLAGS.scaling = True
+    try:
+        yield
+    finally:
+        FLAGS.scaling = False
+
+
+def generator_context(x):
+    with doubled(3.0) as factor:
+        y = x * factor
+    return y
+
+
+def generator_context_with_finally(x):
+    with scaling_on():
+        y = x * 2 if FLAGS.scaling else x
+    return y, FLAGS.scaling
+
+
+def test_contextmanager_generators_trace_whole_and_match_eager():
+    x = torch.randn(4)
+    for fn in (generator_context, generator_context_with_finally):
+        explained = kiln.explain(fn)(x)
+        assert explained.graph_break_count == 0, (fn.__name__, explained.break_reasons)
+        got, want = run_both(fn, x)
+        assert_same(got, want)
+    assert FLAGS.scaling is False
+
+
+def test_stop_iteration_inside_a_generator_is_a_runtime_error_as_in_eager():
+    # PEP 479: a generator that lets StopIteration escape raises RuntimeError.
+    def gen(items):
+        it = iter(items)
+        yield next(it)
+        yield next(it)
+
+    def f(x):
+        total = x
+        for item in gen([1.0]):
+            total = total + item
+        return total
+
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        f(x)
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        kiln.compile(f)(x)
