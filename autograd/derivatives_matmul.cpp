@@ -48,8 +48,18 @@ std::vector<int> vjp_matmul(prims::PrimBuilder& b, const NodeView& view,
   // in that tensor's layout: autograd would otherwise copy every weight
   // gradient into the parameter's layout (session 8).
   if (needs[0]) {
-    out[0] = column_major(ma) && same_batch(ma, mc) ? transposed(b, b.matmul(c, transposed(b, g)))
-                                                     : sum_to(b, b.matmul(g, transposed(b, c)), ma);
+    if (mc.sizes.size() == 2 && ma.sizes.size() > 2) {
+      // g's rows times one matrix: one product over all rows (g arrives
+      // permuted when the result was, and at::matmul would broadcast c
+      // into a bmm).
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < ma.sizes.size(); ++d) rows *= ma.sizes[d];
+      const int g_rows = b.reshape(g, {rows, mc.sizes.back()});
+      out[0] = b.reshape(b.matmul(g_rows, transposed(b, c)), ma.sizes);
+    } else {
+      out[0] = column_major(ma) && same_batch(ma, mc) ? transposed(b, b.matmul(c, transposed(b, g)))
+                                                       : sum_to(b, b.matmul(g, transposed(b, c)), ma);
+    }
   }
   if (needs[1]) {
     if (mc.sizes.size() == 2 && ma.sizes.size() > 2) {

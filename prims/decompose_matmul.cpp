@@ -13,6 +13,18 @@ int matmul_any(DecomposeCall& c, int a, int b) {
   PrimBuilder& pb = c.b;
   const int64_t ra = c.rank(a), rb = c.rank(b);
   if (ra == 0 || rb == 0) c.unsupported("matmul of a 0-dim tensor");
+  if (ra >= 3 && rb == 2) {
+    // A batch of rows times one matrix (a Linear) is one product over all
+    // rows, as F.linear and at::matmul fold it when the rows are contiguous;
+    // rows that are not (a permuted NHWC view) are copied once here, where
+    // at::matmul would copy them and broadcast the matrix into a bmm.
+    std::vector<int64_t> sizes = pb.meta(a).sizes;
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
+    const int product = pb.matmul(pb.reshape(a, {rows, sizes.back()}), b);
+    sizes.back() = pb.meta(b).sizes[1];
+    return pb.reshape(product, sizes);
+  }
   const int lhs = ra == 1 ? pb.unsqueeze(a, 0) : a;
   const int rhs = rb == 1 ? pb.unsqueeze(b, 1) : b;
   int out = pb.matmul(lhs, rhs);

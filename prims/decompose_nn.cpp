@@ -78,7 +78,12 @@ std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
   int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
   if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(c.tensor("weight")));
   if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(c.tensor("bias")));
-  return {to_dtype(b, out, dtype)};
+  out = to_dtype(b, out, dtype);
+  // torch normalizes a contiguous copy of its input and returns a contiguous
+  // result whatever the input's layout (ConvNeXt's permuted NHWC views).
+  const graph::TensorMeta& m = b.meta(out);
+  if (!is_contiguous(m.sizes, m.strides)) out = b.clone(out, MemoryFormat::Contiguous);
+  return {out};
 }
 
 // Note [Batch norm running statistics]
