@@ -30,6 +30,18 @@ const std::unordered_set<std::string_view>& factory_functions() {
   return names;
 }
 
+// Note [Composites kiln traces through]
+// torch.nn.functional functions written in Python over ops kiln decomposes,
+// for which kiln has no rule of its own. Kept as one extern call, nothing
+// around them fuses and their gradient reruns the whole function in the
+// backward (Note [Extern gradients]): multi_head_attention_forward is a
+// transformer layer's projections and attention (torchvision's ViT). They
+// are inlined as plain Python instead, as torch.compile traces them.
+const std::unordered_set<std::string_view>& traced_composites() {
+  static const std::unordered_set<std::string_view> names = {"multi_head_attention_forward"};
+  return names;
+}
+
 std::string module_of(PyObject* callable) {
   PyObject* module = PyObject_GetAttrString(callable, "__module__");
   if (!module) {
@@ -94,6 +106,7 @@ CallableInfo classify_callable(PyObject* callable) {
   // torch.utils._contextlib's functions, which make a fresh context and
   // enter it): plain Python to inline, so the grad-mode block is traced.
   if (module == "torch.utils._contextlib") return info;
+  if (module == "torch.nn.functional" && traced_composites().count(name)) return info;
   // Note [Compiler queries]: "is a compiler tracing this?" is answered yes
   // inside a kiln trace, as torch.compile answers it, so library code takes
   // the path it keeps for graph capture (no ContextVar, no logging, no

@@ -633,3 +633,40 @@ def test_norm_over_a_size_one_dim_drops_it(backend):
     (ga,) = torch.autograd.grad(sum(t.sum() for t in got), y)
     (gb,) = torch.autograd.grad(sum(t.sum() for t in want), y)
     torch.testing.assert_close(ga, gb)
+
+
+class AttentionBlock(nn.Module):
+    """A ViT encoder block's attention (torchvision's EncoderBlock)."""
+
+    def __init__(self, masked=False):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.attention = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.masked = masked
+
+    def forward(self, x):
+        y = self.norm(x)
+        mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), 1) if self.masked else None
+        y, _ = self.attention(y, y, y, need_weights=False, attn_mask=mask)
+        return x + y
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_multihead_attention_trains_through_its_parts(backend, masked):
+    # Note [Composites kiln traces through]: no extern call of
+    # F.multi_head_attention_forward whose gradient would rerun it.
+    torch.manual_seed(0)
+    model = AttentionBlock(masked)
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 6, 16)
+    model(x).square().sum().backward()
+    kiln.reset()
+    explained = kiln.explain(twin)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert "multi_head_attention_forward" not in "".join(explained.graphs)
+    kiln.reset()
+    kiln.compile(twin, backend=backend)(x).square().sum().backward()
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+    for (label, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
