@@ -81,6 +81,17 @@ std::vector<int> decompose_Flatten(DecomposeCall& c) {
   return {c.b.reshape(x, out)};
 }
 
+// unflatten(x, dim, sizes): a view splitting dim into sizes (one may be -1).
+std::vector<int> decompose_Unflatten(DecomposeCall& c) {
+  const int x = c.tensor("input");
+  const std::vector<int64_t>& sizes = c.b.meta(x).sizes;
+  const int64_t dim = wrap_dim("unflatten", c.integer("dim"), c.rank(x));
+  std::vector<int64_t> out(sizes.begin(), sizes.begin() + dim);
+  for (int64_t size : c.ints("sizes")) out.push_back(size);
+  out.insert(out.end(), sizes.begin() + dim + 1, sizes.end());
+  return {c.b.view(x, out)};
+}
+
 std::vector<int> decompose_Unsqueeze(DecomposeCall& c) {
   return {c.b.unsqueeze(c.tensor("input"), c.integer("dim"))};
 }

@@ -36,7 +36,10 @@ const std::unordered_set<std::string_view>& factory_functions() {
 // around them fuses and their gradient reruns the whole function in the
 // backward (Note [Extern gradients]): multi_head_attention_forward is a
 // transformer layer's projections and attention (torchvision's ViT). They
-// are inlined as plain Python instead, as torch.compile traces them.
+// are inlined as plain Python instead, as torch.compile traces them, and so
+// are the private Python helpers of torch and torch.nn.functional they call
+// (_in_projection_packed, _canonical_mask, torch._assert): no helper is an
+// op of its own.
 const std::unordered_set<std::string_view>& traced_composites() {
   static const std::unordered_set<std::string_view> names = {"multi_head_attention_forward"};
   return names;
@@ -107,6 +110,9 @@ CallableInfo classify_callable(PyObject* callable) {
   // enter it): plain Python to inline, so the grad-mode block is traced.
   if (module == "torch.utils._contextlib") return info;
   if (module == "torch.nn.functional" && traced_composites().count(name)) return info;
+  if ((module == "torch.nn.functional" || module == "torch") && starts_with(name, "_") && PyFunction_Check(callable)) {
+    return info;
+  }
   // Note [Compiler queries]: "is a compiler tracing this?" is answered yes
   // inside a kiln trace, as torch.compile answers it, so library code takes
   // the path it keeps for graph capture (no ContextVar, no logging, no

@@ -130,6 +130,7 @@ namespace kiln::stdlib {
   X(GetAttr, "builtins.getattr(input, name)")                                                      \
   X(Flatten, "torch.flatten(input, start_dim=0, end_dim=-1)",                                      \
     "Tensor.flatten(input, start_dim=0, end_dim=-1)")                                              \
+  X(Unflatten, "torch.unflatten(input, dim, sizes)", "Tensor.unflatten(input, dim, sizes)")        \
   X(Unsqueeze, "torch.unsqueeze(input, dim)", "Tensor.unsqueeze(input, dim)")                      \
   X(Squeeze, "torch.squeeze(input, dim=None)", "Tensor.squeeze(input, dim=None)")                  \
   X(Expand, "Tensor.expand(input, *size)")                                                         \

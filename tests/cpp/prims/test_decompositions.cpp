@@ -232,7 +232,8 @@ TEST(Decompositions, ViewsShapesAndIndexing) {
       "Tensor.view(a, 2, 6)", "Tensor.view(a, (-1,))", "Tensor.reshape(at, 12)", "torch.reshape(xs, (6, -1))",
       "Tensor.permute(x, 3, 0, 2, 1)", "torch.permute(a, (1, 0))", "torch.transpose(x, 1, -1)", "Tensor.t(a)",
       "torch.t(b)", "builtins.getattr(a, 'T')", "builtins.getattr(x, 'mT')", "torch.flatten(x, 1)",
-      "Tensor.flatten(xs)", "torch.unsqueeze(a, -1)", "Tensor.squeeze(c)", "torch.squeeze(c, 1)",
+      "Tensor.flatten(xs)", "torch.unflatten(a, 1, (2, 2))", "Tensor.unflatten(x, -1, (5, 1))",
+      "torch.unflatten(a3, 2, (-1, 2))", "torch.unsqueeze(a, -1)", "Tensor.squeeze(c)", "torch.squeeze(c, 1)",
       "Tensor.expand(c, 3, 5)", "Tensor.expand(b, 2, 3, -1)", "Tensor.expand_as(c, a)",
       "Tensor.contiguous(at)", "Tensor.contiguous(a)", "torch.clone(xs)",
       "operator.getitem(a, 1)", "operator.getitem(a, (slice(None), slice(1, 3)))",
@@ -260,7 +261,8 @@ TEST(Decompositions, MatrixProducts) {
       "torch.matmul(bat.transpose(1, 2), mat)", "Tensor.matmul(a3, mat)", "torch.matmul(b, bat)",
       "torch.mm(at, mat)", "torch.bmm(bat.transpose(1, 2), bat)", "torch.addmm(bias, w, mat[:, :5])",
       "torch.addmm(bias, w, mat[:, :5], beta=0.5, alpha=2)", "F.linear(a, w, bias)", "F.linear(a3, w)",
-      "F.linear(b, w, bias)", "F.linear(a64, w.double())",
+      "F.linear(b, w, bias)", "F.linear(a64, w.double())", "F.linear(x.permute(0, 2, 3, 1), mat[:3, :5].t())",
+      "torch.matmul(x.permute(0, 2, 3, 1), mat[:3])",
   });
 }
 
@@ -269,7 +271,7 @@ TEST(Decompositions, NnOps) {
       "torch.softmax(a, -1)", "Tensor.softmax(x, 1)", "F.softmax(a64, dim=0)",
       "F.softmax(a, dim=1, dtype=torch.float64)", "F.log_softmax(a3, dim=-1)", "Tensor.log_softmax(a64, 0)",
       "F.layer_norm(a, (4,))", "F.layer_norm(x, (4, 5), torch.ones(4, 5) * 2, torch.zeros(4, 5) + 1)",
-      "F.layer_norm(a64, (4,), eps=1e-3)",
+      "F.layer_norm(a64, (4,), eps=1e-3)", "F.layer_norm(x.permute(0, 2, 3, 1), (3,), g, beta)",
       "F.batch_norm(x, rm, rv, g, beta)", "F.batch_norm(a, torch.zeros(4), torch.ones(4) * 2)",
       "F.dropout(a, 0.3, False)", "F.dropout(a, 0.0)", "F.embedding(idx, emb)", "F.embedding(cls, emb)",
   });
