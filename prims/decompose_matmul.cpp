@@ -7,24 +7,29 @@ namespace {
 
 PrimArg v(int id) { return PrimArg::of_value(id); }
 
+// A batch of rows a (rank >= 3) times one matrix b (a Linear) is one
+// product over all rows, as F.linear and at::matmul fold it when the rows
+// are contiguous; rows that are not (a permuted NHWC view) are copied once
+// here, where at::matmul would copy them and broadcast b into a bmm.
+// `bias`, when >= 0, is added to the 2-d product, where the bias epilogue
+// pass finds it (Note [Bias epilogues]).
+int rows_times_matrix(PrimBuilder& pb, int a, int b, int bias = -1) {
+  std::vector<int64_t> sizes = pb.meta(a).sizes;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
+  int product = pb.matmul(pb.reshape(a, {rows, sizes.back()}), b);
+  if (bias >= 0) product = pb.binary(Prim::Add, v(product), v(bias));
+  sizes.back() = pb.meta(b).sizes[1];
+  return pb.reshape(product, sizes);
+}
+
 // torch.matmul: a 1-d operand is a row (left) or column (right) vector
 // whose dim is removed from the result.
 int matmul_any(DecomposeCall& c, int a, int b) {
   PrimBuilder& pb = c.b;
   const int64_t ra = c.rank(a), rb = c.rank(b);
   if (ra == 0 || rb == 0) c.unsupported("matmul of a 0-dim tensor");
-  if (ra >= 3 && rb == 2) {
-    // A batch of rows times one matrix (a Linear) is one product over all
-    // rows, as F.linear and at::matmul fold it when the rows are contiguous;
-    // rows that are not (a permuted NHWC view) are copied once here, where
-    // at::matmul would copy them and broadcast the matrix into a bmm.
-    std::vector<int64_t> sizes = pb.meta(a).sizes;
-    int64_t rows = 1;
-    for (size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
-    const int product = pb.matmul(pb.reshape(a, {rows, sizes.back()}), b);
-    sizes.back() = pb.meta(b).sizes[1];
-    return pb.reshape(product, sizes);
-  }
+  if (ra >= 3 && rb == 2) return rows_times_matrix(pb, a, b);
   const int lhs = ra == 1 ? pb.unsqueeze(a, 0) : a;
   const int rhs = rb == 1 ? pb.unsqueeze(b, 1) : b;
   int out = pb.matmul(lhs, rhs);
@@ -56,7 +61,11 @@ std::vector<int> decompose_Addmm(DecomposeCall& c) {
 std::vector<int> decompose_Linear(DecomposeCall& c) {
   const int weight = c.tensor("weight");
   const int w = c.rank(weight) == 2 ? c.b.permute(weight, {1, 0}) : weight;
-  int out = matmul_any(c, c.tensor("input"), w);
+  const int input = c.tensor("input");
+  if (c.rank(input) >= 3 && c.rank(weight) == 2) {
+    return {rows_times_matrix(c.b, input, w, c.given("bias") ? c.tensor("bias") : -1)};
+  }
+  int out = matmul_any(c, input, w);
   if (c.given("bias")) out = c.b.binary(Prim::Add, v(out), v(c.tensor("bias")));
   return {out};
 }

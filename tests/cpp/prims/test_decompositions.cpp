@@ -103,7 +103,8 @@ const char* kCompare =
     "ok = a.dtype == e.dtype and a.shape == e.shape and (torch.allclose(a, e, rtol=tol, atol=tol, equal_nan=True)"
     " if a.is_floating_point() else torch.equal(a, e))\n";
 
-void check_case(const std::string& source, bool clone_inputs = false) {
+// `graph_text`, when given, receives the decomposed prim graph's text.
+void check_case(const std::string& source, bool clone_inputs = false, std::string* graph_text = nullptr) {
   SCOPED_TRACE(source);
   PyObject* ns = setup_namespace();
   PyRef split_call = PyRef::borrow(PyDict_GetItemString(ns, "split_call"));
@@ -157,6 +158,7 @@ void check_case(const std::string& source, bool clone_inputs = false) {
   std::optional<Decomposition> d = decompose_graph(builder.graph, false, &why);
   ASSERT_TRUE(d) << why;
   EXPECT_EQ(d->decomposed_calls, 1) << "stayed an extern\n" << format_prim_graph(*d->graph);
+  if (graph_text) *graph_text = format_prim_graph(*d->graph);
   runtime::PrimExecutor executor(d->graph, std::move(d->output));
   std::vector<PyObject*> raw;
   for (const PyRef& in : builder.inputs) raw.push_back(in.get());
@@ -264,6 +266,14 @@ TEST(Decompositions, MatrixProducts) {
       "F.linear(b, w, bias)", "F.linear(a64, w.double())", "F.linear(x.permute(0, 2, 3, 1), mat[:3, :5].t())",
       "torch.matmul(x.permute(0, 2, 3, 1), mat[:3])",
   });
+}
+
+TEST(Decompositions, LinearOverRowsAddsItsBiasToTheMatrixProduct) {
+  // Note [Bias epilogues]: the add must read the 2-d product itself.
+  std::string text;
+  check_case("F.linear(a3, w, bias)", false, &text);
+  EXPECT_THAT(text, testing::HasSubstr("%5 = matmul(%4, %3) : f32[6, 5]\n%6 = add(%5, %2) : f32[6, 5]\n"
+                                       "%7 = reshape(%6, sizes=[2, 3, 5])"));
 }
 
 TEST(Decompositions, NnOps) {
