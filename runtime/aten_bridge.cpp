@@ -326,7 +326,10 @@ PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides
     return x;
   }
   try {
-    return THPVariable_Wrap(t.as_strided(sizes, strides, t.storage_offset()));
+    if (t.is_view() || t.requires_grad()) return THPVariable_Wrap(t.as_strided(sizes, strides, t.storage_offset()));
+    at::Tensor same = at::empty({0}, t.options());
+    same.set_(t.storage(), t.storage_offset(), sizes, strides);
+    return THPVariable_Wrap(same);
   } catch (const std::exception& e) {
     PyErr_Format(PyExc_RuntimeError, "%s", e.what());
     return nullptr;

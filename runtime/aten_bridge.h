@@ -98,7 +98,8 @@ struct ViewCall {
 PyObject* aten_view(PyObject* x, const ViewCall& call);
 
 // `x` (a new reference) with its strides along size-1 dims set to
-// `strides`' (a view, where they differ): torch's layout for a value whose
+// `strides`' (where they differ: a view of x's base when x is a view or
+// requires grad, else a tensor on x's storage that is no view): torch's layout for a value whose
 // other strides already agree; `x` itself when any other stride differs.
 // Precondition: is_tensor(x).
 PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides);

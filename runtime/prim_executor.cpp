@@ -58,7 +58,11 @@ struct PrimExecutor::Step {
 // decompositions take torch's (prims/decompose.cpp: a clone of a [1] tensor
 // with stride 2, and an in-place op on it, keep 2). The torch op a prim
 // runs here may choose another (div of that clone is contiguous), so such
-// outputs are viewed with the graph's strides.
+// outputs are given the graph's strides (runtime/aten_bridge.h
+// aten_unit_dim_strides): a view keeps being a view of its base; a fresh
+// result becomes a tensor of the same storage that is no view, since a view
+// made inside kiln's autograd Function may not be written in place by the
+// caller (fuzz seed 48613).
 
 namespace {
 

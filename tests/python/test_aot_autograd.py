@@ -670,3 +670,23 @@ def test_multihead_attention_trains_through_its_parts(backend, masked):
     assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
     for (label, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_result_with_size_one_dims_can_be_written_in_place(backend):
+    # Note [Strides of size-1 dims]: the executor gives such a result the
+    # traced strides; a fresh result must not become a view, which autograd
+    # forbids writing in place when a Function returns it (fuzz seed 48613).
+    def f(x):
+        return x.split(1, dim=1)[1].clone()
+
+    compiled = kiln.compile(f, backend=backend)
+    for rows in (3, 3, 1):  # the third call traces the rows as a size-1 dim
+        x = torch.randn(rows, 2, dtype=torch.float64, requires_grad=True)
+        got, want = compiled(x), f(x)
+        got[got < 0] *= 2
+        want[want < 0] *= 2
+        torch.testing.assert_close(got, want)
+        (gx,) = torch.autograd.grad(got.sum(), x)
+        (wx,) = torch.autograd.grad(want.sum(), x)
+        torch.testing.assert_close(gx, wx)
