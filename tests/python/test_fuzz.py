@@ -77,7 +77,13 @@ def test_float64_judge_passes_rounding_and_fails_wrong_values():
     assert not rf.within_eager_error(rounded, eager, ref, scale=1.0)
     assert not rf.within_eager_error(wrong, eager, ref, scale=40.0)
     assert not rf.within_eager_error(torch.tensor([float("nan"), 0, 0]), eager, ref, scale=40.0)
-    assert not rf.within_eager_error(rounded, eager, None, scale=40.0)
+    # without a reference: within FP32_ULPS ulps of the magnitude of eager's result
+    assert rf.within_eager_error(rounded, eager, None, scale=40.0)
+    assert not rf.within_eager_error(rounded, eager, None, scale=1.0)
+    assert not rf.within_eager_error(wrong, eager, None, scale=40.0)
+    # a reference eager is far from (the float64 run branched on a dtype) is none
+    assert rf.within_eager_error(rounded, eager, ref + 30.0, scale=40.0)
+    assert not rf.within_eager_error(wrong, eager, ref + 30.0, scale=40.0)
     # where eager itself is far from float64, kiln may be as far
     noisy = torch.tensor([3e-3, 0.0, 0.0])
     assert rf.within_eager_error(torch.tensor([-4e-3, 1e-3, 0.0]), noisy, ref, scale=1.0)
