@@ -8,6 +8,7 @@
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
 #include "prims/layout.h"
+#include "stdlib/torch_api.h"
 
 namespace kiln::prims {
 namespace {
@@ -72,16 +73,28 @@ std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
   if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
   std::vector<int64_t> dims;
   for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  // Note [Layer norm over strided rows]
   // On the GPU, rows strided in memory (ConvNeXt's LayerNorm over a permuted
-  // NCHW tensor) stay torch's call: it copies them contiguous first, where
-  // kiln's kernel, reading along the tile dim and writing the contiguous
-  // result along the rows, stored uncoalesced (a 56x56x96 stage's norm took
-  // 181 us on the H100, eager's copy and norm about 30).
-  if (b.meta(input).device_type == graph::DeviceType::CUDA && b.meta(input).strides.back() != 1 &&
-      b.meta(input).sizes.back() > 1) {
-    c.unsupported("rows strided in memory on the GPU");
+  // NCHW tensor) make kiln's kernel read along the tile dim and store the
+  // contiguous result along the rows, uncoalesced (a 56x56x96 stage's norm:
+  // 181 us on the H100). Without gradients the rows are first copied
+  // contiguous by torch, as torch's own layer_norm does (tv ConvNeXt-tiny
+  // inference 6.17 -> 5.18 ms; torch's whole call: 6.07). With gradients the
+  // strided kernel stays: its backward fuses with its neighbours, where the
+  // copy's extern gradient and torch's call (rerun in the backward) cost
+  // more (timm ConvNeXt-tiny training 20.4 ms, copy 24.8, torch's call 27.8;
+  // one H100, docs/perf.md).
+  int rows = input;
+  const graph::TensorMeta& in = b.meta(input);
+  if (in.device_type == graph::DeviceType::CUDA && !in.requires_grad && in.strides.back() != 1 && in.sizes.back() > 1) {
+    static PyObject* contiguous = PyObject_GetAttrString(stdlib::torch_api()->tensor_type, "contiguous");
+    if (!contiguous) c.unsupported("torch.Tensor.contiguous is missing");
+    graph::TensorMeta copied = in;
+    copied.strides = graph::contiguous_strides(copied.sizes);
+    rows = b.extern_call(contiguous, "Tensor.contiguous", {graph::Arg::of_node(input)}, {}, {copied},
+                         /*pure=*/true, /*fresh=*/true)[0];
   }
-  const int x = to_dtype(b, input, opmath_dtype(dtype));
+  const int x = to_dtype(b, rows, opmath_dtype(dtype));
   auto [var, mean] = b.var_mean(x, dims, 0, true);
   const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(c.number("eps"))));
   int out = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
