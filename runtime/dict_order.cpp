@@ -23,6 +23,17 @@ PyObject* ordered_dict_type() {
   return type;
 }
 
+PyObject* defaultdict_type() {
+  static PyObject* type = [] {
+    PyObject* collections = PyImport_ImportModule("collections");
+    PyObject* found = collections ? PyObject_GetAttrString(collections, "defaultdict") : nullptr;
+    Py_XDECREF(collections);
+    PyErr_Clear();
+    return found;
+  }();
+  return type;
+}
+
 bool is_dict_or_ordered_dict(PyObject* obj) {
   if (PyDict_CheckExact(obj)) return true;
   PyObject* ordered = ordered_dict_type();

@@ -22,6 +22,9 @@ bool dict_keys_in_order(PyObject* dict, std::vector<PyRef>& keys);
 // null, with no error set, if it cannot be imported.
 PyObject* ordered_dict_type();
 
+// collections.defaultdict, as ordered_dict_type.
+PyObject* defaultdict_type();
+
 // True for an exact dict or an exact OrderedDict.
 bool is_dict_or_ordered_dict(PyObject* obj);
 

@@ -162,6 +162,7 @@ ValuePtr dict_copy(BuiltinContext& context, BuiltinCall& call) {
   ValuePtr copy = tracer::make_sequence(ValueKind::Dict, self->items);
   copy->keys = self->keys;
   copy->tuple_type = self->tuple_type;  // an OrderedDict's copy is an OrderedDict
+  copy->self = self->self;              // a defaultdict's, a defaultdict with its factory
   return copy;
 }
 
@@ -285,7 +286,7 @@ void put_item(BuiltinContext& context, const std::string& what, Value& dict, con
 ValuePtr dict_new(BuiltinContext& context, BuiltinCall& call) {
   if (call.args.size() > 1) context.abort(BreakCode::UnsupportedCall, call.name + "() with several positional arguments");
   ValuePtr dict = tracer::make_sequence(ValueKind::Dict, {});
-  if (call.name != "dict") dict->tuple_type = PyRef::borrow(runtime::ordered_dict_type());
+  if (call.name == "OrderedDict") dict->tuple_type = PyRef::borrow(runtime::ordered_dict_type());
   if (!call.args.empty()) {
     const ValuePtr& source = call.args[0];
     if (source->is(ValueKind::Dict)) {
@@ -307,11 +308,35 @@ ValuePtr dict_new(BuiltinContext& context, BuiltinCall& call) {
   return dict;
 }
 
+// defaultdict(factory, ...): a dict whose missing keys the subscript fills
+// by calling factory (FrameTracer::subscript); the rest reads as dict(...).
+ValuePtr defaultdict_new(BuiltinContext& context, BuiltinCall& call) {
+  ValuePtr factory;
+  if (!call.args.empty()) {
+    factory = call.args.front();
+    call.args.erase(call.args.begin());
+  }
+  if (factory && factory->is(ValueKind::Constant) && factory->obj.get() == Py_None) factory = nullptr;
+  // The factory is rebuilt into the result as a constant: a function the
+  // trace made (a lambda) has no object to rebuild from.
+  if (factory && (!factory->obj || factory->is(ValueKind::LocalFunction))) {
+    context.abort(BreakCode::UnsupportedCall, "defaultdict() of a function the trace made");
+  }
+  if (factory && !PyCallable_Check(factory->obj.get())) {
+    context.abort(BreakCode::PythonException, "TypeError: first argument must be callable or None");
+  }
+  ValuePtr dict = dict_new(context, call);
+  dict->tuple_type = PyRef::borrow(runtime::defaultdict_type());
+  dict->self = factory;
+  return dict;
+}
+
 }  // namespace
 
 void register_containers_model(ModelRegistry& registry) {
   registry.add("builtins", "dict", dict_new);
   if (PyObject* ordered = runtime::ordered_dict_type()) registry.add_object(ordered, "OrderedDict", dict_new);
+  if (PyObject* defaults = runtime::defaultdict_type()) registry.add_object(defaults, "defaultdict", defaultdict_new);
   struct Entry {
     PyTypeObject* type;
     const char* name;
@@ -354,6 +379,12 @@ void register_containers_model(ModelRegistry& registry) {
     runtime::PyRef descriptor = runtime::own_class_attr(ordered, entry.name);
     if (!descriptor) continue;  // inherited from dict: the dict entry serves
     registry.add_object(descriptor.get(), std::string("OrderedDict.") + entry.name, entry.fn);
+  }
+  // defaultdict's own copy keeps its factory (dict_copy copies it too).
+  if (auto* defaults = reinterpret_cast<PyTypeObject*>(runtime::defaultdict_type())) {
+    if (runtime::PyRef copy = runtime::own_class_attr(defaults, "copy")) {
+      registry.add_object(copy.get(), "defaultdict.copy", dict_copy);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "interpreter/bytecode_builder.h"
 #include "interpreter/bytecode_decoder.h"
+#include "runtime/dict_order.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -200,19 +201,23 @@ class ValueEmitter {
           b_.build_list(static_cast<int>(value->items.size()));
         }
         return;
-      case ValueKind::Dict:
+      case ValueKind::Dict: {
         // An OrderedDict is made from the plain dict of its items.
+        // A defaultdict from its factory and that dict.
         if (value->tuple_type) {
           b_.push_null();
           b_.load_const(value->tuple_type.get());
         }
+        const bool with_factory = value->tuple_type.get() == runtime::defaultdict_type();
+        if (with_factory) b_.load_const(value->self ? value->self->obj.get() : Py_None);
         for (size_t i = 0; i < value->items.size(); ++i) {
           b_.load_const(value->keys[i].get());
           emit(value->items[i]);
         }
         b_.build_map(static_cast<int>(value->items.size()));
-        if (value->tuple_type) b_.call(1);
+        if (value->tuple_type) b_.call(with_factory ? 2 : 1);
         return;
+      }
       case ValueKind::Iterator:
         for (size_t i = value->position; i < value->items.size(); ++i) emit(value->items[i]);
         b_.build_tuple(static_cast<int>(value->items.size() - value->position));

@@ -475,6 +475,13 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     for (size_t i = 0; i < base->keys.size(); ++i) {
       if (PyObject_RichCompareBool(base->keys[i].get(), index->obj.get(), Py_EQ) == 1) return base->items[i];
     }
+    if (base->self) {
+      // A defaultdict the trace made: the factory's value is stored, as
+      // defaultdict.__missing__ does.
+      ValuePtr made = call_value(base->self, {}, {});
+      store_subscript(base, index, made);
+      return made;
+    }
     // The dict's keys are guarded (DictKeys) or made by the trace: exact.
     PyErr_Clear();
     PyErr_SetObject(PyExc_KeyError, index->obj.get());

@@ -813,6 +813,9 @@ graph::Arg TraceState::lower_output_once(const ValuePtr& value) {
       Arg contents = lower_contents(value);  // a dict the trace built: a new dict
       if (!value->tuple_type) return contents;
       std::vector<Arg> args;
+      if (value->tuple_type.get() == runtime::defaultdict_type()) {
+        args.push_back(value->self ? Arg::of_constant(value->self->obj.get()) : Arg::of_constant(Py_None));
+      }
       args.push_back(std::move(contents));
       int node = graph_->add_call(reinterpret_cast<PyTypeObject*>(value->tuple_type.get())->tp_name,
                                   value->tuple_type.get(), std::move(args), {});

@@ -92,7 +92,8 @@ struct Value {
   std::vector<ValuePtr> items;
   std::vector<PyRef> keys;  // Dict keys
   size_t position = 0;      // Iterator: next item
-  ValuePtr self;            // Method/TensorMethod/Super receiver; Record: its class value
+  ValuePtr self;            // Method/TensorMethod/Super receiver; Record: its class value;
+                            // Dict made as a defaultdict: its default_factory (null: None)
   int func_source = -1;     // Method without a source: its function's entry in its class's dict
   PyRef tuple_type;         // Tuple: a namedtuple / structseq type (torch.return_types.max);
                             // Record: its dataclass

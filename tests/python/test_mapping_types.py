@@ -288,3 +288,42 @@ def test_unary_plus_of_a_tensor_is_the_tensor(backend):
     x = torch.randn(3)
     d, items, plus_x = kiln.compile(unary_plus_aliases, backend=backend)(x)
     assert items[0] is d["o"] and plus_x is x
+
+
+def defaultdict_counted(x):
+    counts = defaultdict(int, a=1)
+    for key in ("a", "b", "a"):
+        counts[key] += 1
+    groups = defaultdict(list)
+    groups["even"].append(x * 2)
+    groups["odd"].append(x + 1)
+    groups["even"].append(x * 4)
+    return x * counts["a"] + counts["b"], counts, groups, groups.copy()
+
+
+def defaultdict_across_break(x):
+    groups = defaultdict(list)
+    groups["a"].append(x * 2)
+    print("a break")  # the resumed code rebuilds the defaultdict with its factory
+    groups["b"].append(x + 1)
+    return groups
+
+
+def defaultdict_without_factory(x):
+    d = defaultdict(None, a=x)
+    return d["a"] * 2, d
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [defaultdict_counted, defaultdict_across_break, defaultdict_without_factory])
+def test_defaultdict_built_in_the_frame(backend, fn, capsys):
+    # Missing keys are filled by the factory while tracing; results are
+    # defaultdicts with the same factory as eager's.
+    run_both(fn, lambda: (ones(),), backend)
+    got = kiln.compile(fn, backend=backend)(ones())
+    want = fn(ones())
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        if isinstance(w, defaultdict):
+            assert g.default_factory is w.default_factory
+    if fn is not defaultdict_across_break:
+        assert kiln.explain(fn)(ones()).graph_break_count == 0
