@@ -6,7 +6,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/matmul.h>
-#include <ATen/ops/mm.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
@@ -251,48 +250,6 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
   }
 }
 
-namespace {
-
-// Note [Aligned GEMM outputs]
-// cuBLAS runs its fast kernels only when every leading dimension is a
-// multiple of 16 bytes. A product whose rows are not (GPT-2's LM head:
-// 50257 logits a row) gets an align-1 kernel: 3.3 ms of GPT-2's 8.9 ms
-// inference step on the H100, where torch.compile pads the matrix. Such a
-// product is written into rows padded to the next multiple, then copied to
-// the contiguous result the graph expects: the copy costs a read and a
-// write of the result, far less than the slow kernel. Only products large
-// enough for the copy to pay, and whose operands are aligned themselves.
-int64_t padded_row_multiple(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2) return 0;
-  // mm_out records no gradient: only outside autograd (kiln's own graphs).
-  if (at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) return 0;
-  const int64_t multiple = 16 / static_cast<int64_t>(a.element_size());
-  const int64_t rows = a.size(0), inner = a.size(1), columns = b.size(1);
-  if (a.scalar_type() != b.scalar_type() || (a.element_size() != 2 && a.element_size() != 4)) return 0;
-  if (columns % multiple == 0 || inner % multiple != 0 || rows * columns < (int64_t{1} << 22)) return 0;
-  return multiple;
-}
-
-at::Tensor matmul_into_padded_rows(const at::Tensor& a, const at::Tensor& b, int64_t multiple) {
-  const int64_t columns = b.size(1);
-  const int64_t padded = (columns + multiple - 1) / multiple * multiple;
-  at::Tensor rows = at::empty({a.size(0), padded}, a.options());
-  at::Tensor out = rows.narrow(1, 0, columns);
-  at::mm_out(out, a, b);
-  return out.contiguous();
-}
-
-}  // namespace
-
-PyObject* aten_matmul_into_padded_rows(PyObject* a, PyObject* b, int64_t row_multiple) {
-  try {
-    return THPVariable_Wrap(matmul_into_padded_rows(THPVariable_Unpack(a), THPVariable_Unpack(b), row_multiple));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-}
-
 PyObject* aten_matmul(PyObject* a, PyObject* b) {
   const at::Tensor& left = THPVariable_Unpack(a);
   const at::Tensor& right = THPVariable_Unpack(b);
@@ -300,8 +257,7 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
   std::string error;
   Py_BEGIN_ALLOW_THREADS
   try {
-    const int64_t multiple = padded_row_multiple(left, right);
-    result = multiple ? matmul_into_padded_rows(left, right, multiple) : at::matmul(left, right);
+    result = at::matmul(left, right);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -73,13 +73,6 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
 
-// a @ b of 2-d operands, written into rows padded to a multiple of
-// `row_multiple` elements and copied to a contiguous result (Note [Aligned
-// GEMM outputs]: aten_matmul takes this path for large CUDA products whose
-// row length cuBLAS would run unaligned). Null with a RuntimeError set when
-// torch raises. Preconditions: is_tensor(a), is_tensor(b), row_multiple > 0.
-PyObject* aten_matmul_into_padded_rows(PyObject* a, PyObject* b, int64_t row_multiple);
-
 // True when an ATen call from C++ on `obj` does what the Python call
 // would: `obj` is a torch.Tensor or an nn.Parameter (no __torch_function__
 // of its own) and no torch-function mode is active on this thread.

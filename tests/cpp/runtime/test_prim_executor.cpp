@@ -339,22 +339,6 @@ TEST(PrimExecutor, ViewsAndMatmulsOfPlainTensorsMatchTheirPythonCalls) {
   EXPECT_GE(PyList_GET_SIZE(calls.get()), 6) << test::repr_of(calls.get());
 }
 
-TEST(PrimExecutor, ProductsIntoPaddedRowsEqualTorchsAndAreContiguous) {
-  // Note [Aligned GEMM outputs]: the path CUDA products with unaligned rows
-  // take, checked here on CPU tensors (the padding is layout, not math).
-  PyRef ns = test::exec_module(
-      "import torch\n"
-      "a = torch.randn(9, 16, dtype=torch.float64)\n"
-      "b = torch.randn(13, 16, dtype=torch.float64).t()\n"
-      "def same(got):\n"
-      "    want = a @ b\n"
-      "    return got.shape == want.shape and got.is_contiguous() and torch.allclose(got, want)\n");
-  PyRef got = PyRef::steal(aten_matmul_into_padded_rows(test::item(ns, "a").get(), test::item(ns, "b").get(), 8));
-  ASSERT_TRUE(got) << test::take_error();
-  PyRef same = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "same").get(), got.get(), nullptr));
-  EXPECT_EQ(same.get(), Py_True);
-}
-
 TEST(PrimExecutor, AnOpRaisingReturnsNullAndLeaksNothing) {
   PyRef probe = probe_module();
   PyRef x = eval("torch.ones(3)");
