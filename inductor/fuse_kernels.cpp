@@ -102,7 +102,21 @@ PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
   PyDict_SetItemString(kwargs.get(), "device", device.get());
   PyRef out = PyRef::steal(PyObject_Call(empty.get(), args.get(), kwargs.get()));
   if (!out) return PyRef();
-  PyRef copied = PyRef::steal(PyObject_CallMethod(out.get(), "copy_", "O", tensor));
+  // A broadcast dim of the compiled layout (stride 0) holds one element that
+  // every index reads: copy_ refuses to write such an overlapping tensor, so
+  // the copy goes through the first index of each (the input is broadcast
+  // there too: the stride came from an expand the graph also applies).
+  PyRef target = out, source = PyRef::borrow(tensor);
+  for (size_t d = 0; d < meta.sizes.size(); ++d) {
+    if (meta.strides[d] != 0 || meta.sizes[d] <= 1) continue;
+    target = PyRef::steal(PyObject_CallMethod(target.get(), "narrow", "nnn", static_cast<Py_ssize_t>(d),
+                                              Py_ssize_t{0}, Py_ssize_t{1}));
+    if (!target) return PyRef();
+    source = PyRef::steal(PyObject_CallMethod(source.get(), "narrow", "nnn", static_cast<Py_ssize_t>(d),
+                                              Py_ssize_t{0}, Py_ssize_t{1}));
+    if (!source) return PyRef();
+  }
+  PyRef copied = PyRef::steal(PyObject_CallMethod(target.get(), "copy_", "O", source.get()));
   if (!copied) return PyRef();
   KILN_LOG(prims, "kernel input copied into its compiled layout");
   return out;

@@ -549,3 +549,22 @@ def test_strides_of_size_one_dims_are_torchs(backend):
         want = f(x)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1] and got[0].stride() == want[0].stride()
+
+
+def test_a_kernel_input_arriving_broadcast_is_copied_into_its_compiled_layout():
+    # The backward's kernel was compiled for the gradient of a sum as a
+    # [2, 2] -> [2, 2, 3] expand (strides (2, 1, 0)); out.sum()'s gradient
+    # arrives as strides (0, 0): the copy into the compiled layout writes
+    # each broadcast dim once (copy_ refuses overlapping targets; fuzz seed 61997).
+    def fn(x, xs):
+        t = x
+        for e in xs:
+            t = t + e
+        return torch.sum(t, 2)
+
+    x = torch.randn(2, 2, 3, dtype=torch.float64, requires_grad=True)
+    xs = [torch.randn(2, 2, 3, requires_grad=True) for _ in range(3)]
+    got = torch.autograd.grad(kiln.compile(fn, backend="inductor")(x, xs).sum(), [x] + xs)
+    want = torch.autograd.grad(fn(x, xs).sum(), [x] + xs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
