@@ -42,38 +42,34 @@ std::vector<int> vjp_matmul(prims::PrimBuilder& b, const NodeView& view,
   // Copies: adding values to the graph moves the metas.
   const graph::TensorMeta ma = b.meta(a);
   const graph::TensorMeta mc = b.meta(c);
+  if (mc.sizes.size() == 2 && ma.sizes.size() > 2) {
+    // c is a matrix shared by every batch (a Linear's weight): both
+    // gradients are one product over a's batch dims as rows, as torch folds
+    // the batch into mm. ga = g_rows @ c^T (g arrives permuted when the
+    // result was, and at::matmul would broadcast c into a bmm); gc =
+    // a_rows^T @ g_rows, not a batch of products summed after.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < ma.sizes.size(); ++d) rows *= ma.sizes[d];
+    const int g_rows = b.reshape(g, {rows, mc.sizes.back()});
+    if (needs[0]) out[0] = b.reshape(b.matmul(g_rows, transposed(b, c)), ma.sizes);
+    if (needs[1]) {
+      const int a_rows = b.reshape(a, {rows, ma.sizes.back()});
+      out[1] = column_major(mc) ? transposed(b, b.matmul(transposed(b, g_rows), a_rows))
+                                : b.matmul(transposed(b, a_rows), g_rows);
+    }
+    return out;
+  }
   // A column-major operand gets its gradient column-major too, computed
   // as the transpose of the transposed product ((g c^T)^T = c g^T), so
   // that the gradient of the tensor it views (a Linear's weight) comes out
   // in that tensor's layout: autograd would otherwise copy every weight
   // gradient into the parameter's layout (session 8).
   if (needs[0]) {
-    if (mc.sizes.size() == 2 && ma.sizes.size() > 2) {
-      // g's rows times one matrix: one product over all rows (g arrives
-      // permuted when the result was, and at::matmul would broadcast c
-      // into a bmm).
-      int64_t rows = 1;
-      for (size_t d = 0; d + 1 < ma.sizes.size(); ++d) rows *= ma.sizes[d];
-      const int g_rows = b.reshape(g, {rows, mc.sizes.back()});
-      out[0] = b.reshape(b.matmul(g_rows, transposed(b, c)), ma.sizes);
-    } else {
-      out[0] = column_major(ma) && same_batch(ma, mc) ? transposed(b, b.matmul(c, transposed(b, g)))
-                                                       : sum_to(b, b.matmul(g, transposed(b, c)), ma);
-    }
+    out[0] = column_major(ma) && same_batch(ma, mc) ? transposed(b, b.matmul(c, transposed(b, g)))
+                                                     : sum_to(b, b.matmul(g, transposed(b, c)), ma);
   }
   if (needs[1]) {
-    if (mc.sizes.size() == 2 && ma.sizes.size() > 2) {
-      // c is a matrix shared by every batch (a Linear's weight): its
-      // gradient is one product with a's batch dims as rows, a_rows^T @
-      // g_rows (as torch's, which folds the batch into mm), not a batch of
-      // products summed after.
-      int64_t rows = 1;
-      for (size_t d = 0; d + 1 < ma.sizes.size(); ++d) rows *= ma.sizes[d];
-      const int a_rows = b.reshape(a, {rows, ma.sizes.back()});
-      const int g_rows = b.reshape(g, {rows, mc.sizes.back()});
-      out[1] = column_major(mc) ? transposed(b, b.matmul(transposed(b, g_rows), a_rows))
-                                : b.matmul(transposed(b, a_rows), g_rows);
-    } else if (column_major(mc) && same_batch(ma, mc)) {
+    if (column_major(mc) && same_batch(ma, mc)) {
       out[1] = transposed(b, b.matmul(transposed(b, g), a));
     } else {
       out[1] = sum_to(b, b.matmul(transposed(b, a), g), mc);

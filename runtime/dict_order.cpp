@@ -10,27 +10,25 @@ bool same_key(PyObject* key, PyObject* expected) {
   return equal == 1;
 }
 
+// collections.<name>, imported once per caller's static; null, with no
+// error set, if it cannot be imported.
+PyObject* collections_type(const char* name) {
+  PyObject* collections = PyImport_ImportModule("collections");
+  PyObject* type = collections ? PyObject_GetAttrString(collections, name) : nullptr;
+  Py_XDECREF(collections);
+  PyErr_Clear();
+  return type;
+}
+
 }  // namespace
 
 PyObject* ordered_dict_type() {
-  static PyObject* type = [] {
-    PyObject* collections = PyImport_ImportModule("collections");
-    PyObject* ordered = collections ? PyObject_GetAttrString(collections, "OrderedDict") : nullptr;
-    Py_XDECREF(collections);
-    PyErr_Clear();
-    return ordered;
-  }();
+  static PyObject* type = collections_type("OrderedDict");
   return type;
 }
 
 PyObject* defaultdict_type() {
-  static PyObject* type = [] {
-    PyObject* collections = PyImport_ImportModule("collections");
-    PyObject* found = collections ? PyObject_GetAttrString(collections, "defaultdict") : nullptr;
-    Py_XDECREF(collections);
-    PyErr_Clear();
-    return found;
-  }();
+  static PyObject* type = collections_type("defaultdict");
   return type;
 }
 

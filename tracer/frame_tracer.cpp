@@ -263,7 +263,7 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     abort.detail = std::string("; no graph break is possible here (") + why + "), so the frame runs eagerly";
     return false;
   };
-  if (state_.open_grad_contexts > 0) return refuse("it is inside a with block");
+  if (state_.open_with_blocks > 0) return refuse("it is inside a with block");
   if (uses_zero_arg_super(code_)) return refuse("zero-argument super() needs the method's own frame");
   if (snapshot_.pc < in_user_try_.size() && in_user_try_[snapshot_.pc]) {
     // Note [Tracing try blocks]: CPython would run the instruction outside

@@ -19,7 +19,7 @@ namespace kiln::tracer {
 // stops. Autocast does not apply to meta tensors, so inside a block every
 // op's result is inferred by kiln._autocast.infer, which shows the fakes to
 // the dispatcher as tensors of the real device. No graph break is made
-// inside a block (open_grad_contexts counts it), as for grad-mode blocks.
+// inside a block (open_with_blocks counts it), as for grad-mode blocks.
 
 // Note [Explicit autocast casts]
 // Under autocast, torch casts the inputs of some ops: matmuls and linear
@@ -114,7 +114,7 @@ void FrameTracer::enter_autocast(const ValuePtr& context) {
                                                          cache_enabled.get(), nullptr));
   if (!twin) abort_trace(BreakCode::PythonException, "entering autocast raised " + take_python_error());
   state_.open_autocasts.push_back(twin);
-  ++state_.open_grad_contexts;
+  ++state_.open_with_blocks;
   auto exit = make_object(ValueKind::AutocastExit, twin);
   exit->node = node;
   push(exit);
@@ -130,7 +130,7 @@ ValuePtr FrameTracer::exit_autocast(const ValuePtr& exit) {
     abort_trace(BreakCode::UnsupportedFrame, "autocast blocks left out of order");
   }
   state_.open_autocasts.pop_back();
-  --state_.open_grad_contexts;
+  --state_.open_with_blocks;
   PyRef done = PyRef::steal(PyObject_CallOneArg(leave.get(), exit->obj.get()));
   if (!done) abort_trace(BreakCode::PythonException, "leaving autocast raised " + take_python_error());
   return state_.wrap_unguarded(Py_None);

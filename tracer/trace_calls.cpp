@@ -271,7 +271,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::AutocastExit:
       return exit_autocast(callable);
     case ValueKind::UserContextExit: {
-      --state_.open_grad_contexts;
+      --state_.open_with_blocks;
       ValuePtr result = call_python_special(callable->self, "__exit__", std::move(args));
       if (!result) abort_trace(BreakCode::UnsupportedCall, "__exit__ of " + describe_value(*callable->self));
       return result;
@@ -279,7 +279,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::GradModeExit: {
       // __exit__(None, None, None) at the end of the with block.
       state_.set_grad_mode(callable->grad_enabled);
-      --state_.open_grad_contexts;
+      --state_.open_with_blocks;
       return state_.wrap_unguarded(Py_None);
     }
     default:
@@ -322,7 +322,7 @@ void FrameTracer::before_with() {
     exit->grad_enabled = runtime::grad_mode_enabled();
     state_.set_grad_mode(context->grad_enabled);
   }
-  ++state_.open_grad_contexts;
+  ++state_.open_with_blocks;
   push(exit);
   push(state_.wrap_unguarded(Py_None));
 }
@@ -350,7 +350,7 @@ void FrameTracer::enter_user_context(const ValuePtr& context) {
   exit->kind = ValueKind::UserContextExit;
   exit->self = context;
   push(exit);
-  ++state_.open_grad_contexts;
+  ++state_.open_with_blocks;
   push(call_python_special(context, "__enter__", {}));
 }
 

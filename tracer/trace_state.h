@@ -113,7 +113,7 @@ class TraceState {
   void set_grad_mode(bool enabled);
   // `with` blocks of grad-mode, autocast and Python-defined contexts open
   // at the current instruction (no graph break inside one).
-  int open_grad_contexts = 0;
+  int open_with_blocks = 0;
   // Tracing twins of the autocast blocks open now, innermost last (Note
   // [Autocast blocks]); while any is open, ops infer their results through
   // infer_under_autocast.

@@ -372,13 +372,8 @@ def within_eager_error(c, e, ref, scale, loosest=None):
     if ref is None or not isinstance(ref, torch.Tensor) or ref.shape != e.shape:
         return within_rounding_of_eager(c, e, scale, eps)
     c, e, r = (t.detach().to(torch.float64) for t in (c, e, ref))
-    # non-finite values must agree exactly (NaN where eager has NaN, the same infinities)
-    if not torch.equal(torch.isnan(c), torch.isnan(e)):
-        return False
     finite = torch.isfinite(r)
-    if not (torch.equal(finite, torch.isfinite(e)) and torch.equal(finite, torch.isfinite(c))):
-        return False
-    if not torch.equal(c[torch.isinf(e)], e[torch.isinf(e)]):
+    if not (same_non_finite(c, e) and torch.equal(finite, torch.isfinite(e))):
         return False
     if not finite.any():
         return True
@@ -392,6 +387,14 @@ def within_eager_error(c, e, ref, scale, loosest=None):
     return rms(c - r) <= FP64_ERROR_RATIO * rms(e - r) + FP32_ULPS * eps * magnitude
 
 
+def same_non_finite(c, e):
+    """True when `c` has NaN exactly where eager's `e` has, and the same infinities."""
+    torch = _torch()
+    inf = torch.isinf(e)
+    return (torch.equal(torch.isnan(c), torch.isnan(e)) and torch.equal(torch.isinf(c), inf)
+            and torch.equal(c[inf], e[inf]))
+
+
 def within_rounding_of_eager(c, e, scale, eps):
     """Where no float64 reference exists: True when `c` differs from eager's `e` by
     at most FP32_ULPS ulps of the largest magnitude (RMS), the rounding noise
@@ -399,9 +402,7 @@ def within_rounding_of_eager(c, e, scale, eps):
     a reference exists (the triangle inequality), so never looser than it."""
     torch = _torch()
     c, e = (t.detach().to(torch.float64) for t in (c, e))
-    if not (torch.equal(torch.isnan(c), torch.isnan(e)) and torch.equal(torch.isinf(c), torch.isinf(e))):
-        return False
-    if not torch.equal(c[torch.isinf(e)], e[torch.isinf(e)]):
+    if not same_non_finite(c, e):
         return False
     finite = torch.isfinite(e)
     if not finite.any():
