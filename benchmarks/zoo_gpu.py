@@ -8,7 +8,8 @@ Per model and mode (infer: a forward under no_grad; train: forward,
 backward and an SGD step): the median step time of eager, kiln.compile and
 torch.compile (default inductor backend) over interleaved repeats, the first
 call of each compiler, kiln's graph breaks, recompiles and frames run
-eagerly over the timed calls, and whether kiln's outputs (infer) or loss
+eagerly over the timed calls, the host time per call (until the step
+returns, before the GPU finishes), the peak GPU memory of one call, and whether kiln's outputs (infer) or loss
 (train) match eager's within bf16 tolerance. Prints a markdown table; the
 figures go to docs/perf.md with the GPU named.
 """
@@ -104,17 +105,45 @@ MODELS = {
 
 
 def timed(fn, repeat):
+    """Per call: (ms until the GPU finished, ms until `fn` returned on the host)."""
     times = []
     for _ in range(repeat):
         torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
+        host = time.perf_counter()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append(((time.perf_counter() - start) * 1e3, (host - start) * 1e3))
     return times
 
 
-def run_model(name, mode, repeat, rounds):
+def peak_memory_mb(fn):
+    """Peak GPU memory allocated during one call of `fn`, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def write_profile(path, fn, steps=3):
+    """torch.profiler's table of `steps` calls of `fn`, by GPU time, into `path`."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    with open(path, "w") as f:
+        f.write(f"# {steps} calls\n")
+        f.write(averages.table(sort_by="self_device_time_total", row_limit=60, max_name_column_width=90))
+        f.write("\n# by host time\n")
+        f.write(averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=90))
+
+
+def run_model(name, mode, repeat, rounds, profile_dir=None):
     torch.manual_seed(0)
     model, args = MODELS[name]()
     model = model.cuda()
@@ -158,15 +187,23 @@ def run_model(name, mode, repeat, rounds):
             samples["kiln"] += timed(lambda: step(kiln_model), repeat)
             samples["torch.compile"] += timed(lambda: step(tc_model), repeat)
         after = kiln.stats()
+        compilers = {"eager": model, "kiln": kiln_model, "tc": tc_model}
+        peaks = {k: peak_memory_mb(lambda: step(m)) for k, m in compilers.items()}
+        if profile_dir:
+            for k, m in compilers.items():
+                write_profile(os.path.join(profile_dir, f"{name}-{mode}-{k}.txt"), lambda: step(m))
     want, have = tensors_of(expected), tensors_of(got)
     # Training steps move the weights; the first (compared) step saw the same ones.
     ok = len(want) == len(have) > 0 and all(
         torch.allclose(a.float(), b.float(), rtol=5e-2, atol=5e-2) for a, b in zip(have, want))
-    medians = {k: statistics.median(v) for k, v in samples.items()}
+    medians = {k: statistics.median(t for t, _ in v) for k, v in samples.items()}
+    host = {k: statistics.median(h for _, h in v) for k, v in samples.items()}
     return {
         "model": name, "mode": mode, "gpu": torch.cuda.get_device_name(),
         "eager_ms": medians["eager"], "kiln_ms": medians["kiln"], "tc_ms": medians["torch.compile"],
         "kiln_vs_tc": medians["torch.compile"] / medians["kiln"], "kiln_vs_eager": medians["eager"] / medians["kiln"],
+        "eager_host_ms": host["eager"], "kiln_host_ms": host["kiln"], "tc_host_ms": host["torch.compile"],
+        "eager_peak_mb": peaks["eager"], "kiln_peak_mb": peaks["kiln"], "tc_peak_mb": peaks["tc"],
         "kiln_first_s": kiln_first, "tc_first_s": tc_first,
         "breaks": explained.graph_break_count if explained else None,
         "recompiles": after["recompiles"] - before["recompiles"], "eager_runs": after["eager_runs"] - before["eager_runs"],
@@ -181,12 +218,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="write torch.profiler tables of 3 steps of each compiler per model into DIR")
     opts = ap.parse_args()
+    if opts.profile:
+        os.makedirs(opts.profile, exist_ok=True)
     warnings.filterwarnings("ignore")
     rows = []
     for name in opts.models.split(","):
         try:
-            rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds))
+            rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds, opts.profile))
         except Exception as exc:  # a failing model is a row of the table, not its end
             rows.append({"model": name, "mode": opts.mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -195,14 +236,15 @@ def main():
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=1)
     print("| model | mode | eager ms | kiln ms | torch.compile ms | kiln vs tc | kiln vs eager | first call kiln / tc "
-          "| breaks | recompiles, eager runs | matches eager |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| host ms kiln / tc | peak MiB kiln / tc | breaks | recompiles, eager runs | matches eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['model']} | {r['mode']} | error: {r['error']} |||||||||")
+            print(f"| {r['model']} | {r['mode']} | error: {r['error']} |||||||||||")
             continue
         print(f"| {r['model']} | {r['mode']} | {r['eager_ms']:.2f} | {r['kiln_ms']:.2f} | {r['tc_ms']:.2f} "
               f"| {r['kiln_vs_tc']:.2f}x | {r['kiln_vs_eager']:.2f}x | {r['kiln_first_s']:.1f} s / {r['tc_first_s']:.1f} s "
+              f"| {r['kiln_host_ms']:.2f} / {r['tc_host_ms']:.2f} | {r['kiln_peak_mb']:.0f} / {r['tc_peak_mb']:.0f} "
               f"| {r['breaks']} | {r['recompiles']}, {r['eager_runs']} | {r['ok']} |")
 
 

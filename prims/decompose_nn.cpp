@@ -8,6 +8,7 @@
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
 #include "prims/layout.h"
+#include "runtime/py_ref.h"
 #include "stdlib/torch_api.h"
 
 namespace kiln::prims {
@@ -156,19 +157,28 @@ std::vector<int> decompose_BatchNorm(DecomposeCall& c) {
 // dropout: x * (mask / (1 - p)), the mask drawn by bernoulli(1 - p) from
 // torch's generator (deterministic under torch.manual_seed, though not the
 // same numbers as eager's dropout kernel).
+namespace {
+
+// x with each element zeroed with probability p, the rest scaled by 1 / (1 - p).
+int dropout(DecomposeCall& c, int x, double p) {
+  const graph::TensorMeta& m = c.b.meta(x);
+  if (!is_floating(m.dtype)) c.unsupported("dropout of a non-floating tensor");
+  if (p == 1) return c.b.binary(Prim::Mul, v(x), f(0));
+  const int keep = c.b.full(m.sizes, Scalar::of_float(1 - p), m.dtype,
+                            Placement{m.device_type, m.device_index, false});
+  const int mask = c.b.bernoulli(keep);
+  const int scaled = c.b.binary(Prim::Div, v(mask), f(1 - p));
+  return c.b.binary(Prim::Mul, v(x), v(scaled));
+}
+
+}  // namespace
+
 std::vector<int> decompose_Dropout(DecomposeCall& c) {
   if (c.flag("inplace")) c.unsupported("inplace=True");
   const int x = c.tensor("input");
   const double p = c.number("p");
   if (!c.flag("training") || p == 0) return {x};  // torch returns the input itself
-  const graph::TensorMeta& m = c.b.meta(x);
-  if (!is_floating(m.dtype)) c.unsupported("dropout of a non-floating tensor");
-  if (p == 1) return {c.b.binary(Prim::Mul, v(x), f(0))};
-  const int keep = c.b.full(m.sizes, Scalar::of_float(1 - p), m.dtype,
-                            Placement{m.device_type, m.device_index, false});
-  const int mask = c.b.bernoulli(keep);
-  const int scaled = c.b.binary(Prim::Div, v(mask), f(1 - p));
-  return {c.b.binary(Prim::Mul, v(x), v(scaled))};
+  return {dropout(c, x, p)};
 }
 
 // embedding(idx, W) = W.index_select(0, idx.flatten()).view(*idx.shape, D).
@@ -211,10 +221,71 @@ std::vector<int> attention_call(DecomposeCall& c) {
                        /*pure=*/true);
 }
 
+// (sizes, strides, dtype name, requires_grad, device) of a CUDA value, as
+// kiln._attention.runs_fused reads it; `contiguous` describes the
+// contiguous copy attention_call would pass instead.
+PyObject* operand_description(PrimBuilder& b, int value, bool contiguous) {
+  const graph::TensorMeta& m = b.meta(value);
+  const std::vector<int64_t> strides = contiguous ? graph::contiguous_strides(m.sizes) : m.strides;
+  auto tuple_of = [](const std::vector<int64_t>& ints) {
+    PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(ints.size()));
+    for (size_t i = 0; t && i < ints.size(); ++i) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(ints[i]));
+    return t;
+  };
+  const std::string device = "cuda:" + std::to_string(m.device_index < 0 ? 0 : m.device_index);
+  return Py_BuildValue("(NNsOs)", tuple_of(m.sizes), tuple_of(strides), graph::dtype_name(m.dtype),
+                       m.requires_grad ? Py_True : Py_False, device.c_str());
+}
+
+// True when torch would run this CUDA attention call with a fused kernel
+// (kiln._attention.runs_fused); when it cannot tell, true: the call stays
+// torch's, as it was before kiln asked.
+bool torch_runs_fused_attention(DecomposeCall& c) {
+  static PyObject* runs_fused = [] {
+    runtime::PyRef module = runtime::PyRef::steal(PyImport_ImportModule("kiln._attention"));
+    PyObject* fn = module ? PyObject_GetAttrString(module.get(), "runs_fused") : nullptr;
+    PyErr_Clear();
+    return fn;  // kept for the process
+  }();
+  if (!runs_fused) return true;
+  PrimBuilder& b = c.b;
+  runtime::PyRef mask;
+  if (c.given("attn_mask")) {
+    const int m = c.tensor("attn_mask");
+    mask = runtime::PyRef::steal(operand_description(b, m, !is_contiguous(b.meta(m).sizes, b.meta(m).strides)));
+  } else {
+    mask = runtime::PyRef::borrow(Py_None);
+  }
+  runtime::PyRef scale = runtime::PyRef::borrow(c.given("scale") ? c.constant("scale") : Py_None);
+  if (!scale) scale = runtime::PyRef::borrow(Py_None);
+  const bool gqa = c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa");
+  runtime::PyRef result = runtime::PyRef::steal(PyObject_CallFunction(
+      runs_fused, "NNNOdOOO", operand_description(b, c.tensor("query"), false),
+      operand_description(b, c.tensor("key"), false), operand_description(b, c.tensor("value"), false), mask.get(),
+      c.number("dropout_p"), c.flag("is_causal") ? Py_True : Py_False, scale.get(), gqa ? Py_True : Py_False));
+  if (!result) {
+    PyErr_Clear();
+    return true;
+  }
+  return PyObject_IsTrue(result.get()) != 0;
+}
+
+// softmax over the last dim with rows that are all -inf giving zeros, not
+// NaN: torch's math backend (at::_safe_softmax) does so. Such rows are
+// zeroed before the softmax too, so no NaN reaches its gradient.
+int safe_softmax(PrimBuilder& b, int scores) {
+  const int max = b.reduce(Prim::Amax, scores, {-1}, true);
+  b.graph().stop_grad(max);
+  const int masked = b.binary(Prim::Eq, v(max), f(-std::numeric_limits<double>::infinity()));
+  const int finite = b.where(masked, f(0), v(scores));
+  return b.where(masked, f(0), v(softmax(b, finite, -1, false)));
+}
+
 }  // namespace
 
-// softmax(q k^T * scale + mask) v, with is_causal as a lower-triangular mask.
-// On the GPU the call stays torch's (Note [Attention on the GPU]).
+// dropout(softmax(q k^T * scale + mask)) v, with is_causal as a
+// lower-triangular mask. On the GPU the call stays torch's where torch runs
+// it fused (Note [Attention on the GPU]).
 std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   PrimBuilder& b = c.b;
   // Note [Attention on the GPU]
@@ -224,10 +295,18 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   // the zoo's transformers that made whole models slower than eager
   // (docs/perf.md). The call stays an extern there: kiln fuses the work
   // around it, and its gradient comes from torch's own attention backward
-  // (Note [Extern gradients]).
-  if (c.number("dropout_p") != 0) c.unsupported("dropout_p > 0");
-  if (b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA) return attention_call(c);
-  if (c.flag("enable_gqa")) c.unsupported("enable_gqa=True");
+  // (Note [Extern gradients]). Where torch itself would run its math
+  // backend (T5's training: a float position bias that needs a gradient,
+  // with dropout), that backend is a dozen float32 calls (it upcasts 16-bit
+  // operands) with float32 batched GEMMs; the decomposition does the same
+  // work in the operands' dtype, its softmax, mask and dropout fused, as
+  // torch.compile does. Which backend torch picks is asked of torch itself
+  // (kiln._attention), for the operands' layouts and the backend flags in
+  // effect at compile time.
+  const bool cuda = b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA;
+  if (cuda && torch_runs_fused_attention(c)) return attention_call(c);
+  if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) c.unsupported("enable_gqa=True");
+  const double dropout_p = c.number("dropout_p");
   const int q = c.tensor("query"), k = c.tensor("key"), value = c.tensor("value");
   const auto& qs = b.meta(q).sizes;
   const auto& ks = b.meta(k).sizes;
@@ -249,7 +328,10 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
     scores = b.meta(mask).dtype == DType::Bool ? b.where(mask, v(scores), minus_inf)
                                                : b.binary(Prim::Add, v(scores), v(mask));
   }
-  return {b.matmul(softmax(b, scores, -1, false), value)};
+  // Only a mask can make a whole row -inf.
+  int weights = c.given("attn_mask") ? safe_softmax(b, scores) : softmax(b, scores, -1, false);
+  if (dropout_p != 0) weights = dropout(c, weights, dropout_p);
+  return {b.matmul(weights, value)};
 }
 
 }  // namespace kiln::prims

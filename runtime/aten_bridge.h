@@ -73,6 +73,13 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
 
+// a @ b of 2-d operands with each of M, K, N that is a leading dimension
+// zero-padded to a multiple of `multiple` elements (Note [Padded GEMM
+// dims]: aten_matmul takes this path for large 16-bit CUDA products), the
+// result contiguous and not a view. Null with a RuntimeError set when torch
+// raises. Preconditions: is_tensor(a), is_tensor(b), multiple > 0.
+PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multiple);
+
 // True when an ATen call from C++ on `obj` does what the Python call
 // would: `obj` is a torch.Tensor or an nn.Parameter (no __torch_function__
 // of its own) and no torch-function mode is active on this thread.

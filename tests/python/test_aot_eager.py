@@ -289,3 +289,59 @@ def test_a_number_raised_to_a_transposed_tensor_is_contiguous_as_in_torch(backen
     want = number_raised_to_a_tensor(x)
     torch.testing.assert_close(got[0], want[0])
     assert got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_attention_with_dropout_decomposes_with_its_gradient(backend):
+    # F.scaled_dot_product_attention with dropout_p > 0 is decomposed (Note
+    # [Attention on the GPU]). With the identity as values the output is the
+    # dropped-out weights themselves, so the mask kiln drew can be read back
+    # and eager's attention recomputed with it, gradients included.
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(2))
+    eye = torch.eye(16).expand(2, 3, 16, 16)
+    p = 0.25
+
+    def f(q, k):
+        return F.scaled_dot_product_attention(q, k, eye, dropout_p=p)
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend=backend)
+    got = compiled(q, k)
+    assert prim_graphs() == 1
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+    kept = got != 0
+    assert 0.6 < kept.float().mean() < 0.9
+    weights = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
+    want = weights * kept / (1 - p) @ eye
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    grads = torch.autograd.grad((got * torch.arange(16.0)).sum(), (q, k))
+    wants = torch.autograd.grad((want * torch.arange(16.0)).sum(), (q, k))
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_attention_rows_with_every_key_masked_give_zeros(backend):
+    # As torch's attention: a query row whose keys are all masked (bool
+    # False or float -inf) is zeros, and so is its gradient, not NaN.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 8, 4, requires_grad=True) for _ in range(3))
+    keep = torch.ones(8, 8, dtype=torch.bool).tril()
+    keep[2] = False
+    additive = torch.zeros(8, 8).masked_fill(~keep, float("-inf"))
+
+    for mask in (keep, additive):
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+        kiln.reset()
+        got = kiln.compile(f, backend=backend)(q, k, v)
+        assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+        want = f(q, k, v)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert torch.equal(got[:, :, 2], torch.zeros_like(got[:, :, 2]))
+        grads = torch.autograd.grad(got.sum(), (q, k, v))
+        wants = torch.autograd.grad(want.sum(), (q, k, v))
+        for g, w in zip(grads, wants):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

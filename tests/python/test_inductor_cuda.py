@@ -369,3 +369,35 @@ def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
     for t, g in zip((q, k, v), grads):
         torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-4)
     assert kiln.stats()["kernels"] >= 1
+
+
+def test_attention_torch_would_run_as_math_is_decomposed(capfd):
+    # Note [Attention on the GPU]: where torch's own choice is its math
+    # backend (here forced through the backend flags, read at compile
+    # time), the attention is decomposed into kiln's kernels; a query row
+    # whose keys are all masked gives zeros, as torch's math backend does.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
+    mask = torch.ones(64, 64, dtype=torch.bool, device="cuda").tril()
+    mask[5] = False
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        want = f(q, k, v)
+        kiln._C.set_logs("prims")
+        try:
+            got = compiled(q, k, v)
+        finally:
+            kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "extern F.scaled_dot_product_attention" not in log, log
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(got[:, :, 5], torch.zeros_like(got[:, :, 5]))
+    grads = torch.autograd.grad(got.sum(), (q, k, v))
+    wants = torch.autograd.grad(want.sum(), (q, k, v))
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

@@ -339,6 +339,34 @@ TEST(PrimExecutor, ViewsAndMatmulsOfPlainTensorsMatchTheirPythonCalls) {
   EXPECT_GE(PyList_GET_SIZE(calls.get()), 6) << test::repr_of(calls.get());
 }
 
+TEST(PrimExecutor, ProductsWithPaddedDimsEqualTorchsAndAreFreshContiguousTensors) {
+  // Note [Padded GEMM dims]: the path large 16-bit CUDA products take, run
+  // here on CPU float64 tensors (the padding is layout, not math) for each
+  // operand layout, so each of M, K and N is padded somewhere.
+  PyRef ns = test::exec_module(
+      "import torch\n"
+      "torch.manual_seed(0)\n"
+      "def operand(rows, cols, column_major):\n"
+      "    return torch.randn(cols, rows, dtype=torch.float64).t() if column_major else "
+      "torch.randn(rows, cols, dtype=torch.float64)\n"
+      "cases = [(operand(9, 13, ca), operand(13, 11, cb)) for ca in (False, True) for cb in (False, True)]\n"
+      "cases.append((operand(9, 16, True), operand(16, 8, False)))  # only M padded\n"
+      "def same(a, b, got):\n"
+      "    want = a @ b\n"
+      "    return (got.shape == want.shape and got.is_contiguous() and not got._is_view() and "
+      "torch.allclose(got, want))\n");
+  PyRef case_list = test::item(ns, "cases");
+  PyObject* cases = case_list.get();
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cases); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(PyList_GET_ITEM(cases, i), 0);
+    PyObject* b = PyTuple_GET_ITEM(PyList_GET_ITEM(cases, i), 1);
+    PyRef got = PyRef::steal(aten_matmul_with_padded_dims(a, b, 8));
+    ASSERT_TRUE(got) << test::take_error();
+    PyRef same = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "same").get(), a, b, got.get(), nullptr));
+    EXPECT_EQ(same.get(), Py_True) << "case " << i << ": " << test::take_error();
+  }
+}
+
 TEST(PrimExecutor, AnOpRaisingReturnsNullAndLeaksNothing) {
   PyRef probe = probe_module();
   PyRef x = eval("torch.ones(3)");
