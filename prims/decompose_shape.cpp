@@ -129,10 +129,36 @@ std::vector<int> decompose_Contiguous(DecomposeCall& c) {
 
 std::vector<int> decompose_Clone(DecomposeCall& c) { return {c.b.clone(c.tensor("input"))}; }
 
+namespace {
+
+// x[index] for one integer tensor index: rows of dim 0 picked by index_select
+// (negative indices count from the end, as torch's indexing reads them).
+// Relative position biases (Swin's table[index]) take this form; as an
+// extern its gradient reran the indexing in Python.
+int index_rows(DecomposeCall& c, int x, int index) {
+  PrimBuilder& b = c.b;
+  const graph::TensorMeta im = b.meta(index);  // copies: new nodes move the metas
+  const graph::TensorMeta xm = b.meta(x);
+  if (im.dtype != DType::Int64 && im.dtype != DType::Int32) c.unsupported("a tensor index that is not integer");
+  if (xm.sizes.empty()) c.unsupported("a tensor index into a 0-dim tensor");
+  const int negative = b.binary(Prim::Lt, PrimArg::of_value(index), PrimArg::of_scalar(Scalar::of_int(0)));
+  const int wrapped = b.where(negative,
+                              PrimArg::of_value(b.binary(Prim::Add, PrimArg::of_value(index),
+                                                         PrimArg::of_scalar(Scalar::of_int(xm.sizes[0])))),
+                              PrimArg::of_value(index));
+  std::vector<int64_t> sizes = im.sizes;
+  sizes.insert(sizes.end(), xm.sizes.begin() + 1, xm.sizes.end());
+  return b.reshape(b.index_select(x, 0, b.reshape(wrapped, {numel(im.sizes)})), sizes);
+}
+
+}  // namespace
+
 // Basic indexing: ints select, slices slice, None adds a dim, Ellipsis
-// skips dims. Tensor and bool indices (advanced indexing) stay externs.
+// skips dims; one integer tensor indexes dim 0. Other tensor and bool
+// indices (advanced indexing) stay externs.
 std::vector<int> decompose_GetItem(DecomposeCall& c) {
   const int x = c.tensor("input");
+  if (c.is_tensor("index")) return {index_rows(c, x, c.tensor("index"))};
   std::vector<PyObject*> items;
   if (!c.constant_items("index", &items)) {
     PyObject* index = c.constant("index");
@@ -178,6 +204,76 @@ std::vector<int> decompose_GetItem(DecomposeCall& c) {
 }
 
 std::vector<int> decompose_Cat(DecomposeCall& c) { return {c.b.cat(c.tensors("tensors"), c.integer("dim"))}; }
+
+// F.pad in constant mode: each dim's negative amounts slice, positive ones
+// concatenate blocks of the fill value; no padding at all is a copy, as
+// torch's constant_pad_nd returns.
+std::vector<int> decompose_Pad(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  if (c.text("mode") != "constant") c.unsupported("mode " + c.text("mode"));
+  const int x = c.tensor("input");
+  const std::vector<int64_t> pad = c.ints("pad");
+  const int64_t rank = c.rank(x);
+  if (pad.size() % 2 != 0 || static_cast<int64_t>(pad.size()) > 2 * rank) c.unsupported("pad of odd length or too long");
+  Scalar fill = Scalar::of_int(0);
+  if (c.given("value")) {
+    const PrimArg value = c.operand("value");
+    if (value.is_value()) c.unsupported("a tensor fill value");
+    fill = value.scalar;
+  }
+  const graph::TensorMeta xm = b.meta(x);  // a copy: new nodes move the metas
+  const Placement where{xm.device_type, xm.device_index, false};
+  int value = x;
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    const int64_t dim = rank - 1 - static_cast<int64_t>(i);
+    int64_t before = pad[2 * i], after = pad[2 * i + 1];
+    const int64_t size = b.meta(value).sizes[dim];
+    if (before < 0 || after < 0) {
+      const int64_t start = before < 0 ? -before : 0, end = after < 0 ? size + after : size;
+      if (end < start) c.unsupported("pads that remove more than the dim holds");
+      value = b.slice(value, dim, start, end);
+      before = std::max<int64_t>(before, 0);
+      after = std::max<int64_t>(after, 0);
+    }
+    if (before == 0 && after == 0) continue;
+    std::vector<int> parts;
+    auto block = [&](int64_t length) {
+      std::vector<int64_t> sizes = b.meta(value).sizes;
+      sizes[dim] = length;
+      return b.full(sizes, fill, xm.dtype, where);
+    };
+    if (before > 0) parts.push_back(block(before));
+    parts.push_back(value);
+    if (after > 0) parts.push_back(block(after));
+    value = b.cat(parts, dim);
+  }
+  return {value == x ? b.clone(x) : value};
+}
+
+// torch.roll: per dim, the last `shift` entries moved to the front (a cat
+// of two slices); without dims, over the flattened tensor.
+std::vector<int> decompose_Roll(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const std::vector<int64_t> shifts = c.ints("shifts");
+  const bool flat = !c.given("dims");
+  const std::vector<int64_t> sizes = b.meta(x).sizes;
+  const std::vector<int64_t> dims = flat ? std::vector<int64_t>{0} : c.ints("dims");
+  if (shifts.size() != dims.size()) c.unsupported("shifts and dims of different lengths");
+  int value = flat ? b.reshape(x, {numel(sizes)}) : x;
+  bool moved = false;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t dim = wrap_dim("roll", dims[i], c.rank(value));
+    const int64_t n = b.meta(value).sizes[dim];
+    if (n == 0) continue;
+    const int64_t shift = ((shifts[i] % n) + n) % n;
+    if (shift == 0) continue;
+    value = b.cat({b.slice(value, dim, n - shift, n), b.slice(value, dim, 0, n - shift)}, dim);
+    moved = true;
+  }
+  if (!moved) return {b.clone(x)};  // torch.roll returns a new tensor
+  return {flat ? b.reshape(value, sizes) : value};
+}
 
 std::vector<int> decompose_Stack(DecomposeCall& c) {
   std::vector<int> tensors = c.tensors("tensors");

@@ -125,6 +125,15 @@ CallableInfo classify_callable(PyObject* callable) {
     info.name = module + "." + name;
     return info;
   }
+  // torchvision's ops and torch's modules record their first use for
+  // torch's telemetry on every call; the record is once per process, so
+  // calling it while tracing records it, and the graph needs no node (an
+  // extern of it was a call into Python per step and per block).
+  if (name == "_log_api_usage_once" && module == "torch._C") {
+    info.kind = CallableClass::UsageLog;
+    info.name = "torch._C._log_api_usage_once";
+    return info;
+  }
   if (name == "is_grad_enabled" && is_attr_of(api->torch, name, callable)) {
     info.kind = CallableClass::GradModeQuery;
     info.name = "torch.is_grad_enabled";

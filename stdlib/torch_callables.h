@@ -15,6 +15,7 @@ enum class CallableClass {
   Refused,    // a torch callable with effects a graph cannot hold
   CompilerQuery,  // torch.compiler.is_compiling(): True while kiln traces
   GradModeQuery,  // torch.is_grad_enabled(): the traced grad mode, guarded
+  UsageLog,       // torch._C._log_api_usage_once(name): called while tracing, no graph node
 };
 
 struct CallableInfo {

@@ -141,6 +141,8 @@ namespace kiln::stdlib {
   X(Clone, "torch.clone(input)", "Tensor.clone(input)")                                            \
   X(GetItem, "operator.getitem(input, index)", "Tensor.__getitem__(input, index)")                 \
   X(Cat, "torch.cat(tensors, dim=0)", "torch.concat(tensors, dim=0)")                              \
+  X(Pad, "F.pad(input, pad, mode='constant', value=None)")                                         \
+  X(Roll, "torch.roll(input, shifts, dims=None)", "Tensor.roll(input, shifts, dims=None)")         \
   X(Stack, "torch.stack(tensors, dim=0)")                                                          \
   X(Split, "torch.split(input, split_size_or_sections, dim=0)",                                    \
     "Tensor.split(input, split_size, dim=0)", "torch.chunk(input, chunks, dim=0)",                 \

@@ -145,6 +145,15 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         if (!args.empty() || !kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, info.name + "() with arguments");
         return state_.wrap_unguarded(Py_True);  // Note [Compiler queries] in stdlib/torch_callables.cpp
       }
+      if (info.kind == stdlib::CallableClass::UsageLog) {
+        if (args.size() != 1 || !kwargs.empty() || !args[0]->is(ValueKind::Constant) ||
+            !PyUnicode_Check(args[0]->obj.get())) {
+          abort_trace(BreakCode::UnsupportedCall, info.name + "() of anything but one constant string");
+        }
+        runtime::PyRef logged = runtime::PyRef::steal(PyObject_CallOneArg(callable->obj.get(), args[0]->obj.get()));
+        if (!logged) PyErr_Clear();  // telemetry: nothing the program sees
+        return state_.wrap_unguarded(Py_None);
+      }
       if (info.kind == stdlib::CallableClass::GradModeQuery) {
         // The mode at this point of the trace: the mode on entry (guarded for
         // every graph) changed by the traced grad-mode blocks so far.

@@ -829,6 +829,21 @@ def test_compiler_is_compiling_is_true_while_tracing():
     assert torch.equal(kiln.compile(fn, fullgraph=True)(x), x * 2)
 
 
+def test_api_usage_logging_runs_while_tracing_and_leaves_no_node():
+    # torchvision's ops call torch._C._log_api_usage_once on every call; it
+    # runs once while tracing and the graph holds no call of it.
+    def fn(x):
+        torch._C._log_api_usage_once("kiln.tests.usage")
+        return x + 1
+
+    x = torch.ones(3)
+    kiln.reset()
+    explained = kiln.explain(fn)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert "_log_api_usage_once" not in "".join(explained.graphs)
+    assert torch.equal(kiln.compile(fn, fullgraph=True)(x), x + 1)
+
+
 def test_to_the_tensors_own_device_is_traced():
     # `y.to(x.device)` (GPT-2's position embeddings): the device is positional.
     def fn(x):

@@ -39,6 +39,7 @@ emb = torch.randn(10, 4); cls = torch.tensor([2, 1, 1]); cw = torch.rand(4)
 rm = torch.randn(3); rv = torch.rand(3) + 0.5; g = torch.randn(3); beta = torch.randn(3)
 q = torch.randn(2, 2, 5, 4); k = torch.randn(2, 2, 6, 4); val = torch.randn(2, 2, 6, 3)
 am = torch.rand(5, 6) > 0.3
+ridx = torch.tensor([[3, -1], [0, 9]]); ri = torch.tensor(-2)
 def split_call(src):
     call = ast.parse(src, mode='eval').body
     ev = lambda node: eval(compile(ast.Expression(node), '<case>', 'eval'), globals())
@@ -305,6 +306,15 @@ TEST(Decompositions, ScaledDotProductAttention) {
       "F.scaled_dot_product_attention(q, k, val)", "F.scaled_dot_product_attention(q, q, q, is_causal=True)",
       "F.scaled_dot_product_attention(q, k, val, attn_mask=am)",
       "F.scaled_dot_product_attention(q, k, val, attn_mask=am.float())",
+  });
+}
+
+TEST(Decompositions, PadRollAndIndexingByATensor) {
+  check_all({
+      "F.pad(a, (1, 2))", "F.pad(a, (0, 0, -1, 2), value=2.5)", "F.pad(x, (0, 0, 0, 0, 0, 0))",
+      "F.pad(i, (2, -1, 1, 0), value=7)", "torch.roll(a, 2, 1)", "torch.roll(x, (1, -3), (0, -1))",
+      "torch.roll(a, 5)", "Tensor.roll(a, -1, 0)", "torch.roll(a, 4, 1)",
+      "operator.getitem(emb, ridx)", "operator.getitem(a, ri)", "Tensor.__getitem__(emb, cls)",
   });
 }
 
