@@ -151,12 +151,19 @@ std::vector<int> reads_of(const prims::PrimNode& node) {
 // An extern that writes into a tensor (setitem, an in-place method on a
 // view, out=) changes what every value sharing that storage holds from then
 // on. Recomputing such a value in the backward, or a value computed from
-// one, would read the storage as the forward left it, not as it was when
-// the forward read it (zeros_like then w[0] = 3: recomputing the zeros loses
-// the 3). So every value that may share storage with a written one (joined
-// through views and extern calls) is pinned to the forward, and so is every
-// value computed from one of them. The writes themselves run in the
-// forward, in their place, even when they return nothing.
+// one before the last write, would read the storage as the forward left
+// it, not as it was when the forward read it (zeros_like then w[0] = 3:
+// recomputing the zeros loses the 3). So every value that may share
+// storage with a written one (joined through views and extern calls) is
+// pinned to the forward, and so is every value a node computes from one of
+// them before the storage's last write. A node reading it after the last
+// write reads what the saved storage holds for good: its results may be
+// recomputed (Swin builds its shifted-window mask by setitem; pinning all
+// that was computed from the mask kept every later activation of the block
+// for the backward, 2.3x torch.compile's peak memory). What such a pinned
+// value feeds needs no pin: it is recomputed from the saved value. The
+// writes themselves run in the forward, in their place, even when they
+// return nothing.
 std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
   const int count = static_cast<int>(g.values().size());
   std::vector<int> parent(count);
@@ -165,8 +172,10 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
     while (parent[v] != v) v = parent[v] = parent[parent[v]];
     return v;
   };
-  std::vector<int> written;
-  for (const prims::PrimNode& node : g.nodes()) {
+  std::vector<std::pair<int, int>> writes;  // (node index, written value)
+  const int node_count = static_cast<int>(g.nodes().size());
+  for (int n = 0; n < node_count; ++n) {
+    const prims::PrimNode& node = g.nodes()[n];
     const bool view = prims::prim_info(node.prim).family == prims::Family::View;
     const bool call = node.prim == prims::Prim::Extern;
     if (!view && !call) continue;
@@ -174,21 +183,25 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
     for (int r : reads) {
       for (int out : node.outputs) parent[find(out)] = find(r);
     }
-    if (call && extern_writes(node.attrs)) written.insert(written.end(), reads.begin(), reads.end());
-  }
-  std::vector<bool> shared(count, false);
-  if (written.empty()) return shared;
-  std::vector<bool> written_class(count, false);
-  for (int v : written) written_class[find(v)] = true;
-  for (int v = 0; v < count; ++v) shared[v] = written_class[find(v)];
-  for (const prims::PrimNode& node : g.nodes()) {
-    bool reads_shared = false;
-    for (int r : reads_of(node)) reads_shared = reads_shared || shared[r];
-    if (reads_shared) {
-      for (int out : node.outputs) shared[out] = true;
+    if (call && extern_writes(node.attrs)) {
+      for (int r : reads) writes.emplace_back(n, r);
     }
   }
-  return shared;
+  std::vector<bool> shared(count, false);
+  if (writes.empty()) return shared;
+  std::vector<int> last_write(count, -1);  // per class root
+  for (const auto& [n, v] : writes) last_write[find(v)] = std::max(last_write[find(v)], n);
+  for (int v = 0; v < count; ++v) shared[v] = last_write[find(v)] >= 0;
+  std::vector<bool> pinned = shared;
+  for (int n = 0; n < node_count; ++n) {
+    const prims::PrimNode& node = g.nodes()[n];
+    bool reads_early = false;
+    for (int r : reads_of(node)) reads_early = reads_early || (shared[r] && n < last_write[find(r)]);
+    if (reads_early) {
+      for (int out : node.outputs) pinned[out] = true;
+    }
+  }
+  return pinned;
 }
 
 }  // namespace

@@ -52,6 +52,19 @@ std::vector<int> decompose_OnesLike(DecomposeCall& c) {
   return filled(c, Scalar::of_int(1));
 }
 
+// x.new_zeros(...) and kin read x for its dtype and device only: a factory,
+// not an extern joined to x's storage (Note [Writes in the joint graph]:
+// Swin fills such a mask by setitem, which pinned everything computed
+// from x to the forward and tripled what its shifted blocks saved).
+std::vector<int> decompose_NewZeros(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
+std::vector<int> decompose_NewOnes(DecomposeCall& c) { return filled(c, Scalar::of_int(1)); }
+
+std::vector<int> decompose_NewFull(DecomposeCall& c) {
+  PrimArg value = c.operand("fill_value");
+  if (value.is_value()) c.unsupported("a tensor fill value");
+  return filled(c, value.scalar);
+}
+
 // arange(end), arange(start, end), arange(start, end, step) over ints.
 std::vector<int> decompose_Arange(DecomposeCall& c) {
   std::vector<int64_t> args = c.ints("args");

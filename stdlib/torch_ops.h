@@ -162,6 +162,9 @@ namespace kiln::stdlib {
   X(ZerosLike, "torch.zeros_like(input, *, dtype=None, device=None, requires_grad=False)")                                                          \
   X(FullLike, "torch.full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False)") \
   X(OnesLike, "torch.ones_like(input, *, dtype=None, device=None, requires_grad=False)")                                                            \
+  X(NewZeros, "Tensor.new_zeros(input, *size, dtype=None, device=None, requires_grad=False)")       \
+  X(NewOnes, "Tensor.new_ones(input, *size, dtype=None, device=None, requires_grad=False)")         \
+  X(NewFull, "Tensor.new_full(input, size, fill_value, *, dtype=None, device=None, requires_grad=False)") \
   X(Arange, "torch.arange(*args, dtype=None, device=None, requires_grad=False)")                                                                 \
   X(Rand, "torch.rand(*size, dtype=None, device=None, requires_grad=False)")                                                                     \
   X(Randn, "torch.randn(*size, dtype=None, device=None, requires_grad=False)")                                                                   \
