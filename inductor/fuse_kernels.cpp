@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "inductor/bias_epilogues.h"
+#include "inductor/sink_views.h"
 #include "inductor/buffer_plan.h"
 #include "inductor/cpu/cpu_kernel.h"
 #include "inductor/cpu/kernel_cache.h"
@@ -401,6 +402,12 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
   // The target switch: CUDA kernels for a graph on one CUDA device.
   const int device = targets.cuda ? one_cuda_device(graph) : -1;
   const bool on_cuda = device >= 0 && cuda_kernels_available();
+  // Note [Casts above reshapes]; the rewritten graph has no such cast left.
+  if (prims::PrimGraph sunk; (on_cuda || targets.cpu) && sink_reshapes_below_casts(graph, &sunk)) {
+    KILN_LOG(kernels, "casts moved above reshapes: " << graph.nodes().size() << " -> " << sunk.nodes().size()
+                                                     << " nodes");
+    return fuse_graph(sunk, targets, recomputes);
+  }
   // Note [Bias epilogues]; the folded graph has no bias add left to fold.
   if (prims::PrimGraph folded; on_cuda && fold_bias_into_matmuls(graph, &folded)) {
     KILN_LOG(kernels, "bias adds folded into linear calls: " << graph.nodes().size() << " -> "

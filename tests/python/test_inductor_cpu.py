@@ -39,6 +39,33 @@ def test_gelu_chain_is_one_kernel():
     assert kiln.stats()["kernels"] >= 1
 
 
+@pytest.mark.parametrize("flatten", ["reshape", "linear"])
+def test_a_cast_after_a_reshape_joins_the_kernel_before_it(flatten, capfd):
+    # Note [Casts above reshapes]: autocast's conversion of a float32 result
+    # that a linear layer flattens first is computed by the kernel making
+    # the result; the float32 value is never stored.
+    w = torch.randn(16, 64, dtype=torch.bfloat16)
+
+    def f(x):
+        h = (x.float() * 2).sin()
+        if flatten == "reshape":
+            return h.reshape(-1, 64).to(torch.bfloat16) @ w.t()
+        return F.linear(h.to(torch.bfloat16), w)
+
+    x = torch.randn(2, 8, 64, dtype=torch.bfloat16)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    kiln._C.set_logs("kernels")
+    try:
+        got = compiled(x)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    torch.testing.assert_close(got, f(x), rtol=2e-2, atol=2e-2)
+    assert kiln.stats()["kernels"] == 1, kiln.stats()
+    assert "out0: bf16" in log and "out1:" not in log and ": f32 strides" not in log.split("out0")[1], log
+
+
 def test_broadcast_transposed_and_mixed_dtypes():
     def f(a, b, n):
         return torch.where(a > 0, a * 2, b.t() - n) + 1
