@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "inductor/kernel_ir.h"
 #include "inductor/lower_values.h"
 #include "inductor/schedule.h"
 #include "prims/layout.h"
@@ -30,7 +31,8 @@ using prims::PrimNode;
 // elements, same order), so convert(reshape(x)) becomes
 // reshape(convert(x)): the conversion joins x's kernel, the reshape is a
 // view of its contiguous result, and the float32 value is not stored
-// unless something else reads it.
+// unless something else reads it. Narrowing conversions only: a widening
+// one belongs with its reader, which then reads the narrower value.
 
 std::vector<int64_t> non_unit(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> kept;
@@ -60,6 +62,11 @@ int sunk_view(const PrimGraph& graph, const PrimNode& node, const std::vector<in
   }
   const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
   if (!prims::is_contiguous(out.sizes, out.strides)) return -1;
+  // Only a narrowing conversion: a widening one moved into the producer
+  // would have it store the wider value (GPT-2's h.float() before pow
+  // made its bias kernel write float32 for the GELU kernel to read).
+  const graph::DType from = graph.value(node.args[0].value).meta.dtype;
+  if (item_size(out.dtype) >= item_size(from)) return -1;
   return view;
 }
 

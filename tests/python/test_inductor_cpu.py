@@ -66,6 +66,27 @@ def test_a_cast_after_a_reshape_joins_the_kernel_before_it(flatten, capfd):
     assert "out0: bf16" in log and "out1:" not in log and ": f32 strides" not in log.split("out0")[1], log
 
 
+def test_a_widening_cast_after_a_reshape_stays_with_its_reader(capfd):
+    # Note [Casts above reshapes]: only narrowing casts move; moving
+    # h.float() into the kernel making h would store h in float32.
+    def f(x, b):
+        h = (x + b).view(2, 16, 256)
+        return (h.float() * 2).sin()
+
+    x, b = torch.randn(32, 256, dtype=torch.bfloat16), torch.randn(256, dtype=torch.bfloat16)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    kiln._C.set_logs("kernels")
+    try:
+        got = compiled(x, b)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    torch.testing.assert_close(got, f(x, b))
+    stored = [line for line in log.splitlines() if line.strip().startswith("out")]
+    assert sum(": f32 strides" in line for line in stored) == 1, log  # the result alone
+
+
 def test_broadcast_transposed_and_mixed_dtypes():
     def f(a, b, n):
         return torch.where(a > 0, a * 2, b.t() - n) + 1
