@@ -9,6 +9,7 @@
 #include "inductor/cpu/kernel_cache.h"
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/fuse_kernels.h"
+#include "inductor/schedule.h"
 #include "prims/prim_error.h"
 
 #include "interpreter/compile_config.h"
@@ -145,10 +146,36 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& nam
   return nullptr;
 }
 
+// Per node of a fused inference graph, whether its result may be kept
+// between calls (Note [Kernels of parameters] in runtime/prim_executor.cpp):
+// a kiln kernel reading graph inputs only, whose results are no graph
+// output, in a graph where no extern writes into a tensor. Whether those
+// inputs are parameters is the executor's check at each call.
+std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
+  const size_t count = graph.nodes().size();
+  std::vector<bool> keep(count, false);
+  for (const prims::PrimNode& node : graph.nodes()) {
+    if (node.prim == prims::Prim::Extern && autograd::extern_writes(node.attrs)) return keep;
+  }
+  std::vector<bool> output(graph.values().size(), false);
+  for (int id : graph.outputs()) output[id] = true;
+  for (size_t n = 0; n < count; ++n) {
+    const prims::PrimNode& node = graph.node(n);
+    if (node.prim != prims::Prim::Extern || node.attrs.target_name.rfind("kernel ", 0) != 0) continue;
+    const std::vector<int> reads = inductor::node_reads(node);
+    bool eligible = !reads.empty();
+    for (int id : reads) eligible = eligible && graph.value(id).node < 0;
+    for (int id : node.outputs) eligible = eligible && !output[id];
+    keep[n] = eligible;
+  }
+  return keep;
+}
+
 // Null, with *why set, where the prim executor cannot take the graph.
 std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& name,
-                                                           prims::Decomposition decomposition,
-                                                           bool kernels, bool autotune, std::string* why) {
+                                                           prims::Decomposition decomposition, bool kernels,
+                                                           bool keep_parameter_kernels, bool autotune,
+                                                           std::string* why) {
   try {
     std::shared_ptr<prims::PrimGraph> prim_graph = decomposition.graph;
     graph::Arg output = std::move(decomposition.output);
@@ -158,6 +185,9 @@ std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& na
       prim_graph = std::move(fused);
     }
     auto executor = std::make_unique<runtime::PrimExecutor>(prim_graph, std::move(output));
+    if (kernels && keep_parameter_kernels && parameter_kernel_cache()) {
+      executor->memoize_nodes(parameter_kernel_nodes(*prim_graph));
+    }
     stats().prim_graphs++;
     return executor;
   } catch (const runtime::PrimExecutorError& e) {
@@ -171,8 +201,10 @@ std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& na
 }  // namespace
 
 // The executor for `graph` under `backend`, before CUDA graphs.
+// `cuda_graphs`: the executor will be captured into CUDA graphs, whose
+// replays would not see a kept parameter kernel go stale.
 std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& graph, const std::string& backend,
-                                                         const std::string& name, bool autotune) {
+                                                         const std::string& name, bool autotune, bool cuda_graphs) {
   // "inductor": aot_eager's pipeline with pointwise and reduction groups
   // compiled to kernels, CPU or CUDA by where the graph's inputs live; with
   // that target's kernels off or unavailable it replays the graph eagerly
@@ -204,7 +236,8 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
   std::unique_ptr<runtime::GraphExecutor> executor =
       training ? autograd_executor(name, std::move(*decomposition), kernels, autotune, &why)
-               : inference_executor(name, std::move(*decomposition), kernels, autotune, &why);
+               : inference_executor(name, std::move(*decomposition), kernels, on_cuda(graph) && !cuda_graphs,
+                                   autotune, &why);
   if (!executor) return eager(graph, name, why);
   if (!has_builders) return executor;
   return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(builders),
@@ -215,7 +248,7 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name, bool cuda_graphs, bool autotune) {
   const runtime::Stopwatch clock;
-  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune);
+  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune, cuda_graphs);
   KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");
   if (!cuda_graphs) return executor;
   const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));

@@ -12,6 +12,7 @@ std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
 std::atomic<bool> g_cpu_kernels{true};
 std::atomic<bool> g_cuda_kernels{true};
+std::atomic<bool> g_parameter_kernel_cache{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 
 std::mutex g_dead_mutex;
@@ -75,5 +76,9 @@ void set_cpu_matmul(inductor::MatmulPolicy policy) { g_cpu_matmul = policy; }
 bool cuda_kernels() { return g_cuda_kernels; }
 
 void set_cuda_kernels(bool enabled) { g_cuda_kernels = enabled; }
+
+bool parameter_kernel_cache() { return g_parameter_kernel_cache; }
+
+void set_parameter_kernel_cache(bool enabled) { g_parameter_kernel_cache = enabled; }
 
 }  // namespace kiln::interpreter

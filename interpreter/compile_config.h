@@ -146,6 +146,12 @@ void set_cpu_matmul(inductor::MatmulPolicy policy);
 bool cuda_kernels();
 // Sets cuda_kernels() for graphs compiled from now on.
 void set_cuda_kernels(bool enabled);
+// True when inference graphs on the GPU keep the results of kernels that
+// read only parameters between calls (kiln.config.parameter_kernel_cache,
+// on by default; Note [Kernels of parameters] in runtime/prim_executor.cpp).
+bool parameter_kernel_cache();
+// Sets parameter_kernel_cache() for graphs compiled from now on.
+void set_parameter_kernel_cache(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

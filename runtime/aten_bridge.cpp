@@ -345,6 +345,25 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
   return THPVariable_Wrap(std::move(result));
 }
 
+int64_t tensor_version(PyObject* tensor) { return static_cast<int64_t>(THPVariable_Unpack(tensor)._version()); }
+
+namespace {
+
+PyTypeObject* parameter_type() {
+  static PyTypeObject* parameter = [] {
+    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
+    PyObject* type = module ? PyObject_GetAttrString(module, "Parameter") : nullptr;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return reinterpret_cast<PyTypeObject*>(type);  // kept for the process
+  }();
+  return parameter;
+}
+
+}  // namespace
+
+bool is_parameter(PyObject* obj) { return parameter_type() != nullptr && Py_TYPE(obj) == parameter_type(); }
+
 bool plain_tensor(PyObject* obj) {
   static PyTypeObject* parameter = [] {
     PyObject* module = PyImport_ImportModule("torch.nn.parameter");

@@ -39,6 +39,13 @@ std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& 
 // included). Precondition: is_tensor(tensor).
 char* tensor_data(PyObject* tensor);
 
+// The tensor's version counter (bumped by every in-place write).
+// Precondition: is_tensor(tensor).
+int64_t tensor_version(PyObject* tensor);
+
+// True when `obj` is exactly an nn.Parameter (not a subclass).
+bool is_parameter(PyObject* obj);
+
 // The start of the tensor's storage: two tensors share memory exactly when
 // these agree. Precondition: is_tensor(tensor).
 const void* tensor_storage(PyObject* tensor);

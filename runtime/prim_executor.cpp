@@ -51,6 +51,31 @@ struct PrimExecutor::Step {
   // Note [Strides of size-1 dims]: the output's strides, where it has a
   // size-1 dim whose stride torch's op may set otherwise.
   std::optional<std::vector<int64_t>> unit_dim_strides;
+  // Note [Kernels of parameters]: the tensor values the step reads, when
+  // its result is kept between runs.
+  std::vector<int> memo_inputs;
+};
+
+// Note [Kernels of parameters]
+// Under autocast every inference call converts each weight to bfloat16
+// again: GPT-2's forward launched about 100 such kernels (of 186), each
+// 8-15 us of host time on the H100 and a pass over the float32 weights,
+// where its step was bound by host time. A kernel that reads only
+// parameters computes the same result until a parameter changes, so an
+// inference graph on the GPU keeps those results between calls: a call
+// whose inputs are the very Parameter objects of the last run, each with
+// the same data pointer and version counter (an in-place update, an
+// optimizer step, `p.data = ...` all change one), takes the kept result
+// instead of launching. The cost is the memory of the kept results (a
+// 16-bit copy of the weights under autocast), released with the compiled
+// graph; kiln.config.parameter_kernel_cache turns it off. Only kiln's own
+// kernels (pure, fresh results), none a graph output and in graphs with no
+// writing extern, are kept (interpreter/backends.cpp).
+struct PrimExecutor::Memo {
+  std::vector<PyRef> inputs;
+  std::vector<char*> data;
+  std::vector<int64_t> versions;
+  PyRef result;
 };
 
 // Note [Strides of size-1 dims]
@@ -637,6 +662,52 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
 
 PrimExecutor::~PrimExecutor() = default;
 
+void PrimExecutor::memoize_nodes(const std::vector<bool>& nodes) {
+  memos_.resize(steps_.size());
+  for (size_t n = 0; n < steps_.size() && n < nodes.size(); ++n) {
+    if (!nodes[n]) continue;
+    Step& step = steps_[n];
+    step.memo_inputs.clear();
+    auto collect = [&](const Arg& arg, auto&& self) -> void {
+      if (arg.kind == Arg::Kind::Node) step.memo_inputs.push_back(arg.node);
+      for (const Arg& item : arg.items) self(item, self);
+    };
+    for (const Arg& arg : step.args) collect(arg, collect);
+    if (!step.memo_inputs.empty()) memos_[n] = std::make_unique<Memo>();
+  }
+}
+
+PyObject* PrimExecutor::memoized(size_t step, PyObject* const* values) const {
+  const Memo& memo = *memos_[step];
+  const std::vector<int>& ids = steps_[step].memo_inputs;
+  if (!memo.result || memo.inputs.size() != ids.size()) return nullptr;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PyObject* value = values[ids[i]];
+    if (value != memo.inputs[i].get() || tensor_data(value) != memo.data[i] ||
+        tensor_version(value) != memo.versions[i]) {
+      return nullptr;
+    }
+  }
+  Py_INCREF(memo.result.get());
+  return memo.result.get();
+}
+
+void PrimExecutor::remember(size_t step, PyObject* const* values, PyObject* result) const {
+  Memo& memo = *memos_[step];
+  memo.result = PyRef();
+  memo.inputs.clear();
+  memo.data.clear();
+  memo.versions.clear();
+  for (int id : steps_[step].memo_inputs) {
+    PyObject* value = values[id];
+    if (!value || !is_parameter(value)) return;  // only parameters are kept
+    memo.inputs.push_back(PyRef::borrow(value));
+    memo.data.push_back(tensor_data(value));
+    memo.versions.push_back(tensor_version(value));
+  }
+  memo.result = PyRef::borrow(result);
+}
+
 bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
   const prims::PrimGraph& g = *graph_;
   const size_t value_count = g.values().size();
@@ -660,12 +731,15 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
   std::optional<RunProfile> profile;
   if (profiled) profile.emplace(steps_.size());
   const Stopwatch run_clock;
-  for (const Step& step : steps_) {
+  for (size_t index = 0; index < steps_.size(); ++index) {
+    const Step& step = steps_[index];
     std::optional<Stopwatch> step_clock;
     if (profiled) step_clock.emplace();
     PyObject* result = nullptr;
-    bool native = false;  // Note [Native views]
-    if (step.view || step.matmul) {
+    const bool memo = index < memos_.size() && memos_[index];  // Note [Kernels of parameters]
+    if (memo) result = memoized(index, values);
+    bool native = result != nullptr;  // Note [Native views]
+    if (!native && (step.view || step.matmul)) {
       native = true;
       for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
       if (native) {
@@ -686,6 +760,7 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
       result = built ? PyObject_Vectorcall(step.callable.get(), call_args, step.positional, step.kwnames.get())
                      : nullptr;
       for (size_t i = 0; i < arg_count; ++i) Py_XDECREF(call_args[i]);
+      if (result && memo) remember(index, values, result);
     }
     if (result && step.then) {
       const size_t then_count = step.then_args.size() + 1;

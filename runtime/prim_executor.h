@@ -51,6 +51,12 @@ class PrimExecutor final : public GraphExecutor {
 
   const prims::PrimGraph& graph() const { return *graph_; }
 
+  // Keeps, between runs, the results of the nodes marked in `nodes` (one
+  // flag per graph node) when every tensor they read is an nn.Parameter
+  // unchanged since (Note [Kernels of parameters]). The caller marks only
+  // nodes whose results nothing writes or returns. Call before any run().
+  void memoize_nodes(const std::vector<bool>& nodes);
+
  private:
   struct Step;
   // Runs every node, leaving the graph's outputs in `values` (which holds
@@ -58,8 +64,18 @@ class PrimExecutor final : public GraphExecutor {
   // slot cleared when an op raises.
   bool execute(PyObject* const* inputs, PyObject** values) const;
 
+  struct Memo;
+  // The memoized step's result when its inputs are the parameters it last
+  // ran on, unchanged; else null. `inputs` are the step's input values.
+  PyObject* memoized(size_t step, PyObject* const* values) const;
+  // Records `result` as the memoized step's result for its current inputs.
+  void remember(size_t step, PyObject* const* values, PyObject* result) const;
+
   std::shared_ptr<const prims::PrimGraph> graph_;
   graph::Arg output_;
+  // Per step, its memo (Note [Kernels of parameters]); mutable: runs hold
+  // the GIL, which guards it.
+  mutable std::vector<std::unique_ptr<Memo>> memos_;
   std::vector<Step> steps_;               // one per node
   std::vector<int> input_release_;        // inputs no node or output uses
 };

@@ -324,6 +324,17 @@ PyObject* py_set_cuda_kernels(PyObject*, PyObject* arg) {
 
 PyObject* py_get_cuda_kernels(PyObject*, PyObject*) { return PyBool_FromLong(kiln::interpreter::cuda_kernels()); }
 
+PyObject* py_set_parameter_kernel_cache(PyObject*, PyObject* arg) {
+  const int enabled = PyObject_IsTrue(arg);
+  if (enabled < 0) return nullptr;
+  kiln::interpreter::set_parameter_kernel_cache(enabled == 1);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_parameter_kernel_cache(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::parameter_kernel_cache());
+}
+
 PyObject* py_cuda_kernels_available(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::inductor::cuda_kernels_available());
 }
@@ -458,6 +469,10 @@ PyMethodDef module_methods[] = {
     {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
     {"set_cuda_kernels", py_set_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
     {"get_cuda_kernels", py_get_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
+    {"set_parameter_kernel_cache", py_set_parameter_kernel_cache, METH_O,
+     "Turns keeping parameter-only kernel results between inference calls on or off."},
+    {"get_parameter_kernel_cache", py_get_parameter_kernel_cache, METH_NOARGS,
+     "Whether inference graphs keep parameter-only kernel results between calls."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},

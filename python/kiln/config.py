@@ -69,6 +69,23 @@ class _Config(_types.ModuleType):
         _C.set_cuda_kernels(value)
 
     @property
+    def parameter_kernel_cache(self) -> bool:
+        """Inference graphs on the GPU keep, between calls, the results of
+        kiln kernels that read only parameters (autocast's bfloat16 copies
+        of the weights), recomputed when a parameter changes in place or is
+        replaced (default True). Saves a launch and a pass over the weights
+        per such kernel and call, at the memory of the kept results; False
+        recomputes them every call, as eager autocast does. Read when a
+        graph is compiled."""
+        return _C.get_parameter_kernel_cache()
+
+    @parameter_kernel_cache.setter
+    def parameter_kernel_cache(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"parameter_kernel_cache must be a bool, got {type(value).__name__}")
+        _C.set_parameter_kernel_cache(value)
+
+    @property
     def experimental_cuda_kernels(self) -> bool:
         """Deprecated name of cuda_kernels (before CUDA kernels were the default)."""
         return self.cuda_kernels

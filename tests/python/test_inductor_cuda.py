@@ -401,3 +401,51 @@ def test_attention_torch_would_run_as_math_is_decomposed(capfd):
     wants = torch.autograd.grad(want.sum(), (q, k, v))
     for g, w in zip(grads, wants):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _kiln_kernel_launches(fn):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("kiln_"))
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_inference_keeps_kernels_of_parameters_until_they_change(keep):
+    # Note [Kernels of parameters]: autocast's bfloat16 copies of the
+    # weights are kept between inference calls and made again when a
+    # parameter changes in place or is replaced.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 32)).cuda()
+    x = torch.randn(16, 64, device="cuda")
+
+    def step(m):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            return m(x)
+
+    saved = kiln.config.parameter_kernel_cache
+    kiln.config.parameter_kernel_cache = keep
+    try:
+        kiln.reset()
+        compiled = kiln.compile(model)
+        torch.testing.assert_close(step(compiled), step(model), rtol=2e-2, atol=2e-2)
+        first = _kiln_kernel_launches(lambda: step(compiled))
+        again = _kiln_kernel_launches(lambda: step(compiled))
+        assert again == first
+        with torch.no_grad():
+            model[0].weight.mul_(2)  # in place: the version counter moves
+        torch.testing.assert_close(step(compiled), step(model), rtol=2e-2, atol=2e-2)
+        model[2].weight.data = torch.randn(32, 128, device="cuda")  # replaced
+        torch.testing.assert_close(step(compiled), step(model), rtol=2e-2, atol=2e-2)
+    finally:
+        kiln.config.parameter_kernel_cache = saved
+    if keep:
+        kiln.reset()
+        kiln.config.parameter_kernel_cache = False
+        try:
+            uncached = kiln.compile(model)
+            step(uncached)
+            assert first < _kiln_kernel_launches(lambda: step(uncached))
+        finally:
+            kiln.config.parameter_kernel_cache = saved
