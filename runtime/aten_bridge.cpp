@@ -9,7 +9,9 @@
 #include <ATen/ops/mm.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
 
@@ -343,6 +345,17 @@ PyObject* aten_matmul(PyObject* a, PyObject* b) {
     return nullptr;
   }
   return THPVariable_Wrap(std::move(result));
+}
+
+bool current_cuda_stream(int device, void** stream) {
+  try {
+    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return false;
+    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    *stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))).native_handle();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 int64_t tensor_version(PyObject* tensor) { return static_cast<int64_t>(THPVariable_Unpack(tensor)._version()); }

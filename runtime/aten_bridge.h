@@ -39,6 +39,11 @@ std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& 
 // included). Precondition: is_tensor(tensor).
 char* tensor_data(PyObject* tensor);
 
+// The raw cudaStream_t of torch's current stream on CUDA device `device`,
+// read through c10 without a Python call; false where torch's CUDA backend
+// is not loaded or does not answer.
+bool current_cuda_stream(int device, void** stream);
+
 // The tensor's version counter (bumped by every in-place write).
 // Precondition: is_tensor(tensor).
 int64_t tensor_version(PyObject* tensor);
