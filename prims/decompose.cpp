@@ -341,10 +341,19 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     }
     // Only a view keeps requires_grad under torch.no_grad(); such a view
     // carries the flag but no history, which prim graphs cannot express.
+    // A graph entered with grad mode off has no gradients in its prims:
+    // a value made with grad turned on inside it (`with torch.enable_grad():`
+    // under no_grad) would lose its history, so such a graph runs through
+    // torch (fuzz seed 65699).
     for (const graph::TensorMeta& meta : node.metas) {
       if (!grad_mode && grad_enabled && meta.requires_grad) {
         *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
                ") is a view taken under torch.no_grad() of a tensor that requires grad";
+        return std::nullopt;
+      }
+      if (grad_mode && !grad_enabled && meta.requires_grad) {
+        *why = "node %" + std::to_string(node.id) + " (" + node.target_name +
+               ") needs a gradient in a block that turned grad mode on inside a graph entered without it";
         return std::nullopt;
       }
     }

@@ -772,3 +772,28 @@ def test_a_window_mask_filled_by_setitem_keeps_the_block_recomputable():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     grad = torch.autograd.grad(got.square().sum(), x)[0]
     torch.testing.assert_close(grad, torch.autograd.grad(want.square().sum(), x)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_grad_turned_on_inside_a_no_grad_call(backend):
+    # A block under torch.enable_grad() in a call made under no_grad makes
+    # results that require grad, with their history, as in eager (fuzz
+    # seed 65699); what the call makes outside the block does not.
+    def fn(x, y):
+        outside = x * 2
+        with torch.enable_grad():
+            inside = x.mm(y.float()).tanh()
+        return inside, outside
+
+    x = torch.randn(4, 4)
+    y = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend)
+    with torch.no_grad():
+        got, got_outside = compiled(x, y)
+        want, want_outside = fn(x, y)
+    assert got.requires_grad and not got_outside.requires_grad
+    torch.testing.assert_close(got, want)
+    (grad,) = torch.autograd.grad(got.sum(), y)
+    (expected,) = torch.autograd.grad(want.sum(), y)
+    torch.testing.assert_close(grad, expected)
