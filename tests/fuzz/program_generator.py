@@ -2122,7 +2122,9 @@ class Generator:
             if not xs.length:
                 raise Unfit("xs")
             if self.take_datadep():
-                self.emit(f"{name} = [q for q in xs if q.sum() > 0]")
+                # Off 0, as cond_data's thresholds: an xs item may be centred
+                # (seed 63791: its sum's sign was rounding).
+                self.emit(f"{name} = [q for q in xs if q.sum() > 0.25]")
                 env.add(Var("l", name, elem=xs.elem.like(), length=None))
                 t = self.fresh("k")
                 self.emit(f"{t} = len({name})")
