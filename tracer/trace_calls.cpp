@@ -451,6 +451,17 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
 
 ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                                       KwArgs kwargs) {
+  // torch.compiler.disable and torch._dynamo.disable mark the function they
+  // return; library code uses them to keep a function out of every
+  // compiler's graphs, so the call breaks the graph and runs in CPython (the
+  // marker's wrapper then turns frame evaluation hooks off inside it).
+  PyRef disabled = PyRef::steal(PyObject_GetAttrString(func, "_torchdynamo_disable"));
+  if (!disabled) PyErr_Clear();
+  if (disabled && PyObject_IsTrue(disabled.get()) == 1) {
+    abort_trace(BreakCode::UnsupportedCall,
+                std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func))->co_qualname)) +
+                    " is marked torch.compiler.disable: it runs eagerly, outside the graph");
+  }
   Callee callee{.code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)),
                 .globals = PyFunction_GET_GLOBALS(func),
                 .func = func,

@@ -844,6 +844,25 @@ def test_api_usage_logging_runs_while_tracing_and_leaves_no_node():
     assert torch.equal(kiln.compile(fn, fullgraph=True)(x), x + 1)
 
 
+def test_a_torch_compiler_disabled_function_is_no_part_of_the_graph():
+    # torch.compiler.disable (and torch._dynamo.disable) keep a function out
+    # of the caller's graph: the call breaks it and runs in CPython.
+    @torch.compiler.disable
+    def helper(x):
+        return x.sin()
+
+    def fn(x):
+        return helper(x * 2) + 1
+
+    x = torch.randn(3)
+    kiln.reset()
+    explained = kiln.explain(fn)(x)
+    assert explained.graph_break_count >= 1
+    assert any("torch.compiler.disable" in r for r in explained.break_reasons), explained.break_reasons
+    assert not any("sin" in g for g in explained.graphs[:1]), explained.graphs
+    assert torch.allclose(kiln.compile(fn)(x), fn(x))
+
+
 def test_to_the_tensors_own_device_is_traced():
     # `y.to(x.device)` (GPT-2's position embeddings): the device is positional.
     def fn(x):
