@@ -378,15 +378,8 @@ PyTypeObject* parameter_type() {
 bool is_parameter(PyObject* obj) { return parameter_type() != nullptr && Py_TYPE(obj) == parameter_type(); }
 
 bool plain_tensor(PyObject* obj) {
-  static PyTypeObject* parameter = [] {
-    PyObject* module = PyImport_ImportModule("torch.nn.parameter");
-    PyObject* type = module ? PyObject_GetAttrString(module, "Parameter") : nullptr;
-    Py_XDECREF(module);
-    PyErr_Clear();
-    return reinterpret_cast<PyTypeObject*>(type);  // kept for the process
-  }();
   PyTypeObject* type = Py_TYPE(obj);
-  if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass) && type != parameter) return false;
+  if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass) && type != parameter_type()) return false;
   return at::impl::PythonTorchFunctionTLS::stack_len() == 0;
 }
 
