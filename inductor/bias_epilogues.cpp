@@ -101,15 +101,13 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
   }
   PrimGraph result;
   try {
-    std::vector<int> map(graph.values().size(), -1);
-    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder b(result);
     for (size_t n = 0; n < graph.nodes().size(); ++n) {
       const PrimNode& node = graph.node(n);
       if (folded[n]) continue;
       if (side[n] < 0) {
-        const std::vector<int> made = prims::copy_node(result, graph, node, map);
-        for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+        prims::copy_node_mapped(result, graph, node, map);
         continue;
       }
       const PrimNode& mm = graph.node(producer[node.args[side[n]].value]);
@@ -122,9 +120,7 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
                         {}, {graph.value(node.outputs[0]).meta}, /*pure=*/true);
       map[node.outputs[0]] = made.at(0);
     }
-    std::vector<int> outputs;
-    for (int id : graph.outputs()) outputs.push_back(map[id]);
-    result.set_outputs(std::move(outputs));
+    prims::copy_outputs(result, graph, map);
   } catch (const prims::PrimError&) {
     return false;  // a view the meta rules refuse: kept as it is
   }

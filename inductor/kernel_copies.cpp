@@ -142,8 +142,7 @@ bool make_copies_explicit(const PrimGraph& graph, PrimGraph* out) {
   if (!any) return false;
   PrimGraph result;
   try {
-    std::vector<int> map(graph.values().size(), -1);
-    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder builder(result);
     std::map<int, int> copies;  // operand value (in `graph`) -> its clone (in `result`)
     auto copy_of = [&](int value) {
@@ -181,9 +180,7 @@ bool make_copies_explicit(const PrimGraph& graph, PrimGraph* out) {
       }
       for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
     }
-    std::vector<int> outputs;
-    for (int id : graph.outputs()) outputs.push_back(map[id]);
-    result.set_outputs(std::move(outputs));
+    prims::copy_outputs(result, graph, map);
   } catch (const prims::PrimError&) {
     return false;  // a view the meta rules refuse: the graph stays as it is
   }

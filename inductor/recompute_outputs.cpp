@@ -170,8 +170,7 @@ bool recompute_kernel_outputs(const PrimGraph& graph, const std::vector<KernelGr
   std::map<std::pair<int, int>, int> copies;  // (value, reader group) -> the copy's value in `result`
   PrimGraph result;
   try {
-    std::vector<int> map(graph.values().size(), -1);
-    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    std::vector<int> map = prims::copy_inputs(result, graph);
     for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
       const PrimNode& node = graph.node(n);
       // A reader's node reads the copies made for its group.
@@ -199,9 +198,7 @@ bool recompute_kernel_outputs(const PrimGraph& graph, const std::vector<KernelGr
         copies[{plan->value, plan->reader}] = cone_map[plan->value];
       }
     }
-    std::vector<int> outputs;
-    for (int id : graph.outputs()) outputs.push_back(map[id]);
-    result.set_outputs(std::move(outputs));
+    prims::copy_outputs(result, graph, map);
   } catch (const prims::PrimError&) {
     return false;
   }

@@ -100,15 +100,13 @@ bool sink_reshapes_below_casts(const PrimGraph& graph, PrimGraph* out) {
   }
   PrimGraph result;
   try {
-    std::vector<int> map(graph.values().size(), -1);
-    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder b(result);
     for (size_t n = 0; n < graph.nodes().size(); ++n) {
       const PrimNode& node = graph.node(n);
       if (dropped[n]) continue;
       if (view_of[n] < 0) {
-        const std::vector<int> made = prims::copy_node(result, graph, node, map);
-        for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+        prims::copy_node_mapped(result, graph, node, map);
         continue;
       }
       const int source = graph.node(view_of[n]).args[0].value;
@@ -119,9 +117,7 @@ bool sink_reshapes_below_casts(const PrimGraph& graph, PrimGraph* out) {
       if (got.sizes != want.sizes || got.strides != want.strides || got.dtype != want.dtype) return false;
       map[node.outputs[0]] = reshaped;
     }
-    std::vector<int> outputs;
-    for (int id : graph.outputs()) outputs.push_back(map[id]);
-    result.set_outputs(std::move(outputs));
+    prims::copy_outputs(result, graph, map);
   } catch (const prims::PrimError&) {
     return false;
   }

@@ -127,14 +127,12 @@ bool split_outer_reductions(const PrimGraph& graph, PrimGraph* out) {
   if (!any) return false;
   PrimGraph result;
   try {
-    std::vector<int> map(graph.values().size(), -1);
-    for (int id : graph.inputs()) map[id] = result.add_input(graph.value(id).meta);
+    std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder b(result);
     for (const PrimNode& node : graph.nodes()) {
       const Split split = plan(graph, node);
       if (split.steps == 0) {
-        const std::vector<int> made = prims::copy_node(result, graph, node, map);
-        for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+        prims::copy_node_mapped(result, graph, node, map);
         continue;
       }
       const DType want = graph.value(node.outputs[0]).meta.dtype;
@@ -171,9 +169,7 @@ bool split_outer_reductions(const PrimGraph& graph, PrimGraph* out) {
       if (graph.value(node.outputs[0]).grad_stopped) result.stop_grad(value);
       map[node.outputs[0]] = value;
     }
-    std::vector<int> outputs;
-    for (int id : graph.outputs()) outputs.push_back(map[id]);
-    result.set_outputs(std::move(outputs));
+    prims::copy_outputs(result, graph, map);
   } catch (const prims::PrimError&) {
     return false;  // a view or reduction the meta rules refuse: kept as it is
   }

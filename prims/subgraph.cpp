@@ -46,6 +46,23 @@ std::vector<int> copy_node(PrimGraph& into, const PrimGraph& from, const PrimNod
   return made;
 }
 
+std::vector<int> copy_inputs(PrimGraph& into, const PrimGraph& from) {
+  std::vector<int> map(from.values().size(), -1);
+  for (int id : from.inputs()) map[id] = into.add_input(from.value(id).meta);
+  return map;
+}
+
+void copy_node_mapped(PrimGraph& into, const PrimGraph& from, const PrimNode& node, std::vector<int>& map) {
+  const std::vector<int> made = copy_node(into, from, node, map);
+  for (size_t i = 0; i < made.size(); ++i) map[node.outputs[i]] = made[i];
+}
+
+void copy_outputs(PrimGraph& into, const PrimGraph& from, const std::vector<int>& map) {
+  std::vector<int> outputs;
+  for (int id : from.outputs()) outputs.push_back(map[id]);
+  into.set_outputs(std::move(outputs));
+}
+
 std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs) {
   std::vector<bool> live(graph.values().size(), false);
   for (int id : outputs) live[id] = true;

@@ -25,6 +25,15 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
 std::vector<int> copy_node(PrimGraph& into, const PrimGraph& from, const PrimNode& node,
                            const std::vector<int>& map);
 
+// The three steps of a pass that rebuilds a graph node by node: `into`
+// gets `from`'s inputs (the returned map takes from's value ids to
+// into's, -1 where not yet made); copy_node_mapped copies a node and
+// records its outputs in the map; copy_outputs sets into's outputs to the
+// images of from's.
+std::vector<int> copy_inputs(PrimGraph& into, const PrimGraph& from);
+void copy_node_mapped(PrimGraph& into, const PrimGraph& from, const PrimNode& node, std::vector<int>& map);
+void copy_outputs(PrimGraph& into, const PrimGraph& from, const std::vector<int>& map);
+
 // The values of `graph` the given outputs depend on (all of them when a
 // value is needed), as a per-value flag.
 std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs);
