@@ -738,16 +738,17 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     PyObject* result = nullptr;
     const bool memo = index < memos_.size() && memos_[index];  // Note [Kernels of parameters]
     if (memo) result = memoized(index, values);
-    bool native = result != nullptr;  // Note [Native views]
-    if (!native && (step.view || step.matmul)) {
-      native = true;
+    bool handled = result != nullptr;  // a kept result, or a native call below
+    if (!handled && (step.view || step.matmul)) {
+      bool native = true;  // Note [Native views]
       for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
       if (native) {
         result = step.view ? aten_view(values[step.native_inputs[0]], *step.view)
                            : aten_matmul(values[step.native_inputs[0]], values[step.native_inputs[1]]);
       }
+      handled = native;
     }
-    if (!native) {
+    if (!handled) {
       const size_t arg_count = step.args.size();
       SmallBuffer<16> arg_buffer(arg_count);
       PyObject** call_args = arg_buffer.data();
