@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/derivatives_family.h"
+#include "prims/layout.h"
 #include "runtime/py_ref.h"
 
 namespace kiln::autograd {
@@ -24,6 +25,12 @@ namespace kiln::autograd {
 // A slot is a path: (0, i, ...) into the positional arguments or
 // (1, name, ...) into the keywords, then tuple/list indices or dict keys;
 // slots follow extern_inputs() order.
+//
+// A callable with its own gradient carries it as the attribute `kiln_vjp`:
+// kiln_vjp(args, kwargs, outputs, slots, grads) gets the forward's outputs
+// too (saved, not recomputed) and returns the gradients in the layout of
+// empty_like of each input (kiln._attention.attention: Note [Fused
+// attention kernels]).
 
 namespace {
 
@@ -123,9 +130,13 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
                             const std::vector<int>& grads, const std::vector<bool>& needs) {
   const prims::PrimAttrs& attrs = view.node.attrs;
   std::vector<int> out(view.inputs.size(), -1);
+  // Only Python functions are asked: a torch op's attribute lookup may build things.
+  PyRef own_vjp = PyFunction_Check(attrs.target) ? PyRef::steal(PyObject_GetAttrString(attrs.target, "kiln_vjp"))
+                                                 : PyRef();
+  PyErr_Clear();
   const std::string why = cannot_recompute(attrs);
-  if (!why.empty()) throw NoDerivative("extern " + attrs.target_name + ": no gradient, " + why);
-  PyObject* helper = extern_vjp_helper();
+  if (!own_vjp && !why.empty()) throw NoDerivative("extern " + attrs.target_name + ": no gradient, " + why);
+  PyObject* helper = own_vjp ? own_vjp.get() : extern_vjp_helper();
   const std::vector<std::vector<PyRef>> paths = extern_paths(attrs);
   PyRef slots = PyRef::steal(PyList_New(0));
   std::vector<size_t> wanted;
@@ -138,7 +149,8 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
     }
     PyList_Append(slots.get(), path.get());
     graph::TensorMeta meta = b.meta(view.inputs[i]);
-    meta.strides = graph::contiguous_strides(meta.sizes);  // the helper returns contiguous gradients
+    // extern_vjp returns contiguous gradients, a kiln_vjp empty_like's layout.
+    meta.strides = own_vjp ? prims::preserved_strides(meta.sizes, meta.strides) : graph::contiguous_strides(meta.sizes);
     meta.requires_grad = false;
     metas.push_back(meta);
     wanted.push_back(i);
@@ -157,11 +169,21 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
   grad_args.kind = graph::Arg::Kind::Tuple;
   for (int g : grads) grad_args.items.push_back(g >= 0 ? graph::Arg::of_node(g) : graph::Arg::of_constant(Py_None));
   PyRef slot_tuple = PyRef::steal(PyList_AsTuple(slots.get()));
-  std::vector<graph::Arg> args = {graph::Arg::of_constant(attrs.target), std::move(positional),
-                                  std::move(keywords), graph::Arg::of_constant(slot_tuple.get()),
-                                  std::move(grad_args)};
-  const std::vector<int> ids = b.extern_call(helper, "extern_vjp(" + attrs.target_name + ")",
-                                             std::move(args), {}, metas);
+  std::vector<graph::Arg> args;
+  std::string name;
+  if (own_vjp) {
+    graph::Arg outputs;
+    outputs.kind = graph::Arg::Kind::Tuple;
+    for (int id : view.outputs) outputs.items.push_back(graph::Arg::of_node(id));
+    args = {std::move(positional), std::move(keywords), std::move(outputs), graph::Arg::of_constant(slot_tuple.get()),
+            std::move(grad_args)};
+    name = attrs.target_name + ".kiln_vjp";
+  } else {
+    args = {graph::Arg::of_constant(attrs.target), std::move(positional), std::move(keywords),
+            graph::Arg::of_constant(slot_tuple.get()), std::move(grad_args)};
+    name = "extern_vjp(" + attrs.target_name + ")";
+  }
+  const std::vector<int> ids = b.extern_call(helper, name, std::move(args), {}, metas);
   for (size_t k = 0; k < wanted.size(); ++k) out[wanted[k]] = ids[k];
   return out;
 }

@@ -143,7 +143,7 @@ def write_profile(path, fn, steps=3):
         f.write(averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=90))
 
 
-def run_model(name, mode, repeat, rounds, profile_dir=None):
+def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False):
     torch.manual_seed(0)
     model, args = MODELS[name]()
     model = model.cuda()
@@ -189,6 +189,12 @@ def run_model(name, mode, repeat, rounds, profile_dir=None):
         after = kiln.stats()
         compilers = {"eager": model, "kiln": kiln_model, "tc": tc_model}
         peaks = {k: peak_memory_mb(lambda: step(m)) for k, m in compilers.items()}
+        if host_log:  # one warm kiln step with the executors' per-label host times (stderr)
+            print(f"== {name} {mode}: one kiln step, KILN_LOGS=perf", file=sys.stderr, flush=True)
+            kiln._C.set_logs("perf")
+            step(kiln_model)
+            torch.cuda.synchronize()
+            kiln._C.set_logs("")
         if profile_dir:
             for k, m in compilers.items():
                 write_profile(os.path.join(profile_dir, f"{name}-{mode}-{k}.txt"), lambda: step(m))
@@ -220,6 +226,8 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="write torch.profiler tables of 3 steps of each compiler per model into DIR")
+    ap.add_argument("--host-log", action="store_true",
+                    help="log (stderr) where the host time of one warm kiln step goes, per executor step label")
     opts = ap.parse_args()
     if opts.profile:
         os.makedirs(opts.profile, exist_ok=True)
@@ -227,7 +235,7 @@ def main():
     rows = []
     for name in opts.models.split(","):
         try:
-            rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds, opts.profile))
+            rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds, opts.profile, opts.host_log))
         except Exception as exc:  # a failing model is a row of the table, not its end
             rows.append({"model": name, "mode": opts.mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

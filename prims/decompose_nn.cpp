@@ -3,11 +3,14 @@
 // embedding and scaled_dot_product_attention.
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
 #include "prims/layout.h"
+#include "runtime/log.h"
 #include "runtime/py_ref.h"
 #include "stdlib/torch_api.h"
 
@@ -222,7 +225,7 @@ std::vector<int> attention_call(DecomposeCall& c) {
 }
 
 // (sizes, strides, dtype name, requires_grad, device) of a CUDA value, as
-// kiln._attention.runs_fused reads it; `contiguous` describes the
+// kiln._attention.backend and layouts read it; `contiguous` describes the
 // contiguous copy attention_call would pass instead.
 PyObject* operand_description(PrimBuilder& b, int value, bool contiguous) {
   const graph::TensorMeta& m = b.meta(value);
@@ -237,17 +240,27 @@ PyObject* operand_description(PrimBuilder& b, int value, bool contiguous) {
                        m.requires_grad ? Py_True : Py_False, device.c_str());
 }
 
-// True when torch would run this CUDA attention call with a fused kernel
-// (kiln._attention.runs_fused); when it cannot tell, true: the call stays
-// torch's, as it was before kiln asked.
-bool torch_runs_fused_attention(DecomposeCall& c) {
-  static PyObject* runs_fused = [] {
-    runtime::PyRef module = runtime::PyRef::steal(PyImport_ImportModule("kiln._attention"));
-    PyObject* fn = module ? PyObject_GetAttrString(module.get(), "runs_fused") : nullptr;
-    PyErr_Clear();
-    return fn;  // kept for the process
-  }();
-  if (!runs_fused) return true;
+// kiln._attention's function `name`, imported on first use and kept for the
+// process; null (no error set) when it cannot be imported.
+PyObject* attention_helper(const char* name) {
+  runtime::PyRef module = runtime::PyRef::steal(PyImport_ImportModule("kiln._attention"));
+  PyObject* fn = module ? PyObject_GetAttrString(module.get(), name) : nullptr;
+  PyErr_Clear();
+  return fn;
+}
+
+// torch.nn.attention.SDPBackend values kiln tells apart.
+constexpr long kUnknownBackend = -2;  // torch could not be asked: keep its call
+constexpr long kMathBackend = 0;
+constexpr long kFlashBackend = 1;
+constexpr long kCudnnBackend = 3;
+
+// The backend torch would run this CUDA attention call with
+// (kiln._attention.backend), for the mask as attention_call passes it;
+// kUnknownBackend when it cannot tell.
+long torch_attention_backend(DecomposeCall& c) {
+  static PyObject* backend = attention_helper("backend");
+  if (!backend) return kUnknownBackend;
   PrimBuilder& b = c.b;
   runtime::PyRef mask;
   if (c.given("attn_mask")) {
@@ -260,14 +273,152 @@ bool torch_runs_fused_attention(DecomposeCall& c) {
   if (!scale) scale = runtime::PyRef::borrow(Py_None);
   const bool gqa = c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa");
   runtime::PyRef result = runtime::PyRef::steal(PyObject_CallFunction(
-      runs_fused, "NNNOdOOO", operand_description(b, c.tensor("query"), false),
+      backend, "NNNOdOOO", operand_description(b, c.tensor("query"), false),
       operand_description(b, c.tensor("key"), false), operand_description(b, c.tensor("value"), false), mask.get(),
       c.number("dropout_p"), c.flag("is_causal") ? Py_True : Py_False, scale.get(), gqa ? Py_True : Py_False));
-  if (!result) {
+  const long choice = result ? PyLong_AsLong(result.get()) : kUnknownBackend;
+  if (PyErr_Occurred()) {
     PyErr_Clear();
-    return true;
+    return kUnknownBackend;
   }
-  return PyObject_IsTrue(result.get()) != 0;
+  return choice;
+}
+
+// "cuda:0" / "cpu" as a meta's device fields.
+void parse_device(const std::string& text, graph::TensorMeta& meta) {
+  const size_t colon = text.find(':');
+  meta.device_type = text.starts_with("cuda") ? graph::DeviceType::CUDA : graph::DeviceType::CPU;
+  meta.device_index = colon == std::string::npos ? -1 : static_cast<int8_t>(std::stoi(text.substr(colon + 1)));
+}
+
+// The metas of kiln._attention.attention's outputs for these operands
+// (kiln._attention.layouts runs the kernels once), or nothing, with `why`,
+// where it cannot give them.
+std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder& b, int q, int k, int value,
+                                                                    int mask, long backend, bool causal,
+                                                                    PyObject* scale, bool with_lse,
+                                                                    std::string& why) {
+  static PyObject* layouts = attention_helper("layouts");
+  if (!layouts) return std::nullopt;
+  runtime::PyRef mask_desc = mask >= 0 ? runtime::PyRef::steal(operand_description(b, mask, false))
+                                       : runtime::PyRef::borrow(Py_None);
+  runtime::PyRef found = runtime::PyRef::steal(PyObject_CallFunction(
+      layouts, "NNNOlOOO", operand_description(b, q, false), operand_description(b, k, false),
+      operand_description(b, value, false), mask_desc.get(), backend, causal ? Py_True : Py_False, scale,
+      with_lse ? Py_True : Py_False));
+  if (!found || !PyList_Check(found.get())) {
+    PyErr_Clear();
+    if (found && PyUnicode_Check(found.get())) why = PyUnicode_AsUTF8(found.get());
+    return std::nullopt;
+  }
+  std::vector<graph::TensorMeta> metas;
+  const Py_ssize_t count = PyList_GET_SIZE(found.get());
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* sizes = nullptr;
+    PyObject* strides = nullptr;
+    const char* dtype = nullptr;
+    const char* device = nullptr;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(found.get(), i), "OOss", &sizes, &strides, &dtype, &device)) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    graph::TensorMeta meta;
+    for (Py_ssize_t d = 0; d < PyTuple_Size(sizes); ++d) meta.sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, d)));
+    for (Py_ssize_t d = 0; d < PyTuple_Size(strides); ++d) {
+      meta.strides.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d)));
+    }
+    meta.dtype = graph::dtype_from_name(dtype);
+    parse_device(device, meta);
+    metas.push_back(std::move(meta));
+  }
+  if (PyErr_Occurred() || metas.empty()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return metas;
+}
+
+// Note [Fused attention kernels]
+// Where torch would run cuDNN's or flash attention, the graph calls that
+// kernel itself (kiln._attention.attention) rather than
+// F.scaled_dot_product_attention. Two costs go: torch's call converted a
+// boolean mask in every layer (where + two scalar_tensor launches, ~100 us
+// of host time a call on the H100), which here is a where in the graph,
+// fused and shared by all layers reading the same mask; and the gradient,
+// which as an extern ran the attention forward again in the backward (GPT-2
+// training: 12 more attention kernels and ~4 ms of host time a step). With
+// gradients, the call also returns the logsumexp and RNG state its backward
+// kernel reads; `attention.kiln_vjp` calls that kernel (Note [Extern
+// gradients]). The outputs' and gradients' layouts come from running the
+// kernels once at compile time (kiln._attention.layouts). Taken only as
+// torch would run it: no dropout (its RNG offsets would differ from
+// eager's), no mask that needs a gradient, grouped-query attention only
+// through cuDNN (which reads the shared heads itself), head dims that flash
+// takes unpadded; otherwise the call stays torch's (attention_call).
+// Sets `why` when the call stays torch's.
+std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long backend, std::string& why) {
+  PrimBuilder& b = c.b;
+  if (backend != kCudnnBackend && backend != kFlashBackend) {
+    why = "torch's backend " + std::to_string(backend) + " is neither cuDNN nor flash attention";
+    return std::nullopt;
+  }
+  if (c.number("dropout_p") != 0) {
+    why = "dropout";
+    return std::nullopt;
+  }
+  const bool gqa = c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa");
+  const int q = c.tensor("query"), k = c.tensor("key"), value = c.tensor("value");
+  if (backend == kFlashBackend && (gqa || c.given("attn_mask") || b.meta(q).sizes.back() % 8 != 0)) {
+    why = "flash attention with grouped heads, a mask or a head dim torch pads";
+    return std::nullopt;
+  }
+  int mask = -1;
+  if (c.given("attn_mask")) {
+    mask = c.tensor("attn_mask");
+    const graph::TensorMeta& m = b.meta(mask);
+    if (m.requires_grad) {
+      why = "the mask needs a gradient";
+      return std::nullopt;
+    }
+    if (!is_contiguous(m.sizes, m.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+    // torch's cuDNN path adds 0 where the mask is true, -65504 elsewhere,
+    // in the query's dtype.
+    if (m.dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(-65504.0)), b.meta(q).dtype);
+  }
+  const bool with_lse = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
+  PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
+  if (!scale) {
+    why = "scale is not a constant";
+    return std::nullopt;
+  }
+  const bool causal = c.flag("is_causal");
+  std::optional<std::vector<graph::TensorMeta>> metas =
+      fused_attention_metas(b, q, k, value, mask, backend, causal, scale, with_lse, why);
+  static PyObject* attention = attention_helper("attention");
+  if (!metas || !attention || metas->size() != (with_lse ? 4u : 1u)) {
+    if (why.empty()) why = "kiln._attention gave no layouts";
+    return std::nullopt;
+  }
+  (*metas)[0].requires_grad = with_lse;
+  runtime::PyRef backend_id = runtime::PyRef::steal(PyLong_FromLong(backend));
+  std::vector<graph::Arg> args = {graph::Arg::of_node(q), graph::Arg::of_node(k), graph::Arg::of_node(value),
+                                  mask >= 0 ? graph::Arg::of_node(mask) : graph::Arg::of_constant(Py_None),
+                                  graph::Arg::of_constant(backend_id.get()),
+                                  graph::Arg::of_constant(causal ? Py_True : Py_False),
+                                  graph::Arg::of_constant(scale),
+                                  graph::Arg::of_constant(with_lse ? Py_True : Py_False)};
+  const std::vector<int> ids =
+      b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, *metas, /*pure=*/true,
+                    /*fresh=*/true);
+  // The trace ran torch's attention on meta tensors, whose kernels give the
+  // output contiguous where cuDNN's and flash's give it in the query's dim
+  // order; later views were traced against the contiguous one, so it is
+  // copied (the copy fuses with the transpose-and-merge that usually follows).
+  const graph::TensorMeta& traced = c.traced(0);
+  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(ids[0]).sizes, b.meta(ids[0]).strides)) {
+    return std::vector<int>{b.clone(ids[0], MemoryFormat::Contiguous)};
+  }
+  return std::vector<int>{ids[0]};
 }
 
 // softmax over the last dim with rows that are all -inf giving zeros, not
@@ -304,7 +455,15 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   // (kiln._attention), for the operands' layouts and the backend flags in
   // effect at compile time.
   const bool cuda = b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA;
-  if (cuda && torch_runs_fused_attention(c)) return attention_call(c);
+  if (cuda) {
+    const long backend = torch_attention_backend(c);
+    if (backend != kMathBackend) {
+      std::string why;  // Note [Fused attention kernels]
+      if (std::optional<std::vector<int>> fused = fused_attention_call(c, backend, why)) return *fused;
+      KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id << ") stays torch's call: " << why);
+      return attention_call(c);
+    }
+  }
   if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) c.unsupported("enable_gqa=True");
   const double dropout_p = c.number("dropout_p");
   const int q = c.tensor("query"), k = c.tensor("key"), value = c.tensor("value");

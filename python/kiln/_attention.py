@@ -1,11 +1,22 @@
-"""Which backend torch's scaled_dot_product_attention would run on CUDA
-operands (Note [Attention on the GPU] in prims/decompose_nn.cpp): kiln keeps
-the call as torch's when it runs a fused kernel (flash, memory-efficient,
-cuDNN) and decomposes it where torch would run its math backend."""
+"""torch's fused attention kernels, as kiln's graphs call them on CUDA
+operands (Note [Attention on the GPU] in prims/decompose_nn.cpp).
+
+`backend` asks torch which kernel its scaled_dot_product_attention would run
+for the traced layouts: kiln decomposes the call where that is torch's math
+backend. Where it is cuDNN's or flash attention, the graph calls the kernel
+itself through `attention` (the boolean mask converted in the graph, where
+kiln fuses it and computes it once for all layers), keeping the outputs its
+backward kernel reads, and `attention.kiln_vjp` calls that backward kernel:
+no second forward, as an extern's gradient would pay (Note [Extern
+gradients]). `layouts` gives the outputs' metadata, found by running the
+kernels once at compile time."""
 import torch
 
 _MATH = int(torch.nn.attention.SDPBackend.MATH)
+CUDNN = int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
+FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 _choices = {}
+_layouts = {}
 
 
 def _operand(desc):
@@ -14,9 +25,9 @@ def _operand(desc):
     return t.requires_grad_(requires_grad)
 
 
-def runs_fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """True when torch would run the attention with a fused kernel, False for
-    its math backend. Tensors are given as (sizes, strides, dtype name,
+def backend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The torch.nn.attention.SDPBackend (as an int) torch would run the
+    attention with. Tensors are given as (sizes, strides, dtype name,
     requires_grad, device) tuples (attn_mask may be None); the answer depends
     on them and on torch's backend flags (torch.nn.attention.sdpa_kernel)."""
     flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
@@ -27,6 +38,71 @@ def runs_fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable
         # properties, which meta tensors have not.
         q, k, v = _operand(query), _operand(key), _operand(value)
         mask = None if attn_mask is None else _operand(attn_mask)
-        backend = torch._fused_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-        _choices[key_] = backend != _MATH
+        choice = torch._fused_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        _choices[key_] = int(choice)
     return _choices[key_]
+
+
+def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
+    """torch's attention kernel `backend_` (CUDNN or FLASH; flash takes no
+    mask): the output, or with `with_lse` (out, logsumexp, philox seed,
+    philox offset), what its backward kernel reads. No dropout."""
+    if backend_ == CUDNN:
+        r = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            query, key, value, attn_mask, with_lse, 0.0, is_causal, False, scale=scale)
+    else:
+        r = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal, False, scale=scale)
+    return (r[0], r[1], r[6], r[7]) if with_lse else r[0]
+
+
+def _attention_vjp(args, kwargs, outputs, slots, grads):
+    """Gradients of `attention(*args)` for the argument positions in `slots`
+    ((0, i) paths, query/key/value only) by torch's backward kernel, from the
+    forward's saved `outputs` and the output's gradient grads[0]."""
+    query, key, value, mask, backend_, is_causal, scale, _ = args
+    out, lse, seed, offset = outputs
+    grad = grads[0] if grads[0] is not None else torch.zeros_like(out)
+    max_q, max_k = query.shape[-2], key.shape[-2]
+    if backend_ == CUDNN:
+        found = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            grad, query, key, value, out, lse, seed, offset, mask, None, None, max_q, max_k, 0.0, is_causal,
+            scale=scale)
+    else:
+        found = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad, query, key, value, out, lse, None, None, max_q, max_k, 0.0, is_causal, seed, offset, scale=scale)
+    gradients = tuple(found[path[1]] for path in slots)
+    return gradients[0] if len(gradients) == 1 else gradients
+
+
+attention.kiln_vjp = _attention_vjp
+
+
+def layouts(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
+    """(sizes, strides, dtype name, device) of each output of `attention` for these
+    operands (described as for `backend`), or why kiln keeps torch's call
+    (a string): the kernel refuses the operands, or kiln's gradient rule
+    would not describe the backward's results (each gradient laid out as
+    empty_like of its operand: prims/layout.h preserved_strides). Found by
+    running the kernels once on uninitialized tensors."""
+    key_ = (query, key, value, attn_mask, backend_, is_causal, scale, with_lse)
+    if key_ in _layouts:
+        return _layouts[key_]
+    q, k, v = (_operand(d).detach() for d in (query, key, value))
+    mask = None if attn_mask is None else _operand(attn_mask).detach()
+    try:
+        with torch.no_grad():
+            result = attention(q, k, v, mask, backend_, is_causal, scale, with_lse)
+            outputs = result if with_lse else (result,)
+            found = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."), str(t.device))
+                     for t in outputs]
+            if with_lse:
+                grads = _attention_vjp((q, k, v, mask, backend_, is_causal, scale, True), {}, outputs,
+                                       ((0, 0), (0, 1), (0, 2)), (torch.zeros_like(outputs[0]),))
+                for name, g, t in zip("qkv", grads, (q, k, v)):
+                    if g.stride() != torch.empty_like(t).stride() or g.dtype != t.dtype:
+                        found = (f"the {name} gradient's layout {tuple(g.stride())} {g.dtype} is not "
+                                 f"empty_like's {tuple(torch.empty_like(t).stride())} {t.dtype}")
+    except Exception as error:  # a kernel that refuses these operands: kiln keeps torch's call
+        found = f"torch's kernel refused the operands: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    _layouts[key_] = found
+    return found

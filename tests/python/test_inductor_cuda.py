@@ -371,6 +371,115 @@ def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
     assert kiln.stats()["kernels"] >= 1
 
 
+_BACKENDS = {"cudnn": torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
+             "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION}
+
+
+@pytest.mark.parametrize("backend,mask", [
+    ("cudnn", "causal"), ("cudnn", "none"), ("cudnn", "bool_padding"), ("cudnn", "bool_full"), ("cudnn", "float"),
+    ("cudnn", "gqa"), ("flash", "causal"), ("flash", "none")])
+def test_attention_calls_torchs_fused_kernel_and_its_backward(backend, mask, capfd):
+    # Note [Fused attention kernels]: 16-bit attention that torch runs with
+    # cuDNN or flash attention calls that kernel from the graph, a boolean
+    # mask converted in the graph; the gradient calls the backward kernel
+    # with the forward's saved outputs (no extern_vjp rerunning the
+    # forward). Values and gradients as eager's under the same backend.
+    torch.manual_seed(0)
+    heads_kv = 2 if mask == "gqa" else 4
+    q = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(2, heads_kv, 64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    keep = torch.arange(64, device="cuda") < 50
+    full = torch.rand(2, 1, 64, 64, device="cuda") < 0.8
+    bias = torch.randn(2, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
+
+    def f(q, k, v):
+        kwargs = {"is_causal": True} if mask in ("causal", "gqa") else {}
+        if mask == "bool_padding":
+            kwargs["attn_mask"] = keep[None, None, None, :].expand(2, 1, 64, 64)
+        elif mask == "bool_full":
+            kwargs["attn_mask"] = full
+        elif mask == "float":
+            kwargs["attn_mask"] = bias
+        elif mask == "gqa":
+            kwargs["enable_gqa"] = True
+        return F.scaled_dot_product_attention(q * 0.5, k, v, **kwargs).relu() + 1
+
+    with torch.nn.attention.sdpa_kernel(_BACKENDS[backend]):
+        want = f(q, k, v)
+        wants = torch.autograd.grad(want.float().sum(), (q, k, v))
+        kiln.reset()
+        compiled = kiln.compile(f, backend="inductor")
+        kiln._C.set_logs("prims")
+        try:
+            got = compiled(q, k, v)
+            grads = torch.autograd.grad(got.float().sum(), (q, k, v))
+        finally:
+            kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log and "kiln._attention.attention.kiln_vjp" in log, log
+    assert "F.scaled_dot_product_attention" not in log and "extern_vjp(" not in log, log
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("grad", [True, False])
+def test_attention_of_head_split_projections_matches_eager(dtype, grad):
+    # GPT-2's layout: q, k, v are head-split views of one projection, and
+    # torch's fused kernels return the output in the query's dim order while
+    # the traced (meta) call gave it contiguous: kiln's kernels after the
+    # call must read it as it really is laid out.
+    torch.manual_seed(0)
+    B, L, H, D = 2, 64, 4, 32
+    x = torch.randn(B, L, 3 * H * D, device="cuda", dtype=dtype, requires_grad=grad)
+    mask = (torch.rand(B, 1, L, L, device="cuda") < 0.9) | torch.eye(L, dtype=torch.bool, device="cuda")
+
+    def f(x):
+        q, k, v = (t.view(B, L, H, D).transpose(1, 2) for t in x.split(H * D, dim=2))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(B, L, H * D) * 2 + 1
+
+    want = f(x)
+    kiln.reset()
+    with torch.set_grad_enabled(grad):
+        got = kiln.compile(f, backend="inductor")(x)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    if grad:
+        (g,) = torch.autograd.grad(got.float().square().sum(), x)
+        (w,) = torch.autograd.grad(want.float().square().sum(), x)
+        torch.testing.assert_close(g, w, rtol=tol * 5, atol=tol * 5)
+
+
+def test_attention_kernel_in_inference_converts_the_mask_in_the_graph(capfd):
+    # Note [Fused attention kernels]: without gradients the kernel returns
+    # only its output; the boolean mask is converted by a graph node.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.rand(2, 1, 64, 64, device="cuda") < 0.8
+
+    def f(q, k, v):
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(h, k, v, attn_mask=mask)
+
+    want = f(q, k, v)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    kiln._C.set_logs("prims")
+    try:
+        with torch.no_grad():
+            got = compiled(q, k, v)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log and "F.scaled_dot_product_attention" not in log, log
+    assert "where(" in log, log
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
 def test_attention_torch_would_run_as_math_is_decomposed(capfd):
     # Note [Attention on the GPU]: where torch's own choice is its math
     # backend (here forced through the backend flags, read at compile
