@@ -402,6 +402,13 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
   // The target switch: CUDA kernels for a graph on one CUDA device.
   const int device = targets.cuda ? one_cuda_device(graph) : -1;
   const bool on_cuda = device >= 0 && cuda_kernels_available();
+  // A rewrite below may leave a node nothing reads any more (Note
+  // [Recomputed kernel outputs]: a cone copied into its only reader); it
+  // would still run, through torch.
+  if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) {
+    KILN_LOG(kernels, "dead nodes dropped: " << graph.nodes().size() << " -> " << live.nodes().size() << " nodes");
+    return fuse_graph(live, targets, recomputes);
+  }
   // Note [Casts above reshapes]; the rewritten graph has no such cast left.
   if (prims::PrimGraph sunk; (on_cuda || targets.cpu) && sink_reshapes_below_casts(graph, &sunk)) {
     KILN_LOG(kernels, "casts moved above reshapes: " << graph.nodes().size() << " -> " << sunk.nodes().size()

@@ -19,6 +19,12 @@ PrimGraph extract_subgraph(const PrimGraph& graph, const std::vector<int>& input
                            const std::vector<int>& outputs, std::string* error,
                            const std::vector<int>& roots = {});
 
+// `graph` without the nodes whose results nothing reads (no other node,
+// no graph output), keeping calls with effects (externs not marked pure,
+// random draws, which advance torch's generator). False, and *out
+// untouched, when every node is needed. Same inputs and outputs, in order.
+bool drop_dead_nodes(const PrimGraph& graph, PrimGraph* out);
+
 // Appends to `into` a copy of `node` (a node of `from`), its argument value
 // ids read through `map` (from's ids to into's), its outputs keeping their
 // metadata and grad_stopped marks. Returns the new output ids, in order.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "prims/prim_graph.h"
+#include "prims/subgraph.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::prims {
@@ -37,6 +38,28 @@ TEST(PrimGraph, BuildsAndPrintsNodesWithScalarsAndAttributes) {
             "return (%2, %4)\n");
   EXPECT_EQ(g.value(var_mean[1]).node, 2);
   EXPECT_EQ(g.value(var_mean[1]).index, 1);
+}
+
+TEST(PrimGraph, DropDeadNodesKeepsWhatOutputsReadAndCallsWithEffects) {
+  PrimGraph g;
+  const int x = g.add_input(f32({4}));
+  const int dead = g.add_node1(Prim::Neg, {PrimArg::of_value(x)}, {}, f32({4}));
+  g.add_node1(Prim::Exp, {PrimArg::of_value(dead)}, {}, f32({4}));  // reads a dead value, unread itself
+  PrimAttrs draw;
+  draw.dtype = graph::DType::Float32;
+  g.add_node1(Prim::Bernoulli, {PrimArg::of_value(x)}, draw, f32({4}));  // advances the generator
+  const int live = g.add_node1(Prim::Add, {PrimArg::of_value(x), PrimArg::of_scalar(Scalar::of_float(1))}, {},
+                               f32({4}));
+  g.set_outputs({live});
+  PrimGraph out;
+  ASSERT_TRUE(drop_dead_nodes(g, &out));
+  EXPECT_EQ(out.verify(), "");
+  ASSERT_EQ(out.nodes().size(), 2u);
+  EXPECT_EQ(out.node(0).prim, Prim::Bernoulli);
+  EXPECT_EQ(out.node(1).prim, Prim::Add);
+  EXPECT_EQ(out.inputs().size(), 1u);
+  PrimGraph again;
+  EXPECT_FALSE(drop_dead_nodes(out, &again));
 }
 
 TEST(PrimGraph, VerifyFindsUseBeforeDefinition) {
