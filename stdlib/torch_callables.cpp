@@ -184,8 +184,19 @@ TensorAttrClass classify_tensor_attribute(const std::string& name) {
       "is_sparse", "is_quantized", "layout"};
   static const std::unordered_set<std::string_view> views = {"T", "mT", "H", "mH", "real",
                                                              "imag"};
+  // An operator's method spelled out, x.__eq__(0) (Dynamo's generated code
+  // writes some so): the operator.
+  static const std::unordered_set<std::string_view> operators = {
+      "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__", "__imul__",
+      "__truediv__", "__rtruediv__", "__itruediv__", "__floordiv__", "__rfloordiv__", "__ifloordiv__",
+      "__mod__", "__rmod__", "__imod__", "__pow__", "__rpow__", "__ipow__", "__matmul__", "__rmatmul__",
+      "__and__", "__rand__", "__iand__", "__or__", "__ror__", "__ior__", "__xor__", "__rxor__", "__ixor__",
+      "__lshift__", "__rlshift__", "__ilshift__", "__rshift__", "__rrshift__", "__irshift__",
+      "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__", "__pos__", "__abs__",
+      "__invert__", "__getitem__"};
   if (metadata.count(name)) return TensorAttrClass::Metadata;
   if (views.count(name)) return TensorAttrClass::GraphOp;
+  if (operators.count(name)) return TensorAttrClass::Method;
   // is_leaf and grad_fn describe autograd history, which fakes do not have.
   if (name == "grad" || name == "data" || name == "_version" || name == "grad_fn" ||
       name == "is_leaf" || name == "_base" || starts_with(name, "_")) {

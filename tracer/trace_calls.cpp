@@ -241,6 +241,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         if (!made) raise_python_error();
         return state_.wrap_unguarded(made.get());
       }
+      if (obj == api->device_type) return make_device(args, kwargs);
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
       if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
       if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
@@ -294,6 +295,26 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     default:
       abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callable));
   }
+}
+
+// torch.device(...) of constants is a constant: an immutable value made
+// while tracing (Dynamo's generated code spells every device so).
+ValuePtr FrameTracer::make_device(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyRef arg = args[i]->is(ValueKind::Constant) ? constant_to_python(args[i]) : PyRef();
+    if (!arg) abort_trace(BreakCode::UnsupportedCall, "torch.device() of " + describe_value(*args[i]));
+    PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), arg.release());
+  }
+  PyRef call_kwargs = PyRef::steal(PyDict_New());
+  for (const auto& [name, value] : kwargs) {
+    PyRef arg = value->is(ValueKind::Constant) ? constant_to_python(value) : PyRef();
+    if (!arg) abort_trace(BreakCode::UnsupportedCall, "torch.device() of " + describe_value(*value));
+    PyDict_SetItemString(call_kwargs.get(), name.c_str(), arg.get());
+  }
+  PyRef made = PyRef::steal(PyObject_Call(stdlib::torch_api()->device_type, call_args.get(), call_kwargs.get()));
+  if (!made) raise_python_error();
+  return state_.wrap_unguarded(made.get());
 }
 
 ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args) {

@@ -300,6 +300,8 @@ class FrameTracer {
 
   // namedtuples and dataclasses (trace_records.cpp, Note [Records]).
   ValuePtr make_namedtuple(PyObject* type, std::vector<ValuePtr> args, const KwArgs& kwargs);
+  // torch.device(...) of constants, made while tracing.
+  ValuePtr make_device(const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // A namedtuple's method or property (null for tuple methods).
   ValuePtr namedtuple_attr(const ValuePtr& base, PyObject* name);
   ValuePtr call_namedtuple_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);

@@ -5,6 +5,7 @@
 See README.md and docs/architecture.md in the repository.
 """
 import os as _os
+import sys as _sys
 
 from . import _C
 from .errors import Unsupported
@@ -16,6 +17,11 @@ __all__ = ["compile", "disable", "reset", "stats", "explain", "trace_dump", "con
            "Unsupported", "ExplainOutput"]
 
 _C.set_unsupported_error(Unsupported)
+# torch.compile(backend="kiln") also works through the entry point setup.sh
+# installs; where Dynamo is loaded already, register without it.
+if "torch._dynamo" in _sys.modules:
+    from . import dynamo_backend as _dynamo_backend
+    _dynamo_backend.register()
 if _os.environ.get("KILN_LOGS"):
     _unknown = _C.set_logs(_os.environ["KILN_LOGS"])
     if _unknown:

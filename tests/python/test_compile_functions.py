@@ -671,6 +671,20 @@ def test_realistic_snippets(fn, make):
     check_compiled(fn, make)
 
 
+def spelled_out_operators(x, y):
+    # Operator methods called by name and devices built in the function, as
+    # Dynamo's generated graph code writes them.
+    z = x.__add__(y).__mul__(2).__rsub__(1.5)
+    here = torch.device("cpu")
+    also = torch.device(type="cpu", index=None)
+    w = torch.arange(3, device=here).to(also)
+    return x.__eq__(0), z.__neg__().__abs__(), x.__getitem__((slice(None), 0)), x.__matmul__(y.t()), w, here
+
+
+def test_spelled_out_operators_and_devices():
+    check_compiled(spelled_out_operators, lambda: (torch.randn(3, 3).round(), torch.randn(3, 3)))
+
+
 def comprehensions(x):
     squares = [x * i for i in range(3)]
     table = {k: x + k for k in range(2)}
