@@ -8,8 +8,12 @@ with --train, a forward and backward): graphs and graph breaks kiln makes
 (kiln.explain) and torch.compile's Dynamo makes (torch._dynamo.explain),
 whether the compiled outputs equal eager's, and the first-call time of
 kiln.compile and torch.compile (backend inductor, the default) measured in
-the same process (torch.compile's only with --first-call). Prints a
-markdown table (docs/perf.md keeps it).
+the same process (torch.compile's only with --first-call). With
+--front-ends, also the two crossings of issue 26: kiln's compiler behind
+Dynamo's capture (torch.compile(model, backend="kiln")) and torch's
+inductor behind kiln's capture (kiln.compile(model, backend=compile_fx)),
+each checked against eager with its first-call time. Prints a markdown
+table (docs/perf.md keeps it).
 """
 import argparse
 import os
@@ -23,6 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python", "zoo"))
 import torch  # noqa: E402
 
 import kiln  # noqa: E402
+import kiln.dynamo_backend  # noqa: E402
 import zoo_models  # noqa: E402
 
 
@@ -31,7 +36,14 @@ def close(a, b):
     return len(ta) == len(tb) > 0 and all(torch.allclose(x, y, rtol=1e-3, atol=1e-3) for x, y in zip(ta, tb))
 
 
-def measure(name, train, first_call):
+def timed_first(step, compiled):
+    """(output, seconds) of the first call of `compiled`."""
+    start = time.perf_counter()
+    out = step(compiled)
+    return out, time.perf_counter() - start
+
+
+def measure(name, train, first_call, front_ends=False):
     model, args, kwargs = zoo_models.build(name)
     if train:
         model = zoo_models.without_randomness(model).train()
@@ -61,7 +73,17 @@ def measure(name, train, first_call):
             start = time.perf_counter()
             tc_out = step(torch.compile(model))
             tc_first = time.perf_counter() - start
-    return {
+        crossings = {}
+        if front_ends:
+            from torch._inductor.compile_fx import compile_fx
+            torch._dynamo.reset()
+            kiln.reset()
+            out, seconds = timed_first(step, torch.compile(model, backend=kiln.dynamo_backend.backend))
+            crossings["kiln_behind_dynamo"] = (close(out, expected), seconds)
+            kiln.reset()
+            out, seconds = timed_first(step, kiln.compile(model, backend=compile_fx))
+            crossings["inductor_behind_kiln"] = (close(out, expected), seconds)
+    return {**crossings,
         "name": name,
         "kiln_graphs": explained.graph_count,
         "kiln_breaks": explained.graph_break_count,
@@ -78,6 +100,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(zoo_models.MODELS))
     ap.add_argument("--train", action="store_true", help="a forward and backward instead of inference")
+    ap.add_argument("--front-ends", action="store_true",
+                    help="also torch.compile(backend='kiln') and kiln.compile(backend=compile_fx)")
     ap.add_argument("--first-call", action="store_true",
                     help="also time torch.compile's first call (inductor compiles C++ kernels: minutes on 2 cores)")
     opts = ap.parse_args()
@@ -85,7 +109,7 @@ def main():
     rows = []
     for name in opts.models.split(","):
         try:
-            rows.append(measure(name, opts.train, opts.first_call))
+            rows.append(measure(name, opts.train, opts.first_call, opts.front_ends))
         except Exception as exc:  # a model that fails is a row, not the end of the table
             rows.append({"name": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
         print(rows[-1], file=sys.stderr, flush=True)
@@ -99,6 +123,14 @@ def main():
             continue
         print(f"| {r['name']} | {r['kiln_graphs']} / {r['kiln_breaks']} | {r['tc_graphs']} / {r['tc_breaks']} "
               f"| {r['kiln_ok']}, {r['tc_ok']} | {r['kiln_first_s']:.2f} s | {r['tc_first_s']:.2f} s |")
+    crossed = [r for r in rows if "kiln_behind_dynamo" in r]
+    if crossed:
+        print(f"\n| model ({mode}) | torch.compile(backend='kiln'): equal, first call "
+              f"| kiln.compile(backend=compile_fx): equal, first call |")
+        print("|---|---|---|")
+        for r in crossed:
+            (a_ok, a_s), (b_ok, b_s) = r["kiln_behind_dynamo"], r["inductor_behind_kiln"]
+            print(f"| {r['name']} | {a_ok}, {a_s:.2f} s | {b_ok}, {b_s:.2f} s |")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/built_output_executor.h"
+#include "runtime/callable_backend_executor.h"
 #include "runtime/eager_executor.h"
 #include "runtime/cuda_graph_executor.h"
 #include "runtime/log.h"
 #include "runtime/prim_executor.h"
+#include "runtime/py_text.h"
 #include "runtime/stopwatch.h"
 
 namespace kiln::interpreter {
@@ -246,7 +248,37 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
 
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
-                                                      const std::string& name, bool cuda_graphs, bool autotune) {
+                                                      const std::string& name, bool cuda_graphs, bool autotune,
+                                                      PyObject* backend_callable) {
+  if (backend_callable != nullptr) {
+    // The user's backend owns the graph from here: no CUDA graphs of kiln's.
+    // It gets tensors out, as Dynamo's graphs give them: the output is built
+    // after it (Note [Output builders]).
+    std::vector<bool> builders = runtime::output_builders(graph);
+    std::unique_ptr<runtime::CallableBackendExecutor> executor;
+    std::vector<int> leaves;
+    if (std::find(builders.begin(), builders.end(), true) == builders.end()) {
+      executor = std::make_unique<runtime::CallableBackendExecutor>(graph, backend_callable);
+    } else {
+      leaves = runtime::output_builder_leaves(graph, builders);
+      graph::Arg leaf_output;
+      leaf_output.kind = graph::Arg::Kind::Tuple;
+      for (int leaf : leaves) leaf_output.items.push_back(graph::Arg::of_node(leaf));
+      executor = std::make_unique<runtime::CallableBackendExecutor>(graph, backend_callable, &builders, &leaf_output);
+    }
+    if (executor->ok() && leaves.empty()) return executor;
+    if (executor->ok()) {
+      return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(builders),
+                                                            std::move(leaves));
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    const std::string why = value ? runtime::py_repr(value) : "no error given";
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return eager(graph, name, "kiln._fx could not build the GraphModule: " + why);
+  }
   const runtime::Stopwatch clock;
   std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune, cuda_graphs);
   KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");

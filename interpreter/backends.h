@@ -4,7 +4,8 @@
 // runs them through torch; "inductor" does too, with fused kernels where it
 // can compile them. mode="reduce-overhead" wraps CUDA graphs in CUDA graph
 // capture and replay; mode="max-autotune" times the launch configurations
-// of each CUDA kernel at its first launch (Note [CUDA autotuning]).
+// of each CUDA kernel at its first launch (Note [CUDA autotuning]). A
+// callable backend gets the graph as a torch.fx.GraphModule.
 #pragma once
 
 #include <memory>
@@ -17,12 +18,13 @@ namespace kiln::interpreter {
 
 // Returns the executor for `graph` (which must outlive it) under `backend`,
 // captured as a CUDA graph when `cuda_graphs` and the graph allows it, its
-// CUDA kernels autotuned when `autotune`. `name` labels log lines. Never
-// fails: a graph aot_eager cannot take runs eagerly, with a `backend` log
-// line saying why.
+// CUDA kernels autotuned when `autotune`; `backend_callable` is the
+// callable of backend "callable". `name` labels log lines. Never fails: a
+// graph aot_eager cannot take runs eagerly, with a `backend` log line
+// saying why.
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name, bool cuda_graphs = false,
-                                                      bool autotune = false);
+                                                      bool autotune = false, PyObject* backend_callable = nullptr);
 
 }  // namespace kiln::interpreter

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "inductor/matmul_policy.h"
+#include "runtime/py_ref.h"
 
 namespace kiln::interpreter {
 
@@ -33,6 +34,9 @@ struct CompileConfig {
 
   uint64_t id = 0;
   std::string backend = "inductor";
+  // kiln.compile(backend=callable): backend is "callable", and this is
+  // called with each graph as a torch.fx.GraphModule (kiln._fx).
+  runtime::PyRef backend_callable;
   // kiln.compile(mode="reduce-overhead"): CUDA graphs run as captured
   // torch.cuda.CUDAGraphs (Note [CUDA graphs] in runtime/).
   bool cuda_graphs = false;

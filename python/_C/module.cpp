@@ -155,22 +155,32 @@ std::string callable_name(PyObject* fn) {
 }
 
 // _C.compiled(fn, backend, fullgraph, dynamic=None, name=None, mode=None) -> callable
-// running fn under a new config; `name` labels it in kiln --report.
+// running fn under a new config; `name` labels it in kiln --report. A
+// backend that is not a string is a callable backend (kiln._fx).
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
-  const char* backend;
+  PyObject* backend;
   int fullgraph;
   PyObject* dynamic = Py_None;
   const char* name = nullptr;
   const char* mode = nullptr;
-  if (!PyArg_ParseTuple(args, "Osp|Ozz", &fn, &backend, &fullgraph, &dynamic, &name, &mode)) return nullptr;
+  if (!PyArg_ParseTuple(args, "OOp|Ozz", &fn, &backend, &fullgraph, &dynamic, &name, &mode)) return nullptr;
+  if (!PyUnicode_Check(backend) && !PyCallable_Check(backend)) {
+    PyErr_SetString(PyExc_TypeError, "backend must be a name or a callable");
+    return nullptr;
+  }
   if (dynamic != Py_None && dynamic != Py_True && dynamic != Py_False) {
     PyErr_SetString(PyExc_TypeError, "dynamic must be None, True or False");
     return nullptr;
   }
   auto config = std::make_shared<CompileConfig>();
   config->id = kiln::interpreter::next_config_id();
-  config->backend = backend;
+  if (PyUnicode_Check(backend)) {
+    config->backend = PyUnicode_AsUTF8(backend);
+  } else {
+    config->backend = "callable";
+    config->backend_callable = kiln::runtime::PyRef::borrow(backend);
+  }
   config->fullgraph = fullgraph;
   config->cuda_graphs = mode != nullptr && std::string(mode) == "reduce-overhead";
   // Unlike torch's, kiln's max-autotune adds no CUDA graphs (their replay

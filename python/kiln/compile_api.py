@@ -29,9 +29,9 @@ def _replay_reason(target):
 
 
 def _check_options(backend, mode, dynamic):
-    if not isinstance(backend, str) or backend not in BACKENDS:
+    if not callable(backend) and (not isinstance(backend, str) or backend not in BACKENDS):
         raise ValueError(f"kiln.compile: unknown backend {backend!r}; valid backends: "
-                         + ", ".join(repr(b) for b in BACKENDS))
+                         + ", ".join(repr(b) for b in BACKENDS) + ", or a callable(gm, example_inputs)")
     if mode not in MODES:
         raise ValueError(f"kiln.compile: unknown mode {mode!r}; valid modes: "
                          + ", ".join(repr(m) for m in MODES))
@@ -62,6 +62,9 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     no CUDA graphs) times each CUDA kernel's launch configurations at its
     first launch and keeps the fastest (kiln.stats()["kernels_autotuned"]);
     it changes nothing for CPU kernels.
+    A callable backend gets each captured graph as torch.compile's custom
+    backends do, backend(gm: torch.fx.GraphModule, example_inputs), on the
+    graph's first call, and kiln runs what it returns (kiln._fx).
     """
     _check_options(backend, mode, dynamic)
     if fn_or_module is None:

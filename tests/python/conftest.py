@@ -161,6 +161,18 @@ def clone_args(args):
     return tuple(c(a) for a in args)
 
 
+def fx_round_trip(gm, example_inputs):
+    """A callable backend (kiln._fx) that runs kiln's graph as the
+    torch.fx.GraphModule it was handed: the round trip the FX conversion
+    must survive."""
+    return gm.forward
+
+
+# KILN_TEST_BACKEND=fx runs check_compiled's corpus through fx_round_trip
+# (tests/python/test_fx.py runs test_compile_functions.py so).
+TEST_BACKEND = os.environ.get("KILN_TEST_BACKEND")
+
+
 def check_compiled(fn, make_args, calls=3, fullgraph=True, **compile_kwargs):
     """Compile ``fn`` and compare it with eager on ``calls`` fresh inputs.
 
@@ -168,6 +180,8 @@ def check_compiled(fn, make_args, calls=3, fullgraph=True, **compile_kwargs):
     time). The function must trace into exactly one graph on the first call and
     hit the cache on every later call; nothing may run eagerly.
     """
+    if TEST_BACKEND == "fx":
+        compile_kwargs["backend"] = fx_round_trip
     compiled = kiln.compile(fn, fullgraph=fullgraph, **compile_kwargs)
     before = stats()
     for i in range(calls):
