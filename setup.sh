@@ -226,12 +226,6 @@ if [[ "$(cat "$pth" 2>/dev/null)" != "$root/python" ]]; then
   printf '%s\n' "$root/python" >"$pth"
   say "wrote $pth"
 fi
-# Package metadata whose entry point names kiln as torch.compile's backend
-# "kiln" (torch looks it up in the torch_dynamo_backends group).
-dist="$site_dir/kiln-0.1.dist-info"
-mkdir -p "$dist"
-printf 'Metadata-Version: 2.1\nName: kiln\nVersion: 0.1\n' >"$dist/METADATA"
-printf '[torch_dynamo_backends]\nkiln = kiln.dynamo_backend:backend\n' >"$dist/entry_points.txt"
 
 if [[ -w /usr/local/bin ]]; then
   link=/usr/local/bin/kiln

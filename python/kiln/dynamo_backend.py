@@ -11,9 +11,10 @@ get kiln's kernels and compile times; guards, graph breaks and recompiles
 stay Dynamo's (kiln's own guards on the forward hold for Dynamo's inputs).
 
 The name "kiln" reaches torch through the `torch_dynamo_backends` entry
-point (setup.sh installs the package metadata that declares it), and
-`import kiln` registers it too where torch._dynamo is loaded already
-(importing it costs most of a second, so kiln does not do it itself).
+point declared by python/kiln-0.1.dist-info (found wherever python/ is on
+the path: setup.sh's kiln.pth or PYTHONPATH), and `import kiln` registers
+it too where torch._dynamo is loaded already (importing it costs most of a
+second, so kiln does not do it itself).
 """
 from .compile_api import compile as _kiln_compile
 

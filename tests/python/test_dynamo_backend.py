@@ -16,7 +16,7 @@ def _mlp():
 
 
 def test_the_entry_point_names_kilns_backend():
-    # setup.sh installs the package metadata torch reads the name from.
+    # python/kiln-0.1.dist-info declares it; torch reads the name from there.
     points = importlib.metadata.entry_points(group="torch_dynamo_backends")
     assert "kiln" in points.names
     assert points["kiln"].load() is dynamo_backend.backend
