@@ -82,7 +82,8 @@ def measure(name, train, first_call, front_ends=False):
             crossings["kiln_behind_dynamo"] = (close(out, expected), seconds)
             kiln.reset()
             out, seconds = timed_first(step, kiln.compile(model, backend=compile_fx))
-            crossings["inductor_behind_kiln"] = (close(out, expected), seconds)
+            # A graph kiln could not hand over runs eagerly (a prim fallback).
+            crossings["inductor_behind_kiln"] = (close(out, expected) and kiln.stats()["prim_fallbacks"] == 0, seconds)
     return {**crossings,
         "name": name,
         "kiln_graphs": explained.graph_count,

@@ -4,6 +4,7 @@ my_backend(gm, example_inputs) with each graph kiln captured, exactly
 torch.compile's custom-backend contract, and runs what it returns
 (runtime/callable_backend_executor.cpp builds the graph description this
 module turns into FX). Not a public API."""
+import operator
 import threading
 
 import torch
@@ -36,15 +37,24 @@ def _placeholder_name(text, taken):
 _named = {}
 
 
+# FX writes these as augmented assignments (`a += b`), which fail when `a`
+# is a constant (a Python number accumulated into: `0 += t`).
+_INPLACE_OPERATORS = {getattr(operator, name) for name in (
+    "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor", "ilshift",
+    "irshift", "imatmul")}
+
+
 def _nameable(target):
     """`target`, or a Python function calling it where FX's code generation
     cannot name it (a builtin of no module: kiln's rebuild_object, which
-    builds recorded objects such as a model's output dataclass)."""
-    try:
-        torch.fx.node._get_qualified_name(target)
-        return target
-    except Exception:
-        pass
+    builds recorded objects such as a model's output dataclass) or would
+    write it as an augmented assignment."""
+    if target not in _INPLACE_OPERATORS:
+        try:
+            torch.fx.node._get_qualified_name(target)
+            return target
+        except Exception:
+            pass
     if target not in _named:
         def call(*args, **kwargs):
             return target(*args, **kwargs)
