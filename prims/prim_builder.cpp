@@ -1,5 +1,7 @@
 #include "prims/prim_builder.h"
 
+#include <algorithm>
+
 #include "prims/cat_meta.h"
 #include "prims/common_meta.h"
 #include "prims/index_meta.h"
@@ -133,6 +135,28 @@ int PrimBuilder::cat(const std::vector<int>& tensors, int64_t dim) {
   graph::TensorMeta out = cat_meta(metas, dim);
   PrimAttrs attrs;
   attrs.dim = wrap_dim("cat", dim, static_cast<int64_t>(out.sizes.size()), false);
+  // Note [Cat of one non-empty tensor]: a key/value cache's first step
+  // appends to an empty past (torch.cat([past, new], dim=-2), 24 calls a
+  // GPT-2 forward, each through torch). With every other input empty along
+  // the dim and needing no gradient, the result is a copy of that input: a
+  // clone, which kiln's kernels take.
+  int only = -1;
+  bool single = true;
+  for (int t : tensors) {
+    const graph::TensorMeta& m = meta(t);
+    const bool empty = std::find(m.sizes.begin(), m.sizes.end(), 0) != m.sizes.end();
+    if (empty && !m.requires_grad && m.dtype == out.dtype) continue;
+    single = single && only < 0;
+    only = t;
+  }
+  if (single && only >= 0 && meta(only).sizes == out.sizes) {
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast, MemoryFormat::ChannelsLast3d}) {
+      if ((format == MemoryFormat::Contiguous || out.sizes.size() == (format == MemoryFormat::ChannelsLast ? 4u : 5u)) &&
+          strides_for(out.sizes, format) == out.strides) {
+        return clone(only, format);
+      }
+    }
+  }
   return graph_.add_node1(Prim::Cat, std::move(args), std::move(attrs), out);
 }
 

@@ -46,6 +46,29 @@ TEST(PrimBuilder, IndexSelectByAnArangeIsACloneOfASlice) {
   EXPECT_EQ(g.value(whole).meta, meta({8, 3}));
 }
 
+TEST(PrimBuilder, CatOfOneNonEmptyTensorIsACopyOfIt) {
+  // Note [Cat of one non-empty tensor]: a cache's first append.
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int past = g.add_input(meta({2, 0, 4}));
+  const int fresh = g.add_input(meta({2, 5, 4}));
+  graph::TensorMeta needs_grad = meta({2, 0, 4});
+  needs_grad.requires_grad = true;
+  const int learned = g.add_input(needs_grad);
+  const int other = g.add_input(meta({2, 3, 4}));
+  const int appended = b.cat({past, fresh}, 1);
+  const int both = b.cat({fresh, other}, 1);
+  const int with_grad = b.cat({learned, fresh}, 1);  // its empty gradient stays torch's
+  g.set_outputs({appended, both, with_grad});
+  EXPECT_EQ(g.verify(), "");
+  auto made_by = [&](int id) { return g.node(g.value(id).node).prim; };
+  EXPECT_EQ(made_by(appended), Prim::Clone);
+  EXPECT_EQ(g.node(g.value(appended).node).args[0].value, fresh);
+  EXPECT_EQ(g.value(appended).meta, meta({2, 5, 4}));
+  EXPECT_EQ(made_by(both), Prim::Cat);
+  EXPECT_EQ(made_by(with_grad), Prim::Cat);
+}
+
 TEST(PrimBuilder, JoinsProductsAndIndexing) {
   PrimGraph g;
   PrimBuilder b(g);
