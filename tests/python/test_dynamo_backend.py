@@ -38,9 +38,11 @@ def test_torch_compile_with_backend_kiln_matches_eager_and_trains():
     for p, w in zip(model.parameters(), wants):
         torch.testing.assert_close(p.grad, w)
     s = kiln.stats()
-    # Dynamo's graph is one kiln graph, differentiated and compiled by kiln.
-    assert s["traces"] == 1 and s["autograd_graphs"] == 1 and s["prim_fallbacks"] == 0, s
-    assert s["eager_runs"] == 0 and s["graph_breaks"] == 0 and (s["kernels"] > 0 or s["gemm_kernels"] > 0), s
+    # Dynamo's graph is one kiln graph, differentiated and compiled by kiln
+    # (a build without LLVM replays CPU graphs through torch, and says so).
+    assert s["traces"] == 1 and s["prim_fallbacks"] == 0 and s["eager_runs"] == 0 and s["graph_breaks"] == 0, s
+    if kiln._C.cpu_kernels_available():
+        assert s["autograd_graphs"] == 1 and (s["kernels"] > 0 or s["gemm_kernels"] > 0), s
     for _ in range(3):
         compiled(x)
     assert kiln.stats()["traces"] == 1
