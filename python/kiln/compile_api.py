@@ -110,3 +110,11 @@ def reset():
 def stats():
     """Returns a snapshot of kiln's counters since the last reset()."""
     return _C.stats()
+
+
+def is_compiling():
+    """True while a compiler traces the calling code (kiln, or torch.compile's
+    Dynamo), False when it runs eagerly: library code takes its capture path
+    under it (Note [Compiler queries] in stdlib/torch_callables.cpp: kiln's
+    tracer inlines this and answers torch.compiler.is_compiling() with True)."""
+    return torch.compiler.is_compiling()

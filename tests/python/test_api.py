@@ -386,3 +386,14 @@ def test_cuda_kernels_are_on_by_default_and_keep_their_old_name():
             kiln.config.cuda_kernels = 1
     finally:
         kiln.config.cuda_kernels = saved
+
+
+def test_is_compiling_answers_true_inside_a_kiln_trace_only():
+    def f(x):
+        return x + 1 if kiln.is_compiling() else x - 1
+
+    x = torch.zeros(2)
+    assert not kiln.is_compiling()
+    assert torch.equal(f(x), x - 1)
+    assert torch.equal(kiln.compile(f, fullgraph=True)(x), x + 1)
+    assert "is_compiling" in kiln.__all__
