@@ -84,6 +84,22 @@ bool is_attr_of(PyObject* owner, const std::string& name, PyObject* callable) {
 
 }  // namespace
 
+// Note [Callables allowed in the graph]
+// kiln.allow_in_graph(fn) makes a call of fn one graph node, as
+// torch.compile's allow_in_graph does: the tracer runs fn on meta fakes
+// for the result's metadata (fn must accept meta tensors), the graph
+// calls it at run time (an extern: kiln fuses around it), and its gradient
+// is torch's through fn (Note [Extern gradients]). The set holds a
+// reference to each callable for the process.
+static std::unordered_set<PyObject*>& allowed_in_graph() {
+  static auto* allowed = new std::unordered_set<PyObject*>();
+  return *allowed;
+}
+
+void allow_in_graph(PyObject* callable) {
+  if (allowed_in_graph().insert(callable).second) Py_INCREF(callable);
+}
+
 CallableInfo classify_callable(PyObject* callable) {
   const TorchApi* api = torch_api();
   CallableInfo info;
@@ -92,6 +108,12 @@ CallableInfo classify_callable(PyObject* callable) {
     return info;
   }
   const std::string name = name_of(callable);
+  if (allowed_in_graph().count(callable)) {
+    const std::string module = module_of(callable);
+    info.kind = CallableClass::GraphOp;
+    info.name = module.empty() ? name : module + "." + name;
+    return info;
+  }
   // Methods of torch.Tensor used unbound, e.g. torch.Tensor.add.
   if (PyObject_TypeCheck(callable, &PyMethodDescr_Type)) {
     PyObject* owner = reinterpret_cast<PyObject*>(

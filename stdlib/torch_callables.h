@@ -27,6 +27,11 @@ struct CallableInfo {
 // Classifies a callable met by the tracer.
 CallableInfo classify_callable(PyObject* callable);
 
+// Marks `callable` (kept for the process) to become one graph node wherever
+// traced code calls it, as a torch op does, rather than being inlined
+// (kiln.allow_in_graph; Note [Callables allowed in the graph]).
+void allow_in_graph(PyObject* callable);
+
 // How the tracer treats `tensor.<name>(...)`.
 enum class TensorMethodClass {
   GraphOp,        // a graph node calling torch.Tensor.<name>

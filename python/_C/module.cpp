@@ -17,6 +17,7 @@
 #include "interpreter/compile_config.h"
 #include "interpreter/frame_hook.h"
 #include "runtime/log.h"
+#include "stdlib/torch_callables.h"
 
 namespace {
 
@@ -358,6 +359,17 @@ PyObject* py_get_cache_size_limit(PyObject*, PyObject*) {
 }
 
 // _C.set_logs("graph,guards") -> the names it did not recognize
+// _C.allow_in_graph(fn): calls of fn become graph nodes (Note [Callables
+// allowed in the graph] in stdlib/torch_callables.cpp).
+PyObject* py_allow_in_graph(PyObject*, PyObject* fn) {
+  if (!PyCallable_Check(fn) || PyType_Check(fn)) {
+    PyErr_Format(PyExc_TypeError, "kiln.allow_in_graph expects a function, got %s", Py_TYPE(fn)->tp_name);
+    return nullptr;
+  }
+  kiln::stdlib::allow_in_graph(fn);
+  Py_RETURN_NONE;
+}
+
 PyObject* py_set_logs(PyObject*, PyObject* arg) {
   const char* spec = PyUnicode_AsUTF8(arg);
   if (!spec) return nullptr;
@@ -485,6 +497,7 @@ PyMethodDef module_methods[] = {
      "Whether inference graphs keep parameter-only kernel results between calls."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
+    {"allow_in_graph", py_allow_in_graph, METH_O, "Makes calls of a function graph nodes."},
     {"log_channels", py_log_channels, METH_NOARGS, "The names of every log channel."},
     {"force_cuda_launch_candidate", py_force_cuda_launch_candidate, METH_O,
      "Makes CUDA kernels compiled from now on run launch candidate i (-1: the default)."},

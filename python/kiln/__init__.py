@@ -10,10 +10,10 @@ import sys as _sys
 from . import _C
 from .errors import Unsupported
 from . import config
-from .compile_api import compile, disable, is_compiling, reset, stats
+from .compile_api import allow_in_graph, compile, disable, is_compiling, reset, stats
 from .explain import ExplainOutput, explain, trace_dump
 
-__all__ = ["compile", "disable", "is_compiling", "reset", "stats", "explain", "trace_dump", "config",
+__all__ = ["compile", "disable", "allow_in_graph", "is_compiling", "reset", "stats", "explain", "trace_dump", "config",
            "Unsupported", "ExplainOutput"]
 
 _C.set_unsupported_error(Unsupported)

@@ -118,3 +118,12 @@ def is_compiling():
     under it (Note [Compiler queries] in stdlib/torch_callables.cpp: kiln's
     tracer inlines this and answers torch.compiler.is_compiling() with True)."""
     return torch.compiler.is_compiling()
+
+
+def allow_in_graph(fn):
+    """Marks `fn` so that traced code's calls of it become one graph node
+    each, run as written at call time, instead of being traced through;
+    returns fn. fn must run on meta tensors (kiln reads its results'
+    shapes so) and be differentiable by torch where gradients flow."""
+    _C.allow_in_graph(fn)
+    return fn

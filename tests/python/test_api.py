@@ -397,3 +397,34 @@ def test_is_compiling_answers_true_inside_a_kiln_trace_only():
     assert torch.equal(f(x), x - 1)
     assert torch.equal(kiln.compile(f, fullgraph=True)(x), x + 1)
     assert "is_compiling" in kiln.__all__
+
+
+def test_allow_in_graph_makes_a_call_one_graph_node(capfd):
+    # Note [Callables allowed in the graph]: traced on meta fakes, called
+    # as written at run time, differentiated by torch.
+    ran_on = []
+
+    @kiln.allow_in_graph
+    def scaled_gelu(x, scale):
+        ran_on.append(x.device.type)
+        return torch.nn.functional.gelu(x) * scale
+
+    def f(x):
+        return scaled_gelu(x * 2, 3.0).sum(0) + 1
+
+    x = torch.randn(4, 5, requires_grad=True)
+    kiln.reset()
+    kiln._C.set_logs("graph")
+    try:
+        got = kiln.compile(f, fullgraph=True)(x)
+    finally:
+        kiln._C.set_logs("")
+    assert "scaled_gelu(%1, 3.0)" in capfd.readouterr().err
+    assert ran_on == ["meta", "cpu"]
+    want = f(x)
+    torch.testing.assert_close(got, want)
+    (g,) = torch.autograd.grad(got.sum(), x)
+    (w,) = torch.autograd.grad(want.sum(), x)
+    torch.testing.assert_close(g, w)
+    with pytest.raises(TypeError, match="expects a function"):
+        kiln.allow_in_graph(int)
