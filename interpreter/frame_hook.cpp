@@ -16,6 +16,7 @@
 #include "runtime/stopwatch.h"
 #include "runtime/small_buffer.h"
 #include "tracer/break_codegen.h"
+#include "tracer/disabled_code.h"
 #include "tracer/tracer.h"
 
 namespace kiln::interpreter {
@@ -383,6 +384,12 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     cache = code_cache(code, true);
     if (!cache) return kiln_eval_frame_default(tstate, frame, throwflag);
     cache->skip = is_skipped_file(code);
+  }
+  // torch.compiler.disable holds for everything the marked function runs:
+  // its frame, and those it calls, run with no compile context.
+  if (tracer::is_disabled_code(code)) {
+    ConfigScope disabled(nullptr);
+    return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   if (cache->skip || !kiln_frame_can_skip(tstate, frame)) {
     return kiln_eval_frame_default(tstate, frame, throwflag);

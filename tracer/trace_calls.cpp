@@ -6,6 +6,7 @@
 #include "stdlib/model_registry.h"
 #include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
+#include "tracer/disabled_code.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -474,11 +475,13 @@ ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vect
                                       KwArgs kwargs) {
   // torch.compiler.disable and torch._dynamo.disable mark the function they
   // return; library code uses them to keep a function out of every
-  // compiler's graphs, so the call breaks the graph and runs in CPython (the
-  // marker's wrapper then turns frame evaluation hooks off inside it).
+  // compiler's graphs, so the call breaks the graph and runs in CPython, and
+  // kiln's frame hook leaves the wrapped function's frames alone
+  // (tracer/disabled_code.h).
   PyRef disabled = PyRef::steal(PyObject_GetAttrString(func, "_torchdynamo_disable"));
   if (!disabled) PyErr_Clear();
   if (disabled && PyObject_IsTrue(disabled.get()) == 1) {
+    mark_disabled_target(func);  // its frames run as CPython does, whoever calls it
     abort_trace(BreakCode::UnsupportedCall,
                 std::string(PyUnicode_AsUTF8(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func))->co_qualname)) +
                     " is marked torch.compiler.disable: it runs eagerly, outside the graph");

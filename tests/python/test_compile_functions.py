@@ -877,6 +877,29 @@ def test_a_torch_compiler_disabled_function_is_no_part_of_the_graph():
     assert torch.allclose(kiln.compile(fn)(x), fn(x))
 
 
+def test_a_torch_compiler_disabled_function_and_what_it_calls_run_untraced():
+    # The marker holds for the function's own frame and every frame it runs
+    # (tracer/disabled_code.h), as torch.compile's disable(recursive=True).
+    def nested(x):
+        return x.exp() + 1
+
+    @torch._dynamo.disable
+    def helper(x):
+        return nested(x.sin()) * 2
+
+    def fn(x):
+        return helper(x * 3).cos()
+
+    x = torch.randn(4)
+    kiln.reset()
+    explained = kiln.explain(fn)(x)
+    assert not any("exp" in g or "sin" in g for g in explained.graphs), explained.graphs
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    assert torch.allclose(compiled(x), fn(x))
+    assert kiln.stats()["traces"] == 2  # fn, and its resume after the call
+
+
 def test_to_the_tensors_own_device_is_traced():
     # `y.to(x.device)` (GPT-2's position embeddings): the device is positional.
     def fn(x):
