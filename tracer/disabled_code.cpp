@@ -26,6 +26,10 @@ bool is_disabled_code(PyCodeObject* code) {
 }
 
 void mark_disabled_target(PyObject* func) {
+  // The marker's wrapper too: torch's wrappers share one code object, so a
+  // disabled function reached later from an untraced frame, through its
+  // wrapper, runs with no compile context as well.
+  if (PyFunction_Check(func)) mark_disabled_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(func)));
   for (const char* name : {"_torchdynamo_orig_callable", "__wrapped__"}) {
     PyObject* target = PyObject_GetAttrString(func, name);
     if (!target) {

@@ -13,8 +13,8 @@ void mark_disabled_code(PyCodeObject* code);
 // True when `code` was recorded; one flag test while none was.
 bool is_disabled_code(PyCodeObject* code);
 
-// Records the code a disable marker's wrapper `func` calls
-// (_torchdynamo_orig_callable, or __wrapped__), where it is a function.
+// Records the code of a disable marker's wrapper `func` and of what it
+// calls (_torchdynamo_orig_callable, or __wrapped__), where a function.
 void mark_disabled_target(PyObject* func);
 
 }  // namespace kiln::tracer

@@ -900,6 +900,44 @@ def test_a_torch_compiler_disabled_function_and_what_it_calls_run_untraced():
     assert kiln.stats()["traces"] == 2  # fn, and its resume after the call
 
 
+def test_a_disabled_function_called_from_an_untraced_frame_runs_untraced(capfd):
+    # Once a trace has met torch's disable marker, the marker's wrapper code
+    # itself turns kiln's compile context off (tracer/disabled_code.h), so
+    # a disabled function called from a frame kiln runs in CPython is not
+    # traced either.
+    def nested(x):
+        return x.exp() + 1
+
+    @torch.compiler.disable
+    def first(x):
+        return x * 2
+
+    @torch.compiler.disable
+    def second(x):
+        return nested(x.sin()) * 2
+
+    def meets_the_marker(x):
+        return first(x) + 1
+
+    def runs_in_cpython(x):
+        locals()  # kiln cannot trace this frame
+        return second(x)
+
+    def fn(x):
+        return runs_in_cpython(x * 3).cos()
+
+    x = torch.randn(4)
+    kiln.compile(meets_the_marker)(x)
+    kiln._C.set_logs("graph")
+    try:
+        got = kiln.compile(fn)(x)
+    finally:
+        kiln._C.set_logs("")
+    err = capfd.readouterr().err
+    assert "graph for second" not in err and "graph for nested" not in err, err
+    assert torch.allclose(got, fn(x))
+
+
 def test_to_the_tensors_own_device_is_traced():
     # `y.to(x.device)` (GPT-2's position embeddings): the device is positional.
     def fn(x):
