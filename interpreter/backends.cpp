@@ -51,9 +51,9 @@ bool on_cuda(const graph::Graph& graph) {
 }
 
 std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const std::string& name,
-                                              const std::string& why) {
+                                              const std::string& why, const char* backend = "aot_eager") {
   stats().prim_fallbacks++;
-  KILN_LOG(backend, "aot_eager: " << name << " runs eagerly: " << why);
+  KILN_LOG(backend, backend << ": " << name << " runs eagerly: " << why);
   return std::make_unique<runtime::EagerExecutor>(graph);
 }
 
@@ -200,6 +200,49 @@ std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& na
   return nullptr;
 }
 
+// Note [Output builders] for a backend: the nodes that only build the
+// output, and what the graph compiled without them returns instead.
+struct OutputSplit {
+  std::vector<bool> builders;
+  std::vector<int> leaves;
+  graph::Arg leaf_output;  // the tuple of the leaves
+  bool any = false;
+};
+
+OutputSplit split_output_builders(const graph::Graph& graph) {
+  OutputSplit split;
+  split.builders = runtime::output_builders(graph);
+  split.any = std::find(split.builders.begin(), split.builders.end(), true) != split.builders.end();
+  if (!split.any) return split;
+  split.leaves = runtime::output_builder_leaves(graph, split.builders);
+  split.leaf_output.kind = graph::Arg::Kind::Tuple;
+  for (int leaf : split.leaves) split.leaf_output.items.push_back(graph::Arg::of_node(leaf));
+  return split;
+}
+
+// The executor of a callable backend (kiln._fx). The user's backend owns
+// the graph: no decomposition and no CUDA graphs of kiln's. It gets tensors
+// out, as Dynamo's graphs give them; the output is built after it.
+std::unique_ptr<runtime::GraphExecutor> callable_executor(const graph::Graph& graph, const std::string& name,
+                                                          PyObject* backend_callable) {
+  OutputSplit split = split_output_builders(graph);
+  auto executor = split.any ? std::make_unique<runtime::CallableBackendExecutor>(
+                                  graph, backend_callable, &split.builders, &split.leaf_output)
+                            : std::make_unique<runtime::CallableBackendExecutor>(graph, backend_callable);
+  if (executor->ok() && !split.any) return executor;
+  if (executor->ok()) {
+    return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(split.builders),
+                                                          std::move(split.leaves));
+  }
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  const std::string why = value ? runtime::py_repr(value) : "no error given";
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return eager(graph, name, "kiln._fx could not build the GraphModule: " + why, "callable backend");
+}
+
 }  // namespace
 
 // The executor for `graph` under `backend`, before CUDA graphs.
@@ -219,19 +262,11 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
   const bool training = needs_gradients(graph);
   // Calls that only build the output run after the compiled graph (Note
   // [Output builders]); the graph compiled returns their inputs.
-  std::vector<bool> builders = runtime::output_builders(graph);
-  const bool has_builders = std::find(builders.begin(), builders.end(), true) != builders.end();
-  std::vector<int> leaves;
-  graph::Arg leaf_output;
-  if (has_builders) {
-    leaves = runtime::output_builder_leaves(graph, builders);
-    leaf_output.kind = graph::Arg::Kind::Tuple;
-    for (int leaf : leaves) leaf_output.items.push_back(graph::Arg::of_node(leaf));
-  }
+  OutputSplit split = split_output_builders(graph);
   std::string why;
   std::optional<prims::Decomposition> decomposition = prims::decompose_graph(
-      graph, runtime::grad_mode_enabled(), &why, has_builders ? &leaf_output : nullptr,
-      has_builders ? &builders : nullptr);
+      graph, runtime::grad_mode_enabled(), &why, split.any ? &split.leaf_output : nullptr,
+      split.any ? &split.builders : nullptr);
   if (!decomposition) return eager(graph, name, "not decomposed: " + why);
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
@@ -241,44 +276,16 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
                : inference_executor(name, std::move(*decomposition), kernels, on_cuda(graph) && !cuda_graphs,
                                    autotune, &why);
   if (!executor) return eager(graph, name, why);
-  if (!has_builders) return executor;
-  return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(builders),
-                                                        std::move(leaves));
+  if (!split.any) return executor;
+  return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(split.builders),
+                                                        std::move(split.leaves));
 }
 
 std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& backend,
                                                       const std::string& name, bool cuda_graphs, bool autotune,
                                                       PyObject* backend_callable) {
-  if (backend_callable != nullptr) {
-    // The user's backend owns the graph from here: no CUDA graphs of kiln's.
-    // It gets tensors out, as Dynamo's graphs give them: the output is built
-    // after it (Note [Output builders]).
-    std::vector<bool> builders = runtime::output_builders(graph);
-    std::unique_ptr<runtime::CallableBackendExecutor> executor;
-    std::vector<int> leaves;
-    if (std::find(builders.begin(), builders.end(), true) == builders.end()) {
-      executor = std::make_unique<runtime::CallableBackendExecutor>(graph, backend_callable);
-    } else {
-      leaves = runtime::output_builder_leaves(graph, builders);
-      graph::Arg leaf_output;
-      leaf_output.kind = graph::Arg::Kind::Tuple;
-      for (int leaf : leaves) leaf_output.items.push_back(graph::Arg::of_node(leaf));
-      executor = std::make_unique<runtime::CallableBackendExecutor>(graph, backend_callable, &builders, &leaf_output);
-    }
-    if (executor->ok() && leaves.empty()) return executor;
-    if (executor->ok()) {
-      return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(builders),
-                                                            std::move(leaves));
-    }
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    const std::string why = value ? runtime::py_repr(value) : "no error given";
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
-    return eager(graph, name, "kiln._fx could not build the GraphModule: " + why);
-  }
+  if (backend_callable != nullptr) return callable_executor(graph, name, backend_callable);
   const runtime::Stopwatch clock;
   std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune, cuda_graphs);
   KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");

@@ -284,16 +284,9 @@ long torch_attention_backend(DecomposeCall& c) {
   return choice;
 }
 
-// "cuda:0" / "cpu" as a meta's device fields.
-void parse_device(const std::string& text, graph::TensorMeta& meta) {
-  const size_t colon = text.find(':');
-  meta.device_type = text.starts_with("cuda") ? graph::DeviceType::CUDA : graph::DeviceType::CPU;
-  meta.device_index = colon == std::string::npos ? -1 : static_cast<int8_t>(std::stoi(text.substr(colon + 1)));
-}
-
 // The metas of kiln._attention.attention's outputs for these operands
-// (kiln._attention.layouts runs the kernels once), or nothing, with `why`,
-// where it cannot give them.
+// (kiln._attention.layouts runs the kernels once; every output is on the
+// query's device), or nothing, with `why`, where it cannot give them.
 std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder& b, int q, int k, int value,
                                                                     int mask, long backend, bool causal,
                                                                     PyObject* scale, bool with_lse,
@@ -317,18 +310,21 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
     PyObject* sizes = nullptr;
     PyObject* strides = nullptr;
     const char* dtype = nullptr;
-    const char* device = nullptr;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(found.get(), i), "OOss", &sizes, &strides, &dtype, &device)) {
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(found.get(), i), "O!O!s", &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
+                          &dtype)) {
       PyErr_Clear();
       return std::nullopt;
     }
-    graph::TensorMeta meta;
-    for (Py_ssize_t d = 0; d < PyTuple_Size(sizes); ++d) meta.sizes.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, d)));
-    for (Py_ssize_t d = 0; d < PyTuple_Size(strides); ++d) {
-      meta.strides.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d)));
-    }
+    auto ints = [](PyObject* tuple) {
+      std::vector<int64_t> out;
+      for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(tuple); ++d) out.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, d)));
+      return out;
+    };
+    graph::TensorMeta meta = b.meta(q);
+    meta.sizes = ints(sizes);
+    meta.strides = ints(strides);
     meta.dtype = graph::dtype_from_name(dtype);
-    parse_device(device, meta);
+    meta.requires_grad = false;
     metas.push_back(std::move(meta));
   }
   if (PyErr_Occurred() || metas.empty()) {
@@ -343,8 +339,9 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
 // kernel itself (kiln._attention.attention) rather than
 // F.scaled_dot_product_attention. Two costs go: torch's call converted a
 // boolean mask in every layer (where + two scalar_tensor launches, ~100 us
-// of host time a call on the H100), which here is a where in the graph,
-// fused and shared by all layers reading the same mask; and the gradient,
+// of host time a call on the H100), which here is a where in the graph that
+// kiln's kernels take (still one per layer: kiln has no CSE pass yet); and
+// the gradient,
 // which as an extern ran the attention forward again in the backward (GPT-2
 // training: 12 more attention kernels and ~4 ms of host time a step). With
 // gradients, the call also returns the logsumexp and RNG state its backward

@@ -150,12 +150,8 @@ int PrimBuilder::cat(const std::vector<int>& tensors, int64_t dim) {
     only = t;
   }
   if (single && only >= 0 && meta(only).sizes == out.sizes) {
-    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast, MemoryFormat::ChannelsLast3d}) {
-      if ((format == MemoryFormat::Contiguous || out.sizes.size() == (format == MemoryFormat::ChannelsLast ? 4u : 5u)) &&
-          strides_for(out.sizes, format) == out.strides) {
-        return clone(only, format);
-      }
-    }
+    const MemoryFormat format = suggest_memory_format(out.sizes, out.strides);
+    if (strides_for(out.sizes, format) == out.strides) return clone(only, format);
   }
   return graph_.add_node1(Prim::Cat, std::move(args), std::move(attrs), out);
 }

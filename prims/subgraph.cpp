@@ -80,31 +80,16 @@ std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& ou
 }
 
 bool drop_dead_nodes(const PrimGraph& graph, PrimGraph* out) {
-  const int count = static_cast<int>(graph.nodes().size());
-  std::vector<bool> read(graph.values().size(), false);
-  for (int id : graph.outputs()) read[id] = true;
   std::vector<int> roots;
-  std::vector<int> reads;
-  bool dead = false;
-  for (int n = count - 1; n >= 0; --n) {
+  for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
     const PrimNode& node = graph.node(n);
-    const bool effects = (node.prim == Prim::Extern && !node.attrs.extern_pure) ||
-                         prim_info(node.prim).family == Family::Random;
-    bool live = effects;
-    for (int id : node.outputs) live = live || read[id];
-    if (!live) {
-      dead = true;
-      continue;
+    if ((node.prim == Prim::Extern && !node.attrs.extern_pure) || prim_info(node.prim).family == Family::Random) {
+      roots.push_back(n);
     }
-    if (effects) roots.push_back(n);
-    reads.clear();
-    node_reads(node, &reads);
-    for (int id : reads) read[id] = true;
   }
-  if (!dead) return false;
   std::string error;
   PrimGraph pruned = extract_subgraph(graph, graph.inputs(), graph.outputs(), &error, roots);
-  if (!error.empty()) return false;
+  if (!error.empty() || pruned.nodes().size() == graph.nodes().size()) return false;
   *out = std::move(pruned);
   return true;
 }

@@ -7,12 +7,6 @@
 namespace kiln::runtime {
 namespace {
 
-// Converts the node/constant tree of `arg` to Python, each node's value a
-// kiln._fx.Ref (refs[id]).
-PyObject* described(const graph::Arg& arg, const std::vector<PyObject*>& refs) {
-  return materialize_arg(arg, refs.data());
-}
-
 // A tuple of Python objects from new references; null when one is null.
 PyObject* tuple_of(std::vector<PyObject*> items) {
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
@@ -38,6 +32,7 @@ CallableBackendExecutor::CallableBackendExecutor(const graph::Graph& graph, PyOb
   PyRef compile_with = fx ? PyRef::steal(PyObject_GetAttrString(fx.get(), "compile_with")) : PyRef();
   if (!ref_type || !compile_with) return;
   const auto& nodes = graph.nodes();
+  // Each node's value is a kiln._fx.Ref in the arguments described.
   std::vector<PyRef> owned_refs;
   std::vector<PyObject*> refs(nodes.size(), nullptr);
   for (const graph::Node& node : nodes) {
@@ -56,18 +51,18 @@ CallableBackendExecutor::CallableBackendExecutor(const graph::Graph& graph, PyOb
     }
     if (skipped && (*skipped)[node.id]) continue;
     std::vector<PyObject*> args;
-    for (const graph::Arg& arg : node.args) args.push_back(described(arg, refs));
+    for (const graph::Arg& arg : node.args) args.push_back(materialize_arg(arg, refs.data()));
     PyRef positional = PyRef::steal(tuple_of(std::move(args)));
     PyRef keywords = PyRef::steal(PyDict_New());
     if (!positional || !keywords) return;
     for (const auto& [key, arg] : node.kwargs) {
-      PyRef value = PyRef::steal(described(arg, refs));
+      PyRef value = PyRef::steal(materialize_arg(arg, refs.data()));
       if (!value || PyDict_SetItemString(keywords.get(), key.c_str(), value.get()) < 0) return;
     }
     item = PyRef::steal(Py_BuildValue("(iOOO)", node.id, node.target, positional.get(), keywords.get()));
     if (!item || PyList_Append(calls.get(), item.get()) < 0) return;
   }
-  PyRef output = PyRef::steal(described(output_arg ? *output_arg : graph.output(), refs));
+  PyRef output = PyRef::steal(materialize_arg(output_arg ? *output_arg : graph.output(), refs.data()));
   if (!output) return;
   runner_ = PyRef::steal(PyObject_CallFunctionObjArgs(compile_with.get(), backend, inputs.get(), calls.get(),
                                                       output.get(), nullptr));

@@ -1,28 +1,27 @@
 #include "tracer/disabled_code.h"
 
-#include <atomic>
 #include <unordered_set>
 
 namespace kiln::tracer {
 namespace {
 
-// Guarded by the GIL.
+// Both guarded by the GIL.
 std::unordered_set<PyCodeObject*>& disabled_codes() {
   static auto* codes = new std::unordered_set<PyCodeObject*>();
   return *codes;
 }
 
-std::atomic<bool> any_disabled{false};
+bool any_disabled = false;
 
 }  // namespace
 
 void mark_disabled_code(PyCodeObject* code) {
   if (disabled_codes().insert(code).second) Py_INCREF(code);
-  any_disabled.store(true, std::memory_order_relaxed);
+  any_disabled = true;
 }
 
 bool is_disabled_code(PyCodeObject* code) {
-  return any_disabled.load(std::memory_order_relaxed) && disabled_codes().count(code) != 0;
+  return any_disabled && disabled_codes().count(code) != 0;
 }
 
 void mark_disabled_target(PyObject* func) {

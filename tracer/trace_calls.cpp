@@ -231,18 +231,12 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       }
       if (PyExceptionClass_Check(obj) && exception_class_is_builtin_made(obj)) {
         // ValueError("...") made to be raised (Note [Exceptions in inlined frames]).
-        PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-        for (size_t i = 0; i < args.size(); ++i) {
-          PyRef arg = constant_to_python(args[i]);
-          if (!arg) abort_trace(BreakCode::UnsupportedCall, "an exception made from " + describe_value(*args[i]));
-          PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), arg.release());
-        }
         if (!kwargs.empty()) abort_trace(BreakCode::UnsupportedCall, "an exception made with keywords");
-        PyRef made = PyRef::steal(PyObject_Call(obj, call_args.get(), nullptr));
-        if (!made) raise_python_error();
-        return state_.wrap_unguarded(made.get());
+        return call_on_constants(obj, args, kwargs, "an exception made from");
       }
-      if (obj == api->device_type) return make_device(args, kwargs);
+      // torch.device(...) of constants is a constant (Dynamo's generated
+      // code spells every device so).
+      if (obj == api->device_type) return call_on_constants(obj, args, kwargs, "torch.device() of");
       if (is_namedtuple_type(obj)) return make_namedtuple(obj, std::move(args), kwargs);
       if (is_autocast_class(obj)) return make_autocast_context(obj, args, kwargs);
       if (obj == reinterpret_cast<PyObject*>(&PySuper_Type)) {
@@ -298,22 +292,21 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
   }
 }
 
-// torch.device(...) of constants is a constant: an immutable value made
-// while tracing (Dynamo's generated code spells every device so).
-ValuePtr FrameTracer::make_device(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+ValuePtr FrameTracer::call_on_constants(PyObject* callable, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                                        const std::string& what) {
   PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
-    PyRef arg = args[i]->is(ValueKind::Constant) ? constant_to_python(args[i]) : PyRef();
-    if (!arg) abort_trace(BreakCode::UnsupportedCall, "torch.device() of " + describe_value(*args[i]));
+    PyRef arg = constant_to_python(args[i]);
+    if (!arg) abort_trace(BreakCode::UnsupportedCall, what + " " + describe_value(*args[i]));
     PyTuple_SET_ITEM(call_args.get(), static_cast<Py_ssize_t>(i), arg.release());
   }
   PyRef call_kwargs = PyRef::steal(PyDict_New());
   for (const auto& [name, value] : kwargs) {
-    PyRef arg = value->is(ValueKind::Constant) ? constant_to_python(value) : PyRef();
-    if (!arg) abort_trace(BreakCode::UnsupportedCall, "torch.device() of " + describe_value(*value));
+    PyRef arg = constant_to_python(value);
+    if (!arg) abort_trace(BreakCode::UnsupportedCall, what + " " + describe_value(*value));
     PyDict_SetItemString(call_kwargs.get(), name.c_str(), arg.get());
   }
-  PyRef made = PyRef::steal(PyObject_Call(stdlib::torch_api()->device_type, call_args.get(), call_kwargs.get()));
+  PyRef made = PyRef::steal(PyObject_Call(callable, call_args.get(), call_kwargs.get()));
   if (!made) raise_python_error();
   return state_.wrap_unguarded(made.get());
 }

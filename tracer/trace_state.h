@@ -300,8 +300,11 @@ class FrameTracer {
 
   // namedtuples and dataclasses (trace_records.cpp, Note [Records]).
   ValuePtr make_namedtuple(PyObject* type, std::vector<ValuePtr> args, const KwArgs& kwargs);
-  // torch.device(...) of constants, made while tracing.
-  ValuePtr make_device(const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // callable(*args, **kwargs) run while tracing, its result a constant
+  // (an exception to raise, a torch.device); every argument must be a
+  // constant, else the trace stops with "<what> <argument>".
+  ValuePtr call_on_constants(PyObject* callable, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                             const std::string& what);
   // A namedtuple's method or property (null for tuple methods).
   ValuePtr namedtuple_attr(const ValuePtr& base, PyObject* name);
   ValuePtr call_namedtuple_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);

@@ -78,7 +78,7 @@ attention.kiln_vjp = _attention_vjp
 
 
 def layouts(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
-    """(sizes, strides, dtype name, device) of each output of `attention` for these
+    """(sizes, strides, dtype name) of each output of `attention` for these
     operands (described as for `backend`), or why kiln keeps torch's call
     (a string): the kernel refuses the operands, or kiln's gradient rule
     would not describe the backward's results (each gradient laid out as
@@ -93,8 +93,9 @@ def layouts(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
         with torch.no_grad():
             result = attention(q, k, v, mask, backend_, is_causal, scale, with_lse)
             outputs = result if with_lse else (result,)
-            found = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."), str(t.device))
-                     for t in outputs]
+            found = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) for t in outputs]
+            if any(t.device != q.device for t in outputs):
+                found = "an output of torch's kernel is not on the query's device"
             if with_lse:
                 grads = _attention_vjp((q, k, v, mask, backend_, is_causal, scale, True), {}, outputs,
                                        ((0, 0), (0, 1), (0, 2)), (torch.zeros_like(outputs[0]),))

@@ -71,6 +71,7 @@ def graph_module(inputs, nodes, output):
     values appear as Ref objects anywhere inside args, kwargs and output."""
     graph = torch.fx.Graph()
     root = torch.nn.Module()
+    constants = []
     values = {}
     taken = set()
 
@@ -92,7 +93,8 @@ def graph_module(inputs, nodes, output):
             return graph.call_function(make, (tuple(arg(x) for x in a),))
         # Any other constant (a class, a module, an object) is an attribute
         # of the GraphModule: FX's code can hold only literals.
-        name = f"_kiln_constant_{len(root._modules) + len(root.__dict__)}"
+        name = f"_kiln_constant_{len(constants)}"
+        constants.append(a)
         object.__setattr__(root, name, a)
         return graph.get_attr(name)
 
