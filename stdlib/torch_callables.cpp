@@ -156,6 +156,14 @@ CallableInfo classify_callable(PyObject* callable) {
     info.name = "torch._C._log_api_usage_once";
     return info;
   }
+  // Dynamo's generated code spells `with torch.autocast(...)` as a pair of
+  // calls (an FX graph holds no with blocks); torch.compile(backend="kiln")
+  // hands kiln such code, and its blocks are traced as the with statement's.
+  if (module == "torch.amp.autocast_mode" && (name == "_enter_autocast" || name == "_exit_autocast")) {
+    info.kind = name == "_enter_autocast" ? CallableClass::AutocastEnter : CallableClass::AutocastLeave;
+    info.name = "torch.amp." + name;
+    return info;
+  }
   if (name == "is_grad_enabled" && is_attr_of(api->torch, name, callable)) {
     info.kind = CallableClass::GradModeQuery;
     info.name = "torch.is_grad_enabled";

@@ -16,6 +16,8 @@ enum class CallableClass {
   CompilerQuery,  // torch.compiler.is_compiling(): True while kiln traces
   GradModeQuery,  // torch.is_grad_enabled(): the traced grad mode, guarded
   UsageLog,       // torch._C._log_api_usage_once(name): called while tracing, no graph node
+  AutocastEnter,  // torch.amp._enter_autocast(*args): opens an autocast block, returns it
+  AutocastLeave,  // torch.amp._exit_autocast(block): closes the block _enter_autocast opened
 };
 
 struct CallableInfo {

@@ -56,6 +56,8 @@ PyRef helper(const char* name) {
   return fn;
 }
 
+}  // namespace
+
 PyObject* autocast_class() {
   static PyObject* cls = [] {
     const stdlib::TorchApi* api = stdlib::torch_api();
@@ -65,6 +67,8 @@ PyObject* autocast_class() {
   }();
   return cls;
 }
+
+namespace {
 
 PyRef attr_of(PyObject* obj, const char* name) {
   PyRef value = PyRef::steal(PyObject_GetAttrString(obj, name));
@@ -99,6 +103,11 @@ ValuePtr FrameTracer::make_autocast_context(PyObject* cls, const std::vector<Val
 }
 
 void FrameTracer::enter_autocast(const ValuePtr& context) {
+  push(open_autocast(context));  // __exit__ of the with block
+  push(state_.wrap_unguarded(Py_None));
+}
+
+ValuePtr FrameTracer::open_autocast(const ValuePtr& context) {
   PyObject* obj = context->obj.get();
   PyRef device = attr_of(obj, "device");
   PyRef dtype = attr_of(obj, "fast_dtype");
@@ -117,8 +126,7 @@ void FrameTracer::enter_autocast(const ValuePtr& context) {
   ++state_.open_with_blocks;
   auto exit = make_object(ValueKind::AutocastExit, twin);
   exit->node = node;
-  push(exit);
-  push(state_.wrap_unguarded(Py_None));
+  return exit;
 }
 
 ValuePtr FrameTracer::exit_autocast(const ValuePtr& exit) {

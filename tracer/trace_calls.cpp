@@ -155,6 +155,16 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         if (!logged) PyErr_Clear();  // telemetry: nothing the program sees
         return state_.wrap_unguarded(Py_None);
       }
+      if (info.kind == stdlib::CallableClass::AutocastEnter) {
+        if (!autocast_class()) abort_trace(BreakCode::UnsupportedCall, info.name + "() where torch has no autocast");
+        return open_autocast(make_autocast_context(autocast_class(), args, kwargs));
+      }
+      if (info.kind == stdlib::CallableClass::AutocastLeave) {
+        if (args.size() != 1 || !kwargs.empty() || !args[0]->is(ValueKind::AutocastExit)) {
+          abort_trace(BreakCode::UnsupportedCall, info.name + "() of anything but the block _enter_autocast opened");
+        }
+        return exit_autocast(args[0]);
+      }
       if (info.kind == stdlib::CallableClass::GradModeQuery) {
         // The mode at this point of the trace: the mode on entry (guarded for
         // every graph) changed by the traced grad-mode blocks so far.

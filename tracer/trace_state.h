@@ -343,7 +343,11 @@ class FrameTracer {
 
   // Autocast blocks (trace_autocast.cpp, Note [Autocast blocks]).
   ValuePtr make_autocast_context(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // The with statement's entry: pushes the block's __exit__ and None.
   void enter_autocast(const ValuePtr& context);
+  // Opens the block: its graph node and tracing twin; returns the value
+  // exit_autocast closes (kind AutocastExit).
+  ValuePtr open_autocast(const ValuePtr& context);
   ValuePtr exit_autocast(const ValuePtr& exit);
 
   // super() and its lookups (trace_super.cpp).
@@ -455,6 +459,8 @@ bool is_constant_method(const ValuePtr& base, const std::string& name);
 
 // True for torch.autocast and its subclasses (torch.cpu.amp.autocast, ...).
 bool is_autocast_class(PyObject* obj);
+// torch.autocast, or nullptr where torch has none.
+PyObject* autocast_class();
 // Runs target(*args, **kwargs) on meta fakes as autocast would on
 // `device`; returns the result or null with a Python error set.
 PyRef infer_under_autocast(PyObject* target, PyObject* args, PyObject* kwargs, graph::DeviceType device_type,

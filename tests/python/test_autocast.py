@@ -216,3 +216,29 @@ def test_an_expanded_result_reshapes_under_autocast_training():
     assert s["graph_breaks"] == 0 and s["unsupported"] == 0, s
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(w.grad, want_grad)
+
+
+def dynamo_spelled_blocks(x, w):
+    # How Dynamo's generated code (an FX graph's forward) spells
+    # `with torch.autocast(...)`: torch.compile(backend="kiln") hands kiln this.
+    outer = torch.amp.autocast_mode._enter_autocast("cpu", torch.bfloat16, True, None)
+    y = x @ w
+    inner = torch.amp.autocast_mode._enter_autocast("cpu", None, False, None)
+    z = y.float() @ w
+    torch.amp.autocast_mode._exit_autocast(inner)
+    u = z @ w
+    torch.amp.autocast_mode._exit_autocast(outer)
+    return y, z, u, u.float() @ w
+
+
+def test_blocks_spelled_as_enter_and_exit_calls_are_traced_as_blocks():
+    x, w = torch.randn(6, 6), torch.randn(6, 6)
+    got, want = kiln.compile(dynamo_spelled_blocks)(x, w), dynamo_spelled_blocks(x, w)
+    assert [g.dtype for g in got] == [e.dtype for e in want] == [torch.bfloat16, torch.float32, torch.bfloat16,
+                                                                   torch.float32]
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+    s = stats()
+    assert s["traces"] == 1 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+    assert not torch.is_autocast_enabled("cpu")
+

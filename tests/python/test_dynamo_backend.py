@@ -76,3 +76,24 @@ def test_graph_breaks_stay_dynamos():
     kiln.reset()
     torch.testing.assert_close(torch.compile(f, backend="kiln")(x), f(x))
     assert kiln.stats()["traces"] == 2 and kiln.stats()["eager_runs"] == 0, kiln.stats()
+
+
+def test_autocast_blocks_in_dynamos_graph_compile_whole():
+    # Dynamo writes a with-autocast block as _enter_autocast/_exit_autocast
+    # calls (Llama's rotary embedding turns autocast off inside the model).
+    def f(x, w):
+        y = x @ w
+        with torch.autocast("cpu", enabled=False):
+            z = y.float() @ w
+        return y, z, (z @ w).sum()
+
+    x, w = torch.randn(6, 6), torch.randn(6, 6)
+    torch._dynamo.reset()
+    kiln.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = torch.compile(f, backend="kiln")(x, w), f(x, w)
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)
+    s = kiln.stats()
+    assert s["traces"] == 1 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
