@@ -7,6 +7,7 @@
 
 #include "autograd/derivatives.h"
 #include "prims/common_meta.h"
+#include "prims/extern_writes.h"
 #include "prims/subgraph.h"
 
 namespace kiln::autograd {
@@ -130,23 +131,6 @@ bool recomputable(prims::Prim prim) {
   }
 }
 
-// Value ids a node reads.
-std::vector<int> reads_of(const prims::PrimNode& node) {
-  std::vector<int> reads;
-  for (const prims::PrimArg& arg : node.args) {
-    if (arg.is_value()) reads.push_back(arg.value);
-  }
-  struct Walk {
-    static void arg(const graph::Arg& a, std::vector<int>* out) {
-      if (a.kind == graph::Arg::Kind::Node) out->push_back(a.node);
-      for (const graph::Arg& item : a.items) arg(item, out);
-    }
-  };
-  for (const graph::Arg& a : node.attrs.extern_args) Walk::arg(a, &reads);
-  for (const auto& kw : node.attrs.extern_kwargs) Walk::arg(kw.second, &reads);
-  return reads;
-}
-
 // Note [Writes in the joint graph]
 // An extern that writes into a tensor (setitem, an in-place method on a
 // view, out=) changes what every value sharing that storage holds from then
@@ -179,7 +163,7 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
     const bool view = prims::prim_info(node.prim).family == prims::Family::View;
     const bool call = node.prim == prims::Prim::Extern;
     if (!view && !call) continue;
-    const std::vector<int> reads = reads_of(node);
+    const std::vector<int> reads = prims::node_reads(node);
     for (int r : reads) {
       for (int out : node.outputs) parent[find(out)] = find(r);
     }
@@ -196,7 +180,7 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
   for (int n = 0; n < node_count; ++n) {
     const prims::PrimNode& node = g.nodes()[n];
     bool reads_early = false;
-    for (int r : reads_of(node)) reads_early = reads_early || (shared[r] && n < last_write[find(r)]);
+    for (int r : prims::node_reads(node)) reads_early = reads_early || (shared[r] && n < last_write[find(r)]);
     if (reads_early) {
       for (int out : node.outputs) pinned[out] = true;
     }
@@ -233,7 +217,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   std::vector<bool> pinned(count, false);  // must be computed by the forward
   for (const prims::PrimNode& node : g.nodes()) {
     bool all = true;
-    for (int id : reads_of(node)) all = all && forward[id];
+    for (int id : prims::node_reads(node)) all = all && forward[id];
     for (int id : node.outputs) {
       forward[id] = all;
       pinned[id] = all && !recomputable(node.prim);
@@ -248,7 +232,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     bool backward_node = false;
     for (int id : node.outputs) backward_node = backward_node || !forward[id];
     if (!backward_node) continue;
-    for (int id : reads_of(node)) {
+    for (int id : prims::node_reads(node)) {
       if (forward[id]) needed[id] = true;
     }
   }
@@ -274,7 +258,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     }
     for (const prims::PrimNode& node : g.nodes()) {
       if (node.outputs.empty() || !forward[node.outputs[0]]) continue;
-      for (int u : reads_of(node)) {
+      for (int u : prims::node_reads(node)) {
         for (int v : node.outputs) flow.add_edge(out(u), in(v), kInfinity);
       }
     }
@@ -303,7 +287,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
       continue;
     }
     bool reads_forward = true;
-    for (int id : reads_of(node)) reads_forward = reads_forward && forward[id];
+    for (int id : prims::node_reads(node)) reads_forward = reads_forward && forward[id];
     if (reads_forward) forward_roots.push_back(static_cast<int>(n));
   }
   std::string error;
@@ -321,6 +305,21 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   }
   result.backward = prims::extract_subgraph(g, backward_inputs, backward_outputs, &error);
   if (!error.empty()) throw std::runtime_error("partition: backward graph: " + error);
+  // Recomputed values are made just before their first use (Note [Late
+  // recomputation] in prims/subgraph.cpp): the backward nodes that read no
+  // incoming gradient, effects aside.
+  const prims::PrimGraph& bwd = result.backward;
+  std::vector<bool> from_grads(bwd.values().size(), false);
+  for (size_t i = saved.size(); i < bwd.inputs().size(); ++i) from_grads[bwd.inputs()[i]] = true;
+  std::vector<bool> late(bwd.nodes().size(), false);
+  for (size_t n = 0; n < bwd.nodes().size(); ++n) {
+    const prims::PrimNode& node = bwd.node(static_cast<int>(n));
+    bool reads_grad = false;
+    for (int id : prims::node_reads(node)) reads_grad = reads_grad || from_grads[id];
+    for (int id : node.outputs) from_grads[id] = reads_grad;
+    late[n] = !reads_grad && recomputable(node.prim);
+  }
+  if (prims::PrimGraph sunk; prims::sink_to_first_use(bwd, late, &sunk)) result.backward = std::move(sunk);
   for (size_t i = 0; i < joint.input_grads.size(); ++i) {
     if (joint.input_grads[i] >= 0) result.input_grad_deps.push_back(joint.input_grad_reach[i]);
   }

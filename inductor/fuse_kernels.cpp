@@ -321,7 +321,7 @@ std::optional<std::vector<int>> unit_order(const prims::PrimGraph& graph, const 
   auto depend = [&](int u, int on) {
     if (u != on && deps[u].insert(on).second) dependents[on].push_back(u);
   };
-  // Note [Extern writes] in schedule.cpp.
+  // Note [Extern writes] in prims/extern_writes.cpp.
   for (const auto& [before, after] : extern_order_edges(graph)) {
     if (unit_of_node[before] >= 0 && unit_of_node[after] >= 0) depend(unit_of_node[after], unit_of_node[before]);
   }

@@ -164,7 +164,7 @@ std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
   for (size_t n = 0; n < count; ++n) {
     const prims::PrimNode& node = graph.node(n);
     if (node.prim != prims::Prim::Extern || node.attrs.target_name.rfind("kernel ", 0) != 0) continue;
-    const std::vector<int> reads = inductor::node_reads(node);
+    const std::vector<int> reads = prims::node_reads(node);
     bool eligible = !reads.empty();
     for (int id : reads) eligible = eligible && graph.value(id).node < 0;
     for (int id : node.outputs) eligible = eligible && !output[id];

@@ -40,6 +40,13 @@ std::vector<int> copy_inputs(PrimGraph& into, const PrimGraph& from);
 void copy_node_mapped(PrimGraph& into, const PrimGraph& from, const PrimNode& node, std::vector<int>& map);
 void copy_outputs(PrimGraph& into, const PrimGraph& from, const std::vector<int>& map);
 
+// `graph` with each node flagged in `late` moved down to just before its
+// first reader (or to the end, for graph outputs), its own late producers
+// pulled along; other nodes keep their order, and extern writes keep
+// theirs (Note [Late recomputation] in subgraph.cpp). Same inputs and
+// outputs. False, and *out untouched, when no node moves.
+bool sink_to_first_use(const PrimGraph& graph, const std::vector<bool>& late, PrimGraph* out);
+
 // The values of `graph` the given outputs depend on (all of them when a
 // value is needed), as a per-value flag.
 std::vector<bool> live_values(const PrimGraph& graph, const std::vector<int>& outputs);

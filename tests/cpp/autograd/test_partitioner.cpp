@@ -111,6 +111,28 @@ TEST(Partitioner, ElementwiseChainIsRecomputedFromItsInput) {
   EXPECT_GT(all.saved_bytes, part.saved_bytes);
 }
 
+TEST(Partitioner, RecomputationRunsWhereTheBackwardNeedsIt) {
+  // Note [Late recomputation]: the recomputed chain runs after the nodes
+  // that read the incoming gradient before it, not at the start.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({64}));
+  const int y = b.unary(Prim::Sigmoid, b.unary(Prim::Exp, b.unary(Prim::Tanh, x)));
+  g.set_outputs({b.reduce(Prim::Sum, y, {}, false)});
+  JointGraph joint = build_joint_graph(g, {true});
+  Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
+  ASSERT_EQ(part.backward.verify(), "");
+  const int grad = part.backward.inputs().at(part.saved_count);
+  bool reads_grad = false;
+  for (const prims::PrimArg& arg : part.backward.node(0).args) reads_grad = reads_grad || arg.value == grad;
+  EXPECT_TRUE(reads_grad) << prims::format_prim_graph(part.backward);
+  int first_tanh = -1;
+  for (size_t n = 0; n < part.backward.nodes().size() && first_tanh < 0; ++n) {
+    if (part.backward.node(static_cast<int>(n)).prim == Prim::Tanh) first_tanh = static_cast<int>(n);
+  }
+  EXPECT_GT(first_tanh, 0) << prims::format_prim_graph(part.backward);
+}
+
 TEST(Partitioner, ReductionsAreSavedNotRecomputed) {
   // softmax: the backward needs the output; amax and sum are never
   // recomputed in the backward.

@@ -62,6 +62,55 @@ TEST(PrimGraph, DropDeadNodesKeepsWhatOutputsReadAndCallsWithEffects) {
   EXPECT_FALSE(drop_dead_nodes(out, &again));
 }
 
+std::vector<Prim> prims_in_order(const PrimGraph& g) {
+  std::vector<Prim> out;
+  for (const PrimNode& node : g.nodes()) out.push_back(node.prim);
+  return out;
+}
+
+TEST(PrimGraph, SinkToFirstUseMovesLateNodesDownToTheirFirstReader) {
+  // exp(a) and tanh(a) are late: they move down to where g's chain needs
+  // them, tanh before exp as their readers come.
+  PrimGraph g;
+  const int a = g.add_input(f32({4}));
+  const int grad = g.add_input(f32({4}));
+  const int e = g.add_node1(Prim::Exp, {PrimArg::of_value(a)}, {}, f32({4}));
+  const int t = g.add_node1(Prim::Tanh, {PrimArg::of_value(a)}, {}, f32({4}));
+  const int neg = g.add_node1(Prim::Neg, {PrimArg::of_value(t)}, {}, f32({4}));  // late, reads a late node
+  const int two = g.add_node1(Prim::Mul, {PrimArg::of_value(grad), PrimArg::of_scalar(Scalar::of_float(2))}, {},
+                              f32({4}));
+  const int sum = g.add_node1(Prim::Add, {PrimArg::of_value(two), PrimArg::of_value(neg)}, {}, f32({4}));
+  const int out = g.add_node1(Prim::Mul, {PrimArg::of_value(sum), PrimArg::of_value(e)}, {}, f32({4}));
+  g.set_outputs({out});
+  PrimGraph sunk;
+  ASSERT_TRUE(sink_to_first_use(g, {true, true, true, false, false, false}, &sunk));
+  EXPECT_EQ(sunk.verify(), "");
+  EXPECT_EQ(prims_in_order(sunk), (std::vector<Prim>{Prim::Mul, Prim::Tanh, Prim::Neg, Prim::Add, Prim::Exp, Prim::Mul}));
+  EXPECT_EQ(sunk.inputs().size(), 2u);
+  PrimGraph again;
+  EXPECT_FALSE(sink_to_first_use(g, {false, false, false, false, false, false}, &again));
+}
+
+TEST(PrimGraph, SinkToFirstUseKeepsALateReaderBeforeAnExternThatMayWriteItsInput) {
+  // neg(x) reads x before an extern call that may write x (Note [Extern
+  // writes]); it stays before the call although its reader comes after.
+  test::PyRef add_ = test::eval("torch.Tensor.add_");
+  PrimGraph g;
+  const int x = g.add_input(f32({4}));
+  const int grad = g.add_input(f32({4}));
+  const int neg = g.add_node1(Prim::Neg, {PrimArg::of_value(x)}, {}, f32({4}));
+  PrimAttrs call;
+  call.target = add_.get();
+  Py_INCREF(call.target);
+  call.target_name = "Tensor.add_";
+  call.extern_args = {graph::Arg::of_node(x), graph::Arg::of_node(grad)};
+  const int written = g.add_node1(Prim::Extern, {}, std::move(call), f32({4}));
+  const int out = g.add_node1(Prim::Add, {PrimArg::of_value(written), PrimArg::of_value(neg)}, {}, f32({4}));
+  g.set_outputs({out});
+  PrimGraph sunk;
+  EXPECT_FALSE(sink_to_first_use(g, {true, false, false}, &sunk));
+}
+
 TEST(PrimGraph, VerifyFindsUseBeforeDefinition) {
   PrimGraph g;
   const int x = g.add_input(f32({2}));

@@ -1,0 +1,75 @@
+#include "prims/extern_writes.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+namespace kiln::prims {
+
+std::vector<int> node_reads(const PrimNode& node) {
+  std::vector<int> out;
+  for (const PrimArg& arg : node.args) {
+    if (arg.is_value()) out.push_back(arg.value);
+  }
+  std::function<void(const graph::Arg&)> collect = [&](const graph::Arg& arg) {
+    if (arg.kind == graph::Arg::Kind::Node) out.push_back(arg.node);
+    for (const graph::Arg& item : arg.items) collect(item);
+  };
+  for (const graph::Arg& arg : node.attrs.extern_args) collect(arg);
+  for (const auto& kw : node.attrs.extern_kwargs) collect(kw.second);
+  return out;
+}
+
+// Note [Extern writes]
+// Prim nodes compute fresh tensors, but an extern call (a torch op kept as
+// is: `x[0] = -1`, `y *= 2`, batch_norm's running statistics) may write any
+// tensor its arguments share storage with, and may return one of them. The
+// prim executor runs nodes in graph order, so a node reading such a tensor
+// sees it as it is at that point. A kernel reads its inputs from memory but
+// computes its members' values in registers: fusing `w = a + b` with a
+// reader of w after `w[0] = -1` would read the value before the write. So
+// every extern call is taken to write every tensor that may alias one of its
+// arguments (a view family prim's output aliases its input, an extern's
+// outputs alias its arguments), and nodes reading such a tensor are ordered
+// with the call: those before it run before it, those after it after it.
+// The scheduler treats these pairs as edges when it keeps groups acyclic
+// (no group can hold nodes on both sides of a write), and the kernel-node
+// graph keeps them when it orders kernels (Note [Kernel nodes]). An extern
+// marked pure (PrimAttrs::extern_pure: kiln's own calls of functional torch
+// ops, Note [Bias epilogues]) writes nothing and aliases nothing.
+std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
+  const int values = static_cast<int>(graph.values().size());
+  std::vector<int> parent(values);
+  for (int v = 0; v < values; ++v) parent[v] = v;
+  std::function<int(int)> find = [&](int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); };
+  auto unite = [&](int a, int b) { parent[find(a)] = find(b); };
+  const int count = static_cast<int>(graph.nodes().size());
+  std::vector<int> externs;
+  for (int n = 0; n < count; ++n) {
+    const PrimNode& node = graph.node(n);
+    const bool aliases = (node.prim == Prim::Extern && !node.attrs.extern_pure) ||
+                         prim_info(node.prim).family == Family::View;
+    if (!aliases) continue;
+    if (node.prim == Prim::Extern) externs.push_back(n);
+    for (int read : node_reads(node)) {
+      for (int made : node.outputs) unite(read, made);
+    }
+  }
+  std::vector<std::pair<int, int>> edges;
+  if (externs.empty()) return edges;
+  std::vector<std::vector<int>> reads(count);
+  for (int n = 0; n < count; ++n) {
+    for (int value : node_reads(graph.node(n))) reads[n].push_back(find(value));
+  }
+  for (int e : externs) {
+    const std::set<int> written(reads[e].begin(), reads[e].end());
+    for (int n = 0; n < count; ++n) {
+      if (n == e) continue;
+      const bool touches = std::any_of(reads[n].begin(), reads[n].end(), [&](int c) { return written.count(c) > 0; });
+      if (touches) edges.push_back(n < e ? std::make_pair(n, e) : std::make_pair(e, n));
+    }
+  }
+  return edges;
+}
+
+}  // namespace kiln::prims
