@@ -10,6 +10,7 @@ thread_local const CompileConfig* t_current_config = nullptr;
 thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
+std::atomic<Stance> g_stance{Stance::Default};
 std::atomic<bool> g_cpu_kernels{true};
 std::atomic<bool> g_cuda_kernels{true};
 std::atomic<bool> g_parameter_kernel_cache{true};
@@ -64,6 +65,10 @@ void reset_stats() {
 int cache_size_limit() { return g_cache_size_limit; }
 
 void set_cache_size_limit(int limit) { g_cache_size_limit = limit; }
+
+Stance stance() { return g_stance; }
+
+void set_stance(Stance stance) { g_stance = stance; }
 
 bool cpu_kernels() { return g_cpu_kernels; }
 

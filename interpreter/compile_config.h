@@ -161,4 +161,15 @@ void set_parameter_kernel_cache(bool enabled);
 int cache_size_limit();
 void set_cache_size_limit(int limit);
 
+// How compiled functions behave process-wide (kiln.set_stance, the
+// stances of torch.compiler.set_stance).
+enum class Stance {
+  Default,           // compile, recompile as guards fail
+  ForceEager,        // run every compiled function eagerly, compiling nothing
+  EagerOnRecompile,  // cached graphs still run; a call needing a recompile runs eagerly
+  FailOnRecompile,   // a call needing a recompile raises kiln.RecompileError
+};
+Stance stance();
+void set_stance(Stance stance);
+
 }  // namespace kiln::interpreter

@@ -23,6 +23,7 @@ namespace kiln::interpreter {
 namespace {
 
 PyObject* g_unsupported_error = nullptr;
+PyObject* g_recompile_error = nullptr;
 
 std::string code_name(PyCodeObject* code) {
   const char* name = PyUnicode_AsUTF8(code->co_qualname);
@@ -375,7 +376,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
 
 PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   const CompileConfig* config = current_config();
-  if (!config || throwflag || !kiln_frame_is_fresh_call(frame)) {
+  if (!config || throwflag || !kiln_frame_is_fresh_call(frame) || stance() == Stance::ForceEager) {
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   PyCodeObject* code = kiln_frame_code(frame);
@@ -445,6 +446,19 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
       }
       return kiln_eval_frame_default(tstate, frame, throwflag);
     }
+    if (last && stance() == Stance::EagerOnRecompile) {
+      stats().eager_runs++;
+      KILN_LOG(recompiles, "running " << code_name(code) << " eagerly (stance eager_on_recompile): "
+                                      << explain_miss(*last));
+      return kiln_eval_frame_default(tstate, frame, throwflag);
+    }
+    if (last && stance() == Stance::FailOnRecompile) {
+      const std::string message = code_name(code) + " would recompile under stance 'fail_on_recompile': " +
+                                  explain_miss(*last);
+      PyErr_SetString(g_recompile_error ? g_recompile_error : PyExc_RuntimeError, message.c_str());
+      kiln_frame_finish_skipped(tstate, frame);
+      return nullptr;
+    }
     if (last) {
       stats().recompiles++;
       if (config->report) {
@@ -502,9 +516,11 @@ CompiledRegion::~CompiledRegion() {
   if (--g_active_regions == 0) kiln_set_eval_frame(nullptr);
 }
 
-void set_unsupported_error(PyObject* type) {
-  Py_XINCREF(type);
-  Py_XSETREF(g_unsupported_error, type);
+void set_error_types(PyObject* unsupported, PyObject* recompile) {
+  Py_XINCREF(unsupported);
+  Py_XSETREF(g_unsupported_error, unsupported);
+  Py_XINCREF(recompile);
+  Py_XSETREF(g_recompile_error, recompile);
 }
 
 }  // namespace kiln::interpreter

@@ -17,8 +17,9 @@ class CompiledRegion {
   CompiledRegion& operator=(const CompiledRegion&) = delete;
 };
 
-// Registers the Python exception type raised for fullgraph failures
-// (kiln.Unsupported); takes a reference.
-void set_unsupported_error(PyObject* type);
+// Registers the Python exception types raised for fullgraph failures
+// (kiln.Unsupported) and for recompiles under the fail_on_recompile stance
+// (kiln.RecompileError); takes references.
+void set_error_types(PyObject* unsupported, PyObject* recompile);
 
 }  // namespace kiln::interpreter

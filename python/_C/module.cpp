@@ -422,9 +422,31 @@ PyObject* py_forced_cuda_launches(PyObject*, PyObject*) {
   return list;
 }
 
-PyObject* py_set_unsupported_error(PyObject*, PyObject* type) {
-  kiln::interpreter::set_unsupported_error(type);
+PyObject* py_set_error_types(PyObject*, PyObject* args) {
+  PyObject *unsupported, *recompile;
+  if (!PyArg_ParseTuple(args, "OO", &unsupported, &recompile)) return nullptr;
+  kiln::interpreter::set_error_types(unsupported, recompile);
   Py_RETURN_NONE;
+}
+
+// The stances by name, in kiln::interpreter::Stance's order.
+constexpr const char* kStanceNames[] = {"default", "force_eager", "eager_on_recompile", "fail_on_recompile"};
+
+PyObject* py_set_stance(PyObject*, PyObject* arg) {
+  const char* name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : nullptr;
+  for (int i = 0; name && i < 4; ++i) {
+    if (std::string(name) == kStanceNames[i]) {
+      kiln::interpreter::set_stance(static_cast<kiln::interpreter::Stance>(i));
+      Py_RETURN_NONE;
+    }
+  }
+  PyErr_Format(PyExc_ValueError, "unknown stance %R; valid stances: 'default', 'force_eager', "
+               "'eager_on_recompile', 'fail_on_recompile'", arg);
+  return nullptr;
+}
+
+PyObject* py_get_stance(PyObject*, PyObject*) {
+  return PyUnicode_FromString(kStanceNames[static_cast<int>(kiln::interpreter::stance())]);
 }
 
 // _C.enable_report(sample_every): reporting on for configs made from now.
@@ -503,7 +525,9 @@ PyMethodDef module_methods[] = {
      "Makes CUDA kernels compiled from now on run launch candidate i (-1: the default)."},
     {"forced_cuda_launches", py_forced_cuda_launches, METH_NOARGS,
      "The (kernel, index, count, config) of kernels compiled under force_cuda_launch_candidate."},
-    {"set_unsupported_error", py_set_unsupported_error, METH_O, "Registers kiln.Unsupported."},
+    {"set_error_types", py_set_error_types, METH_VARARGS, "Registers kiln.Unsupported and kiln.RecompileError."},
+    {"set_stance", py_set_stance, METH_O, "Sets how compiled functions behave (kiln.set_stance)."},
+    {"get_stance", py_get_stance, METH_NOARGS, "The stance set now."},
     {nullptr, nullptr, 0, nullptr},
 };
 

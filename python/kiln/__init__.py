@@ -8,15 +8,15 @@ import os as _os
 import sys as _sys
 
 from . import _C
-from .errors import Unsupported
+from .errors import RecompileError, Unsupported
 from . import config
-from .compile_api import allow_in_graph, compile, disable, is_compiling, reset, stats
+from .compile_api import allow_in_graph, compile, disable, is_compiling, reset, set_stance, stats
 from .explain import ExplainOutput, explain, trace_dump
 
-__all__ = ["compile", "disable", "allow_in_graph", "is_compiling", "reset", "stats", "explain", "trace_dump", "config",
-           "Unsupported", "ExplainOutput"]
+__all__ = ["compile", "disable", "allow_in_graph", "is_compiling", "reset", "set_stance", "stats", "explain",
+           "trace_dump", "config", "Unsupported", "RecompileError", "ExplainOutput"]
 
-_C.set_unsupported_error(Unsupported)
+_C.set_error_types(Unsupported, RecompileError)
 # torch.compile(backend="kiln") also works through the entry point setup.sh
 # installs; where Dynamo is loaded already, register without it.
 if "torch._dynamo" in _sys.modules:

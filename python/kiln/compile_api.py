@@ -112,6 +112,44 @@ def stats():
     return _C.stats()
 
 
+class set_stance:
+    """Sets how every kiln-compiled function behaves, process-wide, as
+    torch.compiler.set_stance does: "default"; "force_eager" (run eagerly,
+    compile nothing; cached graphs are kept for later); "eager_on_recompile"
+    (graphs whose guards hold still run, a call that would recompile runs
+    eagerly and counts in stats()["eager_runs"]); "fail_on_recompile" (such a
+    call raises kiln.RecompileError naming the failed guard). The first
+    compile of a function is never a recompile.
+
+    Takes effect at once when called; as a context manager it restores the
+    previous stance on exit, and as a decorator, `@kiln.set_stance(...)`,
+    it holds only while the decorated function runs.
+    """
+
+    def __init__(self, stance="default"):
+        self._previous = _C.get_stance()
+        _C.set_stance(stance)
+        self._stance = stance
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_stance(self._previous)
+        return False
+
+    def __call__(self, fn):
+        # Decorating: the stance holds during calls of fn, not from now on.
+        _C.set_stance(self._previous)
+        stance = self._stance
+
+        @functools.wraps(fn)
+        def with_stance(*args, **kwargs):
+            with set_stance(stance):
+                return fn(*args, **kwargs)
+        return with_stance
+
+
 def is_compiling():
     """True while a compiler traces the calling code (kiln, or torch.compile's
     Dynamo), False when it runs eagerly: library code takes its capture path
