@@ -57,20 +57,44 @@ std::unique_ptr<runtime::GraphExecutor> eager(const graph::Graph& graph, const s
   return std::make_unique<runtime::EagerExecutor>(graph);
 }
 
+// A compile's settings, resolved when its graph is compiled: its mode and
+// options=, the process-wide kiln.config for what options= left unset.
+// Kept by value in graphs built later (a backward variant), so they are
+// compiled as the first was.
+struct Settings {
+  bool cuda_graphs = false;  // mode="reduce-overhead"
+  bool autotune = false;     // mode="max-autotune"
+  bool cpu_kernels = true;
+  bool cuda_kernels = true;
+  bool parameter_kernel_cache = true;
+  inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
+};
+
+Settings resolve_settings(const CompileConfig& config) {
+  Settings s;
+  s.cuda_graphs = config.cuda_graphs;
+  s.autotune = config.autotune;
+  s.cpu_kernels = config.settings.cpu_kernels.value_or(cpu_kernels());
+  s.cuda_kernels = config.settings.cuda_kernels.value_or(cuda_kernels());
+  s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
+  s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
+  return s;
+}
+
 // A graph that records gradients: the joint forward+backward graph of its
 // decomposition, partitioned, run as a torch.autograd.Function.
 // The inductor's rewrite of a prim graph: pointwise groups become compiled
 // kernels (inductor/fuse_kernels.h), CUDA ones autotuned at their first
-// launch with `autotune` (mode="max-autotune"); logged and counted.
-prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name, bool autotune) {
+// launch under mode="max-autotune"; logged and counted.
+prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& name, const Settings& settings) {
   const inductor::cpu::KernelCacheCounts before = inductor::cpu::kernel_cache_counts();
   const inductor::cuda::CudaKernelCacheCounts cuda_before = inductor::cuda::cuda_kernel_cache_counts();
   inductor::KernelTargets targets;
-  targets.cpu = cpu_kernels();
-  targets.cuda = cuda_kernels();
-  targets.autotune = autotune;
+  targets.cpu = settings.cpu_kernels;
+  targets.cuda = settings.cuda_kernels;
+  targets.autotune = settings.autotune;
   targets.autotuned = [] { stats().kernels_autotuned++; };
-  targets.cpu_matmul = cpu_matmul();
+  targets.cpu_matmul = settings.cpu_matmul;
   const runtime::Stopwatch clock;
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   KILN_LOG(perf, "inductor pass on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
@@ -112,7 +136,7 @@ void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::v
 // Null, with *why set, where kiln's autograd cannot take the graph.
 std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& name,
                                                           prims::Decomposition decomposition,
-                                                          bool kernels, bool autotune, std::string* why) {
+                                                          bool kernels, const Settings& settings, std::string* why) {
   const prims::PrimGraph& forward = *decomposition.graph;
   std::vector<bool> requires_grad;
   for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
@@ -126,8 +150,8 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& nam
                                          << prims::format_prim_graph(partition.backward));
     autograd::GraphPass finish;
     if (kernels) {
-      finish = [name, autotune](const prims::PrimGraph& graph, const std::string& what) {
-        return with_kernels(graph, name + " (" + what + ")", autotune);
+      finish = [name, settings](const prims::PrimGraph& graph, const std::string& what) {
+        return with_kernels(graph, name + " (" + what + ")", settings);
       };
     }
     auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
@@ -176,18 +200,18 @@ std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
 // Null, with *why set, where the prim executor cannot take the graph.
 std::unique_ptr<runtime::GraphExecutor> inference_executor(const std::string& name,
                                                            prims::Decomposition decomposition, bool kernels,
-                                                           bool keep_parameter_kernels, bool autotune,
+                                                           bool keep_parameter_kernels, const Settings& settings,
                                                            std::string* why) {
   try {
     std::shared_ptr<prims::PrimGraph> prim_graph = decomposition.graph;
     graph::Arg output = std::move(decomposition.output);
     if (kernels) {
-      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name, autotune));
+      auto fused = std::make_shared<prims::PrimGraph>(with_kernels(*prim_graph, name, settings));
       remap_outputs(output, prim_graph->outputs(), fused->outputs());
       prim_graph = std::move(fused);
     }
     auto executor = std::make_unique<runtime::PrimExecutor>(prim_graph, std::move(output));
-    if (kernels && keep_parameter_kernels && parameter_kernel_cache()) {
+    if (kernels && keep_parameter_kernels && settings.parameter_kernel_cache) {
       executor->memoize_nodes(parameter_kernel_nodes(*prim_graph));
     }
     stats().prim_graphs++;
@@ -246,17 +270,17 @@ std::unique_ptr<runtime::GraphExecutor> callable_executor(const graph::Graph& gr
 }  // namespace
 
 // The executor for `graph` under `backend`, before CUDA graphs.
-// `cuda_graphs`: the executor will be captured into CUDA graphs, whose
-// replays would not see a kept parameter kernel go stale.
+// `settings.cuda_graphs`: the executor will be captured into CUDA graphs,
+// whose replays would not see a kept parameter kernel go stale.
 std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& graph, const std::string& backend,
-                                                         const std::string& name, bool autotune, bool cuda_graphs) {
+                                                         const std::string& name, const Settings& settings) {
   // "inductor": aot_eager's pipeline with pointwise and reduction groups
   // compiled to kernels, CPU or CUDA by where the graph's inputs live; with
   // that target's kernels off or unavailable it replays the graph eagerly
   // (kiln.compile warns once for the CPU).
   const bool kernels =
-      backend == "inductor" && (on_cuda(graph) ? cuda_kernels() && inductor::cuda_kernels_available()
-                                               : cpu_kernels() && inductor::cpu_kernels_available());
+      backend == "inductor" && (on_cuda(graph) ? settings.cuda_kernels && inductor::cuda_kernels_available()
+                                               : settings.cpu_kernels && inductor::cpu_kernels_available());
   if (backend != "aot_eager" && !kernels) return std::make_unique<runtime::EagerExecutor>(graph);
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);
@@ -272,24 +296,23 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));
   std::unique_ptr<runtime::GraphExecutor> executor =
-      training ? autograd_executor(name, std::move(*decomposition), kernels, autotune, &why)
-               : inference_executor(name, std::move(*decomposition), kernels, on_cuda(graph) && !cuda_graphs,
-                                   autotune, &why);
+      training ? autograd_executor(name, std::move(*decomposition), kernels, settings, &why)
+               : inference_executor(name, std::move(*decomposition), kernels,
+                                    on_cuda(graph) && !settings.cuda_graphs, settings, &why);
   if (!executor) return eager(graph, name, why);
   if (!split.any) return executor;
   return std::make_unique<runtime::BuiltOutputExecutor>(std::move(executor), graph, std::move(split.builders),
                                                         std::move(split.leaves));
 }
 
-std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
-                                                      const std::string& backend,
-                                                      const std::string& name, bool cuda_graphs, bool autotune,
-                                                      PyObject* backend_callable) {
-  if (backend_callable != nullptr) return callable_executor(graph, name, backend_callable);
+std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph, const CompileConfig& config,
+                                                      const std::string& name) {
+  if (config.backend_callable) return callable_executor(graph, name, config.backend_callable.get());
+  const Settings settings = resolve_settings(config);
   const runtime::Stopwatch clock;
-  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, backend, name, autotune, cuda_graphs);
-  KILN_LOG(perf, "backend " << backend << " for " << name << ": " << clock.ms() << " ms");
-  if (!cuda_graphs) return executor;
+  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, config.backend, name, settings);
+  KILN_LOG(perf, "backend " << config.backend << " for " << name << ": " << clock.ms() << " ms");
+  if (!settings.cuda_graphs) return executor;
   const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));
   if (!refusal.empty()) {
     KILN_LOG(backend, "reduce-overhead: " << name << " runs without CUDA graphs: " << refusal);

@@ -12,19 +12,20 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "interpreter/compile_config.h"
 #include "runtime/graph_executor.h"
 
 namespace kiln::interpreter {
 
-// Returns the executor for `graph` (which must outlive it) under `backend`,
-// captured as a CUDA graph when `cuda_graphs` and the graph allows it, its
-// CUDA kernels autotuned when `autotune`; `backend_callable` is the
-// callable of backend "callable". `name` labels log lines. Never fails: a
-// graph aot_eager cannot take runs eagerly, with a `backend` log line
-// saying why.
-std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
-                                                      const std::string& backend,
-                                                      const std::string& name, bool cuda_graphs = false,
-                                                      bool autotune = false, PyObject* backend_callable = nullptr);
+// Returns the executor for `graph` (which must outlive it) under
+// `config`'s backend, captured as a CUDA graph under mode="reduce-overhead"
+// where the graph allows it, its CUDA kernels autotuned under
+// "max-autotune", with the kiln.config settings its options= set and the
+// process-wide ones now for the rest (also for graphs it builds later, such
+// as a backward without some gradients). `name` labels log lines. Never
+// fails: a graph aot_eager cannot take runs eagerly, with a `backend` log
+// line saying why.
+std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph, const CompileConfig& config,
+                                                      const std::string& name);
 
 }  // namespace kiln::interpreter

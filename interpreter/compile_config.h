@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,15 @@ struct TraceCollector {
   std::vector<std::string> reasons;  // "file:line: why (hint)" per failure
   std::string dump;                  // bytecode, graph, guards, breaks
   bool want_dump = false;
+};
+
+// kiln.config settings one kiln.compile(options={...}) call sets for its own
+// graphs; unset ones read the process-wide value when a graph is compiled.
+struct SettingOverrides {
+  std::optional<bool> cpu_kernels;
+  std::optional<bool> cuda_kernels;
+  std::optional<bool> parameter_kernel_cache;
+  std::optional<inductor::MatmulPolicy> cpu_matmul;
 };
 
 // One kiln.compile() call's settings. Cache entries are tagged with the id,
@@ -45,6 +55,7 @@ struct CompileConfig {
   // (Note [CUDA autotuning] in inductor/cuda/cuda_autotune.cpp).
   bool autotune = false;
   bool fullgraph = false;
+  SettingOverrides settings;  // kiln.compile(options=...)
   // kiln.compile(dynamic=...): None learns dynamic dims from recompiles,
   // True makes every argument dim dynamic, False keeps sizes static.
   enum class Dynamic : uint8_t { Automatic, Always, Never } dynamic = Dynamic::Automatic;

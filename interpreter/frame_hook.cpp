@@ -297,8 +297,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     entry->compiled->graph = std::move(result.graph);
     {
       ConfigScope untraced(nullptr);  // decomposing may call into Python
-      entry->compiled->executor = make_executor(*entry->compiled->graph, config.backend, code_name(code),
-                                                 config.cuda_graphs, config.autotune, config.backend_callable.get());
+      entry->compiled->executor = make_executor(*entry->compiled->graph, config, code_name(code));
     }
     if (result.partial && config.fullgraph) {
       result.ok = false;  // fullgraph=True: a graph break is an error

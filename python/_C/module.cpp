@@ -158,6 +158,35 @@ std::string callable_name(PyObject* fn) {
 // _C.compiled(fn, backend, fullgraph, dynamic=None, name=None, mode=None) -> callable
 // running fn under a new config; `name` labels it in kiln --report. A
 // backend that is not a string is a callable backend (kiln._fx).
+// Reads kiln.compile(options=...)'s kiln.config settings (validated by
+// kiln.compile_api) into `out`; false with a Python error on a bad one.
+bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrides* out) {
+  if (!PyDict_Check(options)) {
+    PyErr_SetString(PyExc_TypeError, "options must be a dict");
+    return false;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(options, &pos, &key, &value)) {
+    const std::string name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : "";
+    std::optional<bool>* flag = name == "cpu_kernels"              ? &out->cpu_kernels
+                                : name == "cuda_kernels"           ? &out->cuda_kernels
+                                : name == "parameter_kernel_cache" ? &out->parameter_kernel_cache
+                                                                   : nullptr;
+    if (flag && PyBool_Check(value)) {
+      *flag = value == Py_True;
+    } else if (const auto policy = name == "cpu_matmul" && PyUnicode_Check(value)
+                                       ? kiln::inductor::matmul_policy_from_name(PyUnicode_AsUTF8(value))
+                                       : std::nullopt) {
+      out->cpu_matmul = *policy;
+    } else {
+      PyErr_Format(PyExc_ValueError, "options: bad setting %R: %R", key, value);
+      return false;
+    }
+  }
+  return true;
+}
+
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
   PyObject* backend;
@@ -165,7 +194,10 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* dynamic = Py_None;
   const char* name = nullptr;
   const char* mode = nullptr;
-  if (!PyArg_ParseTuple(args, "OOp|Ozz", &fn, &backend, &fullgraph, &dynamic, &name, &mode)) return nullptr;
+  PyObject* options = Py_None;
+  if (!PyArg_ParseTuple(args, "OOp|OzzO", &fn, &backend, &fullgraph, &dynamic, &name, &mode, &options)) {
+    return nullptr;
+  }
   if (!PyUnicode_Check(backend) && !PyCallable_Check(backend)) {
     PyErr_SetString(PyExc_TypeError, "backend must be a name or a callable");
     return nullptr;
@@ -188,6 +220,7 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
   // copies every output): "max-autotune-no-cudagraphs" is the same.
   config->autotune =
       mode != nullptr && (std::string(mode) == "max-autotune" || std::string(mode) == "max-autotune-no-cudagraphs");
+  if (options != Py_None && !read_setting_overrides(options, &config->settings)) return nullptr;
   config->dynamic = dynamic == Py_None   ? CompileConfig::Dynamic::Automatic
                     : dynamic == Py_True ? CompileConfig::Dynamic::Always
                                          : CompileConfig::Dynamic::Never;

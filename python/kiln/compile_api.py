@@ -8,6 +8,11 @@ from . import _C, config, policy
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# options= keys: kiln.config settings a compile may set for its own graphs,
+# and torch.compile's inductor options that have a kiln meaning (the mode
+# they stand for).
+SETTING_OPTIONS = {"cpu_kernels": bool, "cuda_kernels": bool, "parameter_kernel_cache": bool, "cpu_matmul": str}
+TORCH_OPTIONS = {"triton.cudagraphs": "reduce-overhead", "max_autotune": "max-autotune"}
 
 # The targets ("CPU", "CUDA") whose eager replay kiln.compile has warned of.
 _warned_inductor = set()
@@ -50,7 +55,39 @@ def _check_options(backend, mode, dynamic):
                           f"backend (replayed through torch): {why}", RuntimeWarning, stacklevel=3)
 
 
-def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None):
+def _mode_and_settings(mode, options):
+    """(mode, kiln.config settings) from kiln.compile's mode= and options=."""
+    if options is None:
+        return mode, None
+    if not isinstance(options, dict):
+        raise TypeError(f"kiln.compile: options must be a dict, got {type(options).__name__}")
+    if mode is not None:
+        raise ValueError("kiln.compile: give mode or options, not both (as torch.compile)")
+    unknown = sorted(k for k in options if k not in SETTING_OPTIONS and k not in TORCH_OPTIONS)
+    if unknown:
+        raise ValueError(f"kiln.compile: unknown options {unknown}; valid: "
+                         + ", ".join(sorted(SETTING_OPTIONS) + sorted(TORCH_OPTIONS)))
+    settings = {}
+    for key, value in options.items():
+        if key in TORCH_OPTIONS:
+            if not isinstance(value, bool):
+                raise TypeError(f"kiln.compile: options[{key!r}] must be a bool, got {type(value).__name__}")
+            if value:
+                if mode is not None:
+                    raise ValueError(f"kiln.compile: options {sorted(k for k in options if k in TORCH_OPTIONS)} "
+                                     "ask for two modes; kiln's autotuning adds no CUDA graphs")
+                mode = TORCH_OPTIONS[key]
+            continue
+        if not isinstance(value, SETTING_OPTIONS[key]):
+            raise TypeError(f"kiln.compile: options[{key!r}] must be a {SETTING_OPTIONS[key].__name__}, "
+                            f"got {type(value).__name__}")
+        if key == "cpu_matmul" and value not in ("auto", "kiln", "aten"):
+            raise ValueError(f"kiln.compile: options['cpu_matmul'] must be 'auto', 'kiln' or 'aten', got {value!r}")
+        settings[key] = value
+    return mode, settings
+
+
+def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None):
     """Returns fn_or_module with its frames traced into graphs and run compiled.
 
     Usable as kiln.compile(f), @kiln.compile and @kiln.compile(fullgraph=True).
@@ -65,11 +102,17 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     A callable backend gets each captured graph as torch.compile's custom
     backends do, backend(gm: torch.fx.GraphModule, example_inputs), on the
     graph's first call, and kiln runs what it returns (kiln._fx).
+    options= sets kiln.config settings for this compile's graphs only
+    ("cpu_kernels", "cuda_kernels", "parameter_kernel_cache", "cpu_matmul"),
+    and takes torch.compile's {"triton.cudagraphs": True} and
+    {"max_autotune": True} for the modes they mean; like torch.compile, not
+    together with mode=.
     """
     _check_options(backend, mode, dynamic)
+    compile_mode, settings = _mode_and_settings(mode, options)
     if fn_or_module is None:
         return lambda target: compile(target, fullgraph=fullgraph, dynamic=dynamic,
-                                      backend=backend, mode=mode)
+                                      backend=backend, mode=mode, options=options)
     if not callable(fn_or_module):
         raise TypeError(f"kiln.compile expects a function or an nn.Module, got "
                         f"{type(fn_or_module).__name__}")
@@ -78,8 +121,9 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     if isinstance(fn_or_module, torch.nn.Module):
         from .compiled_module import CompiledModule
         return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
-                                                        dynamic, policy.module_label(fn_or_module), mode))
-    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic, None, mode)
+                                                        dynamic, policy.module_label(fn_or_module), compile_mode,
+                                                        settings))
+    wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic, None, compile_mode, settings)
     _copy_metadata(wrapper, fn_or_module)
     return wrapper
 

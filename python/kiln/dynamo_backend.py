@@ -25,12 +25,10 @@ def backend(gm, example_inputs, mode=None, options=None):
     """torch.compile's backend contract: a callable that runs `gm` for inputs
     like `example_inputs`, here kiln.compile of its forward. `mode` is
     kiln.compile's (None, "default", "reduce-overhead"); `options` may name
-    kiln's backend: {"backend": "inductor" | "aot_eager" | "eager"}."""
+    kiln's backend, {"backend": "inductor" | "aot_eager" | "eager"}, and
+    holds kiln.compile's options= otherwise (unknown ones raise there)."""
     options = dict(options or {})
     kiln_backend = options.pop("backend", "inductor")
-    if options:
-        raise ValueError(f"kiln's torch.compile backend takes options {{'backend': ...}} only, "
-                         f"not {sorted(options)}")
     if kiln_backend not in _BACKENDS:
         raise ValueError(f"kiln's torch.compile backend: options['backend'] must be one of {_BACKENDS}, "
                          f"not {kiln_backend!r}")
@@ -39,7 +37,8 @@ def backend(gm, example_inputs, mode=None, options=None):
     real_recompile = getattr(gm, "real_recompile", None)
     if real_recompile is not None:
         real_recompile()
-    return _kiln_compile(gm.forward, backend=kiln_backend, mode=None if mode == "default" else mode)
+    return _kiln_compile(gm.forward, backend=kiln_backend, mode=None if mode == "default" else mode,
+                         options=options or None)
 
 
 def register():
