@@ -74,10 +74,12 @@ def main():
                      for p, q in zip(model.parameters(), reference.parameters()))
     ok = loss_diff <= args.tolerance and param_diff <= args.tolerance
     s = kiln.stats()
-    print(f"rank {rank} ({args.wrap}): loss {eager_losses[0]:.4f} -> {eager_losses[-1]:.4f} eager, "
+    line = (f"rank {rank} ({args.wrap}): loss {eager_losses[0]:.4f} -> {eager_losses[-1]:.4f} eager, "
           f"{kiln_losses[0]:.4f} -> {kiln_losses[-1]:.4f} kiln; largest relative difference: losses {loss_diff:.1e}, "
           f"parameters {param_diff:.1e}; kiln: {s['traces']} traces, {s['graph_breaks']} breaks, "
-          f"{s['autograd_graphs']} autograd graphs, {s['prim_fallbacks']} prim fallbacks", flush=True)
+          f"{s['autograd_graphs']} autograd graphs, {s['prim_fallbacks']} prim fallbacks")
+    sys.stdout.write(line + "\n")  # one write: the ranks share the terminal
+    sys.stdout.flush()
     dist.destroy_process_group()
     return 0 if ok else 1
 

@@ -13,6 +13,7 @@
 #include "prims/prim_error.h"
 
 #include "interpreter/compile_config.h"
+#include "prims/common_nodes.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/built_output_executor.h"
@@ -292,6 +293,12 @@ std::unique_ptr<runtime::GraphExecutor> backend_executor(const graph::Graph& gra
       graph, runtime::grad_mode_enabled(), &why, split.any ? &split.leaf_output : nullptr,
       split.any ? &split.builders : nullptr);
   if (!decomposition) return eager(graph, name, "not decomposed: " + why);
+  if (prims::PrimGraph merged; prims::merge_common_nodes(*decomposition->graph, &merged)) {
+    KILN_LOG(prims, "common nodes merged in " << name << ": " << decomposition->graph->nodes().size() << " -> "
+                                              << merged.nodes().size() << " nodes");
+    remap_outputs(decomposition->output, decomposition->graph->outputs(), merged.outputs());
+    decomposition->graph = std::make_shared<prims::PrimGraph>(std::move(merged));
+  }
   KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                     << " calls decomposed, " << decomposition->extern_calls
                                     << " externs)\n" << prims::format_prim_graph(*decomposition->graph));

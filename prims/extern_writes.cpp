@@ -37,24 +37,57 @@ std::vector<int> node_reads(const PrimNode& node) {
 // graph keeps them when it orders kernels (Note [Kernel nodes]). An extern
 // marked pure (PrimAttrs::extern_pure: kiln's own calls of functional torch
 // ops, Note [Bias epilogues]) writes nothing and aliases nothing.
-std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
-  const int values = static_cast<int>(graph.values().size());
-  std::vector<int> parent(values);
-  for (int v = 0; v < values; ++v) parent[v] = v;
-  std::function<int(int)> find = [&](int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); };
-  auto unite = [&](int a, int b) { parent[find(a)] = find(b); };
-  const int count = static_cast<int>(graph.nodes().size());
+namespace {
+
+// The alias classes of a graph's values (a view's output and its input, an
+// extern's outputs and its arguments share one), and the extern calls not
+// marked pure.
+struct AliasClasses {
+  std::vector<int> parent;
   std::vector<int> externs;
-  for (int n = 0; n < count; ++n) {
+
+  int find(int v) {
+    while (parent[v] != v) v = parent[v] = parent[parent[v]];
+    return v;
+  }
+};
+
+AliasClasses alias_classes(const PrimGraph& graph) {
+  AliasClasses classes;
+  const int values = static_cast<int>(graph.values().size());
+  classes.parent.resize(values);
+  for (int v = 0; v < values; ++v) classes.parent[v] = v;
+  for (int n = 0; n < static_cast<int>(graph.nodes().size()); ++n) {
     const PrimNode& node = graph.node(n);
     const bool aliases = (node.prim == Prim::Extern && !node.attrs.extern_pure) ||
                          prim_info(node.prim).family == Family::View;
     if (!aliases) continue;
-    if (node.prim == Prim::Extern) externs.push_back(n);
+    if (node.prim == Prim::Extern) classes.externs.push_back(n);
     for (int read : node_reads(node)) {
-      for (int made : node.outputs) unite(read, made);
+      for (int made : node.outputs) classes.parent[classes.find(read)] = classes.find(made);
     }
   }
+  return classes;
+}
+
+}  // namespace
+
+std::vector<bool> writable_values(const PrimGraph& graph) {
+  AliasClasses classes = alias_classes(graph);
+  std::vector<bool> written_class(graph.values().size(), false);
+  for (int e : classes.externs) {
+    for (int v : node_reads(graph.node(e))) written_class[classes.find(v)] = true;
+  }
+  std::vector<bool> writable(graph.values().size(), false);
+  for (size_t v = 0; v < writable.size(); ++v) writable[v] = written_class[classes.find(static_cast<int>(v))];
+  return writable;
+}
+
+std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
+  AliasClasses classes = alias_classes(graph);
+  const std::vector<int>& externs = classes.externs;
+  auto find = [&](int v) { return classes.find(v); };
+  const int count = static_cast<int>(graph.nodes().size());
   std::vector<std::pair<int, int>> edges;
   if (externs.empty()) return edges;
   std::vector<std::vector<int>> reads(count);

@@ -19,4 +19,8 @@ std::vector<int> node_reads(const PrimNode& node);
 // in that order because an extern call may write a tensor both read.
 std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph);
 
+// Per value: whether an extern call not marked pure may write it (it shares
+// an alias class with one of the call's arguments).
+std::vector<bool> writable_values(const PrimGraph& graph);
+
 }  // namespace kiln::prims

@@ -822,3 +822,33 @@ def test_appending_to_an_empty_cache_trains_like_eager(capfd):
     (g,) = torch.autograd.grad(got[0].sum() + got[1].square().sum(), x)
     (w,) = torch.autograd.grad(want[0].sum() + want[1].square().sum(), x)
     torch.testing.assert_close(g, w)
+
+
+def layers_sharing_a_mask(x, mask):
+    for _ in range(3):  # each layer converts the same mask, as transformers' layers do
+        x = torch.softmax(x + torch.where(mask, 0.0, -1e4), -1) @ x
+    return x
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_repeated_work_is_merged_into_one_node(grad, capfd):
+    # Note [Common nodes] in prims/common_nodes.cpp.
+    x = torch.randn(6, 6, requires_grad=grad)
+    mask = torch.rand(6, 6) > 0.5
+    compiled = kiln.compile(layers_sharing_a_mask, backend="aot_eager")
+    kiln._C.set_logs("prims")
+    try:
+        got = compiled(x, mask)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    torch.testing.assert_close(got, layers_sharing_a_mask(x, mask))
+    assert "common nodes merged" in log, log
+    prim_graph = log[log.index("prim graph for"):]
+    prim_graph = prim_graph[:prim_graph.index("\nreturn")]
+    assert prim_graph.count("where(") == 1, prim_graph
+    if grad:
+        xe = x.detach().clone().requires_grad_()
+        got.sum().backward()
+        layers_sharing_a_mask(xe, mask).sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad)
