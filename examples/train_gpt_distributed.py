@@ -1,14 +1,18 @@
-"""Trains the small GPT of examples/gpt.py under DistributedDataParallel,
+"""Trains the small GPT of examples/gpt.py data-parallel (DDP or FSDP2),
 eagerly and compiled by kiln, from the same weights and batches (each rank
-its own), and checks that kiln gives eager DDP's losses and parameters.
+its own), and checks that kiln gives the eager run's losses and parameters.
 
-    torchrun --nproc_per_node=2 examples/train_gpt_ddp.py [--steps 20] [--wrap inner|outer] [--backend inductor]
-                                                          [--device cpu|cuda]
+    torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|fsdp] [--steps 20]
+                                                                  [--backend inductor] [--device cpu|cuda]
 
---wrap inner is DDP(kiln.compile(model)); outer is kiln.compile(DDP(model)).
-CPU processes talk through gloo, GPUs (one per rank) through NCCL. Exits
-with 1 when a loss or a parameter differs from eager DDP's by more than
---tolerance (relative).
+--wrap inner is DDP(kiln.compile(model)); outer is kiln.compile(DDP(model));
+fsdp is FSDP2's per-block pattern: fully_shard each transformer block and
+compile its forward (`block.forward = kiln.compile(block.forward)`: FSDP's
+hooks, which all-gather and free the parameters around the forward, run
+eagerly around the compiled graph), then fully_shard the model. The eager
+run uses the same wrapping without kiln. CPU processes talk through gloo,
+GPUs (one per rank) through NCCL. Exits with 1 when a loss or a parameter
+differs from the eager run's by more than --tolerance (relative).
 """
 import argparse
 import copy
@@ -17,6 +21,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +45,25 @@ def train(model, steps, rank, device):
     return losses
 
 
+def wrap(model, how, compiled, backend, device_ids):
+    """`model` wrapped for data parallelism as --wrap says, with kiln where `compiled`."""
+    compile_ = (lambda fn: kiln.compile(fn, backend=backend)) if compiled else (lambda fn: fn)
+    if how == "inner":
+        return DDP(compile_(model), device_ids=device_ids)
+    if how == "outer":
+        return compile_(DDP(model, device_ids=device_ids))
+    for block in model.blocks:
+        fully_shard(block)
+        block.forward = compile_(block.forward)
+    fully_shard(model)
+    return model
+
+
+def local(t):
+    """This rank's part of a parameter (its shard under FSDP2)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def relative_difference(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
@@ -47,7 +71,7 @@ def relative_difference(a, b):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--wrap", choices=["inner", "outer"], default="inner")
+    parser.add_argument("--wrap", choices=["inner", "outer", "fsdp"], default="inner")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -63,14 +87,10 @@ def main():
     model = GPT(vocab).to(device)
     reference = copy.deepcopy(model)
     ids = [device.index] if cuda else None
-    eager_losses = train(DDP(reference, device_ids=ids), args.steps, rank, device)
-    if args.wrap == "inner":
-        compiled = DDP(kiln.compile(model, backend=args.backend), device_ids=ids)
-    else:
-        compiled = kiln.compile(DDP(model, device_ids=ids), backend=args.backend)
-    kiln_losses = train(compiled, args.steps, rank, device)
+    eager_losses = train(wrap(reference, args.wrap, False, args.backend, ids), args.steps, rank, device)
+    kiln_losses = train(wrap(model, args.wrap, True, args.backend, ids), args.steps, rank, device)
     loss_diff = relative_difference(torch.tensor(kiln_losses), torch.tensor(eager_losses))
-    param_diff = max(relative_difference(p.detach(), q.detach())
+    param_diff = max(relative_difference(local(p.detach()), local(q.detach()))
                      for p, q in zip(model.parameters(), reference.parameters()))
     ok = loss_diff <= args.tolerance and param_diff <= args.tolerance
     s = kiln.stats()
