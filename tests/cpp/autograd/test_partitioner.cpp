@@ -95,15 +95,20 @@ TEST(Partitioner, MinCutSavesNoMoreThanSavingEverythingNeeded) {
   EXPECT_LE(min_cut.saved_bytes, all.saved_bytes);
 }
 
-TEST(Partitioner, ElementwiseChainIsRecomputedFromItsInput) {
-  // y = sigmoid(exp(tanh(x))): saving x alone lets the backward recompute
-  // the chain; saving the intermediates would cost three times as much.
+// sum(sigmoid(exp(tanh(x)))) over 64 float64 values.
+prims::PrimGraph elementwise_chain() {
   prims::PrimGraph g;
   prims::PrimBuilder b(g);
   const int x = g.add_input(f64({64}));
   const int y = b.unary(Prim::Sigmoid, b.unary(Prim::Exp, b.unary(Prim::Tanh, x)));
   g.set_outputs({b.reduce(Prim::Sum, y, {}, false)});
-  JointGraph joint = build_joint_graph(g, {true});
+  return g;
+}
+
+TEST(Partitioner, ElementwiseChainIsRecomputedFromItsInput) {
+  // y = sigmoid(exp(tanh(x))): saving x alone lets the backward recompute
+  // the chain; saving the intermediates would cost three times as much.
+  JointGraph joint = build_joint_graph(elementwise_chain(), {true});
   Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
   EXPECT_EQ(part.saved_count, 1);
   EXPECT_EQ(part.saved_bytes, 64 * 8);
@@ -114,12 +119,7 @@ TEST(Partitioner, ElementwiseChainIsRecomputedFromItsInput) {
 TEST(Partitioner, RecomputationRunsWhereTheBackwardNeedsIt) {
   // Note [Late recomputation]: the recomputed chain runs after the nodes
   // that read the incoming gradient before it, not at the start.
-  prims::PrimGraph g;
-  prims::PrimBuilder b(g);
-  const int x = g.add_input(f64({64}));
-  const int y = b.unary(Prim::Sigmoid, b.unary(Prim::Exp, b.unary(Prim::Tanh, x)));
-  g.set_outputs({b.reduce(Prim::Sum, y, {}, false)});
-  JointGraph joint = build_joint_graph(g, {true});
+  JointGraph joint = build_joint_graph(elementwise_chain(), {true});
   Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
   ASSERT_EQ(part.backward.verify(), "");
   const int grad = part.backward.inputs().at(part.saved_count);

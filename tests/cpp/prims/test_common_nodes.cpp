@@ -4,17 +4,13 @@
 
 #include "prims/common_nodes.h"
 #include "prims/prim_graph.h"
-#include "tests/cpp/runtime/python_test_util.h"
+#include "tests/cpp/prims/prim_graph_test_util.h"
 
 namespace kiln::prims {
 namespace {
 
-graph::TensorMeta f32(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.sizes = sizes;
-  meta.strides = graph::contiguous_strides(sizes);
-  return meta;
-}
+using test::add_in_place;
+using test::f32;
 
 int where_mask(PrimGraph& g, int mask) {
   // where(mask, 0, -65504): the additive form of a boolean attention mask.
@@ -68,16 +64,10 @@ TEST(CommonNodes, TwoOutputsStayTwoTensorsAndRandomDrawsStayApart) {
 
 TEST(CommonNodes, ReadsOfATensorAnExternWritesStayApart) {
   // neg(x) before and after x.add_(1) differ.
-  test::PyRef add_ = test::eval("torch.Tensor.add_");
   PrimGraph g;
   const int x = g.add_input(f32({4}));
   const int before = g.add_node1(Prim::Neg, {PrimArg::of_value(x)}, {}, f32({4}));
-  PrimAttrs call;
-  call.target = add_.get();
-  Py_INCREF(call.target);
-  call.target_name = "Tensor.add_";
-  call.extern_args = {graph::Arg::of_node(x), graph::Arg::of_node(before)};
-  g.add_node1(Prim::Extern, {}, std::move(call), f32({4}));
+  add_in_place(g, x, before);
   const int after = g.add_node1(Prim::Neg, {PrimArg::of_value(x)}, {}, f32({4}));
   const int out = g.add_node1(Prim::Add, {PrimArg::of_value(before), PrimArg::of_value(after)}, {}, f32({4}));
   g.set_outputs({out});

@@ -4,17 +4,14 @@
 
 #include "prims/prim_graph.h"
 #include "prims/subgraph.h"
+#include "tests/cpp/prims/prim_graph_test_util.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::prims {
 namespace {
 
-graph::TensorMeta f32(std::vector<int64_t> sizes) {
-  graph::TensorMeta meta;
-  meta.sizes = sizes;
-  meta.strides = graph::contiguous_strides(sizes);
-  return meta;
-}
+using test::add_in_place;
+using test::f32;
 
 TEST(PrimGraph, BuildsAndPrintsNodesWithScalarsAndAttributes) {
   PrimGraph g;
@@ -94,17 +91,11 @@ TEST(PrimGraph, SinkToFirstUseMovesLateNodesDownToTheirFirstReader) {
 TEST(PrimGraph, SinkToFirstUseKeepsALateReaderBeforeAnExternThatMayWriteItsInput) {
   // neg(x) reads x before an extern call that may write x (Note [Extern
   // writes]); it stays before the call although its reader comes after.
-  test::PyRef add_ = test::eval("torch.Tensor.add_");
   PrimGraph g;
   const int x = g.add_input(f32({4}));
   const int grad = g.add_input(f32({4}));
   const int neg = g.add_node1(Prim::Neg, {PrimArg::of_value(x)}, {}, f32({4}));
-  PrimAttrs call;
-  call.target = add_.get();
-  Py_INCREF(call.target);
-  call.target_name = "Tensor.add_";
-  call.extern_args = {graph::Arg::of_node(x), graph::Arg::of_node(grad)};
-  const int written = g.add_node1(Prim::Extern, {}, std::move(call), f32({4}));
+  const int written = add_in_place(g, x, grad);
   const int out = g.add_node1(Prim::Add, {PrimArg::of_value(written), PrimArg::of_value(neg)}, {}, f32({4}));
   g.set_outputs({out});
   PrimGraph sunk;
