@@ -4,6 +4,7 @@ its own), and checks that kiln gives the eager run's losses and parameters.
 
     torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|fsdp] [--steps 20]
                                                                   [--backend inductor] [--device cpu|cuda]
+                                                                  [--bench] [--compare-tc]
 
 --wrap inner is DDP(kiln.compile(model)); outer is kiln.compile(DDP(model));
 fsdp is FSDP2's per-block pattern: fully_shard each transformer block and
@@ -13,11 +14,19 @@ eagerly around the compiled graph), then fully_shard the model. The eager
 run uses the same wrapping without kiln. CPU processes talk through gloo,
 GPUs (one per rank) through NCCL. Exits with 1 when a loss or a parameter
 differs from the eager run's by more than --tolerance (relative).
+
+--bench trains a larger GPT (6 layers, width 512, 256 tokens of context,
+random tokens, bf16 autocast on the GPU) and prints each rank's median
+step time after --warmup steps; --compare-tc adds torch.compile under the
+same wrapping (for fsdp, each block's forward) to the timings.
 """
 import argparse
+import contextlib
 import copy
 import os
+import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,25 +38,52 @@ import kiln  # noqa: E402
 from gpt import GPT, batch, dataset  # noqa: E402
 
 
-def train(model, steps, rank, device):
-    """Losses of `steps` SGD steps on this rank's batches."""
+BENCH = dict(width=512, heads=8, layers=6, context=256)
+BENCH_BATCH = 16
+
+
+def batches(args, rank, vocab):
+    """This rank's batch maker: windows of the example text, or random tokens under --bench."""
     data, _ = dataset()
     generator = torch.Generator().manual_seed(1000 + rank)
+    if not args.bench:
+        return lambda: batch(data, generator)
+
+    def random_tokens():
+        x = torch.randint(0, vocab, (BENCH_BATCH, BENCH["context"] + 1), generator=generator)
+        return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+    return random_tokens
+
+
+def train(model, args, rank, device, vocab):
+    """(losses, step times in ms) of args.steps SGD steps on this rank's batches."""
+    next_batch = batches(args, rank, vocab)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(steps):
-        x, y = batch(data, generator)
-        loss = model(x.to(device), y.to(device))
+    losses, times = [], []
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.bench and device.type == "cuda"
+                else contextlib.nullcontext())
+    for _ in range(args.steps):
+        x, y = next_batch()
+        start = time.perf_counter()
+        with autocast:
+            loss = model(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    return losses
+        losses.append(loss.item())  # waits for the step
+        times.append((time.perf_counter() - start) * 1e3)
+    return losses, times
 
 
-def wrap(model, how, compiled, backend, device_ids):
-    """`model` wrapped for data parallelism as --wrap says, with kiln where `compiled`."""
-    compile_ = (lambda fn: kiln.compile(fn, backend=backend)) if compiled else (lambda fn: fn)
+def wrap(model, how, compiler, backend, device_ids):
+    """`model` wrapped for data parallelism as --wrap says, compiled by
+    `compiler` ("kiln", "torch.compile" or None for eager)."""
+    if compiler == "kiln":
+        compile_ = lambda fn: kiln.compile(fn, backend=backend)  # noqa: E731
+    elif compiler == "torch.compile":
+        compile_ = torch.compile
+    else:
+        compile_ = lambda fn: fn  # noqa: E731
     if how == "inner":
         return DDP(compile_(model), device_ids=device_ids)
     if how == "outer":
@@ -75,6 +111,9 @@ def main():
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bench", action="store_true", help="a larger GPT, random tokens, bf16 on the GPU, timings")
+    parser.add_argument("--compare-tc", action="store_true", help="also time torch.compile under the same wrapping")
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timings")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -84,11 +123,16 @@ def main():
         torch.cuda.set_device(device)
     torch.manual_seed(0)
     _, vocab = dataset()
-    model = GPT(vocab).to(device)
+    model = GPT(vocab, **(BENCH if args.bench else {})).to(device)
     reference = copy.deepcopy(model)
+    tc_model = copy.deepcopy(model) if args.compare_tc else None
     ids = [device.index] if cuda else None
-    eager_losses = train(wrap(reference, args.wrap, False, args.backend, ids), args.steps, rank, device)
-    kiln_losses = train(wrap(model, args.wrap, True, args.backend, ids), args.steps, rank, device)
+    eager_losses, eager_times = train(wrap(reference, args.wrap, None, args.backend, ids), args, rank, device, vocab)
+    timed = {"eager": eager_times}
+    if args.compare_tc:
+        _, timed["torch.compile"] = train(wrap(tc_model, args.wrap, "torch.compile", args.backend, ids), args, rank,
+                                          device, vocab)
+    kiln_losses, timed["kiln"] = train(wrap(model, args.wrap, "kiln", args.backend, ids), args, rank, device, vocab)
     loss_diff = relative_difference(torch.tensor(kiln_losses), torch.tensor(eager_losses))
     param_diff = max(relative_difference(local(p.detach()), local(q.detach()))
                      for p, q in zip(model.parameters(), reference.parameters()))
@@ -98,6 +142,9 @@ def main():
           f"{kiln_losses[0]:.4f} -> {kiln_losses[-1]:.4f} kiln; largest relative difference: losses {loss_diff:.1e}, "
           f"parameters {param_diff:.1e}; kiln: {s['traces']} traces, {s['graph_breaks']} breaks, "
           f"{s['autograd_graphs']} autograd graphs, {s['prim_fallbacks']} prim fallbacks")
+    if args.bench or args.compare_tc:
+        line += "; median step ms: " + ", ".join(
+            f"{name} {statistics.median(times[args.warmup:] or times):.2f}" for name, times in timed.items())
     sys.stdout.write(line + "\n")  # one write: the ranks share the terminal
     sys.stdout.flush()
     dist.destroy_process_group()
