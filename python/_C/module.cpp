@@ -155,9 +155,6 @@ std::string callable_name(PyObject* fn) {
   return name;
 }
 
-// _C.compiled(fn, backend, fullgraph, dynamic=None, name=None, mode=None) -> callable
-// running fn under a new config; `name` labels it in kiln --report. A
-// backend that is not a string is a callable backend (kiln._fx).
 // Reads kiln.compile(options=...)'s kiln.config settings (validated by
 // kiln.compile_api) into `out`; false with a Python error on a bad one.
 bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrides* out) {
@@ -187,6 +184,10 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
   return true;
 }
 
+// _C.compiled(fn, backend, fullgraph, dynamic=None, name=None, mode=None,
+// options=None) -> callable running fn under a new config; `name` labels it
+// in kiln --report, `options` holds kiln.config settings for its graphs. A
+// backend that is not a string is a callable backend (kiln._fx).
 PyObject* py_compiled(PyObject*, PyObject* args) {
   PyObject* fn;
   PyObject* backend;
