@@ -1,10 +1,10 @@
 #include "prims/subgraph.h"
 
-#include "prims/extern_writes.h"
-
 #include <algorithm>
 #include <string>
 #include <utility>
+
+#include "prims/extern_writes.h"
 
 namespace kiln::prims {
 namespace {
