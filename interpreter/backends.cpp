@@ -82,8 +82,6 @@ Settings resolve_settings(const CompileConfig& config) {
   return s;
 }
 
-// A graph that records gradients: the joint forward+backward graph of its
-// decomposition, partitioned, run as a torch.autograd.Function.
 // The inductor's rewrite of a prim graph: pointwise groups become compiled
 // kernels (inductor/fuse_kernels.h), CUDA ones autotuned at their first
 // launch under mode="max-autotune"; logged and counted.
@@ -134,6 +132,8 @@ void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::v
   for (graph::Arg& item : arg.items) remap_outputs(item, before, after);
 }
 
+// A graph that records gradients: the joint forward+backward graph of its
+// decomposition, partitioned, run as a torch.autograd.Function.
 // Null, with *why set, where kiln's autograd cannot take the graph.
 std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& name,
                                                           prims::Decomposition decomposition,

@@ -1,11 +1,22 @@
 // `with torch.autocast(...)` blocks (and torch.cpu.amp / torch.cuda.amp
-// autocast, its subclasses), traced like grad-mode blocks. See
+// autocast, its subclasses; and Dynamo's spelling of a block as
+// _enter_autocast/_exit_autocast calls), traced like grad-mode blocks. See
 // Note [Autocast blocks].
 #include "graph/graph.h"
 #include "stdlib/torch_api.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
+
+PyObject* autocast_class() {
+  static PyObject* cls = [] {
+    const stdlib::TorchApi* api = stdlib::torch_api();
+    PyObject* found = api ? PyObject_GetAttrString(api->torch, "autocast") : nullptr;
+    if (!found) PyErr_Clear();
+    return found;
+  }();
+  return cls;
+}
 
 // Note [Autocast blocks]
 // Calling an autocast class with constant arguments makes the real object
@@ -55,20 +66,6 @@ PyRef helper(const char* name) {
   if (!fn) abort_trace(BreakCode::PythonException, take_python_error());
   return fn;
 }
-
-}  // namespace
-
-PyObject* autocast_class() {
-  static PyObject* cls = [] {
-    const stdlib::TorchApi* api = stdlib::torch_api();
-    PyObject* found = api ? PyObject_GetAttrString(api->torch, "autocast") : nullptr;
-    if (!found) PyErr_Clear();
-    return found;
-  }();
-  return cls;
-}
-
-namespace {
 
 PyRef attr_of(PyObject* obj, const char* name) {
   PyRef value = PyRef::steal(PyObject_GetAttrString(obj, name));
