@@ -190,24 +190,6 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
 
 }  // namespace
 
-int64_t value_bytes(const graph::TensorMeta& meta) {
-  int64_t element = 4;
-  switch (meta.dtype) {
-    case graph::DType::Bool:
-    case graph::DType::UInt8:
-    case graph::DType::Int8: element = 1; break;
-    case graph::DType::Int16:
-    case graph::DType::Float16:
-    case graph::DType::BFloat16: element = 2; break;
-    case graph::DType::Int64:
-    case graph::DType::Float64:
-    case graph::DType::Complex64: element = 8; break;
-    case graph::DType::Complex128: element = 16; break;
-    default: element = 4; break;
-  }
-  return prims::numel(meta.sizes) * element;
-}
-
 Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   const prims::PrimGraph& g = joint.graph;
   const int count = static_cast<int>(g.values().size());
@@ -252,7 +234,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     auto out = [](int v) { return 3 + 2 * v; };
     for (int v = 0; v < count; ++v) {
       if (!forward[v]) continue;
-      flow.add_edge(in(v), out(v), std::max<int64_t>(1, value_bytes(g.value(v).meta)));
+      flow.add_edge(in(v), out(v), std::max<int64_t>(1, prims::value_bytes(g.value(v).meta)));
       if (pinned[v] || g.value(v).node < 0) flow.add_edge(source, in(v), kInfinity);
       if (needed[v]) flow.add_edge(out(v), sink, kInfinity);
     }
@@ -271,7 +253,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   Partition result;
   result.forward_output_count = static_cast<int>(joint.forward_outputs.size());
   result.saved_count = static_cast<int>(saved.size());
-  for (int v : saved) result.saved_bytes += value_bytes(g.value(v).meta);
+  for (int v : saved) result.saved_bytes += prims::value_bytes(g.value(v).meta);
   std::vector<int> forward_inputs(g.inputs().begin(), g.inputs().begin() + joint.forward_input_count);
   std::vector<int> forward_outputs = joint.forward_outputs;
   forward_outputs.insert(forward_outputs.end(), saved.begin(), saved.end());

@@ -49,7 +49,4 @@ enum class SavePolicy : uint8_t {
 // graphs cannot be separated, which is a kiln bug.
 Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy = SavePolicy::MinCut);
 
-// Bytes of one value (numel * element size; views count in full).
-int64_t value_bytes(const graph::TensorMeta& meta);
-
 }  // namespace kiln::autograd

@@ -2,11 +2,14 @@
 eagerly and compiled by kiln, from the same weights and batches (each rank
 its own), and checks that kiln gives the eager run's losses and parameters.
 
-    torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|fsdp] [--steps 20]
+    torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|blocks|fsdp] [--steps 20]
                                                                   [--backend inductor] [--device cpu|cuda]
-                                                                  [--bench] [--compare-tc]
+                                                                  [--bench] [--compare-tc] [--profile DIR]
 
 --wrap inner is DDP(kiln.compile(model)); outer is kiln.compile(DDP(model));
+blocks is DDP of the model with each transformer block's forward compiled
+(one autograd graph per block, so DDP's all-reduces of one block's
+gradients can run while earlier blocks' backward computes);
 fsdp is FSDP2's per-block pattern: fully_shard each transformer block and
 compile its forward (`block.forward = kiln.compile(block.forward)`: FSDP's
 hooks, which all-gather and free the parameters around the forward, run
@@ -19,6 +22,13 @@ differs from the eager run's by more than --tolerance (relative).
 random tokens, bf16 autocast on the GPU) and prints each rank's median
 step time after --warmup steps; --compare-tc adds torch.compile under the
 same wrapping (for fsdp, each block's forward) to the timings.
+
+--profile DIR records 5 more steps of each run with torch.profiler (GPU
+only; left out of the timings), writes their traces to DIR (open them in
+Perfetto) and prints how much of the collectives' GPU time (NCCL kernels)
+overlaps other kernels. A collective kernel starts when it is launched and
+spins until every rank has joined, so a rank that is ahead also counts the
+others' lateness.
 """
 import argparse
 import contextlib
@@ -55,14 +65,63 @@ def batches(args, rank, vocab):
     return random_tokens
 
 
-def train(model, args, rank, device, vocab):
-    """(losses, step times in ms) of args.steps SGD steps on this rank's batches."""
+def merged(intervals):
+    """Sorted, disjoint intervals covering the same points as `intervals`."""
+    out = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def shared_length(a, b):
+    """Length of the intersection of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def collective_overlap(profile):
+    """(ms of collective kernels, share of them overlapping other GPU work,
+    ms the GPU ran anything) of a profiled run."""
+    collectives, others = [], []
+    for event in profile.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        span = (event.time_range.start, event.time_range.end)
+        (collectives if "nccl" in event.name.lower() else others).append(span)
+    anything = merged(collectives + others)
+    collectives, others = merged(collectives), merged(others)
+    busy = sum(end - start for start, end in collectives)
+    gpu = sum(end - start for start, end in anything)
+    return busy / 1e3, (shared_length(collectives, others) / busy if busy else 0.0), gpu / 1e3
+
+
+def train(model, args, rank, device, vocab, name):
+    """(losses, step times in ms, collective overlap or None) of args.steps
+    SGD steps on this rank's batches; under --profile, 5 more steps are
+    recorded by the profiler (left out of the times)."""
     next_batch = batches(args, rank, vocab)
+    profiled = 5 if args.profile and device.type == "cuda" else 0
+    profiler = None
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses, times = [], []
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.bench and device.type == "cuda"
                 else contextlib.nullcontext())
-    for _ in range(args.steps):
+    for step in range(args.steps + profiled):
+        if profiled and step == args.steps:
+            torch.cuda.synchronize(device)
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA])
+            profiler.__enter__()
         x, y = next_batch()
         start = time.perf_counter()
         with autocast:
@@ -71,11 +130,18 @@ def train(model, args, rank, device, vocab):
         loss.backward()
         opt.step()
         losses.append(loss.item())  # waits for the step
-        times.append((time.perf_counter() - start) * 1e3)
-    return losses, times
+        if step < args.steps:
+            times.append((time.perf_counter() - start) * 1e3)
+    if profiler is None:
+        return losses, times, None
+    profiler.__exit__(None, None, None)
+    os.makedirs(args.profile, exist_ok=True)
+    profiler.export_chrome_trace(os.path.join(args.profile, f"{args.wrap}-{name}-rank{rank}.json"))
+    busy, share, gpu = collective_overlap(profiler)
+    return losses, times, (busy / profiled, share, gpu / profiled)
 
 
-def wrap(model, how, compiler, backend, device_ids):
+def wrap(model, how, compiler, backend, device_ids, bucket_cap_mb=25.0):
     """`model` wrapped for data parallelism as --wrap says, compiled by
     `compiler` ("kiln", "torch.compile" or None for eager)."""
     if compiler == "kiln":
@@ -85,12 +151,15 @@ def wrap(model, how, compiler, backend, device_ids):
     else:
         compile_ = lambda fn: fn  # noqa: E731
     if how == "inner":
-        return DDP(compile_(model), device_ids=device_ids)
+        return DDP(compile_(model), device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
     if how == "outer":
-        return compile_(DDP(model, device_ids=device_ids))
+        return compile_(DDP(model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb))
     for block in model.blocks:
-        fully_shard(block)
+        if how == "fsdp":
+            fully_shard(block)
         block.forward = compile_(block.forward)
+    if how == "blocks":
+        return DDP(model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
     fully_shard(model)
     return model
 
@@ -107,13 +176,15 @@ def relative_difference(a, b):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--wrap", choices=["inner", "outer", "fsdp"], default="inner")
+    parser.add_argument("--wrap", choices=["inner", "outer", "blocks", "fsdp"], default="inner")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bench", action="store_true", help="a larger GPT, random tokens, bf16 on the GPU, timings")
     parser.add_argument("--compare-tc", action="store_true", help="also time torch.compile under the same wrapping")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timings")
+    parser.add_argument("--profile", metavar="DIR", help="GPU: traces of 5 more steps, collectives' overlap")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -127,12 +198,15 @@ def main():
     reference = copy.deepcopy(model)
     tc_model = copy.deepcopy(model) if args.compare_tc else None
     ids = [device.index] if cuda else None
-    eager_losses, eager_times = train(wrap(reference, args.wrap, None, args.backend, ids), args, rank, device, vocab)
-    timed = {"eager": eager_times}
+    timed, overlaps = {}, {}
+
+    def run(compiler, m, name):
+        return train(wrap(m, args.wrap, compiler, args.backend, ids, args.bucket_cap_mb), args, rank, device, vocab,
+                     name)
+    eager_losses, timed["eager"], overlaps["eager"] = run(None, reference, "eager")
     if args.compare_tc:
-        _, timed["torch.compile"] = train(wrap(tc_model, args.wrap, "torch.compile", args.backend, ids), args, rank,
-                                          device, vocab)
-    kiln_losses, timed["kiln"] = train(wrap(model, args.wrap, "kiln", args.backend, ids), args, rank, device, vocab)
+        _, timed["torch.compile"], overlaps["torch.compile"] = run("torch.compile", tc_model, "tc")
+    kiln_losses, timed["kiln"], overlaps["kiln"] = run("kiln", model, "kiln")
     loss_diff = relative_difference(torch.tensor(kiln_losses), torch.tensor(eager_losses))
     param_diff = max(relative_difference(local(p.detach()), local(q.detach()))
                      for p, q in zip(model.parameters(), reference.parameters()))
@@ -145,6 +219,9 @@ def main():
     if args.bench or args.compare_tc:
         line += "; median step ms: " + ", ".join(
             f"{name} {statistics.median(times[args.warmup:] or times):.2f}" for name, times in timed.items())
+    if args.profile and cuda:
+        line += "; GPU busy ms/step, of it collectives (share overlapping compute): " + ", ".join(
+            f"{name} {gpu:.2f}, {busy:.2f} ({share:.0%})" for name, (busy, share, gpu) in overlaps.items())
     sys.stdout.write(line + "\n")  # one write: the ranks share the terminal
     sys.stdout.flush()
     dist.destroy_process_group()

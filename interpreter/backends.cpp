@@ -13,8 +13,10 @@
 #include "prims/prim_error.h"
 
 #include "interpreter/compile_config.h"
+#include "interpreter/data_parallel.h"
 #include "prims/common_nodes.h"
 #include "prims/decompose.h"
+#include "prims/stages.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/built_output_executor.h"
 #include "runtime/callable_backend_executor.h"
@@ -23,6 +25,7 @@
 #include "runtime/log.h"
 #include "runtime/prim_executor.h"
 #include "runtime/py_text.h"
+#include "runtime/staged_executor.h"
 #include "runtime/stopwatch.h"
 
 namespace kiln::interpreter {
@@ -69,6 +72,9 @@ struct Settings {
   bool cuda_kernels = true;
   bool parameter_kernel_cache = true;
   inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
+  // Compiled inside DistributedDataParallel's forward: its bucket size, by
+  // which training graphs are cut (Note [Gradient buckets]); 0 otherwise.
+  int64_t gradient_bucket_bytes = 0;
 };
 
 Settings resolve_settings(const CompileConfig& config) {
@@ -79,6 +85,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.cuda_kernels = config.settings.cuda_kernels.value_or(cuda_kernels());
   s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
+  s.gradient_bucket_bytes = active_ddp_bucket_bytes();
   return s;
 }
 
@@ -132,9 +139,61 @@ void remap_outputs(graph::Arg& arg, const std::vector<int>& before, const std::v
   for (graph::Arg& item : arg.items) remap_outputs(item, before, after);
 }
 
-// A graph that records gradients: the joint forward+backward graph of its
-// decomposition, partitioned, run as a torch.autograd.Function.
-// Null, with *why set, where kiln's autograd cannot take the graph.
+// The autograd executor of one forward graph: its joint forward+backward
+// graph, partitioned, run as a torch.autograd.Function returning `output`.
+// Throws where kiln's autograd cannot take the graph.
+std::unique_ptr<runtime::GraphExecutor> function_executor(const std::string& name, const prims::PrimGraph& forward,
+                                                          const std::vector<bool>& requires_grad, graph::Arg output,
+                                                          bool kernels, const Settings& settings) {
+  autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
+  autograd::Partition partition = autograd::partition_joint_graph(joint);
+  KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
+                                       << partition.saved_bytes << " bytes)\n"
+                                       << prims::format_prim_graph(partition.forward)
+                                       << "backward graph for " << name << "\n"
+                                       << prims::format_prim_graph(partition.backward));
+  autograd::GraphPass finish;
+  if (kernels) {
+    finish = [name, settings](const prims::PrimGraph& graph, const std::string& what) {
+      return with_kernels(graph, name + " (" + what + ")", settings);
+    };
+  }
+  auto executor = autograd::make_autograd_executor(std::move(partition), std::move(output), joint.forward_outputs,
+                                                   static_cast<int>(forward.values().size()), finish);
+  stats().prim_graphs++;
+  stats().autograd_graphs++;
+  return executor;
+}
+
+// `forward` cut at `cuts` into stages, each its own autograd Function
+// (Note [Gradient buckets] in prims/stages.cpp), run one after another.
+std::unique_ptr<runtime::GraphExecutor> staged_executor(const std::string& name, const prims::PrimGraph& forward,
+                                                        const std::vector<bool>& requires_grad,
+                                                        const std::vector<int>& cuts, graph::Arg output,
+                                                        bool kernels, const Settings& settings) {
+  std::vector<prims::Stage> stages = prims::split_stages(forward, cuts);
+  const std::vector<bool> carries = autograd::values_requiring_grad(forward, requires_grad);
+  std::vector<runtime::ExecutorStage> pieces;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const prims::Stage& stage = stages[k];
+    std::vector<bool> wants;
+    for (int id : stage.inputs) wants.push_back(carries[id]);
+    graph::Arg returned;
+    returned.kind = graph::Arg::Kind::Tuple;
+    for (int id : stage.graph.outputs()) returned.items.push_back(graph::Arg::of_node(id));
+    const std::string piece = name + " (stage " + std::to_string(k + 1) + " of " + std::to_string(stages.size()) + ")";
+    pieces.push_back({function_executor(piece, stage.graph, wants, std::move(returned), kernels, settings),
+                      stage.inputs, stage.outputs});
+  }
+  KILN_LOG(backend, name << ": cut into " << stages.size() << " autograd stages, about "
+                         << settings.gradient_bucket_bytes << " bytes of gradients each (DistributedDataParallel)");
+  return std::make_unique<runtime::StagedExecutor>(std::move(pieces), forward.inputs(), std::move(output),
+                                                   static_cast<int>(forward.values().size()));
+}
+
+// A graph that records gradients: one autograd Function, or one per
+// gradient bucket inside DistributedDataParallel's forward. Null, with
+// *why set, where kiln's autograd cannot take the graph.
 std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& name,
                                                           prims::Decomposition decomposition,
                                                           bool kernels, const Settings& settings, std::string* why) {
@@ -142,25 +201,14 @@ std::unique_ptr<runtime::GraphExecutor> autograd_executor(const std::string& nam
   std::vector<bool> requires_grad;
   for (int id : forward.inputs()) requires_grad.push_back(forward.value(id).meta.requires_grad);
   try {
-    autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
-    autograd::Partition partition = autograd::partition_joint_graph(joint);
-    KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
-                                         << partition.saved_bytes << " bytes)\n"
-                                         << prims::format_prim_graph(partition.forward)
-                                         << "backward graph for " << name << "\n"
-                                         << prims::format_prim_graph(partition.backward));
-    autograd::GraphPass finish;
-    if (kernels) {
-      finish = [name, settings](const prims::PrimGraph& graph, const std::string& what) {
-        return with_kernels(graph, name + " (" + what + ")", settings);
-      };
+    const std::vector<int> cuts =
+        settings.gradient_bucket_bytes > 0
+            ? prims::gradient_bucket_cuts(forward, requires_grad, settings.gradient_bucket_bytes)
+            : std::vector<int>{};
+    if (!cuts.empty()) {
+      return staged_executor(name, forward, requires_grad, cuts, std::move(decomposition.output), kernels, settings);
     }
-    auto executor = autograd::make_autograd_executor(std::move(partition), std::move(decomposition.output),
-                                                     joint.forward_outputs,
-                                                     static_cast<int>(forward.values().size()), finish);
-    stats().prim_graphs++;
-    stats().autograd_graphs++;
-    return executor;
+    return function_executor(name, forward, requires_grad, std::move(decomposition.output), kernels, settings);
   } catch (const autograd::NoDerivative& e) {
     *why = std::string("no derivative: ") + e.what();
   } catch (const prims::PrimError& e) {

@@ -93,4 +93,22 @@ int64_t numel(const std::vector<int64_t>& sizes) {
   return n;
 }
 
+int64_t value_bytes(const TensorMeta& meta) {
+  int64_t element = 4;
+  switch (meta.dtype) {
+    case graph::DType::Bool:
+    case graph::DType::UInt8:
+    case graph::DType::Int8: element = 1; break;
+    case graph::DType::Int16:
+    case graph::DType::Float16:
+    case graph::DType::BFloat16: element = 2; break;
+    case graph::DType::Int64:
+    case graph::DType::Float64:
+    case graph::DType::Complex64: element = 8; break;
+    case graph::DType::Complex128: element = 16; break;
+    default: element = 4; break;
+  }
+  return numel(meta.sizes) * element;
+}
+
 }  // namespace kiln::prims

@@ -34,4 +34,7 @@ bool result_requires_grad(const std::vector<const TensorMeta*>& inputs, graph::D
 // The number of elements of a shape.
 int64_t numel(const std::vector<int64_t>& sizes);
 
+// Bytes of one value (numel * element size; views count in full).
+int64_t value_bytes(const TensorMeta& meta);
+
 }  // namespace kiln::prims

@@ -1,31 +1,103 @@
 """kiln under torch.distributed: DistributedDataParallel around a kiln-compiled
 model, kiln.compile around a DDP model, and FSDP2 with each block's forward
 compiled, two CPU processes over gloo (examples/train_gpt_distributed.py
-under torchrun), against the same wrapping's eager losses and parameters."""
+under torchrun), against the same wrapping's eager losses and parameters;
+and the cut of a graph compiled inside DDP's forward into one autograd
+Function per gradient bucket (Note [Gradient buckets]), in one process."""
+import copy
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kiln
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_gpt_distributed.py")
 
 
-@pytest.mark.parametrize("wrap", ["inner", "outer", "fsdp"])
-def test_data_parallel_training_equals_eager(wrap):
+@pytest.mark.parametrize("wrap, bucket_cap_mb", [("inner", None), ("outer", None), ("fsdp", None),
+                                                 ("inner", 0.02), ("outer", 0.02)])
+def test_data_parallel_training_equals_eager(wrap, bucket_cap_mb):
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           EXAMPLE, "--steps", "20", "--wrap", wrap, "--device", "cpu"],
+                           EXAMPLE, "--steps", "20", "--wrap", wrap, "--device", "cpu"]
+                          + (["--bucket-cap-mb", str(bucket_cap_mb)] if bucket_cap_mb else []),
                           env=env, capture_output=True, text=True, timeout=300)
     ranks = re.findall(r"rank \d \(\w+\):.*?prim fallbacks", proc.stdout)
     assert proc.returncode == 0 and len(ranks) == 2, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    graphs = 2 if wrap == "fsdp" else 1  # FSDP2: one per block
     for line in ranks:
-        # Each rank's graphs went through kiln's autograd, whole.
-        assert f" {graphs} autograd graphs" in line and "0 breaks" in line and "0 prim fallbacks" in line, line
+        # Each rank's graphs went through kiln's autograd, whole: one per
+        # block under FSDP2, one per gradient bucket of 20 KiB (the small
+        # GPT has 120 KiB of parameters) under DDP, else one.
+        graphs = int(re.search(r"(\d+) autograd graphs", line).group(1))
+        if wrap == "fsdp":
+            assert graphs == 2, line
+        elif bucket_cap_mb:
+            assert 3 <= graphs <= 7, line
+        else:
+            assert graphs == 1, line
+        assert "0 breaks" in line and "0 prim fallbacks" in line, line
+
+
+@pytest.fixture
+def one_process_group():
+    """A gloo process group of this process alone (DDP needs one)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def compiled_functions(loss):
+    """The kiln autograd Functions (CompiledFunctionBackward nodes) behind `loss`."""
+    seen, stack, found = set(), [loss.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        found += type(node).__name__ == "CompiledFunctionBackward"
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def mlp(width, depth):
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers)
+
+
+@pytest.mark.cpu_semantics("gloo: CPU tensors")
+def test_ddp_gradients_arrive_in_buckets(one_process_group):
+    model = mlp(64, 8)  # 8 layers of 16.6 KB of parameters
+    reference = copy.deepcopy(model)
+    compiled = DDP(kiln.compile(model), bucket_cap_mb=30e3 / 2**20)  # a bucket fills every two layers
+    ready = []  # the stage (pair of layers) of each gradient, as it is accumulated
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _, name=name: ready.append(int(name.split(".")[0]) // 4))
+    x = torch.randn(16, 64)
+    loss = compiled(x).square().mean()
+    assert compiled_functions(loss) == 4
+    loss.backward()
+    DDP(reference, bucket_cap_mb=30e3 / 2**20)(x).square().mean().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    # The last layers' gradients were complete before the first layers'
+    # backward ran: DDP could all-reduce them meanwhile.
+    assert ready == sorted(ready, reverse=True), ready
+    assert kiln.stats()["autograd_graphs"] == 4
+
+
+@pytest.mark.cpu_semantics("gloo: CPU tensors")
+def test_graphs_outside_ddp_stay_whole(one_process_group):
+    model = mlp(64, 8)
+    loss = kiln.compile(model)(torch.randn(16, 64)).square().mean()
+    assert compiled_functions(loss) == 1

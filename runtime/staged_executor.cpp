@@ -1,0 +1,62 @@
+#include "runtime/staged_executor.h"
+
+#include "runtime/graph_arg_values.h"
+#include "runtime/py_ref.h"
+
+namespace kiln::runtime {
+namespace {
+
+void note_output_reads(const graph::Arg& arg, std::vector<bool>& read) {
+  if (arg.kind == graph::Arg::Kind::Node) read[arg.node] = true;
+  for (const graph::Arg& item : arg.items) note_output_reads(item, read);
+}
+
+}  // namespace
+
+StagedExecutor::StagedExecutor(std::vector<ExecutorStage> stages, std::vector<int> graph_inputs, graph::Arg output,
+                               int value_count)
+    : stages_(std::move(stages)), graph_inputs_(std::move(graph_inputs)), output_(std::move(output)),
+      value_count_(value_count), last_read_by_(stages_.size()) {
+  std::vector<bool> returned(value_count_, false);
+  note_output_reads(output_, returned);
+  std::vector<int> last_stage(value_count_, -1);
+  for (size_t k = 0; k < stages_.size(); ++k) {
+    for (int id : stages_[k].outputs) last_stage[id] = static_cast<int>(k);
+    for (int id : stages_[k].inputs) last_stage[id] = static_cast<int>(k);
+  }
+  for (size_t k = 0; k < stages_.size(); ++k) {
+    for (int id : stages_[k].outputs) {
+      if (!returned[id] && last_stage[id] >= 0) last_read_by_[last_stage[id]].push_back(id);
+    }
+  }
+}
+
+PyObject* StagedExecutor::run(PyObject* const* inputs) const {
+  std::vector<PyObject*> values(value_count_, nullptr);
+  std::vector<PyRef> owned(value_count_);
+  for (size_t i = 0; i < graph_inputs_.size(); ++i) values[graph_inputs_[i]] = inputs[i];
+  std::vector<PyObject*> args;
+  for (size_t k = 0; k < stages_.size(); ++k) {
+    const ExecutorStage& stage = stages_[k];
+    args.clear();
+    for (int id : stage.inputs) args.push_back(values[id]);
+    PyRef made = PyRef::steal(stage.executor->run(args.data()));
+    if (!made) return nullptr;
+    if (!PyTuple_Check(made.get()) || PyTuple_GET_SIZE(made.get()) != static_cast<Py_ssize_t>(stage.outputs.size())) {
+      PyErr_Format(PyExc_RuntimeError, "kiln: stage %zu of a staged graph returned an unexpected value", k);
+      return nullptr;
+    }
+    for (size_t j = 0; j < stage.outputs.size(); ++j) {
+      const int id = stage.outputs[j];
+      owned[id] = PyRef::borrow(PyTuple_GET_ITEM(made.get(), static_cast<Py_ssize_t>(j)));
+      values[id] = owned[id].get();
+    }
+    for (int id : last_read_by_[k]) {
+      owned[id] = PyRef();
+      values[id] = nullptr;
+    }
+  }
+  return materialize_arg(output_, values.data());
+}
+
+}  // namespace kiln::runtime
