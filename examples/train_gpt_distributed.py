@@ -49,7 +49,6 @@ from gpt import GPT, batch, dataset  # noqa: E402
 
 
 BENCH = dict(width=512, heads=8, layers=6, context=256)
-BENCH_BATCH = 16
 
 
 def batches(args, rank, vocab):
@@ -60,7 +59,7 @@ def batches(args, rank, vocab):
         return lambda: batch(data, generator)
 
     def random_tokens():
-        x = torch.randint(0, vocab, (BENCH_BATCH, BENCH["context"] + 1), generator=generator)
+        x = torch.randint(0, vocab, (args.batch, BENCH["context"] + 1), generator=generator)
         return x[:, :-1].contiguous(), x[:, 1:].contiguous()
     return random_tokens
 
@@ -136,7 +135,7 @@ def train(model, args, rank, device, vocab, name):
         return losses, times, None
     profiler.__exit__(None, None, None)
     os.makedirs(args.profile, exist_ok=True)
-    profiler.export_chrome_trace(os.path.join(args.profile, f"{args.wrap}-{name}-rank{rank}.json"))
+    profiler.export_chrome_trace(os.path.join(args.profile, f"{args.wrap}-{name}-rank{rank}.json.gz"))
     busy, share, gpu = collective_overlap(profiler)
     return losses, times, (busy / profiled, share, gpu / profiled)
 
@@ -182,6 +181,7 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bench", action="store_true", help="a larger GPT, random tokens, bf16 on the GPU, timings")
     parser.add_argument("--compare-tc", action="store_true", help="also time torch.compile under the same wrapping")
+    parser.add_argument("--batch", type=int, default=16, help="sequences a rank's step takes under --bench")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timings")
     parser.add_argument("--profile", metavar="DIR", help="GPU: traces of 5 more steps, collectives' overlap")
