@@ -5,6 +5,7 @@ its own), and checks that kiln gives the eager run's losses and parameters.
     torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|blocks|fsdp] [--steps 20]
                                                                   [--backend inductor] [--device cpu|cuda]
                                                                   [--bench] [--compare-tc] [--profile DIR]
+                                                                  [--bucket-cap-mb MB] [--uneven-step N]
 
 --wrap inner is DDP(kiln.compile(model)); outer is kiln.compile(DDP(model));
 blocks is DDP of the model with each transformer block's forward compiled
@@ -22,6 +23,9 @@ differs from the eager run's by more than --tolerance (relative).
 random tokens, bf16 autocast on the GPU) and prints each rank's median
 step time after --warmup steps; --compare-tc adds torch.compile under the
 same wrapping (for fsdp, each block's forward) to the timings.
+
+--uneven-step N trains rank 1 alone on shorter sequences at step N, so
+that one rank recompiles while the other does not.
 
 --profile DIR records 5 more steps of each run with torch.profiler (GPU
 only; left out of the timings), writes their traces to DIR (open them in
@@ -52,16 +56,19 @@ BENCH = dict(width=512, heads=8, layers=6, context=256)
 
 
 def batches(args, rank, vocab):
-    """This rank's batch maker: windows of the example text, or random tokens under --bench."""
+    """This rank's batch maker, by step: windows of the example text, or
+    random tokens under --bench; shorter ones on rank 1 at --uneven-step."""
     data, _ = dataset()
     generator = torch.Generator().manual_seed(1000 + rank)
-    if not args.bench:
-        return lambda: batch(data, generator)
+    context = BENCH["context"] if args.bench else 16
 
-    def random_tokens():
-        x = torch.randint(0, vocab, (args.batch, BENCH["context"] + 1), generator=generator)
+    def make(step):
+        length = context - 4 if step == args.uneven_step and rank == 1 else context
+        if not args.bench:
+            return batch(data, generator, context=length)
+        x = torch.randint(0, vocab, (args.batch, length + 1), generator=generator)
         return x[:, :-1].contiguous(), x[:, 1:].contiguous()
-    return random_tokens
+    return make
 
 
 def merged(intervals):
@@ -121,7 +128,7 @@ def train(model, args, rank, device, vocab, name):
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                           torch.profiler.ProfilerActivity.CUDA])
             profiler.__enter__()
-        x, y = next_batch()
+        x, y = next_batch(step)
         start = time.perf_counter()
         with autocast:
             loss = model(x.to(device), y.to(device))
@@ -181,6 +188,8 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bench", action="store_true", help="a larger GPT, random tokens, bf16 on the GPU, timings")
     parser.add_argument("--compare-tc", action="store_true", help="also time torch.compile under the same wrapping")
+    parser.add_argument("--uneven-step", type=int, default=-1,
+                        help="rank 1 alone trains this step on shorter sequences (a recompile on one rank)")
     parser.add_argument("--batch", type=int, default=16, help="sequences a rank's step takes under --bench")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timings")
