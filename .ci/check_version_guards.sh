@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Python-version facts live only in interpreter/ (per-version tables); any
+# Python-version facts live only in cpython/ (per-version tables); any
 # version check elsewhere is a fact leaking out of it. Fails listing them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,11 +14,11 @@ else
   list_files() { find . -path ./.git -prune -o -path './build*' -prune -o -type f -printf '%P\0'; }
 fi
 
-offenders="$(list_files | grep -zE "$sources" | grep -zv '^interpreter/' |
+offenders="$(list_files | grep -zE "$sources" | grep -zv '^cpython/' |
              xargs -0r grep -snE "$pattern" -- || true)"
 if [[ -n "$offenders" ]]; then
   printf '%s\n' "$offenders"
-  echo "check_version_guards: Python version checks belong in interpreter/ (per-version tables), not here" >&2
+  echo "check_version_guards: Python version checks belong in cpython/ (per-version tables), not here" >&2
   exit 1
 fi
 echo "check_version_guards: ok"

@@ -7,7 +7,7 @@
 
 #include "autograd/derivatives_family.h"
 #include "prims/layout.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::autograd {
 
@@ -34,7 +34,7 @@ namespace kiln::autograd {
 
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // Appends the value ids `arg` refers to, depth-first.
 void collect_values(const graph::Arg& arg, std::vector<int>& ids) {

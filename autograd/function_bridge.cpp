@@ -9,14 +9,14 @@
 #include "autograd/absent_grads.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/prim_executor.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::autograd {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // A Python callable running a PrimExecutor: f(*inputs) -> tuple of outputs.
 struct ExecutorCallable {

@@ -1,6 +1,6 @@
-#include "runtime/class_dict.h"
+#include "base/class_dict.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 PyRef own_class_attr(PyTypeObject* type, PyObject* name) {
   PyRef namespace_proxy = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dict__"));
@@ -18,4 +18,4 @@ PyRef own_class_attr(PyTypeObject* type, const char* name) {
   return key ? own_class_attr(type, key.get()) : PyRef();
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -6,9 +6,9 @@
 
 #include <Python.h>
 
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // The attribute `name` defined by `type` itself (not inherited), as a new
 // reference, or null with no Python error set when it has none.
@@ -17,4 +17,4 @@ PyRef own_class_attr(PyTypeObject* type, PyObject* name);
 // As own_class_attr, with the name as a C string.
 PyRef own_class_attr(PyTypeObject* type, const char* name);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

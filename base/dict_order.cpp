@@ -1,6 +1,6 @@
-#include "runtime/dict_order.h"
+#include "base/dict_order.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 namespace {
 
 bool same_key(PyObject* key, PyObject* expected) {
@@ -86,4 +86,4 @@ bool dict_has_keys(PyObject* dict, PyObject* keys) {
   return i == n;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

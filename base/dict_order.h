@@ -7,9 +7,9 @@
 
 #include <vector>
 
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // Appends the keys of `dict` (a dict or a dict subclass) to `keys` in the
 // order iterating it gives; false with a Python error set if iteration
@@ -32,4 +32,4 @@ bool is_dict_or_ordered_dict(PyObject* obj);
 // order (identity, else equality). Never leaves a Python error set.
 bool dict_has_keys(PyObject* dict, PyObject* keys);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

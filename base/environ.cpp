@@ -1,6 +1,6 @@
-#include "runtime/environ.h"
+#include "base/environ.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 namespace {
 
@@ -33,4 +33,4 @@ PyObject* environ_value(PyObject* name) {
   return value;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -4,7 +4,7 @@
 
 #include <Python.h>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // The os.environ mapping (borrowed; os is imported on first use), or null.
 PyObject* environ_object();
@@ -16,4 +16,4 @@ PyObject* getenv_function();
 // variable is unset.
 PyObject* environ_value(PyObject* name);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

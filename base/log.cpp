@@ -1,11 +1,11 @@
-#include "runtime/log.h"
+#include "base/log.h"
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
-namespace kiln::runtime {
+namespace kiln::base {
 namespace {
 
 constexpr int kChannelCount = static_cast<int>(LogChannel::kCount);
@@ -77,4 +77,4 @@ const char* log_channel_name(LogChannel channel) {
   return kChannelNames[static_cast<int>(channel)];
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // Every log channel, written once.
 #define KILN_LOG_CHANNELS(X) \
@@ -43,15 +43,15 @@ void log_message(LogChannel channel, std::string_view message);
 // Returns the channel's name, e.g. "graph".
 const char* log_channel_name(LogChannel channel);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base
 
 // Logs `expr` (anything streamable) on `channel` when it is enabled.
 #define KILN_LOG(channel, expr)                                              \
   do {                                                                       \
-    if (::kiln::runtime::log_enabled(::kiln::runtime::LogChannel::channel)) { \
+    if (::kiln::base::log_enabled(::kiln::base::LogChannel::channel)) { \
       std::ostringstream kiln_log_stream_;                                   \
       kiln_log_stream_ << expr;                                              \
-      ::kiln::runtime::log_message(::kiln::runtime::LogChannel::channel,     \
+      ::kiln::base::log_message(::kiln::base::LogChannel::channel,     \
                                    kiln_log_stream_.str());                  \
     }                                                                        \
   } while (0)

@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // Owns one reference. Copying takes another reference.
 class PyRef {
@@ -36,4 +36,4 @@ class PyRef {
   PyObject* obj_ = nullptr;
 };
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

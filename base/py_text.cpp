@@ -1,6 +1,6 @@
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 std::string py_repr(PyObject* obj) {
   PyObject* text = PyObject_Repr(obj);
@@ -15,4 +15,4 @@ std::string py_repr(PyObject* obj) {
   return out;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -5,9 +5,9 @@
 
 #include <string>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // repr(obj) as UTF-8; "<unprintable>" (and no Python error left) if repr fails.
 std::string py_repr(PyObject* obj);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

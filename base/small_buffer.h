@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // Zero-filled storage for `size` PyObject pointers.
 template <size_t N>
@@ -34,4 +34,4 @@ class SmallBuffer {
   size_t size_;
 };
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

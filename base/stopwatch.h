@@ -3,7 +3,7 @@
 
 #include <chrono>
 
-namespace kiln::runtime {
+namespace kiln::base {
 
 // Starts at construction; ms() reads the time since then.
 class Stopwatch {
@@ -19,4 +19,4 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -1,6 +1,6 @@
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 
-namespace kiln::stdlib {
+namespace kiln::base {
 namespace {
 
 PyObject* attr_path(PyObject* root, const char* path) {
@@ -67,4 +67,4 @@ const TorchApi* torch_api() {
   return &api;
 }
 
-}  // namespace kiln::stdlib
+}  // namespace kiln::base

@@ -4,7 +4,7 @@
 
 #include <Python.h>
 
-namespace kiln::stdlib {
+namespace kiln::base {
 
 struct TorchApi {
   PyObject* torch = nullptr;             // the torch module
@@ -33,4 +33,4 @@ struct TorchApi {
 // Python error set if torch cannot be imported.
 const TorchApi* torch_api();
 
-}  // namespace kiln::stdlib
+}  // namespace kiln::base

@@ -25,12 +25,12 @@
 #include "inductor/cpu/gemm.h"
 #include "inductor/gemm_nodes.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::bench {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 struct Shape {
   const char* name;

@@ -36,14 +36,14 @@
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::bench {
 namespace {
 
 using prims::Prim;
 using prims::PrimArg;
-using runtime::PyRef;
+using base::PyRef;
 
 constexpr int64_t kElements = int64_t{1} << 24;
 

@@ -1,11 +1,11 @@
 // Assembly traits read off the opcode tables; see Note [Assembly traits].
-#include "interpreter/assembly_traits.h"
+#include "cpython/assembly_traits.h"
 
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 // compile.c's compare_masks (3.12): the low four bits of COMPARE_OP, read by
@@ -140,4 +140,4 @@ const AssemblyTraits& assembly_traits(const OpcodeTable& table) {
   throw std::invalid_argument("no assembly traits for this opcode table");
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "interpreter/opcode_table.h"
+#include "cpython/opcode_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Assembly traits]
 // The assembler (bytecode_builder.h) writes bytecode for the opcode table it
@@ -97,4 +97,4 @@ const AssemblyTraits& assembly_traits(const OpcodeTable& table);
 // The opcode called `name` in `table`, or -1.
 int opcode_by_name(const OpcodeTable& table, std::string_view name);
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -1,17 +1,17 @@
 // The bytecode assembler; see Note [Bytecode builder].
-#include "interpreter/bytecode_builder.h"
+#include "cpython/bytecode_builder.h"
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
-#include "interpreter/assembly_traits.h"
-#include "interpreter/bytecode_decoder.h"
-#include "interpreter/exception_table.h"
+#include "cpython/assembly_traits.h"
+#include "cpython/bytecode_decoder.h"
+#include "cpython/exception_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
-using runtime::PyRef;
+using base::PyRef;
 
 namespace {
 
@@ -1125,4 +1125,4 @@ PyObject* BytecodeBuilder::build(const CodeLayout& layout, const char* name,
   return PyObject_Call(replace.get(), empty.get(), kwargs.get());
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

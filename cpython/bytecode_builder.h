@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "interpreter/line_table.h"
-#include "interpreter/opcode_table.h"
-#include "runtime/py_ref.h"
+#include "cpython/line_table.h"
+#include "cpython/opcode_table.h"
+#include "base/py_ref.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Bytecode builder]
 // A BytecodeBuilder collects *logical* instructions: an opcode of the
@@ -41,7 +41,7 @@ namespace kiln::interpreter {
 
 // Note [Resume functions]
 // How to continue a frame in CPython from instruction R of code C (what the
-// tests in tests/cpp/interpreter/test_bytecode_builder.cpp do):
+// tests in tests/cpp/cpython/test_bytecode_builder.cpp do):
 //   - Layout: arguments are the stack values at R (bottom first, NULLs
 //     left out) followed by the live locals; other locals of C that the
 //     copied code names get plain local slots; C's cells (kFastCell, also
@@ -279,18 +279,18 @@ class BytecodeBuilder {
               std::string* error) const;
 
   const OpcodeTable* table_;
-  runtime::PyRef like_;
+  base::PyRef like_;
   int first_line_ = -1;
   SourcePosition position_;
   bool check_unbound_ = false;
   std::vector<Logical> instructions_;
   std::vector<int> label_positions_;  // logical index, or -1 while unbound
   std::vector<ExceptionEntry> exception_entries_;
-  std::vector<runtime::PyRef> consts_;
-  std::vector<runtime::PyRef> names_;
-  runtime::PyRef const_index_;  // dict: dedup key -> index
-  runtime::PyRef name_index_;   // dict: str -> index
+  std::vector<base::PyRef> consts_;
+  std::vector<base::PyRef> names_;
+  base::PyRef const_index_;  // dict: dedup key -> index
+  base::PyRef name_index_;   // dict: str -> index
   std::string error_;
 };
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

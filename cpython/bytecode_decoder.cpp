@@ -1,5 +1,5 @@
 // Bytecode decoding and listing; see Note [Decoding bytecode].
-#include "interpreter/bytecode_decoder.h"
+#include "cpython/bytecode_decoder.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <unordered_set>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 // Owns one strong reference; the decoder's Python calls all return new ones.
@@ -366,4 +366,4 @@ bool has_exception_table(PyCodeObject* code) {
   return PyBytes_GET_SIZE(table.get()) > 0;
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

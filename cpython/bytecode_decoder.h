@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "interpreter/instruction.h"
-#include "interpreter/opcode_table.h"
+#include "cpython/instruction.h"
+#include "cpython/opcode_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Decoding bytecode]
 // The decoder reads PyCode_GetCode's bytecode, which CPython has stripped of
@@ -45,4 +45,4 @@ std::string format_bytecode(PyCodeObject* code);
 // Whether code has try/with/... blocks, i.e. a non-empty co_exceptiontable.
 bool has_exception_table(PyCodeObject* code);
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

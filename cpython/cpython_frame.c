@@ -5,7 +5,7 @@
 #include <internal/pycore_interp.h>
 #include <internal/pycore_pystate.h>
 
-#include "interpreter/cpython_frame.h"
+#include "cpython/cpython_frame.h"
 
 /* Note [Skipping a frame]
  * When a cached graph computes a frame's result, kiln returns it from its

@@ -1,7 +1,7 @@
 // Exception table encoding; see Note [Exception table format].
-#include "interpreter/exception_table.h"
+#include "cpython/exception_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 constexpr uint8_t kContinuation = 0x40;
@@ -68,4 +68,4 @@ bool decode_exception_table(const uint8_t* bytes, size_t size,
   return true;
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

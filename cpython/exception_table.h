@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Exception table format]
 // co_exceptiontable is a sequence of entries sorted by start, none
@@ -39,4 +39,4 @@ std::string encode_exception_table(const std::vector<ExceptionTableEntry>& entri
 bool decode_exception_table(const uint8_t* bytes, size_t size,
                             std::vector<ExceptionTableEntry>* entries);
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -1,7 +1,7 @@
 // Names of kiln's normalized ops, expanded from KILN_OP_LIST.
-#include "interpreter/instruction.h"
+#include "cpython/instruction.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 const char* op_name(Op op) {
   switch (op) {
@@ -14,4 +14,4 @@ const char* op_name(Op op) {
   return "<invalid Op>";
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Normalized instructions]
 // Every opcode of every supported Python version maps to exactly one Op
@@ -145,4 +145,4 @@ struct Instruction {
 // Returns the Op's name, e.g. "LoadFast".
 const char* op_name(Op op);
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

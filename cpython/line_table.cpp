@@ -1,7 +1,7 @@
 // Location table encoding; see Note [Location table format].
-#include "interpreter/line_table.h"
+#include "cpython/line_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 enum Code : int {
@@ -94,4 +94,4 @@ std::string encode_location_table(const std::vector<PositionRun>& runs,
   return out;
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

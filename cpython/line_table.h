@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Location table format]
 // co_linetable holds one entry per run of at most 8 code units sharing a
@@ -44,4 +44,4 @@ struct PositionRun {
 std::string encode_location_table(const std::vector<PositionRun>& runs,
                                   int first_line);
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -5,15 +5,15 @@
 #include <array>
 #include <cstdint>
 
-#include "interpreter/instruction.h"
+#include "cpython/instruction.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 
 // Note [Opcode tables]
 // Each supported CPython minor version gets one OpcodeTable covering all 256
 // opcode numbers, written as data in opcode_table_3NN.cpp and checked by the
 // tests against CPython's own dis module: every version against a checked-in
-// dump (tests/cpp/interpreter/opcodes_3NN.txt), the embedded one also against
+// dump (tests/cpp/cpython/opcodes_3NN.txt), the embedded one also against
 // the live module. Numbers that dis does not name (adaptive specializations,
 // unused slots) keep the default entry: no name, Op::Unsupported.
 // Specialized and instrumented opcodes never reach the decoder because it
@@ -122,4 +122,4 @@ const OpcodeTable& opcode_table(int python_minor);
 // Defined in bytecode_decoder.cpp.
 const OpcodeTable& running_opcode_table();
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -1,9 +1,9 @@
 // CPython 3.11's opcodes as kiln sees them. See Note [Opcode tables] in
-// opcode_table.h; tests/cpp/interpreter/opcodes_311.txt is the reference
+// opcode_table.h; tests/cpp/cpython/opcodes_311.txt is the reference
 // this data is checked against.
-#include "interpreter/opcode_table.h"
+#include "cpython/opcode_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 // Numbers missing here are ones dis.opname does not name (the adaptive
@@ -134,4 +134,4 @@ const OpcodeTable& opcode_table_311() {
   return kTable;
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -1,11 +1,11 @@
 // CPython 3.12's opcodes as kiln sees them. See Note [Opcode tables] in
-// opcode_table.h; tests/cpp/interpreter/opcodes_312.txt is the reference
+// opcode_table.h; tests/cpp/cpython/opcodes_312.txt is the reference
 // this data is checked against.
-#include "interpreter/opcode_table.h"
+#include "cpython/opcode_table.h"
 
 #include <iterator>
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 // Numbers missing here are ones dis.opname does not name (the adaptive
@@ -190,4 +190,4 @@ const OpcodeTable& opcode_table_312() {
   return kTable;
 }
 
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

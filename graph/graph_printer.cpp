@@ -2,13 +2,13 @@
 
 #include <sstream>
 
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 
 namespace kiln::graph {
 namespace {
 
 std::string repr(PyObject* obj) {
-  std::string out = runtime::py_repr(obj);
+  std::string out = base::py_repr(obj);
   // Objects without a useful repr print their address; keep text stable.
   for (size_t at = out.find(" at 0x"); at != std::string::npos; at = out.find(" at 0x", at)) {
     size_t end = out.find('>', at);

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "runtime/aten_bridge.h"
-#include "runtime/dict_order.h"
-#include "runtime/environ.h"
-#include "runtime/py_text.h"
+#include "base/dict_order.h"
+#include "base/environ.h"
+#include "base/py_text.h"
 
 namespace kiln::guards {
 namespace {
@@ -16,17 +16,17 @@ std::string type_name(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
 
 // The keys of a dict as the text of a tuple, for explanations.
 std::string keys_text(PyObject* value) {
-  std::vector<runtime::PyRef> keys;
-  if (!value || !PyDict_Check(value) || !runtime::dict_keys_in_order(value, keys)) {
+  std::vector<base::PyRef> keys;
+  if (!value || !PyDict_Check(value) || !base::dict_keys_in_order(value, keys)) {
     PyErr_Clear();
     return "(unreadable)";
   }
-  runtime::PyRef tuple = runtime::PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(keys.size())));
+  base::PyRef tuple = base::PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(keys.size())));
   for (size_t i = 0; i < keys.size(); ++i) {
     Py_INCREF(keys[i].get());
     PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), keys[i].get());
   }
-  return runtime::py_repr(tuple.get());
+  return base::py_repr(tuple.get());
 }
 
 // "off", "cpu bfloat16", "cuda bfloat16", "cpu bfloat16, cuda float16".
@@ -148,7 +148,7 @@ void GuardSet::add_length_match(int source, PyObject* sequence) {
   indexed_ = false;
 }
 
-void GuardSet::add_dict_keys(int source, PyObject* dict, std::vector<runtime::PyRef> keys) {
+void GuardSet::add_dict_keys(int source, PyObject* dict, std::vector<base::PyRef> keys) {
   if (has(GuardKind::DictKeys, source)) return;
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(keys.size()));
   if (!tuple) {
@@ -275,7 +275,7 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       }
     case GuardKind::DictKeys:
       return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected &&
-             runtime::dict_has_keys(value, guard.keys);
+             base::dict_has_keys(value, guard.keys);
     case GuardKind::GradMode:
       return runtime::grad_mode_enabled() == guard.flag;
     case GuardKind::DefaultDtype:
@@ -291,7 +291,7 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
     case GuardKind::NoModuleHooks:
       return value && module_hook_set(value) == nullptr;
     case GuardKind::EnvVar: {
-      PyObject* now = runtime::environ_value(guard.keys);
+      PyObject* now = base::environ_value(guard.keys);
       const bool same = now == guard.expected ||
                         (now && guard.expected && PyObject_RichCompareBool(now, guard.expected, Py_EQ) == 1);
       Py_XDECREF(now);
@@ -350,9 +350,9 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
     return out.str();
   }
   if (guard.kind == GuardKind::EnvVar) {
-    PyObject* now = runtime::environ_value(guard.keys);
-    out << "os.environ[" << runtime::py_repr(guard.keys) << "] is " << (now ? runtime::py_repr(now) : "unset")
-        << ", expected " << (guard.expected ? runtime::py_repr(guard.expected) : "unset");
+    PyObject* now = base::environ_value(guard.keys);
+    out << "os.environ[" << base::py_repr(guard.keys) << "] is " << (now ? base::py_repr(now) : "unset")
+        << ", expected " << (guard.expected ? base::py_repr(guard.expected) : "unset");
     Py_XDECREF(now);
     PyErr_Clear();
     return out.str();
@@ -385,7 +385,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
                                         : " was traced with an object that has since been freed");
       break;
     case GuardKind::ConstantMatch:
-      out << where << " == " << runtime::py_repr(value) << ", expected " << runtime::py_repr(guard.expected);
+      out << where << " == " << base::py_repr(value) << ", expected " << base::py_repr(guard.expected);
       break;
     case GuardKind::LengthMatch:
       out << where << " has type " << type_name(value) << " and length "
@@ -397,7 +397,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
     case GuardKind::DictKeys:
       out << where << " is " << type_name(value) << " with keys " << keys_text(value)
           << ", expected " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " with keys "
-          << runtime::py_repr(guard.keys);
+          << base::py_repr(guard.keys);
       break;
     case GuardKind::GradMode:
     case GuardKind::DefaultDtype:
@@ -410,7 +410,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
     case GuardKind::EnvVar:
       break;
     case GuardKind::HasAttr:
-      out << where << (guard.flag ? " lacks" : " has") << " the attribute " << runtime::py_repr(guard.expected)
+      out << where << (guard.flag ? " lacks" : " has") << " the attribute " << base::py_repr(guard.expected)
           << (guard.flag ? ", which it had when traced" : ", which it lacked when traced");
       break;
   }
@@ -527,14 +527,14 @@ std::string GuardSet::describe(const Guard& guard) const {
       out << " <" << (target ? type_name(target) : std::string("dead object")) << ">";
       break;
     }
-    case GuardKind::ConstantMatch: out << " " << runtime::py_repr(guard.expected); break;
+    case GuardKind::ConstantMatch: out << " " << base::py_repr(guard.expected); break;
     case GuardKind::LengthMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="
           << guard.length;
       break;
     case GuardKind::DictKeys:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " keys="
-          << runtime::py_repr(guard.keys);
+          << base::py_repr(guard.keys);
       break;
     case GuardKind::GradMode: out << (guard.flag ? " enabled" : " disabled"); break;
     case GuardKind::DefaultDtype: out << " " << graph::dtype_name(guard.meta.dtype); break;
@@ -543,10 +543,10 @@ std::string GuardSet::describe(const Guard& guard) const {
       break;
     case GuardKind::Autocast: out << " " << describe_autocast(guard.autocast); break;
     case GuardKind::NoModuleHooks: break;
-    case GuardKind::HasAttr: out << (guard.flag ? " has " : " lacks ") << runtime::py_repr(guard.expected); break;
+    case GuardKind::HasAttr: out << (guard.flag ? " has " : " lacks ") << base::py_repr(guard.expected); break;
     case GuardKind::EnvVar:
-      out << " os.environ[" << runtime::py_repr(guard.keys) << "] "
-          << (guard.expected ? "== " + runtime::py_repr(guard.expected) : std::string("unset"));
+      out << " os.environ[" << base::py_repr(guard.keys) << "] "
+          << (guard.expected ? "== " + base::py_repr(guard.expected) : std::string("unset"));
       break;
   }
   return out.str();

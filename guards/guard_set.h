@@ -10,7 +10,7 @@
 
 #include "graph/tensor_meta.h"
 #include "guards/source.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 #include "runtime/aten_bridge.h"
 
 namespace kiln::guards {
@@ -80,7 +80,7 @@ class GuardSet {
   void add_constant_match(int source, PyObject* constant);
   void add_length_match(int source, PyObject* sequence);
   // `keys`: the dict's keys in its iteration order (what the trace read).
-  void add_dict_keys(int source, PyObject* dict, std::vector<runtime::PyRef> keys);
+  void add_dict_keys(int source, PyObject* dict, std::vector<base::PyRef> keys);
   void add_grad_mode(bool enabled);
   void add_default_dtype(graph::DType dtype);
   void add_default_device(graph::DeviceType type, int8_t index);

@@ -1,6 +1,6 @@
 #include "guards/source.h"
 
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 
 namespace kiln::guards {
 namespace {
@@ -81,7 +81,7 @@ int SourceTable::dict_item(int base, PyObject* key) {
   return intern({.kind = SourceKind::DictItem,
                  .base = base,
                  .name = key,
-                 .text = at(base).text + "[" + runtime::py_repr(key) + "]"});
+                 .text = at(base).text + "[" + base::py_repr(key) + "]"});
 }
 
 int SourceTable::index(int base, int position) {

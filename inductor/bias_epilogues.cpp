@@ -7,7 +7,7 @@
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
 #include "prims/subgraph.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::inductor {
 namespace {
@@ -93,8 +93,8 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
     any = true;
   }
   if (!any) return false;
-  runtime::PyRef linear = runtime::PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
-  if (linear) linear = runtime::PyRef::steal(PyObject_GetAttrString(linear.get(), "linear"));
+  base::PyRef linear = base::PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
+  if (linear) linear = base::PyRef::steal(PyObject_GetAttrString(linear.get(), "linear"));
   if (!linear) {
     PyErr_Clear();
     throw std::runtime_error("bias epilogues: torch.nn.functional.linear is not importable");

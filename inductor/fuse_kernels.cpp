@@ -31,8 +31,8 @@
 #include "inductor/split_outer_reductions.h"
 #include "prims/subgraph.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
+#include "base/log.h"
+#include "base/py_ref.h"
 
 namespace kiln::inductor {
 
@@ -55,7 +55,7 @@ namespace kiln::inductor {
 
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 struct KernelEntry {
   Kernel kernel;
@@ -383,61 +383,75 @@ int gemm_node(prims::PrimGraph& out, const prims::PrimGraph& graph, const prims:
   return out.add_node(prims::Prim::Extern, {}, std::move(attrs), {graph.value(node.outputs[0]).meta}).at(0);
 }
 
-// fuse_pointwise_kernels, rescheduling at most `recomputes` more times
-// after Note [Recomputed kernel outputs] rewrote the graph.
-FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int recomputes);
-
-}  // namespace
-
-FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets) {
-  return fuse_graph(graph, targets, 2);
-}
-
-namespace {
-
-FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int recomputes) {
-  FusedGraph out;
-  out.graph = std::make_shared<prims::PrimGraph>();
-  std::vector<KernelGroup> groups;
-  // The target switch: CUDA kernels for a graph on one CUDA device.
-  const int device = targets.cuda ? one_cuda_device(graph) : -1;
-  const bool on_cuda = device >= 0 && cuda_kernels_available();
+// One rewrite of `graph` before scheduling, the first that applies, into
+// *out (with its log line); false when none does. Each leaves nothing for
+// itself to do again, so applying them until none applies ends.
+bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const KernelTargets& targets,
+                         prims::PrimGraph* out) {
+  // Each rewrite writes into a fresh graph: one that declines may have
+  // started its output.
+  auto take = [&](prims::PrimGraph& made, const char* what) {
+    if (what) KILN_LOG(kernels, what << ": " << graph.nodes().size() << " -> " << made.nodes().size() << " nodes");
+    *out = std::move(made);
+    return true;
+  };
   // A rewrite below may leave a node nothing reads any more (Note
   // [Recomputed kernel outputs]: a cone copied into its only reader); it
   // would still run, through torch.
-  if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) {
-    KILN_LOG(kernels, "dead nodes dropped: " << graph.nodes().size() << " -> " << live.nodes().size() << " nodes");
-    return fuse_graph(live, targets, recomputes);
-  }
-  // Note [Casts above reshapes]; the rewritten graph has no such cast left.
+  if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) return take(live, "dead nodes dropped");
+  // Note [Casts above reshapes].
   if (prims::PrimGraph sunk; (on_cuda || targets.cpu) && sink_reshapes_below_casts(graph, &sunk)) {
-    KILN_LOG(kernels, "casts moved above reshapes: " << graph.nodes().size() << " -> " << sunk.nodes().size()
-                                                     << " nodes");
-    return fuse_graph(sunk, targets, recomputes);
+    return take(sunk, "casts moved above reshapes");
   }
-  // Note [Bias epilogues]; the folded graph has no bias add left to fold.
+  // Note [Bias epilogues].
   if (prims::PrimGraph folded; on_cuda && fold_bias_into_matmuls(graph, &folded)) {
-    KILN_LOG(kernels, "bias adds folded into linear calls: " << graph.nodes().size() << " -> "
-                                                             << folded.nodes().size() << " nodes");
-    return fuse_graph(folded, targets, recomputes);
+    return take(folded, "bias adds folded into linear calls");
   }
-  // Note [Two-step outer reductions]; the split graph has none left to split.
-  if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) {
-    return fuse_graph(split, targets, recomputes);
+  // Note [Two-step outer reductions].
+  if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) return take(split, nullptr);
+  // Note [Kernel copies].
+  if (prims::PrimGraph copied; on_cuda && make_copies_explicit(graph, &copied)) return take(copied, nullptr);
+  return false;
+}
+
+}  // namespace
+
+FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& input, KernelTargets targets) {
+  FusedGraph out;
+  out.graph = std::make_shared<prims::PrimGraph>();
+  // The rewrites to their fixed point, then scheduling; Note [Recomputed
+  // kernel outputs] rewrites the scheduled graph, which is then rewritten
+  // and scheduled again, at most twice.
+  const prims::PrimGraph* current = &input;
+  prims::PrimGraph owned;
+  std::vector<KernelGroup> groups;
+  int device = -1;
+  bool on_cuda = false;
+  bool on_cpu = false;
+  for (int recomputes = 2;;) {
+    // The target switch: CUDA kernels for a graph on one CUDA device.
+    device = targets.cuda ? one_cuda_device(*current) : -1;
+    on_cuda = device >= 0 && cuda_kernels_available();
+    on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(*current);
+    prims::PrimGraph next;
+    if (rewrite_for_kernels(*current, on_cuda, targets, &next)) {
+      owned = std::move(next);
+      current = &owned;
+      continue;
+    }
+    groups.clear();
+    if (on_cpu || on_cuda) groups = schedule_kernels(*current);
+    if ((on_cpu || on_cuda) && recomputes > 0 && recompute_kernel_outputs(*current, groups, &next)) {
+      KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << current->nodes().size() << " -> "
+                                                                        << next.nodes().size() << " nodes");
+      owned = std::move(next);
+      current = &owned;
+      --recomputes;
+      continue;
+    }
+    break;
   }
-  // Note [Kernel copies]; the rewritten graph has no copy left to make explicit.
-  if (prims::PrimGraph copied; on_cuda && make_copies_explicit(graph, &copied)) {
-    return fuse_graph(copied, targets, recomputes);
-  }
-  const bool on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(graph);
-  if (on_cpu || on_cuda) groups = schedule_kernels(graph);
-  // Note [Recomputed kernel outputs]: the rewritten graph is scheduled again.
-  if (prims::PrimGraph recomputed;
-      (on_cpu || on_cuda) && recomputes > 0 && recompute_kernel_outputs(graph, groups, &recomputed)) {
-    KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << graph.nodes().size() << " -> "
-                                                                      << recomputed.nodes().size() << " nodes");
-    return fuse_graph(recomputed, targets, recomputes - 1);
-  }
+  const prims::PrimGraph& graph = *current;
   const int node_count = static_cast<int>(graph.nodes().size());
   std::vector<LoweredKernel> candidates;
   std::vector<const KernelGroup*> candidate_groups;
@@ -579,7 +593,5 @@ FusedGraph fuse_graph(const prims::PrimGraph& graph, KernelTargets targets, int 
   }
   return out;
 }
-
-}  // namespace
 
 }  // namespace kiln::inductor

@@ -14,7 +14,7 @@
 #include "inductor/cpu/gemm.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace kiln::inductor {
 
@@ -37,7 +37,7 @@ namespace kiln::inductor {
 
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // What a GemmCall runs.
 struct GemmNode {

@@ -6,7 +6,7 @@
 
 #include "graph/tensor_meta.h"
 #include "inductor/matmul_policy.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::inductor {
 
@@ -15,7 +15,7 @@ namespace kiln::inductor {
 // the kernel cache (*compiled_now says which). Null when the generated
 // kernel does not apply to these operands. Throws cpu::CodegenError when
 // the kernel cannot be compiled.
-runtime::PyRef make_gemm_call(const graph::TensorMeta& a, const graph::TensorMeta& b, MatmulPolicy policy,
+base::PyRef make_gemm_call(const graph::TensorMeta& a, const graph::TensorMeta& b, MatmulPolicy policy,
                               bool* compiled_now);
 
 // Forgets the "auto" policy's timings: GEMM nodes made from now on time

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace kiln::inductor {
 

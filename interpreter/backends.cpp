@@ -22,11 +22,11 @@
 #include "runtime/callable_backend_executor.h"
 #include "runtime/eager_executor.h"
 #include "runtime/cuda_graph_executor.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/prim_executor.h"
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 #include "runtime/staged_executor.h"
-#include "runtime/stopwatch.h"
+#include "base/stopwatch.h"
 
 namespace kiln::interpreter {
 namespace {
@@ -101,7 +101,7 @@ prims::PrimGraph with_kernels(const prims::PrimGraph& graph, const std::string& 
   targets.autotune = settings.autotune;
   targets.autotuned = [] { stats().kernels_autotuned++; };
   targets.cpu_matmul = settings.cpu_matmul;
-  const runtime::Stopwatch clock;
+  const base::Stopwatch clock;
   inductor::FusedGraph fused = inductor::fuse_pointwise_kernels(graph, targets);
   KILN_LOG(perf, "inductor pass on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
                                      << fused.compiled << " compiled)");
@@ -309,7 +309,7 @@ std::unique_ptr<runtime::GraphExecutor> callable_executor(const graph::Graph& gr
   }
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
-  const std::string why = value ? runtime::py_repr(value) : "no error given";
+  const std::string why = value ? base::py_repr(value) : "no error given";
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(traceback);
@@ -364,7 +364,7 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
                                                       const std::string& name) {
   if (config.backend_callable) return callable_executor(graph, name, config.backend_callable.get());
   const Settings settings = resolve_settings(config);
-  const runtime::Stopwatch clock;
+  const base::Stopwatch clock;
   std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, config.backend, name, settings);
   KILN_LOG(perf, "backend " << config.backend << " for " << name << ": " << clock.ms() << " ms");
   if (!settings.cuda_graphs) return executor;

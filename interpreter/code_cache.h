@@ -10,7 +10,7 @@
 
 #include "guards/guard_set.h"
 #include "interpreter/graph_callable.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 #include "tracer/tracer.h"
 
 namespace kiln::interpreter {
@@ -26,7 +26,7 @@ struct CacheEntry {
   // Set when the trace ended at a graph break: code with the frame's
   // argument slots as positional parameters that runs the graph, then the
   // instruction CPython must run, then a resume function.
-  runtime::PyRef transformed_code;
+  base::PyRef transformed_code;
   // Stores the traced code made, replayed after the graph (whole-frame
   // entries; the graph then returns the result followed by their values).
   std::vector<tracer::SideEffect> effects;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "inductor/matmul_policy.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::interpreter {
 
@@ -46,7 +46,7 @@ struct CompileConfig {
   std::string backend = "inductor";
   // kiln.compile(backend=callable): backend is "callable", and this is
   // called with each graph as a torch.fx.GraphModule (kiln._fx).
-  runtime::PyRef backend_callable;
+  base::PyRef backend_callable;
   // kiln.compile(mode="reduce-overhead"): CUDA graphs run as captured
   // torch.cuda.CUDAGraphs (Note [CUDA graphs] in runtime/).
   bool cuda_graphs = false;

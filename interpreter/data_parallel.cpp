@@ -2,13 +2,13 @@
 
 #include <Python.h>
 
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
+#include "base/log.h"
+#include "base/py_ref.h"
 
 namespace kiln::interpreter {
 
 int64_t active_ddp_bucket_bytes() {
-  using runtime::PyRef;
+  using base::PyRef;
   // DDP sets the class attribute _active_ddp_module around its wrapped
   // module's call (for Dynamo, which cuts its graphs by the same rule). A
   // process that never imported DDP has no such module running.

@@ -6,20 +6,22 @@
 
 #include "graph/graph_printer.h"
 #include "interpreter/backends.h"
-#include "interpreter/bytecode_decoder.h"
+#include "cpython/bytecode_decoder.h"
 #include "interpreter/call_report.h"
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
-#include "interpreter/cpython_frame.h"
-#include "runtime/log.h"
+#include "cpython/cpython_frame.h"
+#include "base/log.h"
 #include "runtime/replace_contents.h"
-#include "runtime/stopwatch.h"
-#include "runtime/small_buffer.h"
+#include "base/stopwatch.h"
+#include "base/small_buffer.h"
 #include "tracer/break_codegen.h"
 #include "tracer/disabled_code.h"
 #include "tracer/tracer.h"
 
 namespace kiln::interpreter {
+
+using cpython::format_bytecode;
 namespace {
 
 PyObject* g_unsupported_error = nullptr;
@@ -130,7 +132,7 @@ guards::FrameView frame_view(KilnFrame* frame) {
 PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values) {
   const graph::Graph& graph = *entry.compiled->graph;
   const auto& inputs = graph.inputs();
-  runtime::SmallBuffer<32> buffer(inputs.size());
+  base::SmallBuffer<32> buffer(inputs.size());
   PyObject** args = buffer.data();
   for (size_t i = 0; i < inputs.size(); ++i) {
     args[i] = values.get(graph.node(inputs[i]).input_source);
@@ -211,7 +213,7 @@ void seed_resume_dynamic_dims(PyCodeObject* transformed, const tracer::BreakInfo
 
 bool build_transformed_code(CacheEntry& entry, PyCodeObject* code, const tracer::BreakInfo& info,
                             std::string& reason) {
-  runtime::PyRef callable = runtime::PyRef::steal(make_graph_callable(entry.compiled));
+  base::PyRef callable = base::PyRef::steal(make_graph_callable(entry.compiled));
   std::string error;
   PyObject* transformed =
       callable ? tracer::build_break_code(code, info, entry.guards->sources(), *entry.compiled->graph,
@@ -225,7 +227,7 @@ bool build_transformed_code(CacheEntry& entry, PyCodeObject* code, const tracer:
     reason += " (and the graph break could not be compiled: " + error + ")";
     return false;
   }
-  entry.transformed_code = runtime::PyRef::steal(transformed);
+  entry.transformed_code = base::PyRef::steal(transformed);
   seed_resume_dynamic_dims(reinterpret_cast<PyCodeObject*>(transformed), info, entry.config_id);
   // The transformed code is kiln's own: CPython runs it as it is.
   if (CodeCache* cache = code_cache(reinterpret_cast<PyCodeObject*>(transformed), true)) {
@@ -268,7 +270,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   }
   {
     ConfigScope untraced(nullptr);
-    const runtime::Stopwatch clock;
+    const base::Stopwatch clock;
     result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
     KILN_LOG(perf, "trace of " << code_name(code) << ": " << clock.ms() << " ms");
   }

@@ -4,8 +4,8 @@
 
 #include "prims/decompositions.h"
 #include "prims/prim_error.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
+#include "base/log.h"
+#include "base/py_ref.h"
 
 namespace kiln::prims {
 namespace {
@@ -13,9 +13,9 @@ namespace {
 using graph::Arg;
 using graph::Node;
 using graph::NodeKind;
-using runtime::PyRef;
+using base::PyRef;
 
-DecomposeFn decomposition_table(stdlib::TorchOp op) {
+DecomposeFn decomposition_table(prims::TorchOp op) {
   static const DecomposeFn table[] = {
 #define KILN_DECOMPOSITION_ENTRY(name, ...) &decompose_##name,
       KILN_TORCH_OPS(KILN_DECOMPOSITION_ENTRY)
@@ -105,10 +105,10 @@ bool same_layout(const graph::TensorMeta& a, const graph::TensorMeta& b) {
 // Runs the decomposition of one call; returns its values, or an empty
 // vector with *why set when the call stays an extern.
 std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const Node& node,
-                               const stdlib::OpSpelling& spelling,
+                               const prims::OpSpelling& spelling,
                                const std::vector<std::vector<int>>& node_values, std::string* why) {
-  stdlib::BoundArgs bound;
-  if (!stdlib::bind_args(spelling, node.args, node.kwargs, &bound, why)) return {};
+  prims::BoundArgs bound;
+  if (!prims::bind_args(spelling, node.args, node.kwargs, &bound, why)) return {};
   const size_t checkpoint = b.graph().nodes().size();
   const int first_value = static_cast<int>(b.graph().values().size());
   std::vector<int> values;
@@ -224,7 +224,7 @@ bool may_alias(const PrimGraph& graph, int value) {
 
 // Rewrites `call`'s arguments so that an `inplace` parameter of `spelling`
 // given as True is False; false when the call has no such argument.
-bool without_inplace_flag(const stdlib::OpSpelling& spelling, Node* call) {
+bool without_inplace_flag(const prims::OpSpelling& spelling, Node* call) {
   for (auto& [key, arg] : call->kwargs) {
     if (key == "inplace" && arg.kind == Arg::Kind::Constant && arg.constant == Py_True) {
       arg = Arg::of_constant(Py_False);
@@ -232,7 +232,7 @@ bool without_inplace_flag(const stdlib::OpSpelling& spelling, Node* call) {
     }
   }
   for (size_t i = 0; i < spelling.params.size() && i < call->args.size(); ++i) {
-    const stdlib::Param& param = spelling.params[i];
+    const prims::Param& param = spelling.params[i];
     if (param.keyword_only || param.varargs) break;
     if (param.name == "inplace" && call->args[i].kind == Arg::Kind::Constant && call->args[i].constant == Py_True) {
       call->args[i] = Arg::of_constant(Py_False);
@@ -262,11 +262,11 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
   functional.args = node.args;
   functional.kwargs = node.kwargs;
   functional.metas = node.metas;
-  const stdlib::OpSpelling* spelling = nullptr;
+  const prims::OpSpelling* spelling = nullptr;
   if (PyRef twin = out_of_place_twin(node.target)) {
-    spelling = stdlib::find_torch_op(twin.get());
+    spelling = prims::find_torch_op(twin.get());
     functional.target = twin.release();
-  } else if (spelling = stdlib::find_torch_op(node.target); spelling && without_inplace_flag(*spelling, &functional)) {
+  } else if (spelling = prims::find_torch_op(node.target); spelling && without_inplace_flag(*spelling, &functional)) {
     // F.relu(x, inplace=True): the same call with inplace=False
     Py_INCREF(node.target);
     functional.target = node.target;
@@ -289,7 +289,7 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
 
 }  // namespace
 
-DecomposeFn decomposition_of(stdlib::TorchOp op) { return decomposition_table(op); }
+DecomposeFn decomposition_of(prims::TorchOp op) { return decomposition_table(op); }
 
 std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool grad_enabled,
                                              std::string* why, const graph::Arg* output,
@@ -379,7 +379,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
       continue;
     }
     std::string reason = "no decomposition";
-    const stdlib::OpSpelling* spelling = stdlib::find_torch_op(node.target);
+    const prims::OpSpelling* spelling = prims::find_torch_op(node.target);
     if (spelling && !node.metas.empty()) {
       values[node.id] = try_decompose(b, traced, node, *spelling, values, &reason);
       if (!values[node.id].empty()) {

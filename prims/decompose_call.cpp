@@ -9,7 +9,7 @@ namespace kiln::prims {
 using graph::Arg;
 
 DecomposeCall::DecomposeCall(PrimBuilder& builder, const graph::Graph& graph,
-                             const graph::Node& node, const stdlib::OpSpelling& spelling, const stdlib::BoundArgs& bound,
+                             const graph::Node& node, const prims::OpSpelling& spelling, const prims::BoundArgs& bound,
                              const std::vector<std::vector<int>>& node_values)
     : b(builder), node(node), graph_(graph), spelling_(spelling), bound_(bound), node_values_(node_values) {}
 
@@ -19,7 +19,7 @@ void DecomposeCall::unsupported(const std::string& why) const {
 
 DecomposeCall::Bound DecomposeCall::lookup(const char* name) const {
   for (size_t i = 0; i < spelling_.params.size(); ++i) {
-    const stdlib::Param& p = spelling_.params[i];
+    const prims::Param& p = spelling_.params[i];
     if (p.name != name) continue;
     if (p.varargs) unsupported(std::string("varargs ") + name + " read as one value");
     return Bound{bound_.given[i], p.default_value};
@@ -36,7 +36,7 @@ int DecomposeCall::node_value(int node_id) const {
 }
 
 bool DecomposeCall::has_param(const char* name) const {
-  for (const stdlib::Param& p : spelling_.params) {
+  for (const prims::Param& p : spelling_.params) {
     if (p.name == name) return true;
   }
   return false;
@@ -162,7 +162,7 @@ std::vector<int64_t> DecomposeCall::ints_of(const Arg& arg, const char* name) co
 
 std::vector<int64_t> DecomposeCall::ints(const char* name) const {
   for (size_t i = 0; i < spelling_.params.size(); ++i) {
-    const stdlib::Param& p = spelling_.params[i];
+    const prims::Param& p = spelling_.params[i];
     if (p.name != name || !p.varargs) continue;
     if (bound_.rest.size() == 1) return ints_of(*bound_.rest[0], name);
     std::vector<int64_t> out;

@@ -13,7 +13,7 @@
 
 #include "graph/graph.h"
 #include "prims/prim_builder.h"
-#include "stdlib/torch_ops.h"
+#include "prims/torch_ops.h"
 
 namespace kiln::prims {
 
@@ -29,8 +29,8 @@ class DecomposeCall {
  public:
   // `node_values[id]` are the prim values of traced node `id` (one per meta).
   DecomposeCall(PrimBuilder& builder, const graph::Graph& graph, const graph::Node& node,
-                const stdlib::OpSpelling& spelling,
-                const stdlib::BoundArgs& bound, const std::vector<std::vector<int>>& node_values);
+                const prims::OpSpelling& spelling,
+                const prims::BoundArgs& bound, const std::vector<std::vector<int>>& node_values);
 
   PrimBuilder& b;
   const graph::Node& node;
@@ -92,8 +92,8 @@ class DecomposeCall {
   std::vector<int64_t> ints_of(const graph::Arg& arg, const char* name) const;
 
   const graph::Graph& graph_;
-  const stdlib::OpSpelling& spelling_;
-  const stdlib::BoundArgs& bound_;
+  const prims::OpSpelling& spelling_;
+  const prims::BoundArgs& bound_;
   const std::vector<std::vector<int>>& node_values_;
 };
 

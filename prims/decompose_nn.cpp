@@ -10,9 +10,9 @@
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
 #include "prims/layout.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
-#include "stdlib/torch_api.h"
+#include "base/log.h"
+#include "base/py_ref.h"
+#include "base/torch_api.h"
 
 namespace kiln::prims {
 namespace {
@@ -91,7 +91,7 @@ std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
   int rows = input;
   const graph::TensorMeta& in = b.meta(input);
   if (in.device_type == graph::DeviceType::CUDA && !in.requires_grad && in.strides.back() != 1 && in.sizes.back() > 1) {
-    static PyObject* contiguous = PyObject_GetAttrString(stdlib::torch_api()->tensor_type, "contiguous");
+    static PyObject* contiguous = PyObject_GetAttrString(base::torch_api()->tensor_type, "contiguous");
     if (!contiguous) c.unsupported("torch.Tensor.contiguous is missing");
     graph::TensorMeta copied = in;
     copied.strides = graph::contiguous_strides(copied.sizes);
@@ -243,7 +243,7 @@ PyObject* operand_description(PrimBuilder& b, int value, bool contiguous) {
 // kiln._attention's function `name`, imported on first use and kept for the
 // process; null (no error set) when it cannot be imported.
 PyObject* attention_helper(const char* name) {
-  runtime::PyRef module = runtime::PyRef::steal(PyImport_ImportModule("kiln._attention"));
+  base::PyRef module = base::PyRef::steal(PyImport_ImportModule("kiln._attention"));
   PyObject* fn = module ? PyObject_GetAttrString(module.get(), name) : nullptr;
   PyErr_Clear();
   return fn;
@@ -262,17 +262,17 @@ long torch_attention_backend(DecomposeCall& c) {
   static PyObject* backend = attention_helper("backend");
   if (!backend) return kUnknownBackend;
   PrimBuilder& b = c.b;
-  runtime::PyRef mask;
+  base::PyRef mask;
   if (c.given("attn_mask")) {
     const int m = c.tensor("attn_mask");
-    mask = runtime::PyRef::steal(operand_description(b, m, !is_contiguous(b.meta(m).sizes, b.meta(m).strides)));
+    mask = base::PyRef::steal(operand_description(b, m, !is_contiguous(b.meta(m).sizes, b.meta(m).strides)));
   } else {
-    mask = runtime::PyRef::borrow(Py_None);
+    mask = base::PyRef::borrow(Py_None);
   }
-  runtime::PyRef scale = runtime::PyRef::borrow(c.given("scale") ? c.constant("scale") : Py_None);
-  if (!scale) scale = runtime::PyRef::borrow(Py_None);
+  base::PyRef scale = base::PyRef::borrow(c.given("scale") ? c.constant("scale") : Py_None);
+  if (!scale) scale = base::PyRef::borrow(Py_None);
   const bool gqa = c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa");
-  runtime::PyRef result = runtime::PyRef::steal(PyObject_CallFunction(
+  base::PyRef result = base::PyRef::steal(PyObject_CallFunction(
       backend, "NNNOdOOO", operand_description(b, c.tensor("query"), false),
       operand_description(b, c.tensor("key"), false), operand_description(b, c.tensor("value"), false), mask.get(),
       c.number("dropout_p"), c.flag("is_causal") ? Py_True : Py_False, scale.get(), gqa ? Py_True : Py_False));
@@ -293,9 +293,9 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
                                                                     std::string& why) {
   static PyObject* layouts = attention_helper("layouts");
   if (!layouts) return std::nullopt;
-  runtime::PyRef mask_desc = mask >= 0 ? runtime::PyRef::steal(operand_description(b, mask, false))
-                                       : runtime::PyRef::borrow(Py_None);
-  runtime::PyRef found = runtime::PyRef::steal(PyObject_CallFunction(
+  base::PyRef mask_desc = mask >= 0 ? base::PyRef::steal(operand_description(b, mask, false))
+                                       : base::PyRef::borrow(Py_None);
+  base::PyRef found = base::PyRef::steal(PyObject_CallFunction(
       layouts, "NNNOlOOO", operand_description(b, q, false), operand_description(b, k, false),
       operand_description(b, value, false), mask_desc.get(), backend, causal ? Py_True : Py_False, scale,
       with_lse ? Py_True : Py_False));
@@ -397,7 +397,7 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     return std::nullopt;
   }
   (*metas)[0].requires_grad = with_lse;
-  runtime::PyRef backend_id = runtime::PyRef::steal(PyLong_FromLong(backend));
+  base::PyRef backend_id = base::PyRef::steal(PyLong_FromLong(backend));
   std::vector<graph::Arg> args = {graph::Arg::of_node(q), graph::Arg::of_node(k), graph::Arg::of_node(value),
                                   mask >= 0 ? graph::Arg::of_node(mask) : graph::Arg::of_constant(Py_None),
                                   graph::Arg::of_constant(backend_id.get()),

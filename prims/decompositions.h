@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "prims/decompose_call.h"
-#include "stdlib/torch_ops.h"
+#include "prims/torch_ops.h"
 
 namespace kiln::prims {
 
@@ -19,6 +19,6 @@ KILN_TORCH_OPS(KILN_DECLARE_DECOMPOSITION)
 using DecomposeFn = std::vector<int> (*)(DecomposeCall& call);
 
 // The decomposition of `op`.
-DecomposeFn decomposition_of(stdlib::TorchOp op);
+DecomposeFn decomposition_of(prims::TorchOp op);
 
 }  // namespace kiln::prims

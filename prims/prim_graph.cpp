@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "graph/graph_printer.h"
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 
 namespace kiln::prims {
 
@@ -177,7 +177,7 @@ std::string format_scalar(const Scalar& scalar) {
     case ScalarKind::Float: {
       // As Python writes it (shortest round trip, "1.0", "inf").
       PyObject* number = PyFloat_FromDouble(scalar.real);
-      std::string text = runtime::py_repr(number);
+      std::string text = base::py_repr(number);
       Py_XDECREF(number);
       return text;
     }

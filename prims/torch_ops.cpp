@@ -1,11 +1,11 @@
-#include "stdlib/torch_ops.h"
+#include "prims/torch_ops.h"
 
 #include <string_view>
 #include <unordered_map>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
-namespace kiln::stdlib {
+namespace kiln::prims {
 namespace {
 
 struct OpEntry {
@@ -194,4 +194,4 @@ bool bind_args(const OpSpelling& spelling, const std::vector<graph::Arg>& args,
   return true;
 }
 
-}  // namespace kiln::stdlib
+}  // namespace kiln::prims

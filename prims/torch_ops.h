@@ -13,7 +13,7 @@
 
 #include "graph/graph.h"
 
-namespace kiln::stdlib {
+namespace kiln::prims {
 
 // Note [Torch op spellings]
 // X(op, "prefix.name(signature)", ...). Prefixes: torch., Tensor., F.
@@ -244,4 +244,4 @@ bool bind_args(const OpSpelling& spelling, const std::vector<graph::Arg>& args,
                const std::vector<std::pair<std::string, graph::Arg>>& kwargs, BoundArgs* out,
                std::string* why);
 
-}  // namespace kiln::stdlib
+}  // namespace kiln::prims

@@ -18,9 +18,11 @@
 #include <optional>
 #include <sstream>
 
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 namespace {
 
 using graph::DeviceType;

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "runtime/graph_arg_values.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 namespace {
 
 using graph::Arg;

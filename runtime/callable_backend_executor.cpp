@@ -5,6 +5,8 @@
 #include "runtime/graph_arg_values.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 namespace {
 
 // A tuple of Python objects from new references; null when one is null.

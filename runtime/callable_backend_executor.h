@@ -10,7 +10,7 @@
 
 #include "graph/graph.h"
 #include "runtime/graph_executor.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
 
@@ -33,7 +33,7 @@ class CallableBackendExecutor final : public GraphExecutor {
   const char* name() const override { return "callable"; }
 
  private:
-  PyRef runner_;  // kiln._fx.CompiledByBackend
+  base::PyRef runner_;  // kiln._fx.CompiledByBackend
   size_t input_count_ = 0;
 };
 

@@ -6,10 +6,12 @@
 #include <vector>
 
 #include "runtime/aten_bridge.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
+#include "base/log.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 
 // Note [CUDA graphs]
 // Small models on a GPU spend their time launching kernels, not running

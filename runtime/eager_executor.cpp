@@ -4,9 +4,11 @@
 
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
-#include "runtime/small_buffer.h"
+#include "base/small_buffer.h"
 
 namespace kiln::runtime {
+
+using base::SmallBuffer;
 namespace {
 
 using graph::Arg;

@@ -11,12 +11,18 @@
 #include "prims/type_promotion.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
-#include "runtime/small_buffer.h"
-#include "runtime/stopwatch.h"
+#include "base/log.h"
+#include "base/py_ref.h"
+#include "base/small_buffer.h"
+#include "base/stopwatch.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
+using base::SmallBuffer;
+using base::Stopwatch;
+using base::log_enabled;
+using base::LogChannel;
 
 using graph::Arg;
 using prims::Family;

@@ -1,8 +1,10 @@
 #include "runtime/replace_contents.h"
 
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 
 int replace_contents(PyObject* target, PyObject* contents) {
   if (PyList_CheckExact(target)) return PyList_SetSlice(target, 0, PY_SSIZE_T_MAX, contents);

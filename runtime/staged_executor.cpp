@@ -1,9 +1,11 @@
 #include "runtime/staged_executor.h"
 
 #include "runtime/graph_arg_values.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
 namespace {
 
 void note_output_reads(const graph::Arg& arg, std::vector<bool>& read) {

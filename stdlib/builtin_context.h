@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "interpreter/instruction.h"
+#include "cpython/instruction.h"
 #include "tracer/break_reason.h"
 #include "tracer/value.h"
 
 namespace kiln::stdlib {
 
-using runtime::PyRef;
+using base::PyRef;
 using tracer::BreakCode;
 using tracer::KwArgs;
 using tracer::Value;
@@ -44,7 +44,7 @@ class BuiltinContext {
   // a <cmp> b for a rich comparison code (Py_LT..Py_GE).
   virtual ValuePtr compare(int py_cmp, const ValuePtr& a, const ValuePtr& b) = 0;
   // -a, +a, ~a or not a (op is UnaryNegative, UnaryPositive, UnaryInvert or UnaryNot).
-  virtual ValuePtr unary_op(interpreter::Op op, const ValuePtr& a) = 0;
+  virtual ValuePtr unary_op(cpython::Op op, const ValuePtr& a) = 0;
   // base.name, with the tracer's attribute rules.
   virtual ValuePtr load_attr(const ValuePtr& base, PyObject* name) = 0;
   // base.name, or null where that raises AttributeError exactly as eager

@@ -6,9 +6,12 @@
 
 #include "stdlib/model_registry.h"
 #include "stdlib/model_support.h"
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 
 namespace kiln::stdlib {
+
+using base::PyRef;
+using base::torch_api;
 namespace {
 
 PyObject* as_object(PyTypeObject* type) { return reinterpret_cast<PyObject*>(type); }

@@ -2,8 +2,8 @@
 // tuple), applied to the symbolic items. Changes to a container the caller
 // can see are written back after the graph (Note [Side effects]).
 #include <algorithm>
-#include "runtime/class_dict.h"
-#include "runtime/dict_order.h"
+#include "base/class_dict.h"
+#include "base/dict_order.h"
 
 #include "stdlib/model_registry.h"
 #include "stdlib/model_support.h"
@@ -286,7 +286,7 @@ void put_item(BuiltinContext& context, const std::string& what, Value& dict, con
 ValuePtr dict_new(BuiltinContext& context, BuiltinCall& call) {
   if (call.args.size() > 1) context.abort(BreakCode::UnsupportedCall, call.name + "() with several positional arguments");
   ValuePtr dict = tracer::make_sequence(ValueKind::Dict, {});
-  if (call.name == "OrderedDict") dict->tuple_type = PyRef::borrow(runtime::ordered_dict_type());
+  if (call.name == "OrderedDict") dict->tuple_type = PyRef::borrow(base::ordered_dict_type());
   if (!call.args.empty()) {
     const ValuePtr& source = call.args[0];
     if (source->is(ValueKind::Dict)) {
@@ -326,7 +326,7 @@ ValuePtr defaultdict_new(BuiltinContext& context, BuiltinCall& call) {
     context.abort(BreakCode::PythonException, "TypeError: first argument must be callable or None");
   }
   ValuePtr dict = dict_new(context, call);
-  dict->tuple_type = PyRef::borrow(runtime::defaultdict_type());
+  dict->tuple_type = PyRef::borrow(base::defaultdict_type());
   dict->self = factory;
   return dict;
 }
@@ -335,8 +335,8 @@ ValuePtr defaultdict_new(BuiltinContext& context, BuiltinCall& call) {
 
 void register_containers_model(ModelRegistry& registry) {
   registry.add("builtins", "dict", dict_new);
-  if (PyObject* ordered = runtime::ordered_dict_type()) registry.add_object(ordered, "OrderedDict", dict_new);
-  if (PyObject* defaults = runtime::defaultdict_type()) registry.add_object(defaults, "defaultdict", defaultdict_new);
+  if (PyObject* ordered = base::ordered_dict_type()) registry.add_object(ordered, "OrderedDict", dict_new);
+  if (PyObject* defaults = base::defaultdict_type()) registry.add_object(defaults, "defaultdict", defaultdict_new);
   struct Entry {
     PyTypeObject* type;
     const char* name;
@@ -356,7 +356,7 @@ void register_containers_model(ModelRegistry& registry) {
       {&PyDict_Type, "popitem", dict_popitem},
   };
   for (const Entry& entry : kEntries) {
-    runtime::PyRef descriptor = runtime::own_class_attr(entry.type, entry.name);
+    base::PyRef descriptor = base::own_class_attr(entry.type, entry.name);
     if (!descriptor) continue;
     registry.add_object(descriptor.get(), std::string(entry.type->tp_name) + "." + entry.name, entry.fn);
   }
@@ -373,16 +373,16 @@ void register_containers_model(ModelRegistry& registry) {
       {"setdefault", dict_setdefault}, {"clear", dict_clear}, {"popitem", dict_popitem},
       {"move_to_end", ordered_dict_move_to_end},
   };
-  auto* ordered = reinterpret_cast<PyTypeObject*>(runtime::ordered_dict_type());
+  auto* ordered = reinterpret_cast<PyTypeObject*>(base::ordered_dict_type());
   for (const OrderedEntry& entry : kOrderedEntries) {
     if (!ordered) break;
-    runtime::PyRef descriptor = runtime::own_class_attr(ordered, entry.name);
+    base::PyRef descriptor = base::own_class_attr(ordered, entry.name);
     if (!descriptor) continue;  // inherited from dict: the dict entry serves
     registry.add_object(descriptor.get(), std::string("OrderedDict.") + entry.name, entry.fn);
   }
   // defaultdict's own copy keeps its factory (dict_copy copies it too).
-  if (auto* defaults = reinterpret_cast<PyTypeObject*>(runtime::defaultdict_type())) {
-    if (runtime::PyRef copy = runtime::own_class_attr(defaults, "copy")) {
+  if (auto* defaults = reinterpret_cast<PyTypeObject*>(base::defaultdict_type())) {
+    if (base::PyRef copy = base::own_class_attr(defaults, "copy")) {
       registry.add_object(copy.get(), "defaultdict.copy", dict_copy);
     }
   }

@@ -3,7 +3,7 @@
 // The endless iterators (count, repeat without a count) stay StdObjects
 // that only islice, zip, map and next take items from.
 #include <algorithm>
-#include "runtime/class_dict.h"
+#include "base/class_dict.h"
 
 #include "stdlib/model_registry.h"
 #include "stdlib/model_support.h"
@@ -319,9 +319,9 @@ void register_itertools_model(ModelRegistry& registry) {
   // every bound copy (itertools.chain.from_iterable) shares.
   PyRef itertools = PyRef::steal(PyImport_ImportModule("itertools"));
   PyRef chain = itertools ? PyRef::steal(PyObject_GetAttrString(itertools.get(), "chain")) : PyRef();
-  runtime::PyRef from_iterable = chain && PyType_Check(chain.get())
-      ? runtime::own_class_attr(reinterpret_cast<PyTypeObject*>(chain.get()), "from_iterable")
-      : runtime::PyRef();
+  base::PyRef from_iterable = chain && PyType_Check(chain.get())
+      ? base::own_class_attr(reinterpret_cast<PyTypeObject*>(chain.get()), "from_iterable")
+      : base::PyRef();
   if (from_iterable) registry.add_object(from_iterable.get(), "itertools.chain.from_iterable", chain_from_iterable_model);
   PyErr_Clear();
 }

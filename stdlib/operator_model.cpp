@@ -8,7 +8,7 @@
 namespace kiln::stdlib {
 namespace {
 
-using interpreter::Op;
+using cpython::Op;
 
 //  X(operator function, BINARY_OP code); in-place forms ("iadd") are 13 + code.
 #define KILN_OPERATOR_BINARY(X)                                                              \

@@ -4,9 +4,12 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 
 namespace kiln::stdlib {
+
+using base::TorchApi;
+using base::torch_api;
 namespace {
 
 // Torch functions that change global state or talk to the outside world.

@@ -5,19 +5,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include "interpreter/bytecode_builder.h"
-#include "interpreter/bytecode_decoder.h"
-#include "runtime/dict_order.h"
+#include "cpython/bytecode_builder.h"
+#include "cpython/bytecode_decoder.h"
+#include "base/dict_order.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 namespace {
 
-using interpreter::BytecodeBuilder;
-using interpreter::CodeLayout;
-using interpreter::Instruction;
-using interpreter::Op;
-using runtime::PyRef;
+using cpython::BytecodeBuilder;
+using cpython::CodeLayout;
+using cpython::Instruction;
+using cpython::Op;
+using base::PyRef;
 
 // Thrown inside this file when the state cannot be expressed in bytecode.
 struct CodegenError {
@@ -58,10 +58,10 @@ StackIO stack_io(const Instruction& ins) {
     case Op::ImportName: return {2, 1, 0};
     case Op::ImportFrom: return {1, 2, 0};
     case Op::LoadAttr:
-      if (ins.flags & interpreter::kMethod) fail("a method load cannot be a break point");
+      if (ins.flags & cpython::kMethod) fail("a method load cannot be a break point");
       return {1, 1, 0};
     case Op::LoadGlobal:
-      if (ins.flags & interpreter::kPushNull) fail("a global load pushing NULL cannot be a break point");
+      if (ins.flags & cpython::kPushNull) fail("a global load pushing NULL cannot be a break point");
       return {0, 1, 0};
     case Op::FormatValue: return {1 + ((ins.arg & 0x04) ? 1 : 0), 1, 0};
     case Op::BuildString: return {ins.arg, 1, 0};
@@ -208,7 +208,7 @@ class ValueEmitter {
           b_.push_null();
           b_.load_const(value->tuple_type.get());
         }
-        const bool with_factory = value->tuple_type.get() == runtime::defaultdict_type();
+        const bool with_factory = value->tuple_type.get() == base::defaultdict_type();
         if (with_factory) b_.load_const(value->self ? value->self->obj.get() : Py_None);
         for (size_t i = 0; i < value->items.size(); ++i) {
           b_.load_const(value->keys[i].get());
@@ -334,8 +334,8 @@ class ValueEmitter {
   std::unordered_map<const Value*, int> cells_;
 };
 
-bool has_cell(uint8_t kind) { return kind & interpreter::kFastCell; }
-bool is_free(uint8_t kind) { return kind & interpreter::kFastFree; }
+bool has_cell(uint8_t kind) { return kind & cpython::kFastCell; }
+bool is_free(uint8_t kind) { return kind & cpython::kFastFree; }
 // A slot the frame's locals vector holds as a plain value (not a cell).
 bool plain_local(uint8_t kind) { return !has_cell(kind) && !is_free(kind); }
 
@@ -369,7 +369,7 @@ std::vector<int> closure_order(const CodeLayout& layout) {
 PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& instructions,
                             const Successor& successor, const std::vector<int>& bound_locals,
                             int body_from) {
-  const CodeLayout original = interpreter::layout_of(code);
+  const CodeLayout original = cpython::layout_of(code);
   CodeLayout layout;
   layout.flags = original.flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   // A resume function can break again: its own stack arguments are among
@@ -378,20 +378,20 @@ PyObject* build_resume_code(PyCodeObject* code, const std::vector<Instruction>& 
   for (int n = 1; original.index_of(prefix + "0") >= 0; ++n) {
     prefix = "__kiln_stack" + std::to_string(n) + "_";
   }
-  for (int k = 0; k < successor.passed; ++k) layout.add(prefix + std::to_string(k), interpreter::kFastLocal);
+  for (int k = 0; k < successor.passed; ++k) layout.add(prefix + std::to_string(k), cpython::kFastLocal);
   std::vector<int> local_map(original.names.size(), -1);
-  for (int j : bound_locals) local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+  for (int j : bound_locals) local_map[j] = layout.add(original.names[j], cpython::kFastLocal);
   layout.argcount = static_cast<int>(layout.names.size());
   for (size_t j = 0; j < original.names.size(); ++j) {
     if (local_map[j] < 0 && plain_local(original.kinds[j])) {
-      local_map[j] = layout.add(original.names[j], interpreter::kFastLocal);
+      local_map[j] = layout.add(original.names[j], cpython::kFastLocal);
     }
   }
   // The frame's cells (its own, then its free variables) come in as this
   // function's closure: see closure_order().
   int free_vars = 0;
   for (int j : closure_order(original)) {
-    local_map[j] = layout.add(original.names[j], interpreter::kFastFree);
+    local_map[j] = layout.add(original.names[j], cpython::kFastFree);
     ++free_vars;
   }
   BytecodeBuilder b(code);
@@ -430,7 +430,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
                            const guards::SourceTable& sources, const graph::Graph& graph,
                            PyObject* graph_callable, std::string* error) {
   try {
-    const std::vector<Instruction> instructions = interpreter::decode_bytecode(code);
+    const std::vector<Instruction> instructions = cpython::decode_bytecode(code);
     const int i = info.instruction;
     if (i < 0 || i >= static_cast<int>(instructions.size())) fail("break point out of range");
     const Instruction& ins = instructions[i];
@@ -477,7 +477,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
       successors.push_back(make_successor(ins.target, io.jump_pushes));
     }
 
-    const CodeLayout original = interpreter::layout_of(code);
+    const CodeLayout original = cpython::layout_of(code);
     // Plain locals bound at the break go to the resume function as
     // arguments; cells travel as its closure.
     std::vector<int> bound_locals;
@@ -497,19 +497,19 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     std::vector<bool> is_cell(original.names.size(), false);
     for (size_t j = 0; j < original.names.size(); ++j) {
       is_cell[j] = has_cell(original.kinds[j]) || is_free(original.kinds[j]);
-      if (original.kinds[j] & interpreter::kFastLocal) {
+      if (original.kinds[j] & cpython::kFastLocal) {
         slot_of[j] = layout.add(original.names[j], original.kinds[j]);
       }
     }
-    const int out_slot = layout.add("__kiln_graph_out", interpreter::kFastLocal);
-    const int stack_slot = layout.add("__kiln_stack", interpreter::kFastLocal);
+    const int out_slot = layout.add("__kiln_graph_out", cpython::kFastLocal);
+    const int stack_slot = layout.add("__kiln_stack", cpython::kFastLocal);
     std::vector<int> store_temps;
     for (size_t k = 0; k < info.stores.size(); ++k) {
-      store_temps.push_back(layout.add("__kiln_store_" + std::to_string(k), interpreter::kFastLocal));
+      store_temps.push_back(layout.add("__kiln_store_" + std::to_string(k), cpython::kFastLocal));
     }
     std::vector<int> temp_of(original.names.size(), -1);
     for (int j : bound_locals) {
-      temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), interpreter::kFastLocal);
+      temp_of[j] = layout.add("__kiln_local_" + std::to_string(j), cpython::kFastLocal);
     }
     // The frame's own cells whose contents the trace knows (free variables
     // are the caller's cells: the trace never writes them).
@@ -517,12 +517,12 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     for (size_t j = 0; j < info.locals.size(); ++j) {
       const ValuePtr& cell = info.locals[j];
       if (has_cell(original.kinds[j]) && cell && cell->is(ValueKind::Cell) && !cell->items.empty()) {
-        cell_temp[j] = layout.add("__kiln_cell_" + std::to_string(j), interpreter::kFastLocal);
+        cell_temp[j] = layout.add("__kiln_cell_" + std::to_string(j), cpython::kFastLocal);
       }
     }
     int first_free = -1;
     for (size_t j = 0; j < original.names.size(); ++j) {
-      if (original.kinds[j] == interpreter::kFastCell) slot_of[j] = layout.add(original.names[j], original.kinds[j]);
+      if (original.kinds[j] == cpython::kFastCell) slot_of[j] = layout.add(original.names[j], original.kinds[j]);
     }
     int free_vars = 0;
     for (size_t j = 0; j < original.names.size(); ++j) {

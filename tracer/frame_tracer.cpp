@@ -4,14 +4,14 @@
 #include <cstring>
 #include <sstream>
 
-#include "interpreter/bytecode_decoder.h"
-#include "runtime/log.h"
+#include "cpython/bytecode_decoder.h"
+#include "base/log.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 
-using interpreter::Instruction;
-using interpreter::Op;
+using cpython::Instruction;
+using cpython::Op;
 
 namespace {
 
@@ -63,7 +63,7 @@ FrameTracer::FrameTracer(TraceState& state, PyCodeObject* code, PyObject* global
       func_source_(func_source),
       depth_(depth),
       is_top_(depth == 0),
-      instructions_(interpreter::decode_bytecode(code)) {
+      instructions_(cpython::decode_bytecode(code)) {
   locals_.resize(code->co_nlocalsplus);
 }
 
@@ -152,8 +152,8 @@ namespace {
 // Instructions CPython can run at a graph break: they work on the value
 // stack only, so the transformed code can rebuild the stack, run them, and
 // hand what follows to a resume function.
-bool breakable_op(interpreter::Op op) {
-  using interpreter::Op;
+bool breakable_op(cpython::Op op) {
+  using cpython::Op;
   switch (op) {
     case Op::Call:
     case Op::CallFunctionEx:
@@ -562,7 +562,7 @@ void FrameTracer::step(const Instruction& ins) {
         abort_trace(BreakCode::UnsupportedCall, "'super' is rebound to " + describe_value(*super_global));
       }
       ValuePtr attr = super_attr(make_super({cls, receiver}), name_at(ins.arg).get());
-      if (ins.flags & interpreter::kMethod) push(make_null());
+      if (ins.flags & cpython::kMethod) push(make_null());
       push(attr);
       return;
     }
@@ -614,7 +614,7 @@ void FrameTracer::step(const Instruction& ins) {
       return;
     default:
       abort_trace(BreakCode::UnsupportedOpcode,
-                  std::string("opcode ") + ins.raw_name + " (" + interpreter::op_name(ins.op) +
+                  std::string("opcode ") + ins.raw_name + " (" + cpython::op_name(ins.op) +
                       ") is not traced yet");
   }
 }
@@ -645,7 +645,7 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       push(state_.wrap_unguarded(const_at(ins.arg).get()));
       return;
     case Op::LoadGlobal: {
-      if (ins.flags & interpreter::kPushNull) push(make_null());
+      if (ins.flags & cpython::kPushNull) push(make_null());
       push(load_global(name_at(ins.arg).get()));
       return;
     }
@@ -719,7 +719,7 @@ void FrameTracer::step_load_store(const Instruction& ins) {
     case Op::LoadAttr: {
       ValuePtr base = pop();
       ValuePtr attr = load_attr(base, name_at(ins.arg).get());
-      if (ins.flags & interpreter::kMethod) push(make_null());
+      if (ins.flags & cpython::kMethod) push(make_null());
       push(attr);
       return;
     }

@@ -1,7 +1,7 @@
 // Attribute loads, subscripts, iteration and unpacking on symbolic values,
 // including nn.Module's attribute rules (parameters, buffers, submodules).
-#include "runtime/dict_order.h"
-#include "stdlib/torch_api.h"
+#include "base/dict_order.h"
+#include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/trace_state.h"
 
@@ -10,7 +10,7 @@ namespace {
 
 PyRef intern(const char* text) { return PyRef::steal(PyUnicode_InternFromString(text)); }
 
-bool is_module_container(PyObject* module, const stdlib::TorchApi& api) {
+bool is_module_container(PyObject* module, const base::TorchApi& api) {
   return PyObject_TypeCheck(module, reinterpret_cast<PyTypeObject*>(api.module_list_type)) ||
          PyObject_TypeCheck(module, reinterpret_cast<PyTypeObject*>(api.sequential_type));
 }
@@ -21,7 +21,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
   if (base->source >= 0 && (base->is(ValueKind::Module) || base->is(ValueKind::Object))) {
     if (ValuePtr stored = state_.stored_attr(base, name)) return stored;
   }
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   const std::string attr = PyUnicode_AsUTF8(name);
   switch (base->kind) {
     case ValueKind::Tensor: {
@@ -443,7 +443,7 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
 }
 
 ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   if (base->is(ValueKind::Tensor)) {
     return state_.call_torch("operator.getitem", api->getitem, {base, index}, {}, false);
   }
@@ -516,7 +516,7 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
 }
 
 ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   if (value->is(ValueKind::Iterator) && !lazy) drain(value);
   if (value->is(ValueKind::Record) || value->is(ValueKind::Object)) {
     // A Python __iter__ (a generator function, as collections.abc.Sequence's).
@@ -565,7 +565,7 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
       }
       const int children_source = state_.sources().attr(value->source, modules_name.get());
       std::vector<PyRef> keys;
-      if (!runtime::dict_keys_in_order(children.get(), keys)) {
+      if (!base::dict_keys_in_order(children.get(), keys)) {
         abort_trace(BreakCode::PythonException, take_python_error());
       }
       state_.guards().add_dict_keys(children_source, children.get(), keys);
@@ -607,7 +607,7 @@ std::vector<ValuePtr> FrameTracer::unpack(const ValuePtr& value, int count) {
 namespace kiln::tracer {
 
 void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   if (container->is(ValueKind::Record)) {
     // Note [User objects]: the class's __setitem__, else the dict's items.
     if (call_python_special(container, "__setitem__", {key, value})) return;

@@ -3,14 +3,14 @@
 // _enter_autocast/_exit_autocast calls), traced like grad-mode blocks. See
 // Note [Autocast blocks].
 #include "graph/graph.h"
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 
 PyObject* autocast_class() {
   static PyObject* cls = [] {
-    const stdlib::TorchApi* api = stdlib::torch_api();
+    const base::TorchApi* api = base::torch_api();
     PyObject* found = api ? PyObject_GetAttrString(api->torch, "autocast") : nullptr;
     if (!found) PyErr_Clear();
     return found;
@@ -174,7 +174,7 @@ ValuePtr TraceState::with_autocast_casts(const ValuePtr& value, const AutocastCa
     for (size_t i = 0; i < casts.size(); ++i) {
       if (casts[i].first.get() != value->fake.get()) continue;
       if (!(*made)[i]) {
-        static PyObject* to = PyObject_GetAttrString(stdlib::torch_api()->tensor_type, "to");
+        static PyObject* to = PyObject_GetAttrString(base::torch_api()->tensor_type, "to");
         (*made)[i] = call_torch("Tensor.to", to, {value, wrap_unguarded(casts[i].second.get())}, {}, false);
       }
       return (*made)[i];

@@ -4,15 +4,15 @@
 
 #include "runtime/aten_bridge.h"
 #include "stdlib/model_registry.h"
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/disabled_code.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
 
-using interpreter::Instruction;
-using interpreter::Op;
+using cpython::Instruction;
+using cpython::Op;
 
 namespace {
 
@@ -151,7 +151,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
             !PyUnicode_Check(args[0]->obj.get())) {
           abort_trace(BreakCode::UnsupportedCall, info.name + "() of anything but one constant string");
         }
-        runtime::PyRef logged = runtime::PyRef::steal(PyObject_CallOneArg(callable->obj.get(), args[0]->obj.get()));
+        base::PyRef logged = base::PyRef::steal(PyObject_CallOneArg(callable->obj.get(), args[0]->obj.get()));
         if (!logged) PyErr_Clear();  // telemetry: nothing the program sees
         return state_.wrap_unguarded(Py_None);
       }
@@ -202,7 +202,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     case ValueKind::Method: {
       // super().__call__(...) in a module class that overrides __call__:
       // nn.Module's own call of the receiver.
-      const stdlib::TorchApi* api = stdlib::torch_api();
+      const base::TorchApi* api = base::torch_api();
       PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));
       if (callable->self && callable->self->is(ValueKind::Module) &&
           callable->obj.get() == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
@@ -220,7 +220,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return inline_local_function(callable, std::move(args), std::move(kwargs));
     case ValueKind::Builtin:
     case ValueKind::Object: {
-      const stdlib::TorchApi* api = stdlib::torch_api();
+      const base::TorchApi* api = base::torch_api();
       PyObject* obj = callable->obj.get();
       if (PyCFunction_Check(obj) && args.empty()) {
         // These read the calling frame: run at a graph break, they would see
@@ -322,7 +322,7 @@ ValuePtr FrameTracer::call_on_constants(PyObject* callable, const std::vector<Va
 }
 
 ValuePtr FrameTracer::make_grad_mode_context(PyObject* factory, const std::vector<ValuePtr>& args) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   auto context = std::make_shared<Value>();
   context->kind = ValueKind::GradModeContext;
   if (factory == api->set_grad_enabled) {
@@ -390,7 +390,7 @@ void FrameTracer::enter_user_context(const ValuePtr& context) {
 
 ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args,
                                          KwArgs kwargs) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   const std::string& name = method->name;
   switch (stdlib::classify_tensor_method(name)) {
     case stdlib::TensorMethodClass::DataDependent:
@@ -421,7 +421,7 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
 }
 
 ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs, bool base_call) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   PyObject* obj = module->obj.get();
   PyTypeObject* type = Py_TYPE(obj);
   PyRef call_name = PyRef::steal(PyUnicode_InternFromString("__call__"));

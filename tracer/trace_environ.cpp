@@ -1,6 +1,6 @@
 // Reads of environment variables: os.environ.get(k[, d]), os.environ[k],
 // k in os.environ and os.getenv(k[, d]). See Note [Environment variables].
-#include "runtime/environ.h"
+#include "base/environ.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -15,12 +15,12 @@ namespace kiln::tracer {
 // later change of that variable retraces and no other does. Writes to
 // os.environ stay unsupported (a graph break).
 bool is_environ(const ValuePtr& value) {
-  PyObject* environ = runtime::environ_object();
+  PyObject* environ = base::environ_object();
   return environ && value->is(ValueKind::Object) && value->obj.get() == environ;
 }
 
 bool is_getenv(PyObject* callable) {
-  PyObject* getenv = runtime::getenv_function();
+  PyObject* getenv = base::getenv_function();
   return getenv && callable == getenv;
 }
 
@@ -49,7 +49,7 @@ ValuePtr FrameTracer::read_environ(const std::string& op, const std::vector<Valu
   if (!key->is(ValueKind::Constant) || !PyUnicode_Check(key->obj.get())) {
     abort_trace(BreakCode::UnsupportedCall, "os.environ read with key " + describe_value(*key));
   }
-  PyRef value = PyRef::steal(runtime::environ_value(key->obj.get()));
+  PyRef value = PyRef::steal(base::environ_value(key->obj.get()));
   state_.guards().add_env_var(key->obj.get(), value.get());
   if (op == "__contains__") return state_.wrap_unguarded(value ? Py_True : Py_False);
   if (value) return state_.wrap_unguarded(value.get());

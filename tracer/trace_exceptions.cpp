@@ -3,7 +3,7 @@
 // frames (Note [Exceptions in inlined frames]).
 #include <cstring>
 
-#include "interpreter/exception_table.h"
+#include "cpython/exception_table.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -37,18 +37,18 @@ namespace kiln::tracer {
 namespace {
 
 // Decodes the frame's co_exceptiontable; false when it cannot be read.
-bool read_exception_table(PyCodeObject* code, std::vector<interpreter::ExceptionTableEntry>* entries) {
+bool read_exception_table(PyCodeObject* code, std::vector<cpython::ExceptionTableEntry>* entries) {
   PyRef table = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_exceptiontable"));
   if (!table || !PyBytes_Check(table.get())) {
     PyErr_Clear();
     return false;
   }
-  return interpreter::decode_exception_table(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table.get())),
+  return cpython::decode_exception_table(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table.get())),
                                              static_cast<size_t>(PyBytes_GET_SIZE(table.get())), entries);
 }
 
 // The index of the instruction at code unit `unit` (instructions.size() if none).
-size_t instruction_at_unit(const std::vector<interpreter::Instruction>& instructions, int unit) {
+size_t instruction_at_unit(const std::vector<cpython::Instruction>& instructions, int unit) {
   size_t k = 0;
   while (k < instructions.size() && instructions[k].offset < 2 * unit) ++k;
   return k;
@@ -56,9 +56,9 @@ size_t instruction_at_unit(const std::vector<interpreter::Instruction>& instruct
 
 // A with-block's exit handler (PUSH_EXC_INFO then WITH_EXCEPT_START): it
 // calls __exit__ with the exception, which no user handler is.
-bool is_with_exit(const std::vector<interpreter::Instruction>& instructions, size_t handler) {
-  return handler + 1 < instructions.size() && instructions[handler].op == interpreter::Op::PushExcInfo &&
-         instructions[handler + 1].op == interpreter::Op::WithExceptStart;
+bool is_with_exit(const std::vector<cpython::Instruction>& instructions, size_t handler) {
+  return handler + 1 < instructions.size() && instructions[handler].op == cpython::Op::PushExcInfo &&
+         instructions[handler + 1].op == cpython::Op::WithExceptStart;
 }
 
 // "Type: message", on one line.
@@ -76,9 +76,9 @@ std::string describe_exception(PyObject* exception) {
 
 }  // namespace
 
-std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interpreter::Instruction>& instructions) {
+std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<cpython::Instruction>& instructions) {
   std::vector<bool> covered(instructions.size(), false);
-  std::vector<interpreter::ExceptionTableEntry> entries;
+  std::vector<cpython::ExceptionTableEntry> entries;
   if (!read_exception_table(code, &entries)) {
     // Unreadable: treat every instruction as protected (no breaks, ever).
     covered.assign(instructions.size(), true);
@@ -88,7 +88,7 @@ std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interp
     // The handler's first instruction says what kind of handler it is.
     const size_t handler = instruction_at_unit(instructions, entry.target);
     if (handler >= instructions.size()) continue;
-    if (instructions[handler].op != interpreter::Op::PushExcInfo || is_with_exit(instructions, handler)) continue;
+    if (instructions[handler].op != cpython::Op::PushExcInfo || is_with_exit(instructions, handler)) continue;
     for (size_t k = 0; k < instructions.size(); ++k) {
       const int unit = instructions[k].offset / 2;
       if (unit >= entry.start && unit < entry.end) covered[k] = true;
@@ -174,8 +174,8 @@ bool FrameTracer::enter_handler(const PythonRaise& raised) {
   return false;
 }
 
-void FrameTracer::step_exceptions(const interpreter::Instruction& ins) {
-  using interpreter::Op;
+void FrameTracer::step_exceptions(const cpython::Instruction& ins) {
+  using cpython::Op;
   switch (ins.op) {
     case Op::PushExcInfo: {
       ValuePtr exception = pop();

@@ -2,7 +2,7 @@
 // MATCH_SEQUENCE, MATCH_MAPPING, MATCH_KEYS, MATCH_CLASS), evaluated on
 // symbolic values. Literal and value patterns are COMPARE_OP/IS_OP, and
 // captures are stores, which the frame loop already traces.
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -14,7 +14,7 @@ PyObject* known_type(const ValuePtr& value) {
   if (value->tuple_type) return value->tuple_type.get();
   switch (value->kind) {
     case ValueKind::Tensor:
-      return value->obj ? value->obj.get() : stdlib::torch_api()->tensor_type;
+      return value->obj ? value->obj.get() : base::torch_api()->tensor_type;
     case ValueKind::Tuple:
       return value->obj ? reinterpret_cast<PyObject*>(Py_TYPE(value->obj.get()))
                         : reinterpret_cast<PyObject*>(&PyTuple_Type);
@@ -48,8 +48,8 @@ bool matches_self(PyTypeObject* type) {
 
 }  // namespace
 
-void FrameTracer::step_match(const interpreter::Instruction& ins) {
-  using interpreter::Op;
+void FrameTracer::step_match(const cpython::Instruction& ins) {
+  using cpython::Op;
   switch (ins.op) {
     case Op::GetLen: {
       const ValuePtr& subject = top();

@@ -1,6 +1,6 @@
 // Python operators on symbolic values: folded on Python values, graph nodes
 // (through the operator module) when a tensor is involved.
-#include "stdlib/torch_api.h"
+#include "base/torch_api.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -19,7 +19,7 @@ constexpr int kBinaryCount = 13;
 constexpr const char* kCompareNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
 
 PyRef operator_function(const char* name) {
-  return PyRef::steal(PyObject_GetAttrString(stdlib::torch_api()->operator_module, name));
+  return PyRef::steal(PyObject_GetAttrString(base::torch_api()->operator_module, name));
 }
 
 }  // namespace
@@ -160,15 +160,15 @@ ValuePtr FrameTracer::compare_objects(int cmp, const ValuePtr& a, const ValuePtr
   return state_.wrap_unguarded(equal == (cmp == Py_EQ) ? Py_True : Py_False);
 }
 
-ValuePtr FrameTracer::unary_op(interpreter::Op op, const ValuePtr& a) {
-  if (op == interpreter::Op::UnaryNot) {
+ValuePtr FrameTracer::unary_op(cpython::Op op, const ValuePtr& a) {
+  if (op == cpython::Op::UnaryNot) {
     return state_.wrap_unguarded(truthiness(a) ? Py_False : Py_True);
   }
-  const char* name = op == interpreter::Op::UnaryNegative   ? "neg"
-                     : op == interpreter::Op::UnaryPositive ? "pos"
+  const char* name = op == cpython::Op::UnaryNegative   ? "neg"
+                     : op == cpython::Op::UnaryPositive ? "pos"
                                                             : "invert";
   PyRef fn = operator_function(name);
-  if (a->is(ValueKind::Tensor) && op == interpreter::Op::UnaryPositive && a->meta.dtype != graph::DType::Bool) {
+  if (a->is(ValueKind::Tensor) && op == cpython::Op::UnaryPositive && a->meta.dtype != graph::DType::Bool) {
     return a;  // +t is t itself in torch (torch.positive aliases), which `is` can observe
   }
   if (a->is(ValueKind::Tensor)) {

@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "tracer/trace_state.h"
-#include "runtime/class_dict.h"
-#include "runtime/dict_order.h"
-#include "stdlib/torch_api.h"
+#include "base/class_dict.h"
+#include "base/dict_order.h"
+#include "base/torch_api.h"
 
 namespace kiln::tracer {
 
@@ -64,7 +64,7 @@ PyTypeObject* record_base(PyTypeObject* type) {
     auto* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
     if (klass->tp_flags & Py_TPFLAGS_HEAPTYPE) continue;
     const bool known = klass == &PyBaseObject_Type || klass == &PyDict_Type ||
-                       reinterpret_cast<PyObject*>(klass) == runtime::ordered_dict_type();
+                       reinterpret_cast<PyObject*>(klass) == base::ordered_dict_type();
     return known ? klass : nullptr;
   }
   return nullptr;
@@ -143,11 +143,11 @@ bool is_namedtuple_type(PyObject* type) {
   PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     PyTypeObject* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (!runtime::own_class_attr(klass, new_name.get())) continue;
+    if (!base::own_class_attr(klass, new_name.get())) continue;
     PyObject* bases = klass->tp_bases;
     const bool generated = PyTuple_GET_SIZE(bases) == 1 &&
                            PyTuple_GET_ITEM(bases, 0) == reinterpret_cast<PyObject*>(&PyTuple_Type) &&
-                           runtime::own_class_attr(klass, "_fields");
+                           base::own_class_attr(klass, "_fields");
     if (!generated) return false;
     break;
   }
@@ -164,7 +164,7 @@ bool is_record_class(PyObject* type) {
   PyTypeObject* base = record_base(t);
   if (!base || t->tp_new != base->tp_new) return false;  // a Python __new__
   if (t->tp_finalize || t->tp_del) return false;          // __del__
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   if (api && (PyObject_IsSubclass(type, api->module_type) == 1 || PyObject_IsSubclass(type, api->tensor_type) == 1)) {
     return false;  // modules and tensors have their own kinds
   }
@@ -342,7 +342,7 @@ bool is_dict_descriptor(PyObject* found) {
     return false;
   }
   PyTypeObject* owner = reinterpret_cast<PyDescrObject*>(found)->d_type;
-  return owner == &PyDict_Type || reinterpret_cast<PyObject*>(owner) == runtime::ordered_dict_type();
+  return owner == &PyDict_Type || reinterpret_cast<PyObject*>(owner) == base::ordered_dict_type();
 }
 
 bool is_object_slot(PyObject* obj, const char* name) {

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "base/dict_order.h"
+#include "base/torch_api.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/dict_order.h"
-#include "stdlib/torch_api.h"
 #include "stdlib/torch_callables.h"
 
 namespace kiln::tracer {
@@ -16,7 +16,7 @@ using graph::Arg;
 using graph::DeviceType;
 using graph::TensorMeta;
 
-bool is_constant_object(PyObject* obj, const stdlib::TorchApi& api) {
+bool is_constant_object(PyObject* obj, const base::TorchApi& api) {
   if (obj == Py_None || obj == Py_Ellipsis || obj == Py_NotImplemented) return true;
   if (PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
       PyComplex_CheckExact(obj) || PyUnicode_CheckExact(obj) || PyBytes_CheckExact(obj)) {
@@ -42,7 +42,7 @@ bool is_constant_object(PyObject* obj, const stdlib::TorchApi& api) {
 }
 
 // Reads torch.device(spec) into kiln's device fields.
-void parse_device(PyObject* spec, const stdlib::TorchApi& api, DeviceType* type, int* index) {
+void parse_device(PyObject* spec, const base::TorchApi& api, DeviceType* type, int* index) {
   PyRef device = PyRef::steal(PyObject_CallOneArg(api.device_type, spec));
   if (!device) abort_trace(BreakCode::PythonException, "bad device " + py_repr(spec) + ": " + take_python_error());
   PyRef type_name = PyRef::steal(PyObject_GetAttrString(device.get(), "type"));
@@ -148,7 +148,7 @@ void first_tensor_device(const ValuePtr& value, DeviceType* type, int* index, bo
 }
 
 // True when every item of a set or frozenset is a Python constant.
-bool all_constant_items(PyObject* set, const stdlib::TorchApi& api) {
+bool all_constant_items(PyObject* set, const base::TorchApi& api) {
   PyRef iter = PyRef::steal(PyObject_GetIter(set));
   if (!iter) {
     PyErr_Clear();
@@ -164,12 +164,12 @@ bool all_constant_items(PyObject* set, const stdlib::TorchApi& api) {
 }
 
 // A dict or an OrderedDict: both index alike; each iterates in its own order.
-bool is_plain_dict(PyObject* obj) { return runtime::is_dict_or_ordered_dict(obj); }
+bool is_plain_dict(PyObject* obj) { return base::is_dict_or_ordered_dict(obj); }
 
 // A tensor on the meta device with these sizes, strides, dtype and grad.
 PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                        PyObject* dtype, bool requires_grad) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   PyRef size_tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
   PyRef stride_tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(strides.size())));
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -285,7 +285,7 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     auto found = wrapped_.find(source);
     if (found != wrapped_.end()) return found->second;
   }
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   if (!api) abort_trace(BreakCode::PythonException, take_python_error());
   ValuePtr value;
   const bool guarded = source >= 0;
@@ -376,7 +376,7 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   // Keys in the dict's own iteration order, which the trace's loops and
   // write-back follow, so the guard holds the order too.
   std::vector<PyRef> keys;
-  if (!runtime::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
+  if (!base::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
   for (const PyRef& key : keys) {
     if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get()) && !PyBytes_CheckExact(key.get())) {
       abort_trace(BreakCode::UnsupportedValue, "dict with a key not str, int or bytes: " + py_repr(key.get()));
@@ -386,7 +386,7 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   ValuePtr value = make_sequence(ValueKind::Dict, {}, source);
   // An OrderedDict (nn.Module._modules) reads like a dict; it keeps its
   // order semantics (a dict subclass's own methods are not the view's).
-  PyObject* ordered = runtime::ordered_dict_type();
+  PyObject* ordered = base::ordered_dict_type();
   if (ordered && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(ordered))) {
     value->tuple_type = PyRef::borrow(ordered);
   }
@@ -443,7 +443,7 @@ ValuePtr TraceState::stored_global(PyObject* globals, PyObject* name) const {
 }
 
 void TraceState::set_grad_mode(bool enabled) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   // call_torch runs the op on the fakes' side too: that switches the mode
   // for the rest of the trace, as the replay will.
   call_torch("torch._C._set_grad_enabled", api->set_grad_mode,
@@ -532,7 +532,7 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
     results.push_back(std::move(result));
   }
   if (all_equal(results)) return wrap_unguarded(results[0].get());
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   // Sizes and strides differ between points: compute them at run time.
   const bool sizes = name == "size" || name == "shape";
   const char* method = sizes ? "size" : name == "stride" ? "stride" : nullptr;
@@ -628,7 +628,7 @@ Arg TraceState::lower(const ValuePtr& value) {
         for (const ValuePtr& operand : value->items) args.push_back(lower(operand));
         int node = graph_->add_call(value->name, value->obj.get(), std::move(args), {});
         if (value->sym_index) {
-          node = graph_->add_call("operator.getitem", stdlib::torch_api()->getitem,
+          node = graph_->add_call("operator.getitem", base::torch_api()->getitem,
                                   {Arg::of_node(node), Arg::of_constant(value->sym_index.get())}, {});
         }
         value->node = node;
@@ -813,7 +813,7 @@ graph::Arg TraceState::lower_output_once(const ValuePtr& value) {
       Arg contents = lower_contents(value);  // a dict the trace built: a new dict
       if (!value->tuple_type) return contents;
       std::vector<Arg> args;
-      if (value->tuple_type.get() == runtime::defaultdict_type()) {
+      if (value->tuple_type.get() == base::defaultdict_type()) {
         args.push_back(value->self ? Arg::of_constant(value->self->obj.get()) : Arg::of_constant(Py_None));
       }
       args.push_back(std::move(contents));
@@ -879,7 +879,7 @@ ValuePtr TraceState::wrap_result(int node, PyObject* fake, DeviceType device_typ
 ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
                                 const std::vector<ValuePtr>& args, const KwArgs& kwargs,
                                 bool factory) {
-  const stdlib::TorchApi* api = stdlib::torch_api();
+  const base::TorchApi* api = base::torch_api();
   // Where results live: an explicit device= wins, then the first tensor
   // argument's device, then torch's default device (guarded when read).
   DeviceType device_type = DeviceType::CPU;

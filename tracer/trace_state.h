@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "graph/graph.h"
-#include "runtime/py_text.h"
+#include "base/py_text.h"
 #include "guards/guard_set.h"
-#include "interpreter/exception_table.h"
-#include "interpreter/instruction.h"
+#include "cpython/exception_table.h"
+#include "cpython/instruction.h"
 #include "tracer/break_reason.h"
 #include "tracer/dynamic_shapes.h"
 #include "tracer/tracer.h"
@@ -23,7 +23,7 @@
 namespace kiln::tracer {
 
 // Casts autocast applies to an op's inputs: (meta fake, torch dtype).
-using AutocastCasts = std::vector<std::pair<runtime::PyRef, runtime::PyRef>>;
+using AutocastCasts = std::vector<std::pair<base::PyRef, base::PyRef>>;
 
 // A Python exception the traced code raises exactly as eager Python would
 // (its cause is guarded or fixed): a handler in an inlined frame may catch
@@ -210,13 +210,13 @@ class FrameTracer {
   ValuePtr call_value(const ValuePtr& callable, std::vector<ValuePtr> args, KwArgs kwargs);
 
  private:
-  void step(const interpreter::Instruction& ins);
-  void step_load_store(const interpreter::Instruction& ins);
-  void step_build(const interpreter::Instruction& ins);
-  void step_jump(const interpreter::Instruction& ins);
-  void step_call(const interpreter::Instruction& ins);
+  void step(const cpython::Instruction& ins);
+  void step_load_store(const cpython::Instruction& ins);
+  void step_build(const cpython::Instruction& ins);
+  void step_jump(const cpython::Instruction& ins);
+  void step_call(const cpython::Instruction& ins);
   // `match` statements (trace_match.cpp).
-  void step_match(const interpreter::Instruction& ins);
+  void step_match(const cpython::Instruction& ins);
   ValuePtr match_class(const ValuePtr& subject, const ValuePtr& cls, const ValuePtr& names, int positional);
   void store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value);
   void store_global(PyObject* name, const ValuePtr& value);
@@ -249,7 +249,7 @@ class FrameTracer {
   // ==/!= with a plain Python object on one side: its Python __eq__ is
   // inlined, object's identity rule applied; null when not modelled.
   ValuePtr compare_objects(int cmp, const ValuePtr& a, const ValuePtr& b);
-  ValuePtr unary_op(interpreter::Op op, const ValuePtr& a);
+  ValuePtr unary_op(cpython::Op op, const ValuePtr& a);
   ValuePtr subscript(const ValuePtr& base, const ValuePtr& index);
   bool truthiness(const ValuePtr& value);
   // iter(value). `lazy`: a generator may stay suspended (GET_ITER in an
@@ -290,7 +290,7 @@ class FrameTracer {
     std::vector<ValuePtr> closure;  // LocalFunction's cells
   };
   ValuePtr inline_callee(const Callee& callee, std::vector<ValuePtr> args, KwArgs kwargs);
-  ValuePtr make_function(const interpreter::Instruction& ins);
+  ValuePtr make_function(const cpython::Instruction& ins);
   // module(*args): its forward, with nn.Module.__call__'s rules. A Python
   // __call__ of the module's class is inlined first unless `base_call` (the
   // call is nn.Module.__call__ itself, reached through super()).
@@ -361,7 +361,7 @@ class FrameTracer {
   // try/except in inlined frames (trace_exceptions.cpp): jumps to the
   // handler that catches `raised` here; false when none does.
   bool enter_handler(const PythonRaise& raised);
-  void step_exceptions(const interpreter::Instruction& ins);
+  void step_exceptions(const cpython::Instruction& ins);
 
   // Records a graph break before instruction `pc` from the snapshot taken
   // there; false when the state cannot be handed to CPython.
@@ -379,7 +379,7 @@ class FrameTracer {
   int func_source_;
   int depth_;
   bool is_top_;
-  std::vector<interpreter::Instruction> instructions_;
+  std::vector<cpython::Instruction> instructions_;
   std::vector<ValuePtr> locals_;
   std::vector<ValuePtr> closure_;
   std::vector<ValuePtr>* yields_ = nullptr;
@@ -404,7 +404,7 @@ class FrameTracer {
   // Top frame: instructions a user's try/except/finally protects.
   std::vector<bool> in_user_try_;
   // co_exceptiontable, decoded when something first raises in the frame.
-  std::vector<interpreter::ExceptionTableEntry> exception_entries_;
+  std::vector<cpython::ExceptionTableEntry> exception_entries_;
   bool exception_entries_read_ = false;
 };
 
@@ -418,7 +418,7 @@ class FrameTracer {
 // builtin exceptions and subclasses that add only methods or attributes).
 bool exception_class_is_builtin_made(PyObject* cls);
 
-using runtime::py_repr;
+using base::py_repr;
 
 // Turns a value into the real Python object it stands for (constants,
 // objects and containers of them); null if it holds graph values.
@@ -452,7 +452,7 @@ PyRef namedtuple_rebuilder(PyObject* type);
 
 // Marks, per decoded instruction, whether a user's try/except/finally
 // handler protects it (Note [Tracing try blocks] in trace_exceptions.cpp).
-std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<interpreter::Instruction>& instructions);
+std::vector<bool> user_try_coverage(PyCodeObject* code, const std::vector<cpython::Instruction>& instructions);
 
 // True when `name` is a str method that call_constant_method evaluates.
 bool is_constant_method(const ValuePtr& base, const std::string& name);

@@ -32,7 +32,7 @@ class ModelContext final : public stdlib::BuiltinContext {
   ValuePtr compare(int py_cmp, const ValuePtr& a, const ValuePtr& b) override {
     return frame_.compare_op(py_cmp, a, b);
   }
-  ValuePtr unary_op(interpreter::Op op, const ValuePtr& a) override { return frame_.unary_op(op, a); }
+  ValuePtr unary_op(cpython::Op op, const ValuePtr& a) override { return frame_.unary_op(op, a); }
   ValuePtr load_attr(const ValuePtr& base, PyObject* name) override { return frame_.load_attr(base, name); }
   ValuePtr call_python_special(const ValuePtr& self, const char* name, std::vector<ValuePtr> args) override {
     return frame_.call_python_special(self, name, std::move(args));

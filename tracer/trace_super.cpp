@@ -3,7 +3,7 @@
 // MRO after the given class, as CPython's super_getattro does, and binds
 // what it finds to the symbolic receiver, so parent methods are inlined.
 #include <cstring>
-#include "runtime/class_dict.h"
+#include "base/class_dict.h"
 
 #include "tracer/trace_state.h"
 
@@ -108,7 +108,7 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
   while (i < n && PyTuple_GET_ITEM(mro, i) != start) ++i;
   for (++i; i < n; ++i) {
     PyObject* klass = PyTuple_GET_ITEM(mro, i);
-    runtime::PyRef found_ref = runtime::own_class_attr(reinterpret_cast<PyTypeObject*>(klass), name);
+    base::PyRef found_ref = base::own_class_attr(reinterpret_cast<PyTypeObject*>(klass), name);
     if (!found_ref) continue;
     PyObject* found = found_ref.get();  // the class's dict keeps it alive
     if (PyFunction_Check(found)) {

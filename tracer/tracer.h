@@ -24,8 +24,8 @@ struct SideEffect {
   // object, new contents).
   enum class Kind : uint8_t { Attr, Global, ListContents, DictContents } kind = Kind::Attr;
   int target_source = -1;  // Attr, *Contents: the object's source in the guard set
-  runtime::PyRef name;
-  runtime::PyRef globals;  // Global: the dict written
+  base::PyRef name;
+  base::PyRef globals;  // Global: the dict written
 };
 
 // Where a trace stopped at an instruction that CPython must run (a graph

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "graph/tensor_meta.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::tracer {
 
-using runtime::PyRef;
+using base::PyRef;
 
 //  X(kind, what it models)
 #define KILN_VALUE_KINDS(X)                                                    \

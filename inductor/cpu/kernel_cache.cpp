@@ -13,7 +13,7 @@
 
 #include "inductor/cpu/llvm_jit.h"
 #include "inductor/kernel_cache_file.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace kiln::inductor::cpu {
 

@@ -11,12 +11,12 @@
 #include "inductor/reduction_split.h"
 
 #include "runtime/aten_bridge.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::inductor::cpu {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // Note [Huge output pages]
 // A large output is fresh memory (glibc maps allocations over 32 MiB, and

@@ -5,7 +5,7 @@
 
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/kernel_cache_file.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace kiln::inductor::cuda {
 

@@ -5,8 +5,8 @@
 #include <unordered_map>
 
 #include "inductor/cuda/cubin_cache.h"
-#include "runtime/log.h"
-#include "runtime/stopwatch.h"
+#include "base/log.h"
+#include "base/stopwatch.h"
 
 namespace kiln::inductor::cuda {
 namespace {
@@ -40,7 +40,7 @@ CudaFunction CudaKernel::function(int device, bool vector) const {
     const std::string& name = vector ? source.vector.name : source.scalar.name;
     if (name.empty()) throw CudaError("this kernel has no vector entry");
     if (modules_[device] == nullptr) {
-      const runtime::Stopwatch clock;
+      const base::Stopwatch clock;
       modules_[device] = load_module(cubin, device);
       KILN_LOG(perf, "CUDA module of " << name << " loaded on device " << device << ": " << clock.ms() << " ms");
     }
@@ -73,7 +73,7 @@ std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, cons
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       const LaunchConfig& config, bool* compiled_now) {
   MemoryCache& cache = memory_cache();
-  const runtime::Stopwatch clock;
+  const base::Stopwatch clock;
   CudaSource source = generate_cuda_source(kernel, config);
   const std::string key = arch + '\n' + source.text;
   {

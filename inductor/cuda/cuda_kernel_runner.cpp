@@ -8,13 +8,13 @@
 
 #include "inductor/cuda/cuda_autotune.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/log.h"
-#include "runtime/py_ref.h"
+#include "base/log.h"
+#include "base/py_ref.h"
 
 namespace kiln::inductor::cuda {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // The raw cudaStream_t of torch's current stream on `device`: through c10
 // (runtime::current_cuda_stream: no Python call, which cost about a

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "inductor/cuda/cuda_source.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace kiln::inductor::cuda {
 namespace {

@@ -2,12 +2,12 @@
 // thread, compiling it, warming it up.
 #include "interpreter/embed/embed_state.h"
 #include "interpreter/embed/tensor_convert.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln {
 
 using embed::GilScope;
-using runtime::PyRef;
+using base::PyRef;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Python exceptions as kiln::PythonError: type, message and traceback text.
 #include "interpreter/embed/embed_state.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln {
 
@@ -14,7 +14,7 @@ PythonError::PythonError(const std::string& context, std::string type, std::stri
 namespace embed {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // The UTF-8 text of a str object, or `fallback` (clearing any error).
 std::string text_of(PyObject* str, const char* fallback) {

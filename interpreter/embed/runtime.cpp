@@ -7,7 +7,7 @@
 
 #include "interpreter/embed/embed_state.h"
 #include "interpreter/embedded_python.h"
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 #ifndef KILN_PYTHON_EXECUTABLE
 #error "KILN_PYTHON_EXECUTABLE must name the python the build was configured with"
@@ -20,7 +20,7 @@ namespace kiln {
 namespace embed {
 namespace {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // One interpreter per process: start() hands out the live runtime again,
 // and refuses to start after an owned one was finalized (torch cannot be
@@ -96,9 +96,9 @@ RuntimeState::~RuntimeState() {
 
 }  // namespace embed
 
+using base::PyRef;
 using embed::GilScope;
 using embed::RuntimeState;
-using runtime::PyRef;
 
 Runtime Runtime::start(const RuntimeOptions& options) {
   std::lock_guard<std::mutex> lock(embed::g_mutex);

@@ -16,7 +16,7 @@
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "interpreter/frame_hook.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "stdlib/torch_callables.h"
 
 namespace {
@@ -213,7 +213,7 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
     config->backend = PyUnicode_AsUTF8(backend);
   } else {
     config->backend = "callable";
-    config->backend_callable = kiln::runtime::PyRef::borrow(backend);
+    config->backend_callable = kiln::base::PyRef::borrow(backend);
   }
   config->fullgraph = fullgraph;
   config->cuda_graphs = mode != nullptr && std::string(mode) == "reduce-overhead";
@@ -407,16 +407,16 @@ PyObject* py_allow_in_graph(PyObject*, PyObject* fn) {
 PyObject* py_set_logs(PyObject*, PyObject* arg) {
   const char* spec = PyUnicode_AsUTF8(arg);
   if (!spec) return nullptr;
-  return PyUnicode_FromString(kiln::runtime::set_log_channels(spec).c_str());
+  return PyUnicode_FromString(kiln::base::set_log_channels(spec).c_str());
 }
 
 // _C.log_channels() -> every channel's name, in order
 PyObject* py_log_channels(PyObject*, PyObject*) {
-  const int count = static_cast<int>(kiln::runtime::LogChannel::kCount);
+  const int count = static_cast<int>(kiln::base::LogChannel::kCount);
   PyObject* names = PyTuple_New(count);
   if (!names) return nullptr;
   for (int i = 0; i < count; ++i) {
-    PyObject* name = PyUnicode_FromString(kiln::runtime::log_channel_name(static_cast<kiln::runtime::LogChannel>(i)));
+    PyObject* name = PyUnicode_FromString(kiln::base::log_channel_name(static_cast<kiln::base::LogChannel>(i)));
     if (!name) {
       Py_DECREF(names);
       return nullptr;

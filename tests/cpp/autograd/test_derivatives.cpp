@@ -16,7 +16,7 @@ namespace {
 
 using prims::Prim;
 using prims::PrimArg;
-using runtime::PyRef;
+using base::PyRef;
 using test::GradCase;
 
 PrimArg V(int id) { return PrimArg::of_value(id); }

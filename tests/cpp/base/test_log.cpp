@@ -1,13 +1,13 @@
-// Tests of runtime/log.h: channel selection, unknown names, message format
+// Tests of base/log.h: channel selection, unknown names, message format
 // and that KILN_LOG evaluates nothing when its channel is off.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
-namespace kiln::runtime {
+namespace kiln::base {
 namespace {
 
 constexpr int kChannels = static_cast<int>(LogChannel::kCount);
@@ -104,4 +104,4 @@ TEST_F(LogTest, KilnLogEvaluatesOnlyWhenEnabled) {
 }
 
 }  // namespace
-}  // namespace kiln::runtime
+}  // namespace kiln::base

@@ -1,4 +1,4 @@
-// Tests of the bytecode assembler (interpreter/bytecode_builder.h). They run
+// Tests of the bytecode assembler (cpython/bytecode_builder.h). They run
 // in the embedded interpreter and use only version-neutral builder calls and
 // plain Python (no torch), so the same file passes on 3.11 and 3.12; the
 // encodings of the version that is not running are checked by assembling
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "interpreter/assembly_traits.h"
-#include "interpreter/bytecode_builder.h"
-#include "interpreter/bytecode_decoder.h"
-#include "interpreter/exception_table.h"
+#include "cpython/assembly_traits.h"
+#include "cpython/bytecode_builder.h"
+#include "cpython/bytecode_decoder.h"
+#include "cpython/exception_table.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 using test::PyRef;
@@ -1312,4 +1312,4 @@ TEST(ForeignTableTest, TraitsResolveOnEveryVersion) {
 }
 
 }  // namespace
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

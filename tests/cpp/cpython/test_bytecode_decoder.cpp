@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "interpreter/bytecode_decoder.h"
-#include "interpreter/instruction.h"
-#include "interpreter/opcode_table.h"
+#include "cpython/bytecode_decoder.h"
+#include "cpython/instruction.h"
+#include "cpython/opcode_table.h"
 
-namespace kiln::interpreter {
+namespace kiln::cpython {
 namespace {
 
 struct PyDecRef {
@@ -184,7 +184,7 @@ std::vector<Expected> expectations(const std::vector<DisFact>& facts) {
 // tree, and __FILE__ serves builds outside it.
 std::filesystem::path data_dir() {
 #ifdef KILN_SOURCE_DIR
-  return std::filesystem::path(KILN_SOURCE_DIR) / "tests/cpp/interpreter";
+  return std::filesystem::path(KILN_SOURCE_DIR) / "tests/cpp/cpython";
 #else
   return std::filesystem::path(__FILE__).parent_path();
 #endif
@@ -821,4 +821,4 @@ TEST(FormatBytecodeTest, LocalNamesAgreeWithDis) {
 }
 
 }  // namespace
-}  // namespace kiln::interpreter
+}  // namespace kiln::cpython

@@ -14,7 +14,7 @@
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
 #include "runtime/prim_executor.h"
-#include "stdlib/torch_ops.h"
+#include "prims/torch_ops.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::prims {
@@ -124,7 +124,7 @@ void check_case(const std::string& source, bool clone_inputs = false, std::strin
     PyObject* item = PyList_GET_ITEM(kwargs, k);
     call_kwargs.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(item, 0)), builder.convert(PyTuple_GET_ITEM(item, 1)));
   }
-  const stdlib::OpSpelling* spelling = stdlib::find_torch_op(fn);
+  const prims::OpSpelling* spelling = prims::find_torch_op(fn);
   ASSERT_NE(spelling, nullptr) << "not in the decomposition table";
 
   // Torch's result, on clones when the op mutates its inputs.

@@ -8,11 +8,11 @@
 
 #include <string>
 
-#include "runtime/py_ref.h"
+#include "base/py_ref.h"
 
 namespace kiln::test {
 
-using runtime::PyRef;
+using base::PyRef;
 
 // Takes the pending Python exception as "Type: message" and clears it;
 // "<no Python error>" when none is set.

@@ -12,11 +12,14 @@
 
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
 
 namespace kiln::runtime {
+
+using base::PyRef;
+using base::set_log_channels;
 namespace {
 
 using prims::Prim;

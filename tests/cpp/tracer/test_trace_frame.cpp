@@ -11,7 +11,7 @@
 #include "graph/graph_printer.h"
 #include "runtime/eager_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
-#include "interpreter/bytecode_decoder.h"
+#include "cpython/bytecode_decoder.h"
 #include "tracer/tracer.h"
 
 namespace kiln::tracer {
@@ -314,8 +314,8 @@ TEST(TraceFrame, PrintIsASideEffect) {
               HasSubstr(std::string(kFile) + ":" + std::to_string(line_of("print(y)")) + ": "));
   EXPECT_THAT(result.reason, HasSubstr("print"));
   EXPECT_EQ(result.hint, break_code_hint(BreakCode::SideEffect));
-  const auto instructions = kiln::interpreter::decode_bytecode(call.code);
-  EXPECT_EQ(instructions.at(result.partial->instruction).op, kiln::interpreter::Op::Call);
+  const auto instructions = kiln::cpython::decode_bytecode(call.code);
+  EXPECT_EQ(instructions.at(result.partial->instruction).op, kiln::cpython::Op::Call);
   // The graph computes y = x + 1 (needed after the break) and returns it.
   ASSERT_TRUE(result.graph);
   EXPECT_EQ(result.graph->call_count(), 1);
@@ -328,8 +328,8 @@ TEST(TraceFrame, BranchOnTensorValueIsDataDependent) {
   TraceResult result = call.trace();
   ASSERT_TRUE(result.ok) << result.reason;
   ASSERT_TRUE(result.partial);
-  const auto instructions = kiln::interpreter::decode_bytecode(call.code);
-  EXPECT_EQ(instructions.at(result.partial->instruction).op, kiln::interpreter::Op::PopJumpIfFalse);
+  const auto instructions = kiln::cpython::decode_bytecode(call.code);
+  EXPECT_EQ(instructions.at(result.partial->instruction).op, kiln::cpython::Op::PopJumpIfFalse);
   EXPECT_EQ(result.code, BreakCode::DataDependent) << break_code_name(result.code);
   EXPECT_THAT(result.reason, HasSubstr(std::string(kFile) + ":" +
                                        std::to_string(line_of("if x.sum() > 0:")) + ": "));
