@@ -17,6 +17,7 @@
 #include "base/small_buffer.h"
 #include "tracer/break_codegen.h"
 #include "tracer/disabled_code.h"
+#include "tracer/dynamic_marks.h"
 #include "tracer/tracer.h"
 
 namespace kiln::interpreter {
@@ -268,11 +269,21 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     dims = dynamic.dims;
     dims.all_arguments = config.dynamic == CompileConfig::Dynamic::Always;
   }
+  // Dims the user marked (torch._dynamo.mark_dynamic) are dynamic whatever
+  // the config says: the mark is the more specific request.
+  const std::string marked = tracer::add_marked_dims(code, frame_view(frame), &dims);
   {
     ConfigScope untraced(nullptr);
     const base::Stopwatch clock;
     result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
     KILN_LOG(perf, "trace of " << code_name(code) << ": " << clock.ms() << " ms");
+  }
+  if (!marked.empty() && !result.specialized.empty()) {
+    // A mark asked for a dynamic dim the code needs static: say so, as
+    // torch.compile does (it raises), but keep the working static trace.
+    const std::string warning = "kiln: " + code_name(code) + ": dims marked dynamic (" + marked +
+                                ") were traced with static sizes: " + result.specialized;
+    if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0) PyErr_Clear();
   }
   if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.

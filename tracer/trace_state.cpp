@@ -8,6 +8,7 @@
 #include "base/torch_api.h"
 #include "runtime/aten_bridge.h"
 #include "stdlib/torch_callables.h"
+#include "tracer/dynamic_marks.h"
 
 namespace kiln::tracer {
 namespace {
@@ -464,9 +465,11 @@ ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
   if (points_ > 1 && meta.strides == graph::contiguous_strides(meta.sizes)) {
     const guards::Source& where = sources().at(source);
     const bool argument = dynamic_.all_arguments && where.kind == guards::SourceKind::Local;
+    const std::vector<int> fixed = static_dims(tensor);
     for (size_t d = 0; d < meta.sizes.size(); ++d) {
       int symbol = -1;
       if (dynamic_.leading_only && d != 0) continue;
+      if (std::find(fixed.begin(), fixed.end(), static_cast<int>(d)) != fixed.end()) continue;
       if (meta.sizes[d] >= 2 && (argument || dynamic_.contains(where.text, static_cast<int>(d)))) {
         symbol = symbols_.new_symbol(meta.sizes[d]);
       }

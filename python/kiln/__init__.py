@@ -12,8 +12,10 @@ from .errors import RecompileError, Unsupported
 from . import config
 from .compile_api import allow_in_graph, compile, disable, is_compiling, reset, set_stance, stats
 from .explain import ExplainOutput, explain, trace_dump
+from .marks import mark_dynamic, mark_static
 
 __all__ = ["compile", "disable", "allow_in_graph", "is_compiling", "reset", "set_stance", "stats", "explain",
+           "mark_dynamic", "mark_static",
            "trace_dump", "config", "Unsupported", "RecompileError", "ExplainOutput"]
 
 _C.set_error_types(Unsupported, RecompileError)

@@ -242,3 +242,63 @@ def test_random_factory_with_dynamic_size_draws_only_at_run_time():
         torch.manual_seed(n)
         assert_same(got, fn(x))
     assert stats()["traces"] == 2
+
+
+def marked_sizes(fn, sizes, mark, **compile_kwargs):
+    """Like run_sizes, each call's fresh argument marked by `mark`."""
+    def make(n):
+        x = torch.randn(n, 6)
+        mark(x)
+        return (x,)
+    return run_sizes(fn, make, sizes, **compile_kwargs)
+
+
+@pytest.mark.parametrize("mark", [lambda x: kiln.mark_dynamic(x, 0), lambda x: torch._dynamo.mark_dynamic(x, 0),
+                                  lambda x: kiln.mark_dynamic(x, -2)],
+                         ids=["kiln", "torch", "negative dim"])
+def test_marked_dynamic_dim_is_symbolic_from_the_first_trace(mark):
+    def fn(x):
+        return torch.relu(x).sum(-1) * x.shape[0]
+
+    s = marked_sizes(fn, [3, 5, 9], mark)
+    assert s["traces"] == 1 and s["recompiles"] == 0 and s["cache_hits"] == 2, s
+
+
+def test_marked_dynamic_wins_over_dynamic_false():
+    s = marked_sizes(lambda x: x.sum(0), [3, 5, 9], lambda x: kiln.mark_dynamic(x, 0), dynamic=False)
+    assert s["traces"] == 1, s
+
+
+def test_marked_static_dim_recompiles_each_size():
+    # Automatic dynamic would make dim 0 symbolic at the second size.
+    s = marked_sizes(lambda x: x * 2, [3, 5, 9, 12], lambda x: kiln.mark_static(x, 0))
+    assert s["traces"] == 4 and s["recompiles"] == 3, s
+    s_torch = marked_sizes(lambda x: x * 3, [3, 5, 9], lambda x: torch._dynamo.mark_static(x))
+    assert s_torch["traces"] - s["traces"] == 3, s_torch
+
+
+def test_marked_dim_the_code_needs_static_warns_and_stays_correct():
+    def fn(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    with pytest.warns(UserWarning, match=r"marked dynamic \(L\['x'\] dim 0\) were traced with static sizes"):
+        s = marked_sizes(fn, [3, 6], lambda x: kiln.mark_dynamic(x, 0))
+    assert s["traces"] == 2, s
+
+
+def test_mark_errors_name_the_problem():
+    with pytest.raises(IndexError, match="kiln.mark_dynamic: dim 2 is out of range for a tensor of 2 dims"):
+        kiln.mark_dynamic(torch.randn(2, 3), 2)
+    with pytest.raises(TypeError, match="kiln.mark_static: expected a tensor, got list"):
+        kiln.mark_static([1, 2], 0)
+
+
+@pytest.mark.parametrize("make, why", [(lambda: torch.randn(3, 4).t(), "not contiguous"),
+                                       (lambda: torch.randn(1, 4), "its size is 1")])
+def test_marks_that_cannot_hold_warn(make, why):
+    x = make()
+    kiln.mark_dynamic(x, 0)
+    with pytest.warns(UserWarning, match=rf"L\['x'\] dim 0 is marked dynamic but stays static: .*{why}"):
+        assert_same(kiln.compile(lambda x: x * 2, backend="eager")(x), x * 2)
