@@ -23,7 +23,9 @@ namespace kiln::cpython {
 //
 //  X(name, comment-on-arg)
 #define KILN_OP_LIST(X)                                                        \
-  X(Nop, "no effect on tracing (RESUME, NOP, PRECALL, CACHE, ...)")            \
+  X(Nop, "no effect on tracing (NOP, CACHE, ...)")                            \
+  X(Resume, "no effect on tracing; the function body starts after it")        \
+  X(CallSetup, "no effect on tracing; bookkeeping of the next call (PRECALL)") \
   X(Unsupported, "an opcode kiln does not model; raw_name says which")         \
   X(LoadFast, "arg: localsplus index")                                         \
   X(LoadFastAndClear, "arg: localsplus index; pushes value (or NULL), clears") \

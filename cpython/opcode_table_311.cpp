@@ -104,7 +104,7 @@ constexpr OpcodeEntry kRows[] = {
     {147, "MAP_ADD", Op::MapAdd},
     {148, "LOAD_CLASSDEREF", Op::Unsupported, 0, Operand::Free},
     {149, "COPY_FREE_VARS", Op::CopyFreeVars},
-    {151, "RESUME", Op::Nop},
+    {151, "RESUME", Op::Resume},
     {152, "MATCH_CLASS", Op::MatchClass},
     {155, "FORMAT_VALUE", Op::FormatValue, 0, Operand::FormatValue},
     {156, "BUILD_CONST_KEY_MAP", Op::BuildConstKeyMap},
@@ -114,7 +114,7 @@ constexpr OpcodeEntry kRows[] = {
     {163, "SET_UPDATE", Op::SetUpdate},
     {164, "DICT_MERGE", Op::DictMerge},
     {165, "DICT_UPDATE", Op::DictUpdate},
-    {166, "PRECALL", Op::Nop, 1},  // bookkeeping before CALL
+    {166, "PRECALL", Op::CallSetup, 1},  // bookkeeping before CALL
     {171, "CALL", Op::Call, 4},
     {172, "KW_NAMES", Op::KwNames, 0, Operand::Const},
     {173, "POP_JUMP_BACKWARD_IF_NOT_NONE", Op::PopJumpIfNotNone, 0, Operand::JumpBackward},

@@ -110,7 +110,7 @@ constexpr OpcodeEntry kRows[] = {
     {147, "MAP_ADD", Op::MapAdd},
     {149, "COPY_FREE_VARS", Op::CopyFreeVars},
     {150, "YIELD_VALUE", Op::YieldValue},
-    {151, "RESUME", Op::Nop},
+    {151, "RESUME", Op::Resume},
     {152, "MATCH_CLASS", Op::MatchClass},
     {155, "FORMAT_VALUE", Op::FormatValue, 0, Operand::FormatValue},
     {156, "BUILD_CONST_KEY_MAP", Op::BuildConstKeyMap},

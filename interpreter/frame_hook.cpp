@@ -260,6 +260,53 @@ void raise_unsupported(const CacheEntry& entry) {
   PyErr_SetString(type, message.c_str());
 }
 
+// What kiln.explain and the trace dump (kiln.trace_dump, golden trace
+// files) record of one trace: its graph or why it failed, and with a dump,
+// the frame's bytecode, graph, guards, side effects and break.
+void collect_trace(TraceCollector& collector, PyCodeObject* code, const CacheEntry& entry,
+                   const tracer::TraceResult& result, const std::string& graph_text) {
+  if (!result.ok) {
+    collector.reasons.push_back(result.reason + " (" + result.hint + ")");
+  } else {
+    collector.graphs.push_back(graph_text);
+    if (result.partial) collector.reasons.push_back(result.reason + " (" + result.hint + ")");
+  }
+  if (!collector.want_dump) return;
+  collector.dump += "=== frame " + std::string(PyUnicode_AsUTF8(code->co_qualname)) + " ===\n";
+  collector.dump += "--- bytecode ---\n" + format_bytecode(code);
+  if (!result.ok) {
+    collector.dump += "--- breaks ---\n" + result.reason + "\n";
+    return;
+  }
+  collector.dump += "--- graph ---\n" + graph_text;
+  collector.dump += "--- guards ---\n" + entry.guards->format();
+  if (!entry.effects.empty()) {
+    collector.dump += "--- side effects ---\n";
+    for (size_t k = 0; k < entry.effects.size(); ++k) {
+      const tracer::SideEffect& effect = entry.effects[k];
+      std::string target;
+      switch (effect.kind) {
+        case tracer::SideEffect::Kind::Attr:
+          target = entry.guards->sources().at(effect.target_source).text + "." + PyUnicode_AsUTF8(effect.name.get());
+          break;
+        case tracer::SideEffect::Kind::Global:
+          target = "G['" + std::string(PyUnicode_AsUTF8(effect.name.get())) + "']";
+          break;
+        case tracer::SideEffect::Kind::ListContents:
+        case tracer::SideEffect::Kind::DictContents:
+          target = entry.guards->sources().at(effect.target_source).text + " contents";
+          break;
+      }
+      collector.dump += target + " = output " + std::to_string(k + 1) + "\n";
+    }
+  }
+  collector.dump += "--- breaks ---\n";
+  if (result.partial) {
+    collector.dump += result.reason + "\n  resumes after instruction " + std::to_string(result.partial->instruction) +
+                      "\n";
+  }
+}
+
 std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* code, KilnFrame* frame,
                              const CompileConfig& config) {
   tracer::TraceResult result;
@@ -298,11 +345,6 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   }
   auto entry = std::make_shared<CacheEntry>();
   entry->config_id = config.id;
-  TraceCollector* collector = config.collector.get();
-  if (collector && collector->want_dump) {
-    collector->dump += "=== frame " + std::string(PyUnicode_AsUTF8(code->co_qualname)) + " ===\n";
-    collector->dump += "--- bytecode ---\n" + format_bytecode(code);
-  }
   if (result.ok) {
     entry->guards = std::move(result.guards);
     entry->effects = std::move(result.effects);
@@ -333,40 +375,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
       KILN_LOG(breaks, "graph break in " << code_name(code) << ": " << result.reason
                                          << "\n  hint: " << result.hint);
     }
-    if (collector) {
-      collector->graphs.push_back(graph_text);
-      if (result.partial) collector->reasons.push_back(result.reason + " (" + result.hint + ")");
-      if (collector->want_dump) {
-        collector->dump += "--- graph ---\n" + graph_text;
-        collector->dump += "--- guards ---\n" + entry->guards->format();
-        if (!entry->effects.empty()) {
-          collector->dump += "--- side effects ---\n";
-          for (size_t k = 0; k < entry->effects.size(); ++k) {
-            const tracer::SideEffect& effect = entry->effects[k];
-            std::string target;
-            switch (effect.kind) {
-              case tracer::SideEffect::Kind::Attr:
-                target = entry->guards->sources().at(effect.target_source).text + "." +
-                         PyUnicode_AsUTF8(effect.name.get());
-                break;
-              case tracer::SideEffect::Kind::Global:
-                target = "G['" + std::string(PyUnicode_AsUTF8(effect.name.get())) + "']";
-                break;
-              case tracer::SideEffect::Kind::ListContents:
-              case tracer::SideEffect::Kind::DictContents:
-                target = entry->guards->sources().at(effect.target_source).text + " contents";
-                break;
-            }
-            collector->dump += target + " = output " + std::to_string(k + 1) + "\n";
-          }
-        }
-        collector->dump += "--- breaks ---\n";
-        if (result.partial) {
-          collector->dump += result.reason + "\n  resumes after instruction " +
-                             std::to_string(result.partial->instruction) + "\n";
-        }
-      }
-    }
+    if (config.collector) collect_trace(*config.collector, code, *entry, result, graph_text);
   } else {
     entry->failed = true;
     entry->reason = result.reason;
@@ -375,12 +384,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     if (config.report) config.report->eager_frames.push_back(code_name(code) + ": " + result.reason);
     KILN_LOG(breaks, "cannot trace " << code_name(code) << ": " << result.reason
                                      << "\n  hint: " << result.hint);
-    if (collector) {
-      collector->reasons.push_back(result.reason + " (" + result.hint + ")");
-      if (collector->want_dump) {
-        collector->dump += "--- breaks ---\n" + result.reason + "\n";
-      }
-    }
+    if (config.collector) collect_trace(*config.collector, code, *entry, result, "");
   }
   cache->entries.push_back(entry);
   return entry;

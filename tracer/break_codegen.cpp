@@ -442,8 +442,7 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
     // The body starts after RESUME (and, before it, MAKE_CELL and
     // COPY_FREE_VARS, which the generated codes emit themselves).
     int body_from = 0;
-    while (body_from < static_cast<int>(instructions.size()) &&
-           std::strcmp(instructions[body_from].raw_name, "RESUME") != 0) {
+    while (body_from < static_cast<int>(instructions.size()) && instructions[body_from].op != Op::Resume) {
       ++body_from;
     }
     if (body_from >= static_cast<int>(instructions.size())) fail("code without RESUME");
@@ -451,8 +450,8 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
 
     // The break instruction with the instructions that set it up.
     int first = i;
-    while (first > body_from && (instructions[first - 1].op == Op::KwNames ||
-                                 std::strcmp(instructions[first - 1].raw_name, "PRECALL") == 0)) {
+    while (first > body_from &&
+           (instructions[first - 1].op == Op::KwNames || instructions[first - 1].op == Op::CallSetup)) {
       --first;
     }
 

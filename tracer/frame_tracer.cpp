@@ -319,6 +319,8 @@ bool FrameTracer::record_break(TraceAbort& abort) {
 void FrameTracer::step(const Instruction& ins) {
   switch (ins.op) {
     case Op::Nop:
+    case Op::Resume:
+    case Op::CallSetup:
       return;
     case Op::Unsupported:
       abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name + " is not supported");
