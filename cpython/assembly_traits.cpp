@@ -1,6 +1,8 @@
 // Assembly traits read off the opcode tables; see Note [Assembly traits].
 #include "cpython/assembly_traits.h"
 
+#include "base/check.h"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -29,9 +31,7 @@ AssemblyTraits compute_traits(const OpcodeTable& table) {
   t.table = &table;
   const auto need = [&](const char* name) {
     const int opcode = opcode_by_name(table, name);
-    if (opcode < 0)
-      throw std::logic_error(std::string("opcode table 3.") +
-                             std::to_string(table.minor) + " has no " + name);
+    KILN_CHECK(opcode >= 0, "opcode table 3." << table.minor << " has no " << name);
     return opcode;
   };
   const auto maybe = [&](const char* name) {
@@ -86,8 +86,7 @@ AssemblyTraits compute_traits(const OpcodeTable& table) {
         opcode_with(table, conditions[i], Operand::JumpForward);
     t.pop_jump_backward[i] =
         opcode_with(table, conditions[i], Operand::JumpBackward);
-    if (t.pop_jump_forward[i] < 0)
-      throw std::logic_error("opcode table has no forward conditional jump");
+    KILN_CHECK(t.pop_jump_forward[i] >= 0, "opcode table 3." << table.minor << " has no forward conditional jump");
   }
   t.jump_if_false_or_pop =
       opcode_with(table, Op::JumpIfFalseOrPop, Operand::JumpForward);

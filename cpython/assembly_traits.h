@@ -91,7 +91,7 @@ struct AssemblyTraits {
 };
 
 // The traits of `table`, computed once per table and kept for the process.
-// Throws std::logic_error if the table lacks an opcode every version has.
+// Throws base::InternalError if the table lacks an opcode every version has.
 const AssemblyTraits& assembly_traits(const OpcodeTable& table);
 
 // The opcode called `name` in `table`, or -1.

@@ -365,7 +365,17 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
   if (config.backend_callable) return callable_executor(graph, name, config.backend_callable.get());
   const Settings settings = resolve_settings(config);
   const base::Stopwatch clock;
-  std::unique_ptr<runtime::GraphExecutor> executor = backend_executor(graph, config.backend, name, settings);
+  std::unique_ptr<runtime::GraphExecutor> executor;
+  try {
+    executor = backend_executor(graph, config.backend, name, settings);
+  } catch (const std::exception& e) {
+    // A kiln bug (base::InternalError) or an exception no pass expected:
+    // the graph runs eagerly, said out loud, and the host process lives.
+    PyErr_Clear();
+    const std::string message = "kiln: internal error compiling " + name + ", which runs eagerly: " + e.what();
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) PyErr_Clear();
+    executor = eager(graph, name, std::string("internal error: ") + e.what());
+  }
   KILN_LOG(perf, "backend " << config.backend << " for " << name << ": " << clock.ms() << " ms");
   if (!settings.cuda_graphs) return executor;
   const std::string refusal = runtime::cuda_graph_refusal(graph, needs_gradients(graph));

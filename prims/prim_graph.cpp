@@ -1,5 +1,7 @@
 #include "prims/prim_graph.h"
 
+#include "base/check.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <sstream>
@@ -111,12 +113,13 @@ int PrimGraph::add_node1(Prim prim, std::vector<PrimArg> args, PrimAttrs attrs,
 
 void PrimGraph::set_unit_dim_strides(int id, const std::vector<int64_t>& strides) {
   graph::TensorMeta& meta = values_.at(id).meta;
-  if (strides.size() != meta.sizes.size()) throw std::logic_error("set_unit_dim_strides: rank differs");
+  KILN_CHECK(strides.size() == meta.sizes.size(), "set_unit_dim_strides: rank differs");
   for (size_t d = 0; d < strides.size(); ++d) {
     if (meta.sizes[d] == 1) {
       meta.strides[d] = strides[d];
-    } else if (meta.sizes[d] != 0 && meta.strides[d] != strides[d]) {
-      throw std::logic_error("set_unit_dim_strides: a stride of a dim longer than 1 differs");
+    } else {
+      KILN_CHECK(meta.sizes[d] == 0 || meta.strides[d] == strides[d],
+                 "set_unit_dim_strides: the stride of dim " << d << " (size " << meta.sizes[d] << ") differs");
     }
   }
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/check.h"
+
 #include "prims/common_meta.h"
 #include "prims/extern_writes.h"
 #include "prims/subgraph.h"
@@ -60,6 +62,10 @@ std::vector<int> gradient_bucket_cuts(const PrimGraph& graph, const std::vector<
 std::vector<Stage> split_stages(const PrimGraph& graph, const std::vector<int>& cuts) {
   const int node_count = static_cast<int>(graph.nodes().size());
   const int value_count = static_cast<int>(graph.values().size());
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    KILN_CHECK(cuts[k] > 0 && cuts[k] < node_count && (k == 0 || cuts[k - 1] < cuts[k]),
+               "cut " << k << " at node " << cuts[k] << " of " << node_count << ": cuts must ascend inside the graph");
+  }
   std::vector<int> stage_of(node_count, 0);
   for (int n = 0, k = 0; n < node_count; ++n) {
     while (k < static_cast<int>(cuts.size()) && cuts[k] <= n) ++k;

@@ -1,5 +1,6 @@
 #include "runtime/staged_executor.h"
 
+#include "base/check.h"
 #include "runtime/graph_arg_values.h"
 #include "base/py_ref.h"
 
@@ -19,6 +20,7 @@ StagedExecutor::StagedExecutor(std::vector<ExecutorStage> stages, std::vector<in
                                int value_count)
     : stages_(std::move(stages)), graph_inputs_(std::move(graph_inputs)), output_(std::move(output)),
       value_count_(value_count), last_read_by_(stages_.size()) {
+  KILN_CHECK(!stages_.empty(), "a staged executor needs a stage");
   std::vector<bool> returned(value_count_, false);
   note_output_reads(output_, returned);
   std::vector<int> last_stage(value_count_, -1);
