@@ -322,7 +322,18 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   {
     ConfigScope untraced(nullptr);
     const base::Stopwatch clock;
-    result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
+    try {
+      result = tracer::trace_frame(code, kiln_frame_function(frame), frame_view(frame), dims);
+    } catch (const std::exception& e) {
+      // A kiln bug (base::InternalError, an out-of-range index): the frame
+      // runs as plain Python, said out loud, and the host process lives.
+      PyErr_Clear();
+      result = tracer::TraceResult();
+      result.reason = code_name(code) + ": kiln internal error while tracing: " + e.what();
+      result.hint = "this is a bug in kiln; please report it with KILN_LOGS=bytecode,graph output";
+      const std::string warning = "kiln: " + result.reason + " (the frame runs eagerly)";
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, warning.c_str(), 1) < 0) PyErr_Clear();
+    }
     KILN_LOG(perf, "trace of " << code_name(code) << ": " << clock.ms() << " ms");
   }
   if (!marked.empty() && !result.specialized.empty()) {
