@@ -22,6 +22,7 @@
 #include "runtime/callable_backend_executor.h"
 #include "runtime/eager_executor.h"
 #include "runtime/cuda_graph_executor.h"
+#include "base/python_warning.h"
 #include "base/log.h"
 #include "runtime/prim_executor.h"
 #include "base/py_text.h"
@@ -373,7 +374,7 @@ std::unique_ptr<runtime::GraphExecutor> make_executor(const graph::Graph& graph,
     // the graph runs eagerly, said out loud, and the host process lives.
     PyErr_Clear();
     const std::string message = "kiln: internal error compiling " + name + ", which runs eagerly: " + e.what();
-    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) PyErr_Clear();
+    base::warn(PyExc_RuntimeWarning, message);
     executor = eager(graph, name, std::string("internal error: ") + e.what());
   }
   KILN_LOG(perf, "backend " << config.backend << " for " << name << ": " << clock.ms() << " ms");

@@ -11,6 +11,7 @@
 #include "interpreter/code_cache.h"
 #include "interpreter/compile_config.h"
 #include "cpython/cpython_frame.h"
+#include "base/python_warning.h"
 #include "base/log.h"
 #include "runtime/replace_contents.h"
 #include "base/stopwatch.h"
@@ -332,7 +333,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
       result.reason = code_name(code) + ": kiln internal error while tracing: " + e.what();
       result.hint = "this is a bug in kiln; please report it with KILN_LOGS=bytecode,graph output";
       const std::string warning = "kiln: " + result.reason + " (the frame runs eagerly)";
-      if (PyErr_WarnEx(PyExc_RuntimeWarning, warning.c_str(), 1) < 0) PyErr_Clear();
+      base::warn(PyExc_RuntimeWarning, warning);
     }
     KILN_LOG(perf, "trace of " << code_name(code) << ": " << clock.ms() << " ms");
   }
@@ -341,7 +342,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     // torch.compile does (it raises), but keep the working static trace.
     const std::string warning = "kiln: " + code_name(code) + ": dims marked dynamic (" + marked +
                                 ") were traced with static sizes: " + result.specialized;
-    if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0) PyErr_Clear();
+    base::warn(PyExc_UserWarning, warning);
   }
   if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.

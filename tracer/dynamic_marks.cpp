@@ -1,5 +1,6 @@
 #include "tracer/dynamic_marks.h"
 
+#include "base/python_warning.h"
 #include "base/py_ref.h"
 #include "base/torch_api.h"
 
@@ -77,7 +78,7 @@ std::string add_marked_dims(PyCodeObject* code, const guards::FrameView& frame, 
       if (const std::string why = why_static(value, dim); !why.empty()) {
         const std::string warning = "kiln: " + source + " dim " + std::to_string(dim) +
                                     " is marked dynamic but stays static: " + why;
-        if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0) PyErr_Clear();
+        base::warn(PyExc_UserWarning, warning);
         continue;
       }
       dims->add(source, dim);
