@@ -56,4 +56,8 @@ bool cpu_codegen_available();
 // Compiles `kernel` for the host CPU. Throws CodegenError.
 CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir = false);
 
+// The LLVM IR compile_cpu_kernel would build for `kernel` (its function
+// named kiln_kernel), not compiled. Throws CodegenError.
+std::string kernel_ir_text(const Kernel& kernel);
+
 }  // namespace kiln::inductor::cpu

@@ -18,6 +18,14 @@ CpuKernel compile_gemm(const GemmSpec&, bool) {
   throw CodegenError("CPU code generation needs LLVM 16: kiln was built with KILN_WITH_LLVM=OFF");
 }
 
+std::string kernel_ir_text(const Kernel&) {
+  throw CodegenError("CPU code generation needs LLVM 16: kiln was built with KILN_WITH_LLVM=OFF");
+}
+
+std::string gemm_ir_text(const GemmSpec&) {
+  throw CodegenError("CPU code generation needs LLVM 16: kiln was built with KILN_WITH_LLVM=OFF");
+}
+
 void* jit_resolve_host_symbol(const std::string&) { return nullptr; }
 
 const HostCpu& host_cpu() {

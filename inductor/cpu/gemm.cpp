@@ -5,6 +5,7 @@
 
 #include "inductor/cpu/llvm_jit.h"
 #include "inductor/cpu/thread_pool.h"
+#include "inductor/kernel_manifest.h"
 
 namespace kiln::inductor::cpu {
 
@@ -176,7 +177,9 @@ GemmPlan plan_gemm(const GemmSpec& spec) {
 }
 
 CpuKernel compile_gemm_cached(const GemmSpec& spec, KernelSource* source) {
-  return compile_cached_text("gemm", format_gemm_spec(spec), "gemm", [&spec] { return compile_gemm(spec); },
+  const std::string text = format_gemm_spec(spec);
+  if (kernel_manifest_on()) record_kernel("gemm", text, [&spec] { return gemm_ir_text(spec); });
+  return compile_cached_text("gemm", text, "gemm", [&spec] { return compile_gemm(spec); },
                              source);
 }
 

@@ -69,6 +69,10 @@ int64_t gemm_flops(const GemmSpec& spec);
 // without LLVM).
 CpuKernel compile_gemm(const GemmSpec& spec, bool keep_ir = false);
 
+// The LLVM IR compile_gemm would build for `spec` (its function named
+// kiln_gemm), not compiled. Throws CodegenError.
+std::string gemm_ir_text(const GemmSpec& spec);
+
 // compile_gemm through the kernel cache (memory, then disk).
 CpuKernel compile_gemm_cached(const GemmSpec& spec, KernelSource* source = nullptr);
 

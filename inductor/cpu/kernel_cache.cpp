@@ -13,6 +13,7 @@
 
 #include "inductor/cpu/llvm_jit.h"
 #include "inductor/kernel_cache_file.h"
+#include "inductor/kernel_manifest.h"
 #include "base/log.h"
 
 namespace kiln::inductor::cpu {
@@ -185,7 +186,9 @@ CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
   if (!cpu_codegen_available()) return compile_cpu_kernel(kernel);
   Kernel unnamed = kernel;
   unnamed.name = "";
-  return compile_cached_text("kernel", format_kernel(unnamed), kernel.name,
+  const std::string text = format_kernel(unnamed);
+  if (kernel_manifest_on()) record_kernel("kernel", text, [&kernel] { return kernel_ir_text(kernel); });
+  return compile_cached_text("kernel", text, kernel.name,
                              [&kernel] { return compile_cpu_kernel(kernel); }, source);
 }
 

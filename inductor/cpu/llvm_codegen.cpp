@@ -1156,6 +1156,14 @@ CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir) {
       keep_ir);
 }
 
+std::string kernel_ir_text(const Kernel& kernel) {
+  const std::string problem = verify(kernel);
+  if (!problem.empty()) throw CodegenError("invalid kernel " + kernel.name + ": " + problem);
+  return emit_ir_text("kiln_kernel", [&](llvm::LLVMContext& context, llvm::Module& module) {
+    Codegen(kernel, context, module).emit("kiln_kernel");
+  });
+}
+
 CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
                      bool keep_ir) {
   JitModulePtr handle(new JitModule());

@@ -394,4 +394,10 @@ CpuKernel compile_gemm(const GemmSpec& spec, bool keep_ir) {
       keep_ir);
 }
 
+std::string gemm_ir_text(const GemmSpec& spec) {
+  return emit_ir_text("kiln_gemm", [&](llvm::LLVMContext& context, llvm::Module& module) {
+    GemmCodegen(spec, context, module).emit("kiln_gemm");
+  });
+}
+
 }  // namespace kiln::inductor::cpu

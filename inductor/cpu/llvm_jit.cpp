@@ -192,4 +192,16 @@ void* jit_resolve_host_symbol(const std::string& name) {
   return address->toPtr<void*>();
 }
 
+std::string emit_ir_text(const std::string& symbol,
+                         const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit) {
+  llvm::LLVMContext context;
+  llvm::Module module(symbol, context);
+  emit(context, module);
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  module.print(out, nullptr);
+  out.flush();
+  return text;
+}
+
 }  // namespace kiln::inductor::cpu

@@ -24,4 +24,9 @@ struct JitModule {
 CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
                      bool keep_ir);
 
+// The IR `emit` builds into a module named `symbol`, as text, without
+// compiling it (Note [Kernel replay] in inductor/kernel_manifest.cpp).
+std::string emit_ir_text(const std::string& symbol,
+                         const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit);
+
 }  // namespace kiln::inductor::cpu

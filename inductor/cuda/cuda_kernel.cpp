@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "inductor/cuda/cubin_cache.h"
+#include "inductor/kernel_manifest.h"
 #include "base/log.h"
 #include "base/stopwatch.h"
 
@@ -65,6 +66,27 @@ std::string device_arch(int device) {
   return arches[device] = arch_for_capability(major, minor);
 }
 
+namespace {
+
+// Note [Kernel replay] in inductor/kernel_manifest.cpp: the kernel's text
+// and launch configuration, and its source with the kernel's (process
+// specific) name left out.
+void record_manifest_entry(const Kernel& kernel, const std::string& arch, const LaunchConfig& config,
+                           const std::string& source) {
+  Kernel unnamed = kernel;
+  unnamed.name = "";
+  record_kernel("cuda", arch + "\n" + format_launch_config(config) + "\n" + format_kernel(unnamed), [&] {
+    std::string code = source;
+    if (kernel.name.empty()) return code;
+    for (size_t at = code.find(kernel.name); at != std::string::npos; at = code.find(kernel.name, at + 6)) {
+      code.replace(at, kernel.name.size(), "kernel");
+    }
+    return code;
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       bool* compiled_now) {
   return compile_cuda_cached(kernel, arch, default_launch_config(kernel), compiled_now);
@@ -76,6 +98,7 @@ std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, cons
   const base::Stopwatch clock;
   CudaSource source = generate_cuda_source(kernel, config);
   const std::string key = arch + '\n' + source.text;
+  if (kernel_manifest_on()) record_manifest_entry(kernel, arch, config, source.text);
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
     auto found = cache.kernels.find(key);

@@ -71,6 +71,16 @@ void report_crash(int signal, siginfo_t* info, void* context) {
   std::raise(signal);
 }
 
+// Names the running test in KILN_KERNEL_LABEL, so the kernel manifest
+// (Note [Kernel replay] in inductor/kernel_manifest.cpp) says which test
+// made each kernel.
+class KernelLabel : public ::testing::EmptyTestEventListener {
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    const std::string label = std::string("cpp:") + test.test_suite_name() + "." + test.name();
+    setenv("KILN_KERNEL_LABEL", label.c_str(), 1);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +89,7 @@ int main(int argc, char** argv) {
   action.sa_flags = SA_SIGINFO;
   for (int signal : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) sigaction(signal, &action, nullptr);
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new KernelLabel);
   if (start_python(argv[0]) != 0) return 1;
   int result = RUN_ALL_TESTS();
   if (Py_FinalizeEx() < 0 && result == 0) result = 1;

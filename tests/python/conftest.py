@@ -63,6 +63,23 @@ def pytest_configure(config):
         "markers", "cpu_semantics(why): the test checks CPU-only behaviour (CPU autocast, an "
         "out-of-bounds index raising at the call, numpy, CPU graphs); under KILN_TEST_DEVICE its "
         "tensors are still made on the CPU")
+    config.addinivalue_line(
+        "markers", "timing_dependent_kernels(why): which kernels the test generates depends on thread "
+        "timing; they are left out of the kernel replay manifest")
+
+
+@pytest.fixture(autouse=True)
+def kernel_manifest_pause(request):
+    """Leave the kernels of a timing_dependent_kernels test out of the kernel
+    replay manifest (Note [Kernel replay] in inductor/kernel_manifest.cpp)."""
+    if request.node.get_closest_marker("timing_dependent_kernels") is None:
+        yield
+        return
+    os.environ["KILN_KERNEL_MANIFEST_PAUSE"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["KILN_KERNEL_MANIFEST_PAUSE"]
 
 
 @pytest.fixture(autouse=True)
