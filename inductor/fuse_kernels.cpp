@@ -53,10 +53,6 @@ namespace kiln::inductor {
 // groups become CUDA kernels instead (inductor/cuda/, Note [CUDA kernels]),
 // kept in a memory cache keyed by source and architecture.
 
-namespace {
-
-using base::PyRef;
-
 struct KernelEntry {
   Kernel kernel;
   cpu::CpuKernel compiled;
@@ -70,6 +66,10 @@ struct KernelEntry {
   mutable std::shared_ptr<const cuda::CudaKernel> tuned;
 };
 
+namespace {
+
+using base::PyRef;
+
 // A Python callable running one kernel: call(*inputs, *buffers) ->
 // output(s), where buffers are dead tensors whose storage outputs reuse
 // (Note [Buffer reuse]).
@@ -82,8 +82,9 @@ struct KernelCall {
   vectorcallfunc vectorcall;
 };
 
-// `tensor` in the layout of `meta`: itself when it has it, else a copy.
-PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
+// `tensor` in the layout of `meta`: itself when it has it, else a copy
+// (input `input` of kernel `kernel`, for the log line).
+PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta, const std::string& kernel, Py_ssize_t input) {
   // Checked without building a meta: this runs for every input of every launch.
   if (runtime::tensor_has_layout(tensor, meta)) return PyRef::borrow(tensor);
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
@@ -119,7 +120,13 @@ PyRef with_layout(PyObject* tensor, const graph::TensorMeta& meta) {
   }
   PyRef copied = PyRef::steal(PyObject_CallMethod(target.get(), "copy_", "O", source.get()));
   if (!copied) return PyRef();
-  KILN_LOG(prims, "kernel input copied into its compiled layout");
+  if (base::log_enabled(base::LogChannel::prims)) {
+    // The layouts, to find which pass's metas disagree with what runs.
+    graph::TensorMeta actual;
+    runtime::read_tensor_meta(tensor, &actual);
+    KILN_LOG(prims, "kernel " << kernel << " input " << input << " copied into its compiled layout: "
+                              << graph::format_tensor_meta(actual) << " -> " << graph::format_tensor_meta(meta));
+  }
   return out;
 }
 
@@ -142,7 +149,7 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
       PyErr_Format(PyExc_TypeError, "kiln kernel %s: input %zd is not a tensor", entry.kernel.name.c_str(), i);
       return nullptr;
     }
-    PyRef laid_out = with_layout(args[i], (*self->expected)[i]);
+    PyRef laid_out = with_layout(args[i], (*self->expected)[i], entry.kernel.name, i);
     if (!laid_out) return nullptr;
     inputs.push_back(laid_out.get());
     held.push_back(std::move(laid_out));
@@ -416,32 +423,29 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
 
 }  // namespace
 
-FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& input, KernelTargets targets) {
-  FusedGraph out;
-  out.graph = std::make_shared<prims::PrimGraph>();
+KernelPlan plan_kernels(const prims::PrimGraph& input, KernelTargets targets) {
+  KernelPlan plan;
+  plan.targets = std::move(targets);
+  const KernelTargets& t = plan.targets;
+  const prims::PrimGraph* current = &input;
+  prims::PrimGraph owned;
   // The rewrites to their fixed point, then scheduling; Note [Recomputed
   // kernel outputs] rewrites the scheduled graph, which is then rewritten
   // and scheduled again, at most twice.
-  const prims::PrimGraph* current = &input;
-  prims::PrimGraph owned;
-  std::vector<KernelGroup> groups;
-  int device = -1;
-  bool on_cuda = false;
-  bool on_cpu = false;
   for (int recomputes = 2;;) {
     // The target switch: CUDA kernels for a graph on one CUDA device.
-    device = targets.cuda ? one_cuda_device(*current) : -1;
-    on_cuda = device >= 0 && cuda_kernels_available();
-    on_cpu = targets.cpu && cpu_kernels_available() && all_on_cpu(*current);
+    plan.device = t.cuda ? one_cuda_device(*current) : -1;
+    plan.on_cuda = plan.device >= 0 && cuda_kernels_available();
+    plan.on_cpu = t.cpu && cpu_kernels_available() && all_on_cpu(*current);
     prims::PrimGraph next;
-    if (rewrite_for_kernels(*current, on_cuda, targets, &next)) {
+    if (rewrite_for_kernels(*current, plan.on_cuda, t, &next)) {
       owned = std::move(next);
       current = &owned;
       continue;
     }
-    groups.clear();
-    if (on_cpu || on_cuda) groups = schedule_kernels(*current);
-    if ((on_cpu || on_cuda) && recomputes > 0 && recompute_kernel_outputs(*current, groups, &next)) {
+    plan.groups.clear();
+    if (plan.on_cpu || plan.on_cuda) plan.groups = schedule_kernels(*current);
+    if ((plan.on_cpu || plan.on_cuda) && recomputes > 0 && recompute_kernel_outputs(*current, plan.groups, &next)) {
       KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << current->nodes().size() << " -> "
                                                                         << next.nodes().size() << " nodes");
       owned = std::move(next);
@@ -451,36 +455,61 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& input, KernelTargets t
     }
     break;
   }
-  const prims::PrimGraph& graph = *current;
-  const int node_count = static_cast<int>(graph.nodes().size());
-  std::vector<LoweredKernel> candidates;
-  std::vector<const KernelGroup*> candidate_groups;
-  for (const KernelGroup& group : groups) {
+  plan.graph = current == &input ? input : std::move(owned);
+  return plan;
+}
+
+std::vector<LoweredKernel> lower_kernels(KernelPlan* plan) {
+  std::vector<LoweredKernel> lowered;
+  std::vector<KernelGroup> kept;
+  for (KernelGroup& group : plan->groups) {
     try {
-      candidates.push_back(lower_group(graph, group));
-      candidate_groups.push_back(&group);
-      KILN_LOG(kernels, format_kernel(candidates.back().kernel));
+      lowered.push_back(lower_group(plan->graph, group));
+      kept.push_back(std::move(group));
+      KILN_LOG(kernels, format_kernel(lowered.back().kernel));
     } catch (const std::exception& e) {
       KILN_LOG(prims, "kernel group left to the prim executor: " << e.what());
     }
   }
-  std::vector<CompiledEntry> compiled = compile_entries(candidates, on_cuda ? device : -1);
-  std::vector<LoweredKernel> lowered;
+  plan->groups = std::move(kept);
+  return lowered;
+}
+
+CompiledKernels compile_kernels(const KernelPlan& plan, const std::vector<LoweredKernel>& lowered) {
+  CompiledKernels out;
+  std::vector<CompiledEntry> compiled = compile_entries(lowered, plan.on_cuda ? plan.device : -1);
+  for (CompiledEntry& made : compiled) {
+    if (!made.entry) {
+      KILN_LOG(prims, "kernel group left to the prim executor: " << made.error);
+    } else if (plan.on_cuda) {
+      made.entry->autotune = plan.targets.autotune;
+      made.entry->autotuned = plan.targets.autotuned;
+    }
+    out.compiled += made.entry && made.compiled_now ? 1 : 0;
+    out.entries.push_back(std::move(made.entry));
+  }
+  return out;
+}
+
+FusedGraph emit_kernel_graph(const KernelPlan& plan, const std::vector<LoweredKernel>& all_lowered,
+                             const CompiledKernels& kernels) {
+  FusedGraph out;
+  out.graph = std::make_shared<prims::PrimGraph>();
+  out.compiled = kernels.compiled;
+  const prims::PrimGraph& graph = plan.graph;
+  const bool on_cuda = plan.on_cuda;
+  const bool on_cpu = plan.on_cpu;
+  const KernelTargets& targets = plan.targets;
+  const int node_count = static_cast<int>(graph.nodes().size());
+  // The groups whose kernels compiled; the others stay prim nodes.
+  std::vector<const LoweredKernel*> lowered_ptrs;
   std::vector<std::shared_ptr<const KernelEntry>> entries;
   std::vector<const KernelGroup*> kept;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!compiled[i].entry) {
-      KILN_LOG(prims, "kernel group left to the prim executor: " << compiled[i].error);
-      continue;
-    }
-    if (on_cuda) {
-      compiled[i].entry->autotune = targets.autotune;
-      compiled[i].entry->autotuned = targets.autotuned;
-    }
-    entries.push_back(std::move(compiled[i].entry));
-    lowered.push_back(std::move(candidates[i]));
-    kept.push_back(candidate_groups[i]);
-    out.compiled += compiled[i].compiled_now ? 1 : 0;
+  for (size_t i = 0; i < all_lowered.size(); ++i) {
+    if (!kernels.entries[i]) continue;
+    entries.push_back(kernels.entries[i]);
+    lowered_ptrs.push_back(&all_lowered[i]);
+    kept.push_back(&plan.groups[i]);
   }
   // Units: kernel groups 0..kept, then one per node in no group.
   std::vector<int> unit_of_node(node_count, -1);
@@ -514,8 +543,8 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& input, KernelTargets t
   for (int unit : order) {
     PlanUnit plan_unit;
     if (unit < static_cast<int>(kept.size())) {
-      plan_unit.reads = lowered[unit].inputs;
-      plan_unit.outputs = lowered[unit].outputs;
+      plan_unit.reads = lowered_ptrs[unit]->inputs;
+      plan_unit.outputs = lowered_ptrs[unit]->outputs;
       // CUDA kernels allocate through torch's caching allocator, which
       // reuses memory already.
       plan_unit.kernel = !on_cuda;
@@ -536,7 +565,7 @@ FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& input, KernelTargets t
   for (size_t step = 0; step < order.size(); ++step) {
     const int unit = order[step];
     if (unit < static_cast<int>(kept.size())) {
-      const LoweredKernel& kernel = lowered[unit];
+      const LoweredKernel& kernel = *lowered_ptrs[unit];
       std::vector<graph::TensorMeta> expected;
       std::vector<graph::Arg> args;
       for (int id : kernel.inputs) {

@@ -1,4 +1,4 @@
-// The inductor's graph pass: every group the scheduler fuses
+// The inductor's graph passes: every group the scheduler fuses
 // (schedule_kernels: pointwise chains, reductions with their pointwise
 // inputs and epilogues) becomes one extern node calling a compiled LLVM
 // kernel (CPU graphs) or NVRTC kernel (graphs on one CUDA device); the rest
@@ -8,7 +8,10 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
+#include "inductor/lower_group.h"
+#include "inductor/lower_values.h"
 #include "inductor/matmul_policy.h"
 #include "prims/prim_graph.h"
 
@@ -35,13 +38,51 @@ struct KernelTargets {
   MatmulPolicy cpu_matmul = MatmulPolicy::Auto;  // who computes CPU matmul nodes (Note [GEMM nodes])
 };
 
-// Rewrites `graph` with compiled kernels where it can (reductions too,
-// despite the name, which the backend calls it by), for the target of its
-// tensors when `targets` allows it; on CPU graphs, matmul nodes become
-// GEMM nodes unless targets.cpu_matmul is Aten. A group that cannot be lowered or
-// compiled stays as it was (logged under `prims`). Never throws for a graph
-// the prim executor can run.
-FusedGraph fuse_pointwise_kernels(const prims::PrimGraph& graph, KernelTargets targets = {});
+// Inductor's passes, in the order the compile pipeline runs them
+// (interpreter/compile_pipeline.cpp): plan_kernels -> lower_kernels ->
+// compile_kernels -> emit_kernel_graph. None throws for a graph the prim
+// executor can run: a group that cannot be lowered or compiled stays prim
+// nodes (logged under `prims`).
+
+// A prim graph rewritten for kernels, its nodes grouped into kernels
+// (Note [Kernel scheduling]), and the target they compile for.
+struct KernelPlan {
+  prims::PrimGraph graph;
+  std::vector<KernelGroup> groups;
+  int device = -1;       // CUDA kernels: the graph's one CUDA device
+  bool on_cuda = false;  // groups become CUDA kernels
+  bool on_cpu = false;   // groups become CPU kernels
+  KernelTargets targets;
+};
+
+// Rewrites `graph` before scheduling (dead nodes, casts above reshapes,
+// bias epilogues, two-step outer reductions, explicit copies) to their
+// fixed point, then groups its nodes; Note [Recomputed kernel outputs] may
+// rewrite the scheduled graph, which is then planned again (at most twice).
+// No groups when `targets` allows no kernels for the graph's tensors.
+KernelPlan plan_kernels(const prims::PrimGraph& graph, KernelTargets targets);
+
+// Each group's loop-level kernel (Note [Pointwise fusion]); a group that
+// cannot be lowered is dropped from plan->groups, its nodes left as they are.
+std::vector<LoweredKernel> lower_kernels(KernelPlan* plan);
+
+struct KernelEntry;  // a compiled kernel, CPU or CUDA (fuse_kernels.cpp)
+
+// Per lowered kernel, its compiled code (LLVM through ORC, or NVRTC), from
+// the kernel caches where they hold it; null where compiling failed.
+struct CompiledKernels {
+  std::vector<std::shared_ptr<KernelEntry>> entries;
+  int compiled = 0;  // compiled now (the others came from a cache)
+};
+CompiledKernels compile_kernels(const KernelPlan& plan, const std::vector<LoweredKernel>& lowered);
+
+// The plan's graph with each compiled group replaced by one node calling
+// its kernel (Note [Kernel nodes]), units ordered after what they read,
+// dead kernel outputs' buffers reused (Note [Buffer reuse]) and, on the
+// CPU, matmuls made GEMM nodes (Note [GEMM nodes]). Same inputs and
+// outputs as plan.graph.
+FusedGraph emit_kernel_graph(const KernelPlan& plan, const std::vector<LoweredKernel>& lowered,
+                             const CompiledKernels& kernels);
 
 // True when this build and machine can compile CPU kernels.
 bool cpu_kernels_available();

@@ -19,7 +19,7 @@
 namespace kiln::inductor {
 
 // Note [GEMM nodes]
-// With kiln.config.cpu_matmul "kiln" or "auto", fuse_pointwise_kernels
+// With kiln.config.cpu_matmul "kiln" or "auto", emit_kernel_graph
 // turns each matmul node of a CPU graph whose operands are float32 or
 // float64 into an extern node calling a GemmCall: (a, b) -> a @ b, the
 // kernel compiled for the operands' layouts as the graph's metas say (so

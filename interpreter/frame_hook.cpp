@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "graph/graph_printer.h"
-#include "interpreter/backends.h"
+#include "interpreter/compile_pipeline.h"
 #include "cpython/bytecode_decoder.h"
 #include "interpreter/call_report.h"
 #include "interpreter/code_cache.h"
@@ -364,7 +364,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     entry->compiled->graph = std::move(result.graph);
     {
       ConfigScope untraced(nullptr);  // decomposing may call into Python
-      entry->compiled->executor = make_executor(*entry->compiled->graph, config, code_name(code));
+      entry->compiled->executor = compile_graph(*entry->compiled->graph, config, code_name(code));
     }
     if (result.partial && config.fullgraph) {
       result.ok = false;  // fullgraph=True: a graph break is an error
