@@ -2,7 +2,9 @@
 eagerly and compiled by kiln, from the same weights and batches (each rank
 its own), and checks that kiln gives the eager run's losses and parameters.
 
-    torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--wrap inner|outer|blocks|fsdp] [--steps 20]
+    torchrun --nproc_per_node=2 examples/train_gpt_distributed.py [--steps 20]
+                                                                  [--wrap inner|outer|blocks|fsdp|fsdp-module|
+                                                                          fsdp-module-after-shard]
                                                                   [--backend inductor] [--device cpu|cuda]
                                                                   [--bench] [--compare-tc] [--profile DIR]
                                                                   [--bucket-cap-mb MB] [--uneven-step N]
@@ -14,15 +16,20 @@ gradients can run while earlier blocks' backward computes);
 fsdp is FSDP2's per-block pattern: fully_shard each transformer block and
 compile its forward (`block.forward = kiln.compile(block.forward)`: FSDP's
 hooks, which all-gather and free the parameters around the forward, run
-eagerly around the compiled graph), then fully_shard the model. The eager
-run uses the same wrapping without kiln. CPU processes talk through gloo,
-GPUs (one per rank) through NCCL. Exits with 1 when a loss or a parameter
-differs from the eager run's by more than --tolerance (relative).
+eagerly around the compiled graph), then fully_shard the model;
+fsdp-module compiles each block as a module instead, `kiln.compile(block)`
+in the block's place, and fully_shards the compiled block (torchtitan's
+order with torch.compile); fsdp-module-after-shard fully_shards each block
+first and compiles it after. The eager run uses the same wrapping without
+kiln. CPU processes talk through gloo, GPUs (one per rank) through NCCL.
+Exits with 1 when a loss or a parameter differs from the eager run's by
+more than --tolerance (relative).
 
 --bench trains a larger GPT (6 layers, width 512, 256 tokens of context,
 random tokens, bf16 autocast on the GPU) and prints each rank's median
 step time after --warmup steps; --compare-tc adds torch.compile under the
-same wrapping (for fsdp, each block's forward) to the timings.
+same wrapping (for fsdp, each block's forward; for fsdp-module, each block) to
+the timings.
 
 --uneven-step N trains rank 1 alone on shorter sequences at step N, so
 that one rank recompiles while the other does not.
@@ -160,6 +167,16 @@ def wrap(model, how, compiler, backend, device_ids, bucket_cap_mb=25.0):
         return DDP(compile_(model), device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
     if how == "outer":
         return compile_(DDP(model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb))
+    if how.startswith("fsdp-module"):
+        for i, block in enumerate(model.blocks):
+            if how == "fsdp-module-after-shard":
+                fully_shard(block)
+            block = compile_(block)
+            if how == "fsdp-module":
+                fully_shard(block)
+            model.blocks[i] = block
+        fully_shard(model)
+        return model
     for block in model.blocks:
         if how == "fsdp":
             fully_shard(block)
@@ -182,7 +199,8 @@ def relative_difference(a, b):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--wrap", choices=["inner", "outer", "blocks", "fsdp"], default="inner")
+    parser.add_argument("--wrap", default="inner",
+                        choices=["inner", "outer", "blocks", "fsdp", "fsdp-module", "fsdp-module-after-shard"])
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")

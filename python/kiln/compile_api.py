@@ -120,9 +120,9 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
         return fn_or_module
     if isinstance(fn_or_module, torch.nn.Module):
         from .compiled_module import CompiledModule
-        return CompiledModule(fn_or_module, _C.compiled(fn_or_module, backend, bool(fullgraph),
-                                                        dynamic, policy.module_label(fn_or_module), compile_mode,
-                                                        settings))
+        label = policy.module_label(fn_or_module)
+        return CompiledModule(fn_or_module, lambda target: _C.compiled(target, backend, bool(fullgraph), dynamic,
+                                                                       label, compile_mode, settings))
     wrapper = _C.compiled(fn_or_module, backend, bool(fullgraph), dynamic, None, compile_mode, settings)
     _copy_metadata(wrapper, fn_or_module)
     return wrapper

@@ -459,3 +459,102 @@ def test_module_class_overriding_call_is_inlined():
         return x
 
     check_compiled(fn, lambda: (torch.randn(2, 4),))
+
+
+class OwnParameter(nn.Module):
+    """A parameter of its own beside its submodule's."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gain = nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x):
+        return self.lin(x) * self.gain
+
+
+def test_compiled_child_walks_meet_original_names_leave_wrapper_out():
+    # The original is the wrapper's child: walks of the parent meet it (with
+    # whatever is keyed on it, as FSDP's state) and each parameter once;
+    # names, state_dict keys and a parent's load_state_dict are as eager's.
+    torch.manual_seed(0)
+    model = nn.Sequential(OwnParameter(), nn.Linear(4, 2))
+    reference = nn.Sequential(OwnParameter(), nn.Linear(4, 2))
+    reference.load_state_dict(model.state_dict())
+    original = model[0]
+    model[0] = kiln.compile(original)
+    assert any(m is original for m in model.modules())
+    assert list(model[0].parameters(recurse=False)) == []
+    owned = [p for m in model.modules() for p in m.parameters(recurse=False)]
+    assert len(owned) == len(list(reference.parameters()))
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in reference.named_parameters()]
+    assert list(model.state_dict()) == list(reference.state_dict())
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(1)
+    result = model.load_state_dict(reference.state_dict())
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(original.gain, reference[0].gain)
+    x = torch.randn(3, 4)
+    assert_same(model(x), reference(x))
+    partial = reference.state_dict()
+    del partial["0.gain"]
+    partial["0.extra"] = torch.zeros(1)
+    result = model.load_state_dict(partial, strict=False)
+    assert result.missing_keys == ["0.gain"] and result.unexpected_keys == ["0.extra"]
+    wrong = reference.state_dict()
+    wrong["0.lin.weight"] = torch.zeros(3, 3)
+    with pytest.raises(RuntimeError, match=r"size mismatch for 0\.lin\.weight:"):
+        model.load_state_dict(wrong)
+
+
+def test_hooks_run_once_around_compiled_forward():
+    torch.manual_seed(0)
+    model = OwnParameter()
+    reference = OwnParameter()
+    reference.load_state_dict(model.state_dict())
+    compiled = kiln.compile(model)
+    calls = []
+    # One on the wrapper (the original's table), one on the original.
+    compiled.register_forward_pre_hook(lambda mod, args: calls.append("pre") or (args[0] * 2,))
+    model.register_forward_hook(lambda mod, args, out: calls.append("post") or out + 1)
+    reference.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    reference.register_forward_hook(lambda mod, args, out: out + 1)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        assert_same(compiled(x), reference(x))
+    assert calls == ["pre", "post"] * 3
+    # The hooks run eagerly around the compiled forward, untraced.
+    s = stats()
+    assert s["traces"] == 1 and s["graph_breaks"] == 0 and s["cache_hits"] == 2, s
+
+
+def test_functional_call_through_compiled_module():
+    model = OwnParameter()
+    compiled = kiln.compile(model)
+    params = {name: torch.randn_like(p) for name, p in compiled.named_parameters()}
+    x = torch.randn(3, 4)
+    expected = torch.func.functional_call(model, params, (x,))
+    assert_same(torch.func.functional_call(compiled, params, (x,)), expected)
+    assert isinstance(model.gain, nn.Parameter)  # put back
+
+
+def test_compiled_module_whose_class_overrides_call():
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 2
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    layer = Layer()
+    compiled = kiln.compile(layer)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        assert_same(compiled(x), layer(x))
+    s = stats()
+    assert s["traces"] == 1 and s["unsupported"] == 0, s
