@@ -9,6 +9,7 @@
 #include "runtime/aten_bridge.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/dynamic_marks.h"
+#include "tracer/meta_layouts.h"
 
 namespace kiln::tracer {
 namespace {
@@ -247,18 +248,6 @@ bool all_equal(const std::vector<PyRef>& results) {
     if (eq != 1) return false;
   }
   return true;
-}
-
-// number ** tensor, spelt operator.pow(n, t), torch.pow(n, t) or
-// t.__rpow__(n) (Note [Meta layouts]).
-bool number_base_pow(const std::string& name, const std::vector<ValuePtr>& args) {
-  if (args.size() != 2) return false;
-  auto number = [](const ValuePtr& v) {
-    return v->is(ValueKind::Constant) && (PyFloat_Check(v->obj.get()) || PyLong_Check(v->obj.get()));
-  };
-  if (name == "operator.pow" || name == "torch.pow") return number(args[0]) && args[1]->is(ValueKind::Tensor);
-  if (name == "Tensor.__rpow__") return args[0]->is(ValueKind::Tensor) && number(args[1]);
-  return false;
 }
 
 }  // namespace
@@ -1004,13 +993,8 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
         if (result && p == 0) fresh = shares_no_storage(result.get(), fake_args.get(), fake_kwargs.get());
       }
     }
-    if (result && number_base_pow(name, args)) {
-      // Note [Meta layouts]: torch's CPU and CUDA kernels give a Python
-      // number raised to a tensor a contiguous result, its meta kernel the
-      // exponent's layout; the fake must have the real result's strides,
-      // which later views and .stride() read.
-      result = PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
-    }
+    // Note [Meta layouts]: the fake takes the real kernels' strides.
+    if (result) result = with_real_layout(name, args, fake_args.get(), std::move(result), device_type);
     if (!result) {
       // No tensor took part: the call ran on the real Python values and
       // raised as it would eagerly (Note [Exceptions in inlined frames]).

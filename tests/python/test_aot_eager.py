@@ -291,6 +291,38 @@ def test_a_number_raised_to_a_transposed_tensor_is_contiguous_as_in_torch(backen
     assert got[1:] == want[1:]
 
 
+def channels_last_convolutions(x, w, w_t):
+    # A depthwise conv of a channels-last input (ConvNeXt's blocks), then a
+    # pointwise op and a view that reads the layout.
+    y = F.conv2d(x, w, padding=1, groups=x.shape[1]) * 2 + 1
+    z = F.conv_transpose2d(x, w_t)
+    return y, y.stride(), y.permute(0, 2, 3, 1).view(-1, x.shape[1]), z.stride(), z.relu()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("weight_channels_last", [False, True])
+def test_convolutions_of_channels_last_operands_are_channels_last_as_in_torch(backend, weight_channels_last):
+    # Note [Meta layouts]: torch's meta kernel makes every convolution's
+    # result contiguous, its CPU and CUDA kernels channels-last when the
+    # input or the weight is. kiln follows the real kernel, so the strides
+    # read, the view that needs them and the kernels after the conv (which
+    # would copy a result of another layout on every call) see eager's.
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 6, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 1, 3, 3)
+    w_t = torch.randn(8, 4, 2, 2)
+    if weight_channels_last:
+        x = x.contiguous()
+        w = w.to(memory_format=torch.channels_last)
+        w_t = w_t.to(memory_format=torch.channels_last)
+    got = kiln.compile(channels_last_convolutions, backend=backend)(x, w, w_t)
+    want = channels_last_convolutions(x, w, w_t)
+    assert got[1] == want[1] and got[3] == want[3]
+    assert got[0].stride() == want[0].stride()
+    for g, e in zip(got[::2], want[::2]):
+        torch.testing.assert_close(g, e)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_attention_with_dropout_decomposes_with_its_gradient(backend):
     # F.scaled_dot_product_attention with dropout_p > 0 is decomposed (Note

@@ -1,0 +1,89 @@
+#include "tracer/meta_layouts.h"
+
+namespace kiln::tracer {
+
+// Note [Meta layouts]
+// The tracer infers every torch call's result on meta tensors. A few of
+// torch's meta kernels give their result another layout than the CPU and
+// CUDA kernels that run later, and the fake must have the real strides:
+// later views and .stride() read them, and kiln compiles each kernel for
+// the layouts of its inputs as the graph records them (an input arriving
+// in another layout is copied first, on every call: ConvNeXt's 28 copies
+// per step). Known differences, each corrected here:
+//   - a Python number raised to a tensor (operator.pow(n, t), torch.pow(n,
+//     t), t.__rpow__(n)): contiguous on CPU and CUDA, the exponent's
+//     layout on meta;
+//   - 2-d convolutions (F.conv2d, F.conv_transpose2d): on CPU (mkldnn and
+//     the slow kernels) and CUDA (cuDNN, which torch picks for any conv
+//     with a channels-last operand) the result is channels-last when the
+//     input or the weight suggests channels-last memory format (float64
+//     on CUDA excepted: cuDNN's rule keeps it contiguous); the meta kernel
+//     makes it contiguous always. torch.compile's fake tensors correct
+//     convolutions the same way (they ask ATen for the backend's format).
+//     3-d convolutions keep the meta layout.
+
+namespace {
+
+using base::PyRef;
+
+bool is_number(const ValuePtr& v) {
+  return v->is(ValueKind::Constant) && (PyFloat_Check(v->obj.get()) || PyLong_Check(v->obj.get()));
+}
+
+// number ** tensor, however spelt.
+bool number_base_pow(const std::string& name, const std::vector<ValuePtr>& args) {
+  if (args.size() != 2) return false;
+  if (name == "operator.pow" || name == "torch.pow") return is_number(args[0]) && args[1]->is(ValueKind::Tensor);
+  if (name == "Tensor.__rpow__") return args[0]->is(ValueKind::Tensor) && is_number(args[1]);
+  return false;
+}
+
+bool is_conv2d(const std::string& name) { return name == "F.conv2d" || name == "F.conv_transpose2d"; }
+
+// torch's suggest_memory_format(t) == torch.channels_last.
+bool suggests_channels_last(PyObject* tensor, PyObject* channels_last) {
+  static PyObject* suggest = [] {
+    PyObject* module = PyImport_ImportModule("torch._prims_common");
+    PyObject* fn = module ? PyObject_GetAttrString(module, "suggest_memory_format") : nullptr;
+    Py_XDECREF(module);
+    return fn;  // kept for the process
+  }();
+  if (suggest == nullptr) return false;
+  PyRef format = PyRef::steal(PyObject_CallOneArg(suggest, tensor));
+  if (!format) {
+    PyErr_Clear();
+    return false;
+  }
+  return format.get() == channels_last;
+}
+
+}  // namespace
+
+PyRef with_real_layout(const std::string& name, const std::vector<ValuePtr>& args, PyObject* fake_args,
+                       PyRef result, graph::DeviceType device) {
+  if (number_base_pow(name, args)) return PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
+  if (!is_conv2d(name) || PyTuple_GET_SIZE(fake_args) < 2) return result;
+  if (device != graph::DeviceType::CPU && device != graph::DeviceType::CUDA) return result;
+  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+  PyRef channels_last = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "channels_last")) : PyRef();
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(result.get(), "dtype"));
+  PyRef float64 = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "float64")) : PyRef();
+  PyRef ndim = PyRef::steal(PyObject_GetAttrString(result.get(), "ndim"));
+  if (!channels_last || !dtype || !float64 || !ndim) return PyRef();
+  if (PyLong_AsLong(ndim.get()) != 4) return result;
+  if (device == graph::DeviceType::CUDA && dtype.get() == float64.get()) return result;
+  PyObject* input = PyTuple_GET_ITEM(fake_args, 0);
+  PyObject* weight = PyTuple_GET_ITEM(fake_args, 1);
+  if (!suggests_channels_last(input, channels_last.get()) && !suggests_channels_last(weight, channels_last.get())) {
+    return result;
+  }
+  PyRef method = PyRef::steal(PyObject_GetAttrString(result.get(), "contiguous"));
+  PyRef no_args = PyRef::steal(PyTuple_New(0));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  if (!method || !no_args || !kwargs || PyDict_SetItemString(kwargs.get(), "memory_format", channels_last.get()) < 0) {
+    return PyRef();
+  }
+  return PyRef::steal(PyObject_Call(method.get(), no_args.get(), kwargs.get()));
+}
+
+}  // namespace kiln::tracer
