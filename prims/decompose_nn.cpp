@@ -452,7 +452,23 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   // (kiln._attention), for the operands' layouts and the backend flags in
   // effect at compile time.
   const bool cuda = b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA;
-  if (cuda) {
+  // Dropout in a graph that needs gradients: torch's call draws its mask
+  // inside, and its gradient (Note [Extern gradients]) runs the call again,
+  // drawing another mask: the gradients would belong to a different
+  // dropout than the output. The decomposition draws the mask as a value
+  // the backward reads.
+  bool random_with_gradient = c.given("dropout_p") && c.number("dropout_p") > 0;
+  if (random_with_gradient) {
+    random_with_gradient = false;
+    for (const char* operand : {"query", "key", "value"}) {
+      random_with_gradient = random_with_gradient || b.meta(c.tensor(operand)).requires_grad;
+    }
+  }
+  if (cuda && random_with_gradient) {
+    KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id
+                                       << ") is decomposed: dropout with gradients needs its mask kept");
+  }
+  if (cuda && !random_with_gradient) {
     const long backend = torch_attention_backend(c);
     if (backend != kMathBackend) {
       std::string why;  // Note [Fused attention kernels]
