@@ -6,7 +6,7 @@
 
 #include "cpython/bytecode_decoder.h"
 #include "base/log.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

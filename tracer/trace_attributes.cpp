@@ -3,7 +3,7 @@
 #include "base/dict_order.h"
 #include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

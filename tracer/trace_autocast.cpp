@@ -4,7 +4,7 @@
 // Note [Autocast blocks].
 #include "graph/graph.h"
 #include "base/torch_api.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

@@ -7,7 +7,7 @@
 #include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/disabled_code.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

@@ -2,7 +2,7 @@
 // .value. A member is an Object guarded by identity (an IdMatch on its
 // source), and a member's name and value never change, so what is read
 // from it folds to constants.
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

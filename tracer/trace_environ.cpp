@@ -1,7 +1,7 @@
 // Reads of environment variables: os.environ.get(k[, d]), os.environ[k],
 // k in os.environ and os.getenv(k[, d]). See Note [Environment variables].
 #include "base/environ.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "cpython/exception_table.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

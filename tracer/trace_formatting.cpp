@@ -4,7 +4,7 @@
 // its values) stops the trace with a clean graph break.
 #include <cstring>
 
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

@@ -1,6 +1,6 @@
 // Imports inside traced code (IMPORT_NAME, IMPORT_FROM). See Note [Imports].
 #include "stdlib/torch_callables.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

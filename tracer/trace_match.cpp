@@ -3,7 +3,7 @@
 // symbolic values. Literal and value patterns are COMPARE_OP/IS_OP, and
 // captures are stores, which the frame loop already traces.
 #include "base/torch_api.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

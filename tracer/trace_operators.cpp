@@ -1,7 +1,7 @@
 // Python operators on symbolic values: folded on Python values, graph nodes
 // (through the operator module) when a tensor is involved.
 #include "base/torch_api.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

@@ -4,7 +4,7 @@
 // type when they leave the trace. See Note [Records] and Note [User objects].
 #include <cstring>
 
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 #include "base/class_dict.h"
 #include "base/dict_order.h"
 #include "base/torch_api.h"

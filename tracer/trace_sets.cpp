@@ -3,7 +3,7 @@
 // name bound to the value sees it, and nothing outside the trace does.
 // Sets reached through a source are read-only here: changing one would be a
 // side effect on the caller's object.
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

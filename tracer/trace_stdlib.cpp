@@ -2,7 +2,7 @@
 // the tracer finds the callee's model in stdlib/model_registry.h and lends
 // it a context (stdlib/builtin_context.h) that acts on this frame.
 #include "stdlib/model_registry.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include "base/class_dict.h"
 
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "runtime/aten_bridge.h"
-#include "tracer/trace_state.h"
+#include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 
