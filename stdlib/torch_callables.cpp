@@ -159,6 +159,15 @@ CallableInfo classify_callable(PyObject* callable) {
     info.name = "torch._C._log_api_usage_once";
     return info;
   }
+  // Note [Torch function queries]: has_torch_function(args) in torch's
+  // Python functions (F.multi_head_attention_forward, ...) is asked of the
+  // tracer (trace_calls.cpp), which answers for the traced values.
+  if (module == "torch._C" && (name == "_has_torch_function" || name == "_has_torch_function_unary" ||
+                               name == "_has_torch_function_variadic")) {
+    info.kind = CallableClass::TorchFunctionQuery;
+    info.name = "torch._C." + name;
+    return info;
+  }
   // Dynamo's generated code spells `with torch.autocast(...)` as a pair of
   // calls (an FX graph holds no with blocks); torch.compile(backend="kiln")
   // hands kiln such code, and its blocks are traced as the with statement's.

@@ -18,6 +18,7 @@ enum class CallableClass {
   UsageLog,       // torch._C._log_api_usage_once(name): called while tracing, no graph node
   AutocastEnter,  // torch.amp._enter_autocast(*args): opens an autocast block, returns it
   AutocastLeave,  // torch.amp._exit_autocast(block): closes the block _enter_autocast opened
+  TorchFunctionQuery,  // torch._C._has_torch_function*(...): Note [Torch function queries]
 };
 
 struct CallableInfo {

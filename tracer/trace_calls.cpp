@@ -16,6 +16,66 @@ using cpython::Op;
 
 namespace {
 
+// Note [Torch function queries]
+// torch's Python functions ask has_torch_function(args) before their own
+// code and otherwise hand the call to handle_torch_function, which a trace
+// cannot follow (it passes the function itself as a value). The answer is
+// True for an argument whose type overrides __torch_function__, and for
+// any argument while a torch-function mode is on the thread's stack. The
+// one mode kiln meets in practice is torch.set_default_device's
+// DeviceContext, whose __torch_function__ only fills in the device of
+// factory calls and otherwise calls the function as it was: the trace
+// models exactly that (factories read the default device, guarded), so
+// with only DeviceContext modes on the stack and arguments that are
+// traced tensors (plain tensors and parameters, which override nothing),
+// constants and sequences of them, the answer is False, as it is eagerly
+// inside the mode's handler. Anything else is asked of torch itself, as
+// before (and the handle_torch_function path breaks the graph).
+bool only_device_context_modes() {
+  PyRef c = PyRef::steal(PyImport_ImportModule("torch._C"));
+  PyRef length = c ? PyRef::steal(PyObject_CallMethod(c.get(), "_len_torch_function_stack", nullptr)) : PyRef();
+  PyRef device_module = PyRef::steal(PyImport_ImportModule("torch.utils._device"));
+  PyRef device_context = device_module ? PyRef::steal(PyObject_GetAttrString(device_module.get(), "DeviceContext"))
+                                       : PyRef();
+  if (!length || !device_context) {
+    PyErr_Clear();
+    return false;
+  }
+  const long count = PyLong_AsLong(length.get());
+  for (long i = 0; i < count; ++i) {
+    PyRef mode = PyRef::steal(PyObject_CallMethod(c.get(), "_get_function_stack_at", "l", i));
+    if (!mode || PyObject_IsInstance(mode.get(), device_context.get()) != 1) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool overrides_nothing(const ValuePtr& value) {
+  switch (value->kind) {
+    case ValueKind::Tensor:
+    case ValueKind::Constant:
+      return true;
+    case ValueKind::Tuple:
+    case ValueKind::List:
+      for (const ValuePtr& item : value->items) {
+        if (!overrides_nothing(item)) return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool no_torch_function_overrides(const std::vector<ValuePtr>& args) {
+  for (const ValuePtr& arg : args) {
+    if (!overrides_nothing(arg)) return false;
+  }
+  return only_device_context_modes();
+}
+
+
 constexpr int kMaxInlineDepth = 48;
 
 // A callable's __name__, or "?".
@@ -164,6 +224,10 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
           abort_trace(BreakCode::UnsupportedCall, info.name + "() of anything but the block _enter_autocast opened");
         }
         return exit_autocast(args[0]);
+      }
+      if (info.kind == stdlib::CallableClass::TorchFunctionQuery && kwargs.empty() &&
+          no_torch_function_overrides(args)) {
+        return state_.wrap_unguarded(Py_False);
       }
       if (info.kind == stdlib::CallableClass::GradModeQuery) {
         // The mode at this point of the trace: the mode on entry (guarded for

@@ -651,6 +651,28 @@ class AttentionBlock(nn.Module):
         return x + y
 
 
+def test_multihead_attention_under_a_default_device_traces_through_its_parts():
+    # Note [Torch function queries]: a default device (torch.device as a
+    # context, torch.set_default_device) is a torch-function mode, under
+    # which has_torch_function is true for everything and
+    # F.multi_head_attention_forward would hand itself to
+    # handle_torch_function: six graph breaks before kiln answered the query.
+    torch.manual_seed(0)
+    model = AttentionBlock(masked=True)
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    with torch.device(x.device):  # the suite's device (KILN_TEST_DEVICE)
+        kiln.reset()
+        explained = kiln.explain(model)(x)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        kiln.reset()
+        got = kiln.compile(model)(x)
+    want = model(x)
+    torch.testing.assert_close(got, want)
+    (gx,) = torch.autograd.grad(got.square().sum(), x)
+    (wx,) = torch.autograd.grad(want.square().sum(), x)
+    torch.testing.assert_close(gx, wx)
+
+
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_multihead_attention_trains_through_its_parts(backend, masked):
