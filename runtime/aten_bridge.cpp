@@ -469,6 +469,8 @@ AutocastOff::~AutocastOff() {
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 
+int64_t torch_function_mode_count() { return at::impl::PythonTorchFunctionTLS::stack_len(); }
+
 graph::DType default_dtype() { return to_kiln_dtype(c10::get_default_dtype_as_scalartype()); }
 
 void default_device(graph::DeviceType* type, int8_t* index) {

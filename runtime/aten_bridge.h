@@ -157,6 +157,10 @@ class AutocastOff {
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 
+// How many torch-function modes are on this thread's stack (read without
+// entering Python).
+int64_t torch_function_mode_count();
+
 // torch.get_default_dtype(): the dtype of factories and Python floats.
 graph::DType default_dtype();
 

@@ -64,12 +64,13 @@ PyRef with_real_layout(const std::string& name, const std::vector<ValuePtr>& arg
   if (number_base_pow(name, args)) return PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
   if (!is_conv2d(name) || PyTuple_GET_SIZE(fake_args) < 2) return result;
   if (device != graph::DeviceType::CPU && device != graph::DeviceType::CUDA) return result;
-  PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
-  PyRef channels_last = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "channels_last")) : PyRef();
+  static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
+  PyRef channels_last = torch ? PyRef::steal(PyObject_GetAttrString(torch, "channels_last")) : PyRef();
   PyRef dtype = PyRef::steal(PyObject_GetAttrString(result.get(), "dtype"));
-  PyRef float64 = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "float64")) : PyRef();
+  PyRef float64 = torch ? PyRef::steal(PyObject_GetAttrString(torch, "float64")) : PyRef();
+  if (!channels_last || !dtype || !float64) return PyRef();
   PyRef ndim = PyRef::steal(PyObject_GetAttrString(result.get(), "ndim"));
-  if (!channels_last || !dtype || !float64 || !ndim) return PyRef();
+  if (!ndim) return PyRef();
   if (PyLong_AsLong(ndim.get()) != 4) return result;
   if (device == graph::DeviceType::CUDA && dtype.get() == float64.get()) return result;
   PyObject* input = PyTuple_GET_ITEM(fake_args, 0);

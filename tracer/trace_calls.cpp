@@ -32,19 +32,28 @@ namespace {
 // inside the mode's handler. Anything else is asked of torch itself, as
 // before (and the handle_torch_function path breaks the graph).
 bool only_device_context_modes() {
-  PyRef c = PyRef::steal(PyImport_ImportModule("torch._C"));
-  PyRef length = c ? PyRef::steal(PyObject_CallMethod(c.get(), "_len_torch_function_stack", nullptr)) : PyRef();
-  PyRef device_module = PyRef::steal(PyImport_ImportModule("torch.utils._device"));
-  PyRef device_context = device_module ? PyRef::steal(PyObject_GetAttrString(device_module.get(), "DeviceContext"))
-                                       : PyRef();
-  if (!length || !device_context) {
+  // Asked on every torch Python function's entry: no mode is the common
+  // case and costs no Python call.
+  const int64_t count = runtime::torch_function_mode_count();
+  if (count == 0) return true;
+  static PyObject* stack_at = [] {
+    PyObject* c = PyImport_ImportModule("torch._C");
+    PyObject* fn = c ? PyObject_GetAttrString(c, "_get_function_stack_at") : nullptr;
+    Py_XDECREF(c);
     PyErr_Clear();
-    return false;
-  }
-  const long count = PyLong_AsLong(length.get());
-  for (long i = 0; i < count; ++i) {
-    PyRef mode = PyRef::steal(PyObject_CallMethod(c.get(), "_get_function_stack_at", "l", i));
-    if (!mode || PyObject_IsInstance(mode.get(), device_context.get()) != 1) {
+    return fn;  // kept for the process
+  }();
+  static PyObject* device_context = [] {
+    PyObject* module = PyImport_ImportModule("torch.utils._device");
+    PyObject* cls = module ? PyObject_GetAttrString(module, "DeviceContext") : nullptr;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return cls;  // kept for the process
+  }();
+  if (!stack_at || !device_context) return false;
+  for (int64_t i = 0; i < count; ++i) {
+    PyRef mode = PyRef::steal(PyObject_CallFunction(stack_at, "L", static_cast<long long>(i)));
+    if (!mode || PyObject_IsInstance(mode.get(), device_context) != 1) {
       PyErr_Clear();
       return false;
     }

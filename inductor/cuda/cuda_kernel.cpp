@@ -78,8 +78,10 @@ void record_manifest_entry(const Kernel& kernel, const std::string& arch, const 
   record_kernel("cuda", arch + "\n" + format_launch_config(config) + "\n" + format_kernel(unnamed), [&] {
     std::string code = source;
     if (kernel.name.empty()) return code;
-    for (size_t at = code.find(kernel.name); at != std::string::npos; at = code.find(kernel.name, at + 6)) {
-      code.replace(at, kernel.name.size(), "kernel");
+    const std::string stand_in = "kernel";
+    for (size_t at = code.find(kernel.name); at != std::string::npos;
+         at = code.find(kernel.name, at + stand_in.size())) {
+      code.replace(at, kernel.name.size(), stand_in);
     }
     return code;
   });
