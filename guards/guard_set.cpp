@@ -228,10 +228,20 @@ void GuardSet::add_env_var(PyObject* name, PyObject* value) {
   indexed_ = false;
 }
 
+void GuardSet::add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::SizeRelation && guard.lhs == lhs && guard.rhs == rhs && guard.cmp == cmp) return;
+  }
+  guards_.push_back({.kind = GuardKind::SizeRelation, .flag = result, .lhs = lhs, .rhs = rhs, .cmp = cmp});
+  indexed_ = false;
+}
+
 void GuardSet::build_index() const {
   by_source_.assign(sources_.size(), {});
+  relations_.clear();
   for (int i = 0; i < static_cast<int>(guards_.size()); ++i) {
     if (guards_[i].source >= 0) by_source_[guards_[i].source].push_back(i);
+    if (guards_[i].kind == GuardKind::SizeRelation) relations_.push_back(i);
   }
   indexed_ = true;
 }
@@ -303,6 +313,12 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       const int found = PyObject_HasAttr(value, guard.expected);  // clears any error
       return (found == 1) == guard.flag;
     }
+    case GuardKind::SizeRelation: {
+      for (const SizeExpr* e : {&guard.lhs, &guard.rhs}) {
+        if (e->symbol >= 0 && (e->symbol >= symbol_count_ || symbols[e->symbol] < 0)) return false;
+      }
+      return compare_sizes(guard.cmp, guard.lhs.eval(symbols), guard.rhs.eval(symbols)) == guard.flag;
+    }
   }
   return false;
 }
@@ -313,7 +329,7 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.source < 0 && !holds(guard, nullptr, symbols)) return false;
+    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, symbols)) return false;
   }
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
@@ -324,6 +340,9 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
     // A source that no longer resolves fails even without a guard on it,
     // since a graph input or a derived guard depends on it.
     if (!value) return false;
+  }
+  for (int g : relations_) {
+    if (!holds(guards_[g], nullptr, symbols)) return false;
   }
   return true;
 }
@@ -355,6 +374,14 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
         << ", expected " << (guard.expected ? base::py_repr(guard.expected) : "unset");
     Py_XDECREF(now);
     PyErr_Clear();
+    return out.str();
+  }
+  if (guard.kind == GuardKind::SizeRelation) {
+    const std::string relation =
+        guard.lhs.text() + " " + comparison_text(guard.cmp) + " " + guard.rhs.text();
+    out << "size relation " << relation << " is " << (guard.flag ? "False" : "True") << " (";
+    for (int i = 0; i < symbol_count_; ++i) out << (i ? ", " : "") << "s" << i << "=" << symbols[i];
+    out << "), traced with it " << (guard.flag ? "True" : "False");
     return out.str();
   }
   if (guard.kind == GuardKind::Autocast) {
@@ -408,6 +435,7 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       out << where << "." << module_hook_set(value) << " is not empty: hooks were registered";
       break;
     case GuardKind::EnvVar:
+    case GuardKind::SizeRelation:
       break;
     case GuardKind::HasAttr:
       out << where << (guard.flag ? " lacks" : " has") << " the attribute " << base::py_repr(guard.expected)
@@ -422,7 +450,9 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.source < 0 && !holds(guard, nullptr, symbols)) return explain(guard, nullptr, symbols);
+    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, symbols)) {
+      return explain(guard, nullptr, symbols);
+    }
   }
   SourceValues values(sources_.size());
   for (int id = 0; id < sources_.size(); ++id) {
@@ -435,6 +465,9 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
       if (!holds(guards_[g], value, symbols)) return explain(guards_[g], value, before);
     }
     if (!value) return sources_.at(id).text + " no longer exists";
+  }
+  for (int g : relations_) {
+    if (!holds(guards_[g], nullptr, symbols)) return explain(guards_[g], nullptr, symbols);
   }
   return "";
 }
@@ -547,6 +580,10 @@ std::string GuardSet::describe(const Guard& guard) const {
     case GuardKind::EnvVar:
       out << " os.environ[" << base::py_repr(guard.keys) << "] "
           << (guard.expected ? "== " + base::py_repr(guard.expected) : std::string("unset"));
+      break;
+    case GuardKind::SizeRelation:
+      out << " " << guard.lhs.text() << " " << comparison_text(guard.cmp) << " " << guard.rhs.text() << " is "
+          << (guard.flag ? "True" : "False");
       break;
   }
   return out.str();

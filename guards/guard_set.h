@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/tensor_meta.h"
+#include "guards/size_expr.h"
 #include "guards/source.h"
 #include "base/py_ref.h"
 #include "runtime/aten_bridge.h"
@@ -29,7 +30,8 @@ namespace kiln::guards {
   X(Autocast, "CPU and CUDA autocast are on or off, with these dtypes (no source)") \
   X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks") \
   X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
-  X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)")
+  X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)") \
+  X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -58,6 +60,9 @@ struct Guard {
   PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
   bool flag = false;           // GradMode; HasAttr: the attribute is present
   runtime::AutocastState autocast;  // Autocast only
+  // SizeRelation: `lhs cmp rhs` is `flag` (Note [Size relations]).
+  SizeExpr lhs, rhs;
+  int cmp = 0;
 };
 
 // All guards of one cache entry, with the sources they read.
@@ -92,6 +97,9 @@ class GuardSet {
   void add_has_attr(int source, PyObject* name, bool present);
   // os.environ.get(name) is `value` (null: the variable is unset).
   void add_env_var(PyObject* name, PyObject* value);
+  // `lhs cmp rhs` (Py_LT .. Py_GE over the symbols TensorMatch guards
+  // bind) is `result`.
+  void add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.
@@ -126,6 +134,8 @@ class GuardSet {
   // Guards grouped by source id so check() can test each value right after
   // fetching it.
   mutable std::vector<std::vector<int>> by_source_;
+  // SizeRelation guards: checked after every source bound its symbols.
+  mutable std::vector<int> relations_;
   mutable bool indexed_ = false;
   void build_index() const;
 };

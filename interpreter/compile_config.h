@@ -128,7 +128,8 @@ class ContextDepthScope {
   X(cuda_kernel_cache_hits_disk) \
   X(gemm_kernels)             \
   X(cuda_graphs_captured)     \
-  X(kernels_autotuned)
+  X(kernels_autotuned)        \
+  X(size_instances)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};

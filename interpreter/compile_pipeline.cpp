@@ -8,6 +8,7 @@
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/fuse_kernels.h"
 #include "interpreter/graph_executors.h"
+#include "interpreter/size_instances.h"
 #include "prims/common_nodes.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
@@ -79,14 +80,10 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   return std::move(*fused.graph);
 }
 
-}  // namespace
-
-std::unique_ptr<runtime::GraphExecutor> compile_graph(const graph::Graph& graph, const CompileConfig& config,
-                                                      const std::string& name) {
-  // A callable backend (kiln._fx) owns the graph: none of kiln's passes run.
-  if (config.backend_callable) return callable_executor(graph, name, config.backend_callable.get());
-  const Settings settings = resolve_settings(config);
-  const std::string& backend = config.backend;
+// The pipeline under `backend` with resolved settings (compile_graph's
+// work after a callable backend is ruled out).
+std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& graph, const std::string& backend,
+                                                         const Settings& settings, const std::string& name) {
   const base::Stopwatch clock;
   // Kernels for the graph's device, when the backend is "inductor" and that
   // target's kernels are on and available (kiln.compile warns once when
@@ -94,6 +91,18 @@ std::unique_ptr<runtime::GraphExecutor> compile_graph(const graph::Graph& graph,
   const bool kernels = backend == "inductor" && (on_cuda(graph)
                                                      ? settings.cuda_kernels && inductor::cuda_kernels_available()
                                                      : settings.cpu_kernels && inductor::cpu_kernels_available());
+  // 0. Symbolic sizes: compiled per size (Note [Size instances]); each
+  //    instance comes back through this pipeline with static sizes.
+  if ((kernels || backend == "aot_eager") && has_symbolic_sizes(graph)) {
+    const std::string refusal = size_instance_refusal(graph);
+    if (refusal.empty()) {
+      KILN_LOG(dynamic, name << ": symbolic sizes, compiled per size");
+      return size_instance_executor(graph, name, [backend, settings](const graph::Graph& g, const std::string& what) {
+        return compile_resolved(g, backend, settings, what);
+      });
+    }
+    KILN_LOG(dynamic, name << ": symbolic sizes, not compiled per size: " << refusal);
+  }
   // Grad mode at trace time is grad mode at run time: every graph guards it.
   const bool training = needs_gradients(graph);
   std::unique_ptr<runtime::GraphExecutor> executor;
@@ -173,6 +182,15 @@ std::unique_ptr<runtime::GraphExecutor> compile_graph(const graph::Graph& graph,
   }
   return runtime::make_cuda_graph_executor(std::move(executor), graph, name,
                                            [] { stats().cuda_graphs_captured++; });
+}
+
+}  // namespace
+
+std::unique_ptr<runtime::GraphExecutor> compile_graph(const graph::Graph& graph, const CompileConfig& config,
+                                                      const std::string& name) {
+  // A callable backend (kiln._fx) owns the graph: none of kiln's passes run.
+  if (config.backend_callable) return callable_executor(graph, name, config.backend_callable.get());
+  return compile_resolved(graph, config.backend, resolve_settings(config), name);
 }
 
 }  // namespace kiln::interpreter

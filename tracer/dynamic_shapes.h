@@ -51,6 +51,8 @@ class SymbolTable {
   // when the table is full.
   int new_symbol(int64_t size);
   int count() const { return static_cast<int>(sizes_.size()); }
+  // The traced size of each symbol.
+  const std::vector<int64_t>& sizes() const { return sizes_; }
   // Value of a symbol of traced size `size` at sample point `point`.
   static int64_t at_point(int64_t size, int point) { return size * (point + 1); }
   // Names a dim from its sizes at the sample points: "s0", "2*s0+1", or

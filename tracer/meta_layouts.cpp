@@ -1,5 +1,7 @@
 #include "tracer/meta_layouts.h"
 
+#include "runtime/aten_bridge.h"
+
 namespace kiln::tracer {
 
 // Note [Meta layouts]
@@ -26,15 +28,16 @@ namespace {
 
 using base::PyRef;
 
-bool is_number(const ValuePtr& v) {
-  return v->is(ValueKind::Constant) && (PyFloat_Check(v->obj.get()) || PyLong_Check(v->obj.get()));
-}
+bool is_number(PyObject* obj) { return PyFloat_Check(obj) || PyLong_Check(obj); }
 
-// number ** tensor, however spelt.
-bool number_base_pow(const std::string& name, const std::vector<ValuePtr>& args) {
-  if (args.size() != 2) return false;
-  if (name == "operator.pow" || name == "torch.pow") return is_number(args[0]) && args[1]->is(ValueKind::Tensor);
-  if (name == "Tensor.__rpow__") return args[0]->is(ValueKind::Tensor) && is_number(args[1]);
+// number ** tensor, however spelt (`fake_args` hold the call's fakes, its
+// numbers as Python numbers).
+bool number_base_pow(const std::string& name, PyObject* fake_args) {
+  if (PyTuple_GET_SIZE(fake_args) != 2) return false;
+  PyObject* first = PyTuple_GET_ITEM(fake_args, 0);
+  PyObject* second = PyTuple_GET_ITEM(fake_args, 1);
+  if (name == "operator.pow" || name == "torch.pow") return is_number(first) && runtime::is_tensor(second);
+  if (name == "Tensor.__rpow__") return runtime::is_tensor(first) && is_number(second);
   return false;
 }
 
@@ -59,9 +62,8 @@ bool suggests_channels_last(PyObject* tensor, PyObject* channels_last) {
 
 }  // namespace
 
-PyRef with_real_layout(const std::string& name, const std::vector<ValuePtr>& args, PyObject* fake_args,
-                       PyRef result, graph::DeviceType device) {
-  if (number_base_pow(name, args)) return PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
+PyRef with_real_layout(const std::string& name, PyObject* fake_args, PyRef result, graph::DeviceType device) {
+  if (number_base_pow(name, fake_args)) return PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
   if (!is_conv2d(name) || PyTuple_GET_SIZE(fake_args) < 2) return result;
   if (device != graph::DeviceType::CPU && device != graph::DeviceType::CUDA) return result;
   static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process

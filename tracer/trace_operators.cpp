@@ -79,7 +79,7 @@ ValuePtr FrameTracer::compare_op(int cmp, const ValuePtr& a, const ValuePtr& b) 
     return state_.call_torch(std::string("operator.") + kCompareNames[cmp], fn.get(), {a, b}, {}, false);
   }
   if (a->is(ValueKind::SymInt) || b->is(ValueKind::SymInt)) {
-    throw Specialize("a comparison of a dynamic size decides control flow");
+    return state_.sym_compare(cmp, a, b);
   }
   if (ValuePtr result = compare_enum(cmp, a, b)) return result;
   if (ValuePtr result = compare_objects(cmp, a, b)) return result;
@@ -198,8 +198,11 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
       return PySet_GET_SIZE(value->obj.get()) > 0;
     case ValueKind::Tensor:
       abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
-    case ValueKind::SymInt:
-      throw Specialize("a branch on a dynamic size");
+    case ValueKind::SymInt: {
+      // `if n:` is `n != 0`, a size relation like any comparison.
+      PyRef zero = PyRef::steal(PyLong_FromLong(0));
+      return truthiness(state_.sym_compare(Py_NE, value, state_.wrap_unguarded(zero.get())));
+    }
     case ValueKind::Module: {
       PyTypeObject* type = Py_TYPE(value->obj.get());
       const bool sized = type->tp_as_sequence && type->tp_as_sequence->sq_length;

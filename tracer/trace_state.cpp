@@ -3,9 +3,13 @@
 #include "tracer/own_metas.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 
 #include "base/dict_order.h"
+#include "base/log.h"
 #include "base/torch_api.h"
+#include "guards/size_expr.h"
 #include "runtime/aten_bridge.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/dynamic_marks.h"
@@ -603,6 +607,71 @@ ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
   return make_symint(std::move(per_point), op_name, fn, operands, nullptr);
 }
 
+void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const {
+  // The symbols named in a dim's symbolic size ("s0", "2*s1+1"; "?": all).
+  auto note_name = [symbols](const std::string& name) {
+    if (name.find('?') != std::string::npos) symbols->assign(symbols->size(), true);
+    for (size_t i = 0; i < name.size(); ++i) {
+      if (name[i] != 's' || i + 1 >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i + 1]))) continue;
+      const int k = std::atoi(name.c_str() + i + 1);
+      if (k < static_cast<int>(symbols->size())) (*symbols)[k] = true;
+    }
+  };
+  for (size_t i = 0; i < value->items.size(); ++i) {
+    const ValuePtr& item = value->items[i];
+    if (item->is(ValueKind::SymInt)) note_sym_sources(item, symbols);
+    if (!item->is(ValueKind::Tensor) || item->node < 0) continue;
+    const graph::Node& node = graph_->node(item->node);
+    if (node.symbolic_sizes.empty()) continue;
+    const std::vector<std::string>& dims = node.symbolic_sizes.back();
+    // Tensor.size(t, d): dim d; any other query (numel): every dim.
+    const ValuePtr* dim = i + 1 < value->items.size() ? &value->items[i + 1] : nullptr;
+    if (dim && (*dim)->is(ValueKind::Constant) && is_int((*dim)->obj.get())) {
+      int64_t d = PyLong_AsLongLong((*dim)->obj.get());
+      if (d < 0) d += static_cast<int64_t>(dims.size());
+      if (d >= 0 && d < static_cast<int64_t>(dims.size())) note_name(dims[d]);
+      continue;
+    }
+    for (const std::string& name : dims) note_name(name);
+  }
+}
+
+ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) {
+  const char* op = guards::comparison_text(cmp);
+  // Per point, and the expression of each side: a SymInt is a size,
+  // never a constant, even where its points agree (s // 100).
+  auto side = [&](const ValuePtr& v, std::vector<int64_t>* points) -> std::optional<guards::SizeExpr> {
+    if (v->is(ValueKind::Constant) && is_int(v->obj.get())) {
+      const int64_t c = PyLong_AsLongLong(v->obj.get());
+      points->assign(points_, c);
+      return guards::SizeExpr{-1, 0, 0, c};
+    }
+    if (!v->is(ValueKind::SymInt)) throw Specialize(std::string("a dynamic size compared (") + op + ") with " + describe_value(*v));
+    *points = v->sym_points;
+    std::vector<bool> candidates(symbols_.count(), false);
+    note_sym_sources(v, &candidates);
+    std::optional<guards::SizeExpr> e = guards::fit_size_expr(*points, symbols_.sizes(), candidates);
+    if (e && e->symbol < 0) e.reset();
+    return e;
+  };
+  std::vector<int64_t> pa, pb;
+  const std::optional<guards::SizeExpr> ea = side(a, &pa);
+  const std::optional<guards::SizeExpr> eb = side(b, &pb);
+  const bool result = guards::compare_sizes(cmp, pa[0], pb[0]);
+  for (int p = 1; p < points_; ++p) {
+    if (guards::compare_sizes(cmp, pa[p], pb[p]) != result) {
+      throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and changes with the sizes");
+    }
+  }
+  if (!ea || !eb) {
+    throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and no size expression fits " + (!ea ? "its left side" : "its right side"));
+  }
+  guards_->add_size_relation(*ea, cmp, *eb, result);
+  KILN_LOG(dynamic, "size relation " << ea->text() << " " << op << " " << eb->text() << " is "
+                                     << (result ? "True" : "False") << ": guarded");
+  return wrap_unguarded(result ? Py_True : Py_False);
+}
+
 Arg TraceState::lower(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Tensor: return Arg::of_node(value->node);
@@ -994,7 +1063,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       }
     }
     // Note [Meta layouts]: the fake takes the real kernels' strides.
-    if (result) result = with_real_layout(name, args, fake_args.get(), std::move(result), device_type);
+    if (result) result = with_real_layout(name, fake_args.get(), std::move(result), device_type);
     if (!result) {
       // No tensor took part: the call ran on the real Python values and
       // raised as it would eagerly (Note [Exceptions in inlined frames]).

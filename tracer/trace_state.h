@@ -82,6 +82,14 @@ class TraceState {
   // Applies `fn` (an operator-module function named op_name) to SymInts and
   // int constants: a new SymInt, or a constant when every point agrees.
   // Throws Specialize for results that are not ints.
+  // Marks the symbols `value` (a SymInt) derives from: the symbolic dims
+  // its Tensor.size calls read, through its arithmetic.
+  void note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const;
+  // `a cmp b` (Py_LT .. Py_GE) where a side is a SymInt: the answer at the
+  // traced sizes, kept with a SizeRelation guard (Note [Size relations]);
+  // throws Specialize where it differs between sample points or no size
+  // expression fits a side.
+  ValuePtr sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b);
   ValuePtr sym_arithmetic(const std::string& op_name, PyObject* fn,
                           const std::vector<ValuePtr>& operands);
   // The dims of a tensor value whose size differs between sample points.

@@ -187,12 +187,15 @@ def test_graphs_needing_gradients_run_through_kiln_autograd():
 
 
 @torch.no_grad()
-def test_dynamic_shapes_stay_eager():
+def test_dynamic_shapes_decompose_per_size():
     compiled = kiln.compile(lambda x: torch.relu(x).sum(0), backend="aot_eager", dynamic=True)
-    for n in (3, 5):
+    for n in (3, 5, 3):
         x = torch.randn(n, 4)
         torch.testing.assert_close(compiled(x), torch.relu(x).sum(0))
-    assert kiln.stats()["prim_graphs"] == 0 and kiln.stats()["prim_fallbacks"] >= 1
+    # One dynamic trace, one prim graph per size (Note [Size instances]).
+    s = kiln.stats()
+    assert s["traces"] == 1 and s["size_instances"] == 2, s
+    assert s["prim_graphs"] == 2 and s["prim_fallbacks"] == 0, s
 
 
 @torch.no_grad()

@@ -128,6 +128,43 @@ def test_branch_on_size_specializes_and_stays_correct():
     assert s["unsupported"] == 0
 
 
+def test_comparison_of_sizes_is_guarded_not_specialized(capfd):
+    def fn(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    compiled = kiln.compile(fn, backend="eager")
+    kiln._C.set_logs("recompiles")
+    try:
+        for n in [5, 6, 7, 9, 2]:
+            x = torch.randn(n, 3)
+            assert_same(compiled(x), fn(x))
+    finally:
+        kiln._C.set_logs("")
+    s = stats()
+    # 5: static; 6: dynamic, with the guard s0 > 4 (True at 6, 12, 18);
+    # 7 and 9 reuse it; 2 fails the guard and is traced again.
+    assert s["traces"] == 3 and s["cache_hits"] == 2, s
+    assert "size relation s0 > 4 is False" in capfd.readouterr().err
+
+
+def test_size_relation_of_an_expression():
+    def fn(x, y):
+        n = x.shape[0] * 2
+        if n == y.shape[0]:
+            return x.sum() + y.sum()
+        return x.mean()
+
+    compiled = kiln.compile(fn, backend="eager", dynamic=True)
+    for n, m in [(3, 6), (5, 10), (4, 8), (4, 9), (6, 12)]:
+        x, y = torch.randn(n), torch.randn(m)
+        assert_same(compiled(x, y), fn(x, y))
+    # (3, 6) traces 2*s0 == s1 True; (4, 9) fails it and traces the other
+    # branch, whose guard (False) (6, 12) fails: the first entry runs.
+    assert stats()["traces"] == 2, stats()
+
+
 def test_range_over_a_dynamic_size_specializes():
     def fn(x):
         total = x[0]

@@ -1,0 +1,368 @@
+#include "interpreter/size_instances.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "base/log.h"
+#include "base/py_ref.h"
+#include "base/py_text.h"
+#include "base/stopwatch.h"
+#include "base/torch_api.h"
+#include "interpreter/compile_config.h"
+#include "runtime/aten_bridge.h"
+#include "runtime/eager_executor.h"
+#include "runtime/graph_arg_values.h"
+#include "tracer/meta_layouts.h"
+
+namespace kiln::interpreter {
+
+// Note [Size instances]
+// A dynamic trace (Note [Dynamic shapes]) gives a graph whose sizes are
+// symbols and whose size arithmetic (x.size(1), n * 64) is graph nodes.
+// kiln's decomposition, autograd and code generators take static sizes, so
+// such a graph is compiled per size instead: the first call with a new set
+// of symbol values (the sizes of the inputs' symbolic dims) replays every
+// node on meta tensors of the call's input sizes, reads each result's sizes
+// and strides (with Note [Meta layouts]'s corrections), folds the nodes
+// that compute Python ints to constants, and compiles the concrete graph
+// as the backend compiles any static graph (decomposition, autograd,
+// kernels, CUDA graphs). The frame is traced once; what a new size costs
+// is the backend's compile of the instance (its kernels come from the
+// kernel cache where the loop text is unchanged), counted by
+// kiln.stats()["size_instances"] and logged under `dynamic`.
+//
+// Every call runs an instance's executor, the first of its size included,
+// so in-place writes and random draws happen once, as eagerly. A graph the
+// replay cannot take (a node that fails on meta tensors at this size, a
+// result whose number of tensors changes) runs that size through the
+// eager replay of the symbolic graph, said in the log; so does every size
+// past kMaxInstances (a serving loop over unbounded sizes must not compile
+// without end). Kernels generic in the sizes would make instances cheap;
+// until then a size costs one backend compile.
+
+namespace {
+
+constexpr size_t kMaxInstances = 64;
+
+using base::PyRef;
+
+// The pending Python error as "Type: message", cleared.
+std::string take_error() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  std::string text = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "error";
+  if (value) text += ": " + base::py_repr(value);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return text;
+}
+
+bool holds_tensor(PyObject* obj) {
+  if (runtime::is_tensor(obj)) return true;
+  if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    PyRef items = PyRef::steal(PySequence_Fast(obj, ""));
+    if (!items) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items.get()); ++i) {
+      if (holds_tensor(PySequence_Fast_GET_ITEM(items.get(), i))) return true;
+    }
+  }
+  return false;
+}
+
+// A meta tensor with `tensor`'s sizes, strides and dtype (no data, no grad).
+PyRef meta_twin(PyObject* tensor) {
+  PyRef sizes = PyRef::steal(PyObject_CallMethod(tensor, "size", nullptr));
+  PyRef strides = PyRef::steal(PyObject_CallMethod(tensor, "stride", nullptr));
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
+  if (!sizes || !strides || !dtype) return PyRef();
+  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyDict_SetItemString(kwargs.get(), "device", meta.get());
+  return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
+}
+
+bool is_device_spec(PyObject* obj) {
+  return PyUnicode_Check(obj) || Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(base::torch_api()->device_type);
+}
+
+// Calls that change process state the replay must not touch; their
+// values are not needed to infer sizes.
+bool skipped_in_replay(const graph::Node& node) {
+  return node.target_name == "kiln.enter_autocast" || node.target_name == "kiln.exit_autocast";
+}
+
+// Runs `node` on the meta values of its arguments, as the tracer ran its
+// fakes: device= and Tensor.to's device become "meta", and a factory (a
+// call making tensors from no tensor) is made on the meta device. Null
+// with a Python error set when the call fails.
+PyRef replay_on_meta(const graph::Node& node, PyObject* const* values) {
+  PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
+  PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(node.args.size())));
+  bool any_tensor = false;
+  for (size_t i = 0; i < node.args.size(); ++i) {
+    PyObject* value = runtime::materialize_arg(node.args[i], values);
+    if (!value) return PyRef();
+    if (node.target_name == "Tensor.to" && i > 0 && is_device_spec(value)) {
+      Py_DECREF(value);
+      value = Py_NewRef(meta.get());
+    }
+    any_tensor = any_tensor || holds_tensor(value);
+    PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), value);
+  }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  bool has_device = false;
+  for (const auto& [key, arg] : node.kwargs) {
+    PyRef value = PyRef::steal(runtime::materialize_arg(arg, values));
+    if (!value) return PyRef();
+    if (key == "device" && value.get() != Py_None) {
+      value = meta;
+      has_device = true;
+    }
+    any_tensor = any_tensor || holds_tensor(value.get());
+    PyDict_SetItemString(kwargs.get(), key.c_str(), value.get());
+  }
+  if (!any_tensor && !has_device && !node.metas.empty()) PyDict_SetItemString(kwargs.get(), "device", meta.get());
+  PyRef result = PyRef::steal(PyObject_Call(node.target, args.get(), kwargs.get()));
+  if (!result || node.metas.empty()) return result;
+  return tracer::with_real_layout(node.target_name, args.get(), std::move(result), node.metas[0].device_type);
+}
+
+// The tensors of a call's result, in order (a tensor, or a sequence).
+std::vector<PyObject*> result_tensors(PyObject* result) {
+  if (runtime::is_tensor(result)) return {result};
+  std::vector<PyObject*> tensors;
+  if (!PyTuple_Check(result) && !PyList_Check(result)) return tensors;
+  for (Py_ssize_t i = 0; i < PySequence_Size(result); ++i) {
+    PyObject* item = PyTuple_Check(result) ? PyTuple_GET_ITEM(result, i) : PyList_GET_ITEM(result, i);
+    if (runtime::is_tensor(item)) tensors.push_back(item);
+  }
+  return tensors;
+}
+
+// `arg` with node refs renumbered into the instance, folded nodes as their
+// constants.
+void remap_arg(graph::Arg& arg, const std::vector<int>& new_id, const std::vector<PyRef>& folded) {
+  if (arg.kind == graph::Arg::Kind::Node) {
+    if (folded[arg.node]) {
+      arg = graph::Arg::of_constant(folded[arg.node].get());
+    } else {
+      arg.node = new_id[arg.node];
+    }
+    return;
+  }
+  for (graph::Arg& item : arg.items) remap_arg(item, new_id, folded);
+}
+
+// Restores the thread's grad mode when the replay ends (a graph may switch it).
+struct GradModeScope {
+  bool saved = runtime::grad_mode_enabled();
+  ~GradModeScope() { runtime::set_grad_mode(saved); }
+};
+
+// One symbolic dim of an input: the input's position, the dim, its symbol.
+struct SymbolicDim {
+  int input = 0;
+  int dim = 0;
+  std::string symbol;
+};
+
+// An instance: its concrete graph and executor; a null executor means the
+// size runs through the symbolic graph's eager replay.
+struct Instance {
+  std::unique_ptr<graph::Graph> graph;
+  std::unique_ptr<runtime::GraphExecutor> executor;
+};
+
+class SizeInstanceExecutor final : public runtime::GraphExecutor {
+ public:
+  SizeInstanceExecutor(const graph::Graph& graph, std::string name, InstanceCompiler compile)
+      : graph_(graph), name_(std::move(name)), compile_(std::move(compile)), eager_(graph) {
+    const std::vector<int>& inputs = graph.inputs();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const graph::Node& node = graph.node(inputs[k]);
+      if (node.symbolic_sizes.empty()) continue;
+      const std::vector<std::string>& dims = node.symbolic_sizes[0];
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (!dims[d].empty()) dims_.push_back({static_cast<int>(k), static_cast<int>(d), dims[d]});
+      }
+    }
+  }
+
+  PyObject* run(PyObject* const* inputs) const override {
+    std::vector<int64_t> key(dims_.size());
+    graph::TensorMeta meta;
+    for (size_t i = 0; i < dims_.size(); ++i) {
+      runtime::read_tensor_meta(inputs[dims_[i].input], &meta);
+      key[i] = meta.sizes[dims_[i].dim];
+    }
+    std::shared_ptr<const Instance> instance;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = instances_.find(key);
+      if (found != instances_.end()) instance = found->second;
+    }
+    if (!instance) instance = add_instance(key, inputs);
+    if (!instance) return nullptr;
+    return instance->executor ? instance->executor->run(inputs) : eager_.run(inputs);
+  }
+
+  const char* name() const override { return "size instances"; }
+
+ private:
+  std::string label(const std::vector<int64_t>& key) const {
+    std::string text;
+    for (size_t i = 0; i < key.size(); ++i) {
+      if (i) text += ", ";
+      text += dims_[i].symbol + "=" + std::to_string(key[i]);
+    }
+    return text;
+  }
+
+  // Instantiates and compiles the instance of `key` (outside the lock: the
+  // compile runs Python), keeping the first one made where two threads
+  // raced. Null with a Python error set when the compile raised.
+  std::shared_ptr<const Instance> add_instance(const std::vector<int64_t>& key, PyObject* const* inputs) const {
+    auto instance = std::make_shared<Instance>();
+    const std::string what = name_ + " at " + label(key);
+    size_t count;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      count = instances_.size();
+    }
+    if (count >= kMaxInstances) {
+      KILN_LOG(dynamic, what << ": runs eagerly: " << kMaxInstances << " sizes compiled already");
+    } else {
+      const base::Stopwatch clock;
+      std::string why;
+      instance->graph = instantiate_sizes(graph_, inputs, &why);
+      if (instance->graph) {
+        instance->executor = compile_(*instance->graph, what);
+        stats().size_instances++;
+        KILN_LOG(dynamic, "size instance " << what << " compiled in " << clock.ms() << " ms ("
+                                           << instance->executor->name() << ")");
+      } else {
+        stats().prim_fallbacks++;
+        KILN_LOG(dynamic, what << ": runs eagerly: " << why);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return instances_.emplace(key, std::move(instance)).first->second;
+  }
+
+  const graph::Graph& graph_;
+  const std::string name_;
+  const InstanceCompiler compile_;
+  const runtime::EagerExecutor eager_;
+  std::vector<SymbolicDim> dims_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<const Instance>> instances_;
+};
+
+}  // namespace
+
+bool has_symbolic_sizes(const graph::Graph& graph) {
+  for (const graph::Node& node : graph.nodes()) {
+    if (!node.symbolic_sizes.empty()) return true;
+  }
+  return false;
+}
+
+std::string size_instance_refusal(const graph::Graph& graph) {
+  for (const graph::Node& node : graph.nodes()) {
+    // Its traced dtypes hold only under autocast: not decomposed at any size.
+    if (node.autocast_implicit) return node.target_name + " is cast implicitly by autocast";
+  }
+  return "";
+}
+
+std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObject* const* inputs,
+                                                std::string* why) {
+  const size_t n = graph.nodes().size();
+  std::vector<PyRef> values(n);
+  std::vector<PyObject*> raw(n, nullptr);
+  {
+    const GradModeScope grad_mode;
+    int next_input = 0;
+    for (const graph::Node& node : graph.nodes()) {
+      PyRef value;
+      if (node.kind == graph::NodeKind::Input) {
+        PyObject* input = inputs[next_input++];
+        value = node.metas.empty() ? PyRef::borrow(input) : meta_twin(input);
+      } else if (skipped_in_replay(node)) {
+        value = PyRef::borrow(Py_None);
+      } else {
+        value = replay_on_meta(node, raw.data());
+      }
+      if (!value) {
+        *why = "node %" + std::to_string(node.id) + " (" + node.target_name + ") fails on meta tensors: " + take_error();
+        return nullptr;
+      }
+      raw[node.id] = value.get();
+      values[node.id] = std::move(value);
+    }
+  }
+  auto out = std::make_unique<graph::Graph>();
+  std::vector<int> new_id(n, -1);
+  std::vector<PyRef> folded(n);
+  int next_input = 0;
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.kind == graph::NodeKind::Input) {
+      PyObject* input = inputs[next_input++];
+      if (node.metas.empty()) {
+        new_id[node.id] = out->add_object_input(node.input_source, node.input_name);
+      } else {
+        graph::TensorMeta meta;
+        runtime::read_tensor_meta(input, &meta);
+        new_id[node.id] = out->add_input(node.input_source, node.input_name, meta);
+      }
+      continue;
+    }
+    PyObject* value = raw[node.id];
+    // A size computation (x.size(1), n * 64): its value at these sizes.
+    if (node.metas.empty() && PyLong_CheckExact(value)) {
+      folded[node.id] = values[node.id];
+      continue;
+    }
+    std::vector<graph::Arg> args = node.args;
+    for (graph::Arg& arg : args) remap_arg(arg, new_id, folded);
+    std::vector<std::pair<std::string, graph::Arg>> kwargs = node.kwargs;
+    for (auto& kw : kwargs) remap_arg(kw.second, new_id, folded);
+    const int id = out->add_call(node.target_name, node.target, std::move(args), std::move(kwargs));
+    new_id[node.id] = id;
+    graph::Node& made = out->node(id);
+    made.returns_tuple = node.returns_tuple;
+    made.autocast_implicit = node.autocast_implicit;
+    made.fresh_result = node.fresh_result;
+    if (node.metas.empty()) continue;
+    const std::vector<PyObject*> tensors = result_tensors(value);
+    if (tensors.size() != node.metas.size()) {
+      *why = "node %" + std::to_string(node.id) + " (" + node.target_name + ") makes " +
+             std::to_string(tensors.size()) + " tensors at these sizes, " + std::to_string(node.metas.size()) +
+             " when traced";
+      return nullptr;
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      graph::TensorMeta replayed;
+      runtime::read_tensor_meta(tensors[i], &replayed);
+      graph::TensorMeta meta = node.metas[i];
+      meta.sizes = std::move(replayed.sizes);
+      meta.strides = std::move(replayed.strides);
+      made.metas.push_back(std::move(meta));
+    }
+  }
+  graph::Arg output = graph.output();
+  remap_arg(output, new_id, folded);
+  out->set_output(std::move(output));
+  return out;
+}
+
+std::unique_ptr<runtime::GraphExecutor> size_instance_executor(const graph::Graph& graph, const std::string& name,
+                                                               InstanceCompiler compile) {
+  return std::make_unique<SizeInstanceExecutor>(graph, name, std::move(compile));
+}
+
+}  // namespace kiln::interpreter
