@@ -1,6 +1,8 @@
 #include "interpreter/size_instances.h"
 
+#include <atomic>
 #include <map>
+#include <set>
 #include <mutex>
 #include <vector>
 
@@ -38,12 +40,20 @@ namespace kiln::interpreter {
 // result whose number of tensors changes) runs that size through the
 // eager replay of the symbolic graph, said in the log; so does every size
 // past kMaxInstances (a serving loop over unbounded sizes must not compile
-// without end). Kernels generic in the sizes would make instances cheap;
-// until then a size costs one backend compile.
+// without end). A graph whose sizes keep changing (generate()'s growing
+// KV cache: each size is called once) would compile for nothing: once
+// kUnusedInstances instances were never called a second time, a new size
+// runs the eager replay at its first call and compiles at its second.
+// Kernels generic in the sizes would make instances cheap; until then a
+// size costs one backend compile (a meta replay that copies the metas of
+// nodes whose inputs kept their traced layout, then the backend).
 
 namespace {
 
 constexpr size_t kMaxInstances = 64;
+// Instances never called again after which a new size runs eagerly at its
+// first call and compiles at its second.
+constexpr size_t kUnusedInstances = 8;
 
 using base::PyRef;
 
@@ -83,6 +93,35 @@ PyRef meta_twin(PyObject* tensor) {
   PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
   PyDict_SetItemString(kwargs.get(), "device", meta.get());
   return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
+}
+
+// A meta tensor with `meta`'s sizes, strides and dtype.
+PyRef meta_of(const graph::TensorMeta& meta) {
+  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.sizes.size())));
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.strides.size())));
+  for (size_t d = 0; d < meta.sizes.size(); ++d) {
+    PyTuple_SET_ITEM(sizes.get(), static_cast<Py_ssize_t>(d), PyLong_FromLongLong(meta.sizes[d]));
+    PyTuple_SET_ITEM(strides.get(), static_cast<Py_ssize_t>(d), PyLong_FromLongLong(meta.strides[d]));
+  }
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(base::torch_api()->torch, graph::dtype_name(meta.dtype)));
+  if (!dtype) return PyRef();
+  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyRef device = PyRef::steal(PyUnicode_FromString("meta"));
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyDict_SetItemString(kwargs.get(), "device", device.get());
+  return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
+}
+
+// True when every value `arg` reads is a tensor whose replayed sizes and
+// strides are the traced ones (`same[id]`); a non-tensor value (a size
+// computation) counts as changed.
+bool reads_unchanged(const graph::Arg& arg, const std::vector<bool>& same) {
+  if (arg.kind == graph::Arg::Kind::Node) return same[arg.node];
+  for (const graph::Arg& item : arg.items) {
+    if (!reads_unchanged(item, same)) return false;
+  }
+  return true;
 }
 
 bool is_device_spec(PyObject* obj) {
@@ -175,6 +214,7 @@ struct SymbolicDim {
 struct Instance {
   std::unique_ptr<graph::Graph> graph;
   std::unique_ptr<runtime::GraphExecutor> executor;
+  mutable std::atomic<bool> reused{false};  // called again after its first call
 };
 
 class SizeInstanceExecutor final : public runtime::GraphExecutor {
@@ -200,10 +240,22 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
       key[i] = meta.sizes[dims_[i].dim];
     }
     std::shared_ptr<const Instance> instance;
+    bool first_sight = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto found = instances_.find(key);
-      if (found != instances_.end()) instance = found->second;
+      if (found != instances_.end()) {
+        instance = found->second;
+        if (instance->executor && !instance->reused.exchange(true)) ++reused_;
+      } else if (instances_.size() - reused_ >= kUnusedInstances) {
+        // Sizes keep changing: a size compiles at its second call.
+        first_sight = seen_once_.insert(key).second;
+      }
+    }
+    if (first_sight) {
+      KILN_LOG(dynamic, name_ << " at " << label(key) << ": runs eagerly (" << kUnusedInstances
+                              << " instances were never called again; this size compiles at its next call)");
+      return eager_.run(inputs);
     }
     if (!instance) instance = add_instance(key, inputs);
     if (!instance) return nullptr;
@@ -260,6 +312,8 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
   std::vector<SymbolicDim> dims_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const Instance>> instances_;
+  mutable size_t reused_ = 0;                          // instances called again
+  mutable std::set<std::vector<int64_t>> seen_once_;  // sizes run eagerly once
 };
 
 }  // namespace
@@ -284,6 +338,11 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
   const size_t n = graph.nodes().size();
   std::vector<PyRef> values(n);
   std::vector<PyObject*> raw(n, nullptr);
+  // Per node: its replayed tensors have the traced sizes and strides. A
+  // call reading only such tensors and constants makes what it made when
+  // traced: its metas are copied, not recomputed (torch's meta kernels
+  // cost up to milliseconds a call; a decoding step's graph changes few).
+  std::vector<bool> same(n, false);
   {
     const GradModeScope grad_mode;
     int next_input = 0;
@@ -292,10 +351,28 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
       if (node.kind == graph::NodeKind::Input) {
         PyObject* input = inputs[next_input++];
         value = node.metas.empty() ? PyRef::borrow(input) : meta_twin(input);
+        if (!node.metas.empty()) {
+          graph::TensorMeta meta;
+          runtime::read_tensor_meta(input, &meta);
+          same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
+        }
       } else if (skipped_in_replay(node)) {
         value = PyRef::borrow(Py_None);
       } else {
-        value = replay_on_meta(node, raw.data());
+        bool unchanged = node.symbolic_sizes.empty() && node.metas.size() == 1 && !node.returns_tuple;
+        for (const graph::Arg& arg : node.args) unchanged = unchanged && reads_unchanged(arg, same);
+        for (const auto& kw : node.kwargs) unchanged = unchanged && reads_unchanged(kw.second, same);
+        if (unchanged) {
+          value = meta_of(node.metas[0]);
+          same[node.id] = value.get() != nullptr;
+        } else {
+          value = replay_on_meta(node, raw.data());
+          if (value && node.metas.size() == 1 && runtime::is_tensor(value.get())) {
+            graph::TensorMeta meta;
+            runtime::read_tensor_meta(value.get(), &meta);
+            same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
+          }
+        }
       }
       if (!value) {
         *why = "node %" + std::to_string(node.id) + " (" + node.target_name + ") fails on meta tensors: " + take_error();

@@ -307,6 +307,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     for (const Arg& arg : node.args) note_uses(arg, used);
     for (const auto& kw : node.kwargs) note_uses(kw.second, used);
   }
+  const std::vector<bool> used_by_calls = used;
   note_uses(traced_output, used);
 
   Decomposition out;
@@ -316,6 +317,14 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   // Inputs first: a PrimGraph's inputs precede its other values.
   for (int id : traced.inputs()) {
     const Node& node = traced.node(id);
+    if (node.metas.empty() && !used_by_calls[id]) {
+      // An object the graph only returns (a KV cache object in a model's
+      // output): passed through as a value no prim reads.
+      graph::TensorMeta passed;
+      passed.dtype = graph::DType::Other;
+      values[id] = {out.graph->add_input(passed)};
+      continue;
+    }
     if (node.metas.size() != 1) {
       *why = "input " + node.input_name + " is not a tensor";
       return std::nullopt;

@@ -53,6 +53,8 @@ PyObject* type_of(BuiltinContext& context, const ValuePtr& x) {
       return as_object(&PyMethod_Type);  // a Python function bound to its receiver
     case ValueKind::LocalFunction:
       return as_object(&PyFunction_Type);
+    case ValueKind::SymInt:
+      return as_object(&PyLong_Type);  // computed at run time as a Python int
     default:
       return nullptr;
   }

@@ -380,3 +380,21 @@ def test_attention_rows_with_every_key_masked_give_zeros(backend):
         wants = torch.autograd.grad(want.sum(), (q, k, v))
         for g, w in zip(grads, wants):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@torch.no_grad()
+def test_object_argument_only_returned_passes_through_the_prim_graph():
+    class Cache:
+        pass
+
+    def fn(x, cache):
+        return x.relu() * 2, cache
+
+    compiled = kiln.compile(fn, backend="aot_eager")
+    cache = Cache()
+    x = torch.randn(3, 4)
+    y, same = compiled(x, cache)
+    assert same is cache
+    torch.testing.assert_close(y, x.relu() * 2)
+    s = kiln.stats()
+    assert s["prim_graphs"] == 1 and s["prim_fallbacks"] == 0, s

@@ -339,3 +339,15 @@ def test_marks_that_cannot_hold_warn(make, why):
     kiln.mark_dynamic(x, 0)
     with pytest.warns(UserWarning, match=rf"L\['x'\] dim 0 is marked dynamic but stays static: .*{why}"):
         assert_same(kiln.compile(lambda x: x * 2, backend="eager")(x), x * 2)
+
+
+def test_isinstance_of_a_dynamic_size_is_that_of_an_int():
+    def fn(x):
+        n = x.shape[0]
+        if isinstance(n, torch.Tensor):
+            return x * 0
+        assert isinstance(n, int)
+        return x * n
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4, 5])
+    assert s["traces"] == 2 and s["cache_hits"] == 2, s

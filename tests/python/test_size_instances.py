@@ -145,3 +145,32 @@ def test_sizes_log_their_instances(capfd):
         kiln._C.set_logs("")
     err = capfd.readouterr().err
     assert "compiled per size" in err and "size instance" in err and "s0=4" in err, err
+
+
+def test_sizes_that_keep_changing_stop_compiling_at_first_sight():
+    def fn(x):
+        return (x * 2).softmax(-1)
+
+    compiled = kiln.compile(fn)
+    # 3 static, 4 dynamic (an instance), then 5.. each once: after 8
+    # instances never called again, a new size runs the eager replay.
+    for n in range(3, 20):
+        x = torch.randn(n, 5)
+        assert_same(compiled(x), fn(x))
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["size_instances"] == 8, s
+    # A size seen once before compiles at its second call; an instance
+    # called again counts as used, so first-sight compiles resume.
+    x = torch.randn(19, 5)
+    assert_same(compiled(x), fn(x))
+    assert kiln.stats()["size_instances"] == 9, kiln.stats()
+    x = torch.randn(4, 5)
+    assert_same(compiled(x), fn(x))
+    x = torch.randn(30, 5)
+    assert_same(compiled(x), fn(x))
+    assert kiln.stats()["size_instances"] == 9, kiln.stats()
+    x = torch.randn(19, 5)
+    compiled(x)
+    x = torch.randn(31, 5)
+    assert_same(compiled(x), fn(x))
+    assert kiln.stats()["size_instances"] == 10, kiln.stats()
