@@ -384,7 +384,12 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     // m + sum(x - m) / n and the variance (sum((x - m)^2) - sum(x - m)^2 / n)
     // / d, exact for equal values (x - m is then one small exact number)
     // and never less accurate than the plain form. Clamped at 0: the two
-    // sums may round the difference below it.
+    // sums may round the difference below it. Exact in exact arithmetic
+    // only: summed in another order (a CUDA block's tree) the two terms
+    // of a row of equal values can miss each other by one rounding, so a
+    // row whose max and min are equal and finite (max - min == 0) is given
+    // variance 0 and its value as mean outright, as Welford gives them
+    // (the extra max and min ride in the first pass).
     const int x = cast_to(emit(input, identity), dtype);
     const int n = k.constant(dtype, static_cast<double>(count));
     const int rough_mean = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, x), n);
@@ -396,8 +401,16 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     const double divisor = std::max(static_cast<double>(count) - node.attrs.correction, 0.0);
     const int var = k.binary(BinaryOp::Div, k.binary(BinaryOp::Maximum, spread, k.constant(dtype, 0)),
                              k.constant(dtype, divisor));
-    reductions_[node.outputs[0]] = var;
-    reductions_[node.outputs[1]] = mean;
+    if (divisor == 0) {  // 0 / 0 (or x / 0) as eagerly
+      reductions_[node.outputs[0]] = var;
+      reductions_[node.outputs[1]] = mean;
+      return reductions_.at(value);
+    }
+    const int highest = reduce(ReduceOp::Max, x);
+    const int flat = k.compare(CompareOp::Eq, k.binary(BinaryOp::Sub, highest, reduce(ReduceOp::Min, x)),
+                               k.constant(dtype, 0));
+    reductions_[node.outputs[0]] = k.select(flat, k.constant(dtype, 0), var);
+    reductions_[node.outputs[1]] = k.select(flat, highest, mean);
     return reductions_.at(value);
   }
   if (node.prim == Prim::Argmax || node.prim == Prim::Argmin) {

@@ -309,6 +309,12 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   }
   const std::vector<bool> used_by_calls = used;
   note_uses(traced_output, used);
+  // Object inputs pass through inference graphs only: an autograd
+  // Function's outputs must be tensors.
+  bool records_gradients = false;
+  for (const Node& node : nodes) {
+    for (const graph::TensorMeta& meta : node.metas) records_gradients = records_gradients || (grad_enabled && meta.requires_grad);
+  }
 
   Decomposition out;
   out.graph = std::make_shared<PrimGraph>();
@@ -317,7 +323,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   // Inputs first: a PrimGraph's inputs precede its other values.
   for (int id : traced.inputs()) {
     const Node& node = traced.node(id);
-    if (node.metas.empty() && !used_by_calls[id]) {
+    if (node.metas.empty() && !used_by_calls[id] && !records_gradients) {
       // An object the graph only returns (a KV cache object in a model's
       // output): passed through as a value no prim reads.
       graph::TensorMeta passed;
