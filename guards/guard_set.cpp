@@ -315,7 +315,9 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
     }
     case GuardKind::SizeRelation: {
       for (const SizeExpr* e : {&guard.lhs, &guard.rhs}) {
-        if (e->symbol >= 0 && (e->symbol >= symbol_count_ || symbols[e->symbol] < 0)) return false;
+        for (const auto& term : e->terms) {
+          if (term.first >= symbol_count_ || symbols[term.first] < 0) return false;
+        }
       }
       return compare_sizes(guard.cmp, guard.lhs.eval(symbols), guard.rhs.eval(symbols)) == guard.flag;
     }

@@ -2,6 +2,9 @@
 
 #include <Python.h>
 
+#include <algorithm>
+#include <map>
+
 namespace kiln::guards {
 
 // Note [Size relations]
@@ -9,33 +12,104 @@ namespace kiln::guards {
 // (`if seq_len > 1`, `past + seq <= max_positions`) takes the branch the
 // comparison gives; the graph then holds only for sizes where it gives the
 // same answer. Where the answer agrees at every sample point and both
-// sides fit a SizeExpr of the symbols, the tracer keeps the answer and
-// the guard set gets a SizeRelation guard: the comparison evaluated, on
-// every call, at the sizes the call's tensors bind. A call where it
-// differs misses the entry (and the next trace takes the other branch);
-// comparisons that differ between points, or that no expression fits,
-// still specialize the frame. The fit uses the sample points' values: a
-// constant, d + c*s (the values step evenly), or c*s^2 (1 : 4 : 9). As
+// sides have a SizeExpr, the tracer keeps the answer and the guard set
+// gets a SizeRelation guard: the comparison evaluated, on every call, at
+// the sizes the call's tensors bind. A call where it differs misses the
+// entry (and the next trace takes the other branch); comparisons that
+// differ between points, or whose sides have no expression, still
+// specialize the frame.
+//
+// A size's expression is exact where the tracer knows where it came from:
+// x.size(d) of an input dim that is symbol s_k is s_k, and +, - and * by a
+// constant compose exactly (kv_length + kv_offset - mask.shape[-1] is
+// s1 + 1 - s0). Otherwise it is fitted from the sample points' values: a
+// constant, d + c*s (the values step evenly) or c*s^2 (1 : 4 : 9). As
 // every symbol scales alike at the points, symbols of proportional sizes
 // explain a value alike: the fit tries only the symbols the value derives
-// from (the symbolic dims its Tensor.size calls read), and a value two
-// of them explain is not fitted.
+// from (the symbolic dims its Tensor.size calls read), and a value two of
+// them explain is not fitted.
+
+SizeExpr SizeExpr::of_constant(int64_t value) { return SizeExpr{value, {}, false}; }
+
+SizeExpr SizeExpr::of_symbol(int symbol) { return SizeExpr{0, {{symbol, 1}}, false}; }
 
 int64_t SizeExpr::eval(const int64_t* symbols) const {
-  if (symbol < 0) return constant;
-  int64_t s = symbols[symbol];
-  int64_t term = coeff * s;
-  if (power == 2) term *= s;
-  return term + constant;
+  int64_t value = constant;
+  for (const auto& [symbol, coeff] : terms) {
+    const int64_t s = symbols[symbol];
+    value += square ? coeff * s * s : coeff * s;
+  }
+  return value;
+}
+
+int SizeExpr::max_symbol() const {
+  int highest = -1;
+  for (const auto& term : terms) highest = std::max(highest, term.first);
+  return highest;
 }
 
 std::string SizeExpr::text() const {
-  if (symbol < 0) return std::to_string(constant);
-  std::string out = coeff == 1 ? "" : std::to_string(coeff) + "*";
-  out += "s" + std::to_string(symbol);
-  if (power == 2) out += "**2";
+  std::string out;
+  for (const auto& [symbol, coeff] : terms) {
+    if (coeff < 0) out += "-";
+    else if (!out.empty()) out += "+";
+    const int64_t magnitude = coeff < 0 ? -coeff : coeff;
+    if (magnitude != 1) out += std::to_string(magnitude) + "*";
+    out += "s" + std::to_string(symbol);
+    if (square) out += "**2";
+  }
+  if (out.empty()) return std::to_string(constant);
   if (constant > 0) out += "+" + std::to_string(constant);
   if (constant < 0) out += std::to_string(constant);
+  return out;
+}
+
+namespace {
+
+// The linear combination a + factor * b (neither a square).
+SizeExpr combine(const SizeExpr& a, const SizeExpr& b, int64_t factor) {
+  std::map<int, int64_t> coeffs;
+  for (const auto& [symbol, coeff] : a.terms) coeffs[symbol] += coeff;
+  for (const auto& [symbol, coeff] : b.terms) coeffs[symbol] += factor * coeff;
+  SizeExpr out = SizeExpr::of_constant(a.constant + factor * b.constant);
+  for (const auto& [symbol, coeff] : coeffs) {
+    if (coeff != 0) out.terms.emplace_back(symbol, coeff);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<SizeExpr> add_sizes(const SizeExpr& a, const SizeExpr& b) {
+  if (a.square || b.square) {
+    // A square plus a constant stays one.
+    if (b.is_constant()) return SizeExpr{a.constant + b.constant, a.terms, a.square};
+    if (a.is_constant()) return SizeExpr{a.constant + b.constant, b.terms, b.square};
+    return std::nullopt;
+  }
+  return combine(a, b, 1);
+}
+
+std::optional<SizeExpr> subtract_sizes(const SizeExpr& a, const SizeExpr& b) {
+  std::optional<SizeExpr> minus_b = multiply_sizes(b, SizeExpr::of_constant(-1));
+  if (!minus_b) return std::nullopt;
+  return add_sizes(a, *minus_b);
+}
+
+std::optional<SizeExpr> multiply_sizes(const SizeExpr& a, const SizeExpr& b) {
+  if (!a.is_constant() && !b.is_constant()) {
+    // s * s: a square.
+    if (!a.square && !b.square && a.constant == 0 && b.constant == 0 && a.terms.size() == 1 &&
+        b.terms.size() == 1 && a.terms[0].first == b.terms[0].first) {
+      return SizeExpr{0, {{a.terms[0].first, a.terms[0].second * b.terms[0].second}}, true};
+    }
+    return std::nullopt;
+  }
+  const SizeExpr& c = a.is_constant() ? a : b;
+  const SizeExpr& e = a.is_constant() ? b : a;
+  if (c.constant == 0) return SizeExpr::of_constant(0);
+  SizeExpr out{e.constant * c.constant, {}, e.square};
+  for (const auto& [symbol, coeff] : e.terms) out.terms.emplace_back(symbol, coeff * c.constant);
   return out;
 }
 
@@ -44,17 +118,18 @@ std::optional<SizeExpr> fit_size_expr(const std::vector<int64_t>& per_point,
                                       const std::vector<bool>& candidates) {
   if (per_point.size() != 3) return std::nullopt;
   const int64_t v0 = per_point[0], v1 = per_point[1], v2 = per_point[2];
-  if (v0 == v1 && v1 == v2) return SizeExpr{-1, 0, 0, v0};
+  if (v0 == v1 && v1 == v2) return SizeExpr::of_constant(v0);
   std::optional<SizeExpr> found;
   for (size_t i = 0; i < symbol_sizes.size(); ++i) {
     const int64_t base = symbol_sizes[i];
     if (base <= 0 || (!candidates.empty() && (i >= candidates.size() || !candidates[i]))) continue;
     std::optional<SizeExpr> fit;
     const int64_t step = v1 - v0;
+    const int symbol = static_cast<int>(i);
     if (step == v2 - v1 && step % base == 0) {
-      fit = SizeExpr{static_cast<int>(i), 1, step / base, v0 - step};
+      fit = SizeExpr{v0 - step, {{symbol, step / base}}, false};
     } else if (v1 == 4 * v0 && v2 == 9 * v0 && v0 % (base * base) == 0) {
-      fit = SizeExpr{static_cast<int>(i), 2, v0 / (base * base), 0};
+      fit = SizeExpr{0, {{symbol, v0 / (base * base)}}, true};
     }
     if (!fit) continue;
     // Two symbols explain the values: which one the size follows is unknown.

@@ -34,6 +34,9 @@ struct DynamicDims {
 class Specialize : public std::runtime_error {
  public:
   explicit Specialize(const std::string& why) : std::runtime_error(why) {}
+  // "file:line" of the innermost traced instruction that specialized (set
+  // by the frame loop), for the log line.
+  std::string location;
 };
 
 // The symbols of one trace, one per dynamic input dim. Dims never share a

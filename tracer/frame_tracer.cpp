@@ -97,6 +97,13 @@ std::vector<ValuePtr> FrameTracer::pop_n(int n) {
   return out;
 }
 
+std::string FrameTracer::current_location() const {
+  const size_t at = pc_ > 0 ? pc_ - 1 : 0;
+  int line = at < instructions_.size() ? instructions_[at].line : -1;
+  if (line < 0) line = code_->co_firstlineno;
+  return code_file(code_) + ":" + std::to_string(line);
+}
+
 ValuePtr FrameTracer::run() {
   size_t steps = 0;
   try {
@@ -135,13 +142,11 @@ ValuePtr FrameTracer::run() {
       }
     }
   } catch (TraceAbort& abort) {
-    if (abort.location.empty()) {
-      const size_t at = pc_ > 0 ? pc_ - 1 : 0;
-      int line = at < instructions_.size() ? instructions_[at].line : -1;
-      if (line < 0) line = code_->co_firstlineno;
-      abort.location = code_file(code_) + ":" + std::to_string(line);
-    }
+    if (abort.location.empty()) abort.location = current_location();
     if (is_top_ && record_break(abort)) return nullptr;
+    throw;
+  } catch (Specialize& specialize) {
+    if (specialize.location.empty()) specialize.location = current_location();
     throw;
   }
   return return_value_;

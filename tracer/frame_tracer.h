@@ -198,6 +198,8 @@ class FrameTracer {
   // Records a graph break before instruction `pc` from the snapshot taken
   // there; false when the state cannot be handed to CPython.
   bool record_break(TraceAbort& abort);
+  // "file:line" of the instruction being traced.
+  std::string current_location() const;
 
   ValuePtr pop();
   ValuePtr& top(int depth = 1) { return stack_[stack_.size() - depth]; }

@@ -538,7 +538,11 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
     PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, name.c_str()));
     std::vector<ValuePtr> operands{tensor};
     operands.insert(operands.end(), args.begin(), args.end());
-    return make_symint(std::move(per_point), "Tensor." + name, target.get(), std::move(operands), nullptr);
+    ValuePtr size = make_symint(std::move(per_point), "Tensor." + name, target.get(), std::move(operands), nullptr);
+    if (name == "size" && args.size() == 1 && args[0]->is(ValueKind::Constant) && is_int(args[0]->obj.get())) {
+      size->sym_expr = input_dim_size(tensor, PyLong_AsLongLong(args[0]->obj.get()));
+    }
+    return size;
   }
   if (method && PyTuple_Check(results[0].get()) && args.empty()) {
     PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, method));
@@ -554,6 +558,7 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
       PyRef dim = PyRef::steal(PyLong_FromSsize_t(i));
       items.push_back(make_symint(std::move(per_point), std::string("Tensor.") + method, target.get(),
                                   {tensor, wrap_unguarded(dim.get())}, nullptr));
+      if (sizes) items.back()->sym_expr = input_dim_size(tensor, i);
     }
     ValuePtr sizes_value = make_sequence(ValueKind::Tuple, std::move(items));
     if (!PyTuple_CheckExact(results[0].get())) {
@@ -604,7 +609,59 @@ ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
   }
   // Always symbolic, even where the points agree: s // 100 is 0 at every
   // point of a small s, yet not for every s.
-  return make_symint(std::move(per_point), op_name, fn, operands, nullptr);
+  ValuePtr result = make_symint(std::move(per_point), op_name, fn, operands, nullptr);
+  result->sym_expr = composed_size(op_name, operands);
+  return result;
+}
+
+std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) const {
+  if (value->is(ValueKind::Constant) && is_int(value->obj.get())) {
+    return guards::SizeExpr::of_constant(PyLong_AsLongLong(value->obj.get()));
+  }
+  if (!value->is(ValueKind::SymInt)) return std::nullopt;
+  if (value->sym_expr) return value->sym_expr;
+  // Fitted from the points, among the symbols it derives from; a SymInt
+  // is never a constant, even where its points agree (s // 100).
+  std::vector<bool> candidates(symbols_.count(), false);
+  note_sym_sources(value, &candidates);
+  std::optional<guards::SizeExpr> e = guards::fit_size_expr(value->sym_points, symbols_.sizes(), candidates);
+  if (e && e->is_constant()) e.reset();
+  return e;
+}
+
+std::optional<guards::SizeExpr> TraceState::composed_size(const std::string& op_name,
+                                                          const std::vector<ValuePtr>& operands) const {
+  std::vector<guards::SizeExpr> exprs;
+  for (const ValuePtr& operand : operands) {
+    std::optional<guards::SizeExpr> e = size_expr_of(operand);
+    if (!e) return std::nullopt;
+    exprs.push_back(*e);
+  }
+  if (exprs.size() == 1 && op_name == "operator.neg") {
+    return guards::multiply_sizes(exprs[0], guards::SizeExpr::of_constant(-1));
+  }
+  if (exprs.size() == 1 && op_name == "operator.pos") return exprs[0];
+  if (exprs.size() != 2) return std::nullopt;
+  if (op_name == "operator.add" || op_name == "operator.iadd") return guards::add_sizes(exprs[0], exprs[1]);
+  if (op_name == "operator.sub" || op_name == "operator.isub") return guards::subtract_sizes(exprs[0], exprs[1]);
+  if (op_name == "operator.mul" || op_name == "operator.imul") return guards::multiply_sizes(exprs[0], exprs[1]);
+  return std::nullopt;
+}
+
+std::optional<guards::SizeExpr> TraceState::input_dim_size(const ValuePtr& tensor, int64_t dim) const {
+  if (!tensor->is(ValueKind::Tensor) || tensor->node < 0) return std::nullopt;
+  const graph::Node& node = graph_->node(tensor->node);
+  if (node.kind != graph::NodeKind::Input || node.symbolic_sizes.empty()) return std::nullopt;
+  const std::vector<std::string>& dims = node.symbolic_sizes[0];
+  if (dim < 0) dim += static_cast<int64_t>(dims.size());
+  if (dim < 0 || dim >= static_cast<int64_t>(dims.size())) return std::nullopt;
+  const std::string& name = dims[dim];
+  // An input's symbolic dim is named "s<k>" exactly (wrap_tensor).
+  if (name.size() < 2 || name[0] != 's') return std::nullopt;
+  for (size_t i = 1; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return std::nullopt;
+  }
+  return guards::SizeExpr::of_symbol(std::atoi(name.c_str() + 1));
 }
 
 void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const {
@@ -642,17 +699,13 @@ ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) 
   // never a constant, even where its points agree (s // 100).
   auto side = [&](const ValuePtr& v, std::vector<int64_t>* points) -> std::optional<guards::SizeExpr> {
     if (v->is(ValueKind::Constant) && is_int(v->obj.get())) {
-      const int64_t c = PyLong_AsLongLong(v->obj.get());
-      points->assign(points_, c);
-      return guards::SizeExpr{-1, 0, 0, c};
+      points->assign(points_, PyLong_AsLongLong(v->obj.get()));
+    } else if (v->is(ValueKind::SymInt)) {
+      *points = v->sym_points;
+    } else {
+      throw Specialize(std::string("a dynamic size compared (") + op + ") with " + describe_value(*v));
     }
-    if (!v->is(ValueKind::SymInt)) throw Specialize(std::string("a dynamic size compared (") + op + ") with " + describe_value(*v));
-    *points = v->sym_points;
-    std::vector<bool> candidates(symbols_.count(), false);
-    note_sym_sources(v, &candidates);
-    std::optional<guards::SizeExpr> e = guards::fit_size_expr(*points, symbols_.sizes(), candidates);
-    if (e && e->symbol < 0) e.reset();
-    return e;
+    return size_expr_of(v);
   };
   std::vector<int64_t> pa, pb;
   const std::optional<guards::SizeExpr> ea = side(a, &pa);

@@ -82,6 +82,15 @@ class TraceState {
   // Applies `fn` (an operator-module function named op_name) to SymInts and
   // int constants: a new SymInt, or a constant when every point agrees.
   // Throws Specialize for results that are not ints.
+  // The exact expression of a SymInt made by `op_name` (operator.add,
+  // sub, mul, neg) from `operands`, where theirs are known.
+  std::optional<guards::SizeExpr> composed_size(const std::string& op_name,
+                                                const std::vector<ValuePtr>& operands) const;
+  // A constant's or SymInt's expression: exact where known, else fitted
+  // from its sample points (Note [Size relations]).
+  std::optional<guards::SizeExpr> size_expr_of(const ValuePtr& value) const;
+  // s<k> when dim `dim` of `tensor` is a graph input's symbolic dim.
+  std::optional<guards::SizeExpr> input_dim_size(const ValuePtr& tensor, int64_t dim) const;
   // Marks the symbols `value` (a SymInt) derives from: the symbolic dims
   // its Tensor.size calls read, through its arithmetic.
   void note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const;

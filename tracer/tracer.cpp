@@ -127,6 +127,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       return fixed;
     } catch (const Specialize& specialize) {
       why = specialize.what();
+      if (!specialize.location.empty()) why += " (" + specialize.location + ")";
     }
   }
   TraceResult fixed = trace_once(code, func, frame, {});

@@ -5,11 +5,13 @@
 #include <Python.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "graph/tensor_meta.h"
+#include "guards/size_expr.h"
 #include "base/py_ref.h"
 
 namespace kiln::tracer {
@@ -87,6 +89,9 @@ struct Value {
   // is the graph node doing so, made when first needed.
   std::vector<int64_t> sym_points;
   PyRef sym_index;
+  // SymInt: the size as an exact expression of the symbols, where the
+  // tracer knows it (Note [Size relations] in guards/size_expr.cpp).
+  std::optional<guards::SizeExpr> sym_expr;
   // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
   // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;

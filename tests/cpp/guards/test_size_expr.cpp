@@ -16,7 +16,7 @@ TEST(SizeExpr, FitsConstantsAffineSizesAndSquares) {
   const std::vector<int64_t> symbols = {12};  // s0 traced as 12
   std::optional<SizeExpr> constant = fit_size_expr({7, 7, 7}, symbols);
   ASSERT_TRUE(constant);
-  EXPECT_EQ(constant->symbol, -1);
+  EXPECT_TRUE(constant->is_constant());
   EXPECT_EQ(constant->text(), "7");
 
   std::optional<SizeExpr> affine = fit_size_expr({25, 49, 73}, symbols);  // 2*s0+1
@@ -45,6 +45,21 @@ TEST(SizeExpr, RefusesAValueTwoSymbolsExplain) {
   std::optional<SizeExpr> only_s1 = fit_size_expr({8, 16, 24}, {4, 8}, {false, true});
   ASSERT_TRUE(only_s1);
   EXPECT_EQ(only_s1->text(), "s1");
+}
+
+TEST(SizeExpr, ComposesLinearSizesExactly) {
+  // kv_length + kv_offset - mask.shape[-1] with kv_length = s1 + 1.
+  const SizeExpr kv = *add_sizes(SizeExpr::of_symbol(1), SizeExpr::of_constant(1));
+  const std::optional<SizeExpr> padding = subtract_sizes(kv, SizeExpr::of_symbol(0));
+  ASSERT_TRUE(padding);
+  EXPECT_EQ(padding->text(), "-s0+s1+1");
+  const int64_t bound[] = {18, 17};
+  EXPECT_EQ(padding->eval(bound), 0);
+  // s0 - s0 cancels to a constant; s0 * s0 is a square; s0 * s1 is neither.
+  EXPECT_TRUE(subtract_sizes(SizeExpr::of_symbol(0), SizeExpr::of_symbol(0))->is_constant());
+  EXPECT_EQ(multiply_sizes(SizeExpr::of_symbol(0), SizeExpr::of_symbol(0))->text(), "s0**2");
+  EXPECT_FALSE(multiply_sizes(SizeExpr::of_symbol(0), SizeExpr::of_symbol(1)));
+  EXPECT_EQ(multiply_sizes(SizeExpr::of_symbol(1), SizeExpr::of_constant(64))->text(), "64*s1");
 }
 
 TEST(SizeExpr, ComparesAsPython) {
