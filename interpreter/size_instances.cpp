@@ -399,8 +399,9 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
       continue;
     }
     PyObject* value = raw[node.id];
-    // A size computation (x.size(1), n * 64): its value at these sizes.
-    if (node.metas.empty() && PyLong_CheckExact(value)) {
+    // A size computation (x.size(1), n * 64, a slice's bounds): its value
+    // at these sizes.
+    if (node.metas.empty() && (PyLong_CheckExact(value) || PySlice_Check(value))) {
       folded[node.id] = values[node.id];
       continue;
     }

@@ -53,8 +53,8 @@ PyObject* type_of(BuiltinContext& context, const ValuePtr& x) {
       return as_object(&PyMethod_Type);  // a Python function bound to its receiver
     case ValueKind::LocalFunction:
       return as_object(&PyFunction_Type);
-    case ValueKind::SymInt:
-      return as_object(&PyLong_Type);  // computed at run time as a Python int
+    case ValueKind::SymInt:  // computed at run time as a Python int (or slice)
+      return as_object(x->sym_slice ? &PySlice_Type : &PyLong_Type);
     default:
       return nullptr;
   }

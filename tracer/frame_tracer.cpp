@@ -521,6 +521,10 @@ void FrameTracer::step(const Instruction& ins) {
       ValuePtr end = pop();
       ValuePtr start = pop();
       ValuePtr base = pop();
+      if (start->is(ValueKind::SymInt) || end->is(ValueKind::SymInt)) {
+        push(subscript(base, state_.sym_slice({start, end})));
+        return;
+      }
       if (!start->is(ValueKind::Constant) || !end->is(ValueKind::Constant)) {
         abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be Python values");
       }
@@ -590,6 +594,12 @@ void FrameTracer::step(const Instruction& ins) {
       return;
     case Op::BuildSlice: {
       std::vector<ValuePtr> parts = pop_n(ins.arg);
+      bool symbolic = false;
+      for (const ValuePtr& part : parts) symbolic = symbolic || part->is(ValueKind::SymInt);
+      if (symbolic) {
+        push(state_.sym_slice(parts));
+        return;
+      }
       for (const ValuePtr& part : parts) {
         if (!part->is(ValueKind::Constant)) {
           abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be Python values");

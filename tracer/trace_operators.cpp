@@ -199,6 +199,7 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
     case ValueKind::Tensor:
       abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
     case ValueKind::SymInt: {
+      if (value->sym_slice) return true;  // a slice is always true
       // `if n:` is `n != 0`, a size relation like any comparison.
       PyRef zero = PyRef::steal(PyLong_FromLong(0));
       return truthiness(state_.sym_compare(Py_NE, value, state_.wrap_unguarded(zero.get())));

@@ -593,7 +593,7 @@ ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
     for (size_t i = 0; i < operands.size(); ++i) {
       const ValuePtr& operand = operands[i];
       PyObject* item = nullptr;
-      if (operand->is(ValueKind::SymInt)) {
+      if (operand->is(ValueKind::SymInt) && !operand->sym_slice) {
         item = PyLong_FromLongLong(operand->sym_points[p]);
       } else if (operand->is(ValueKind::Constant) && is_int(operand->obj.get())) {
         item = PyRef(operand->obj).release();
@@ -618,7 +618,7 @@ std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) 
   if (value->is(ValueKind::Constant) && is_int(value->obj.get())) {
     return guards::SizeExpr::of_constant(PyLong_AsLongLong(value->obj.get()));
   }
-  if (!value->is(ValueKind::SymInt)) return std::nullopt;
+  if (!value->is(ValueKind::SymInt) || value->sym_slice) return std::nullopt;
   if (value->sym_expr) return value->sym_expr;
   // Fitted from the points, among the symbols it derives from; a SymInt
   // is never a constant, even where its points agree (s // 100).
@@ -693,6 +693,24 @@ void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symb
   }
 }
 
+ValuePtr TraceState::sym_slice(const std::vector<ValuePtr>& parts) {
+  std::vector<ValuePtr> items = parts;
+  while (items.size() < 3) items.push_back(wrap_unguarded(Py_None));
+  for (const ValuePtr& part : items) {
+    const bool ok = part->is(ValueKind::SymInt) ? !part->sym_slice
+                                                : part->is(ValueKind::Constant) &&
+                                                      (part->obj.get() == Py_None || is_int(part->obj.get()));
+    if (!ok) abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be ints or None");
+  }
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::SymInt;
+  value->sym_slice = true;
+  value->name = "slice";
+  value->obj = PyRef::borrow(reinterpret_cast<PyObject*>(&PySlice_Type));
+  value->items = std::move(items);
+  return value;
+}
+
 ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) {
   const char* op = guards::comparison_text(cmp);
   // Per point, and the expression of each side: a SymInt is a size,
@@ -700,7 +718,7 @@ ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) 
   auto side = [&](const ValuePtr& v, std::vector<int64_t>* points) -> std::optional<guards::SizeExpr> {
     if (v->is(ValueKind::Constant) && is_int(v->obj.get())) {
       points->assign(points_, PyLong_AsLongLong(v->obj.get()));
-    } else if (v->is(ValueKind::SymInt)) {
+    } else if (v->is(ValueKind::SymInt) && !v->sym_slice) {
       *points = v->sym_points;
     } else {
       throw Specialize(std::string("a dynamic size compared (") + op + ") with " + describe_value(*v));
@@ -946,7 +964,13 @@ PyRef TraceState::lower_fake(const ValuePtr& value, int point) {
   switch (value->kind) {
     case ValueKind::Tensor:
       return point == 0 || value->alt_fakes.empty() ? value->fake : value->alt_fakes[point - 1];
-    case ValueKind::SymInt: return PyRef::steal(PyLong_FromLongLong(value->sym_points[point]));
+    case ValueKind::SymInt:
+      if (value->sym_slice) {
+        return PyRef::steal(PySlice_New(lower_fake(value->items[0], point).get(),
+                                        lower_fake(value->items[1], point).get(),
+                                        lower_fake(value->items[2], point).get()));
+      }
+      return PyRef::steal(PyLong_FromLongLong(value->sym_points[point]));
     case ValueKind::Set: return PyRef::steal(PySet_New(value->obj.get()));
     case ValueKind::Constant: return value->obj;
     case ValueKind::Tuple:

@@ -94,6 +94,9 @@ class TraceState {
   // Marks the symbols `value` (a SymInt) derives from: the symbolic dims
   // its Tensor.size calls read, through its arithmetic.
   void note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const;
+  // slice(parts...) where a part is a SymInt: a sym_slice value whose
+  // fake at each point is the slice of the parts' values there.
+  ValuePtr sym_slice(const std::vector<ValuePtr>& parts);
   // `a cmp b` (Py_LT .. Py_GE) where a side is a SymInt: the answer at the
   // traced sizes, kept with a SizeRelation guard (Note [Size relations]);
   // throws Specialize where it differs between sample points or no size

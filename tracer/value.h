@@ -92,6 +92,10 @@ struct Value {
   // SymInt: the size as an exact expression of the symbols, where the
   // tracer knows it (Note [Size relations] in guards/size_expr.cpp).
   std::optional<guards::SizeExpr> sym_expr;
+  // SymInt: a slice whose bounds (`items`: start, stop, step) involve
+  // SymInts, built at run time by calling `obj` (slice); it has no
+  // sym_points and is no int (only a subscript's key).
+  bool sym_slice = false;
   // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
   // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;

@@ -351,3 +351,14 @@ def test_isinstance_of_a_dynamic_size_is_that_of_an_int():
 
     s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4, 5])
     assert s["traces"] == 2 and s["cache_hits"] == 2, s
+
+
+def test_slice_with_a_dynamic_bound():
+    buffer = torch.arange(64.0).reshape(1, 64)
+
+    def fn(x):
+        n = x.shape[1]
+        return x + buffer[:, :n], x[:, 1 : n - 1].sum(1)
+
+    s = run_sizes(fn, lambda n: (torch.randn(2, n),), [4, 6, 9, 12])
+    assert s["traces"] == 2 and s["cache_hits"] == 2, s
