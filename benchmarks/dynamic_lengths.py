@@ -5,7 +5,7 @@ with static shapes, in one process on one device.
 
     PYTHONPATH=python .venv/bin/python benchmarks/dynamic_lengths.py [--device cuda] [--lengths 20]
 
-For a small GPT-2 and a small Llama (transformers, random weights), a
+For a small GPT-2, Llama and BERT (transformers, random weights), a
 forward at N random sequence lengths in [16, 512] (batch 2, no grad):
 pass 1 calls each length once (compiles included), pass 2 calls each
 length again (steady state; best of --repeat calls per length). Reports
@@ -35,12 +35,23 @@ def build(name, device):
                                          bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
                                          attn_pdrop=0.0)
         model = transformers.GPT2LMHeadModel(config)
-    else:
+    elif name == "llama":
         config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                           num_key_value_heads=2, intermediate_size=128, vocab_size=100,
                                           max_position_embeddings=512)
         model = transformers.LlamaForCausalLM(config)
+    elif name == "bert":
+        config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                         intermediate_size=128, vocab_size=100, max_position_embeddings=512,
+                                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model = transformers.BertModel(config)
+    else:
+        raise SystemExit(f"unknown model {name!r}: gpt2, llama, bert")
     return model.to(device).eval()
+
+
+def output_of(out):
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
 def sync(device):
@@ -62,12 +73,12 @@ def run(model, inputs, device, repeat):
     total = 0.0
     with torch.no_grad():
         for ids in inputs:
-            out, seconds = timed(lambda: model(ids).logits, device)
+            out, seconds = timed(lambda: output_of(model(ids)), device)
             outs.append(out)
             total += seconds
         steady = []
         for ids in inputs:
-            steady.append(min(timed(lambda: model(ids).logits, device)[1] for _ in range(repeat)))
+            steady.append(min(timed(lambda: output_of(model(ids)), device)[1] for _ in range(repeat)))
     return total, steady, outs
 
 
@@ -80,7 +91,7 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--lengths", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--models", default="gpt2,llama")
+    parser.add_argument("--models", default="gpt2,llama,bert")
     args = parser.parse_args()
     device = args.device
     tol = 1e-3 if device == "cuda" else 1e-4

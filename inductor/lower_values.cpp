@@ -389,7 +389,8 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     // of a row of equal values can miss each other by one rounding, so a
     // row whose max and min are equal and finite (max - min == 0) is given
     // variance 0 and its value as mean outright, as Welford gives them
-    // (the extra max and min ride in the first pass).
+    // (the extra max and min ride in the first pass), where a correction
+    // is made (torch.var, torch.std: std's gradient divides by it).
     const int x = cast_to(emit(input, identity), dtype);
     const int n = k.constant(dtype, static_cast<double>(count));
     const int rough_mean = k.binary(BinaryOp::Div, reduce(ReduceOp::Sum, x), n);
@@ -401,7 +402,10 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     const double divisor = std::max(static_cast<double>(count) - node.attrs.correction, 0.0);
     const int var = k.binary(BinaryOp::Div, k.binary(BinaryOp::Maximum, spread, k.constant(dtype, 0)),
                              k.constant(dtype, divisor));
-    if (divisor == 0) {  // 0 / 0 (or x / 0) as eagerly
+    // Layer norm and batch norm (correction 0) skip the flat-row rule:
+    // their eps dominates a variance one rounding off, and the extra max
+    // and min would ride in every normalization kernel.
+    if (divisor == 0 || node.attrs.correction == 0) {  // divisor 0: 0 / 0 (or x / 0) as eagerly
       reductions_[node.outputs[0]] = var;
       reductions_[node.outputs[1]] = mean;
       return reductions_.at(value);
