@@ -19,7 +19,10 @@ LENGTHS = [12, 16, 20, 14, 21, 16, 20]
 def test_forward_at_varying_lengths(name):
     model, (tokens,), _ = build(name)
     model.eval()
-    compiled = kiln.compile(model)
+    # Without CPU kernels (a build without LLVM) inductor replays CPU
+    # graphs through torch; aot_eager still decomposes each size instance.
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled = kiln.compile(model, backend="inductor" if kernels else "aot_eager")
     with torch.no_grad():
         for length in LENGTHS:
             ids = torch.randint(0, 100, (tokens.shape[0], length))
@@ -32,4 +35,4 @@ def test_forward_at_varying_lengths(name):
     # 12 is the static trace's; 16, 20, 14 and 21 each get an instance.
     assert s["size_instances"] == 4, s
     assert s["prim_fallbacks"] == 0 and s["eager_runs"] == 0, s
-    assert s["kernels"] > 0, s
+    assert s["kernels"] > 0 or not kernels, s
