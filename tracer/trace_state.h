@@ -23,6 +23,11 @@
 
 namespace kiln::tracer {
 
+// A Python int that is no bool.
+bool is_int(PyObject* obj);
+// True when every result equals the first (Python ==).
+bool all_equal(const std::vector<base::PyRef>& results);
+
 // Casts autocast applies to an op's inputs: (meta fake, torch dtype).
 using AutocastCasts = std::vector<std::pair<base::PyRef, base::PyRef>>;
 

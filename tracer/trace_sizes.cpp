@@ -1,0 +1,296 @@
+// TraceState's methods for dynamic sizes (Note [Dynamic shapes] in
+// dynamic_shapes.cpp): SymInts read from fakes and computed by graph
+// nodes, their expressions over the symbols (Note [Size relations] in
+// guards/size_expr.cpp), comparisons kept as guards, slices with SymInt
+// bounds, and the symbolic names of a result's dims.
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "base/log.h"
+#include "base/torch_api.h"
+#include "guards/size_expr.h"
+#include "runtime/aten_bridge.h"
+#include "tracer/trace_state.h"
+
+namespace kiln::tracer {
+
+using base::PyRef;
+using graph::TensorMeta;
+
+ValuePtr TraceState::make_symint(std::vector<int64_t> per_point, const std::string& name,
+                                 PyObject* target, std::vector<ValuePtr> operands, PyObject* index) {
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::SymInt;
+  value->sym_points = std::move(per_point);
+  value->name = name;
+  value->obj = PyRef::borrow(target);
+  value->items = std::move(operands);
+  if (index) value->sym_index = PyRef::borrow(index);
+  return value;
+}
+
+ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
+                                const std::vector<ValuePtr>& args, bool attribute) {
+  const int npoints = tensor->alt_fakes.empty() ? 1 : points_;
+  std::vector<PyRef> results;
+  for (int p = 0; p < npoints; ++p) {
+    PyObject* fake = p == 0 ? tensor->fake.get() : tensor->alt_fakes[p - 1].get();
+    PyRef result = PyRef::steal(PyObject_GetAttrString(fake, name.c_str()));
+    if (result && !attribute) {
+      PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+      for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(call_args.get(), i, PyRef(args[i]->obj).release());
+      result = PyRef::steal(PyObject_Call(result.get(), call_args.get(), nullptr));
+    }
+    if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
+    results.push_back(std::move(result));
+  }
+  if (all_equal(results)) return wrap_unguarded(results[0].get());
+  const base::TorchApi* api = base::torch_api();
+  // Sizes and strides differ between points: compute them at run time.
+  const bool sizes = name == "size" || name == "shape";
+  const char* method = sizes ? "size" : name == "stride" ? "stride" : nullptr;
+  if (is_int(results[0].get()) && !attribute) {
+    std::vector<int64_t> per_point;
+    for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(r.get()));
+    PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, name.c_str()));
+    std::vector<ValuePtr> operands{tensor};
+    operands.insert(operands.end(), args.begin(), args.end());
+    ValuePtr size = make_symint(std::move(per_point), "Tensor." + name, target.get(), std::move(operands), nullptr);
+    if (name == "size" && args.size() == 1 && args[0]->is(ValueKind::Constant) && is_int(args[0]->obj.get())) {
+      size->sym_expr = input_dim_size(tensor, PyLong_AsLongLong(args[0]->obj.get()));
+    }
+    return size;
+  }
+  if (method && PyTuple_Check(results[0].get()) && args.empty()) {
+    PyRef target = PyRef::steal(PyObject_GetAttrString(api->tensor_type, method));
+    std::vector<ValuePtr> items;
+    const Py_ssize_t n = PyTuple_GET_SIZE(results[0].get());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      std::vector<int64_t> per_point;
+      for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(r.get(), i)));
+      if (std::all_of(per_point.begin(), per_point.end(), [&](int64_t v) { return v == per_point[0]; })) {
+        items.push_back(wrap_unguarded(PyTuple_GET_ITEM(results[0].get(), i)));
+        continue;
+      }
+      PyRef dim = PyRef::steal(PyLong_FromSsize_t(i));
+      items.push_back(make_symint(std::move(per_point), std::string("Tensor.") + method, target.get(),
+                                  {tensor, wrap_unguarded(dim.get())}, nullptr));
+      if (sizes) items.back()->sym_expr = input_dim_size(tensor, i);
+    }
+    ValuePtr sizes_value = make_sequence(ValueKind::Tuple, std::move(items));
+    if (!PyTuple_CheckExact(results[0].get())) {
+      sizes_value->tuple_type = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(results[0].get())));  // torch.Size
+    }
+    return sizes_value;
+  }
+  throw Specialize("Tensor." + name + " depends on a dynamic size");
+}
+
+std::vector<int> TraceState::dynamic_dims_of(const ValuePtr& tensor) const {
+  std::vector<int> dims;
+  if (tensor->alt_fakes.empty()) return dims;
+  graph::TensorMeta other;
+  runtime::read_tensor_meta(tensor->alt_fakes[0].get(), &other);
+  for (size_t d = 0; d < tensor->meta.sizes.size() && d < other.sizes.size(); ++d) {
+    if (tensor->meta.sizes[d] != other.sizes[d]) dims.push_back(static_cast<int>(d));
+  }
+  return dims;
+}
+
+ValuePtr TraceState::tensor_size(const ValuePtr& tensor, int dim) {
+  PyRef index = PyRef::steal(PyLong_FromLong(dim));
+  return query_fake(tensor, "size", {wrap_unguarded(index.get())}, false);
+}
+
+ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
+                                    const std::vector<ValuePtr>& operands) {
+  std::vector<int64_t> per_point;
+  for (int p = 0; p < points_; ++p) {
+    PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(operands.size())));
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const ValuePtr& operand = operands[i];
+      PyObject* item = nullptr;
+      if (operand->is(ValueKind::SymInt) && !operand->sym_slice) {
+        item = PyLong_FromLongLong(operand->sym_points[p]);
+      } else if (operand->is(ValueKind::Constant) && is_int(operand->obj.get())) {
+        item = PyRef(operand->obj).release();
+      } else {
+        throw Specialize(op_name + " of a dynamic size and " + describe_value(*operand));
+      }
+      PyTuple_SET_ITEM(args.get(), i, item);
+    }
+    PyRef result = PyRef::steal(PyObject_Call(fn, args.get(), nullptr));
+    if (!result) abort_trace(BreakCode::PythonException, op_name + ": " + take_python_error());
+    if (!is_int(result.get())) throw Specialize(op_name + " of a dynamic size gives a non-int");
+    per_point.push_back(PyLong_AsLongLong(result.get()));
+  }
+  // Always symbolic, even where the points agree: s // 100 is 0 at every
+  // point of a small s, yet not for every s.
+  ValuePtr result = make_symint(std::move(per_point), op_name, fn, operands, nullptr);
+  result->sym_expr = composed_size(op_name, operands);
+  return result;
+}
+
+std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) const {
+  if (value->is(ValueKind::Constant) && is_int(value->obj.get())) {
+    return guards::SizeExpr::of_constant(PyLong_AsLongLong(value->obj.get()));
+  }
+  if (!value->is(ValueKind::SymInt) || value->sym_slice) return std::nullopt;
+  if (value->sym_expr) return value->sym_expr;
+  // Fitted from the points, among the symbols it derives from; a SymInt
+  // is never a constant, even where its points agree (s // 100).
+  std::vector<bool> candidates(symbols_.count(), false);
+  note_sym_sources(value, &candidates);
+  std::optional<guards::SizeExpr> e = guards::fit_size_expr(value->sym_points, symbols_.sizes(), candidates);
+  if (e && e->is_constant()) e.reset();
+  return e;
+}
+
+std::optional<guards::SizeExpr> TraceState::composed_size(const std::string& op_name,
+                                                          const std::vector<ValuePtr>& operands) const {
+  std::vector<guards::SizeExpr> exprs;
+  for (const ValuePtr& operand : operands) {
+    std::optional<guards::SizeExpr> e = size_expr_of(operand);
+    if (!e) return std::nullopt;
+    exprs.push_back(*e);
+  }
+  if (exprs.size() == 1 && op_name == "operator.neg") {
+    return guards::multiply_sizes(exprs[0], guards::SizeExpr::of_constant(-1));
+  }
+  if (exprs.size() == 1 && op_name == "operator.pos") return exprs[0];
+  if (exprs.size() != 2) return std::nullopt;
+  if (op_name == "operator.add" || op_name == "operator.iadd") return guards::add_sizes(exprs[0], exprs[1]);
+  if (op_name == "operator.sub" || op_name == "operator.isub") return guards::subtract_sizes(exprs[0], exprs[1]);
+  if (op_name == "operator.mul" || op_name == "operator.imul") return guards::multiply_sizes(exprs[0], exprs[1]);
+  return std::nullopt;
+}
+
+std::optional<guards::SizeExpr> TraceState::input_dim_size(const ValuePtr& tensor, int64_t dim) const {
+  if (!tensor->is(ValueKind::Tensor) || tensor->node < 0) return std::nullopt;
+  const graph::Node& node = graph_->node(tensor->node);
+  if (node.kind != graph::NodeKind::Input || node.symbolic_sizes.empty()) return std::nullopt;
+  const std::vector<std::string>& dims = node.symbolic_sizes[0];
+  if (dim < 0) dim += static_cast<int64_t>(dims.size());
+  if (dim < 0 || dim >= static_cast<int64_t>(dims.size())) return std::nullopt;
+  const std::string& name = dims[dim];
+  // An input's symbolic dim is named "s<k>" exactly (wrap_tensor).
+  if (name.size() < 2 || name[0] != 's') return std::nullopt;
+  for (size_t i = 1; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return std::nullopt;
+  }
+  return guards::SizeExpr::of_symbol(std::atoi(name.c_str() + 1));
+}
+
+void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const {
+  // The symbols named in a dim's symbolic size ("s0", "2*s1+1"; "?": all).
+  auto note_name = [symbols](const std::string& name) {
+    if (name.find('?') != std::string::npos) symbols->assign(symbols->size(), true);
+    for (size_t i = 0; i < name.size(); ++i) {
+      if (name[i] != 's' || i + 1 >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i + 1]))) continue;
+      const int k = std::atoi(name.c_str() + i + 1);
+      if (k < static_cast<int>(symbols->size())) (*symbols)[k] = true;
+    }
+  };
+  for (size_t i = 0; i < value->items.size(); ++i) {
+    const ValuePtr& item = value->items[i];
+    if (item->is(ValueKind::SymInt)) note_sym_sources(item, symbols);
+    if (!item->is(ValueKind::Tensor) || item->node < 0) continue;
+    const graph::Node& node = graph_->node(item->node);
+    if (node.symbolic_sizes.empty()) continue;
+    const std::vector<std::string>& dims = node.symbolic_sizes.back();
+    // Tensor.size(t, d): dim d; any other query (numel): every dim.
+    const ValuePtr* dim = i + 1 < value->items.size() ? &value->items[i + 1] : nullptr;
+    if (dim && (*dim)->is(ValueKind::Constant) && is_int((*dim)->obj.get())) {
+      int64_t d = PyLong_AsLongLong((*dim)->obj.get());
+      if (d < 0) d += static_cast<int64_t>(dims.size());
+      if (d >= 0 && d < static_cast<int64_t>(dims.size())) note_name(dims[d]);
+      continue;
+    }
+    for (const std::string& name : dims) note_name(name);
+  }
+}
+
+ValuePtr TraceState::sym_slice(const std::vector<ValuePtr>& parts) {
+  std::vector<ValuePtr> items = parts;
+  while (items.size() < 3) items.push_back(wrap_unguarded(Py_None));
+  for (const ValuePtr& part : items) {
+    const bool ok = part->is(ValueKind::SymInt) ? !part->sym_slice
+                                                : part->is(ValueKind::Constant) &&
+                                                      (part->obj.get() == Py_None || is_int(part->obj.get()));
+    if (!ok) abort_trace(BreakCode::UnsupportedOperator, "slice bounds must be ints or None");
+  }
+  auto value = std::make_shared<Value>();
+  value->kind = ValueKind::SymInt;
+  value->sym_slice = true;
+  value->name = "slice";
+  value->obj = PyRef::borrow(reinterpret_cast<PyObject*>(&PySlice_Type));
+  value->items = std::move(items);
+  return value;
+}
+
+ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) {
+  const char* op = guards::comparison_text(cmp);
+  // Per point, and the expression of each side: a SymInt is a size,
+  // never a constant, even where its points agree (s // 100).
+  auto side = [&](const ValuePtr& v, std::vector<int64_t>* points) -> std::optional<guards::SizeExpr> {
+    if (v->is(ValueKind::Constant) && is_int(v->obj.get())) {
+      points->assign(points_, PyLong_AsLongLong(v->obj.get()));
+    } else if (v->is(ValueKind::SymInt) && !v->sym_slice) {
+      *points = v->sym_points;
+    } else {
+      throw Specialize(std::string("a dynamic size compared (") + op + ") with " + describe_value(*v));
+    }
+    return size_expr_of(v);
+  };
+  std::vector<int64_t> pa, pb;
+  const std::optional<guards::SizeExpr> ea = side(a, &pa);
+  const std::optional<guards::SizeExpr> eb = side(b, &pb);
+  const bool result = guards::compare_sizes(cmp, pa[0], pb[0]);
+  for (int p = 1; p < points_; ++p) {
+    if (guards::compare_sizes(cmp, pa[p], pb[p]) != result) {
+      throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and changes with the sizes");
+    }
+  }
+  if (!ea || !eb) {
+    throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and no size expression fits " + (!ea ? "its left side" : "its right side"));
+  }
+  guards_->add_size_relation(*ea, cmp, *eb, result);
+  KILN_LOG(dynamic, "size relation " << ea->text() << " " << op << " " << eb->text() << " is "
+                                     << (result ? "True" : "False") << ": guarded");
+  return wrap_unguarded(result ? Py_True : Py_False);
+}
+
+void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node) {
+  std::vector<TensorMeta> metas(per_point.size());
+  for (size_t p = 0; p < per_point.size(); ++p) {
+    if (!runtime::is_tensor(per_point[p].get())) {
+      throw Specialize("an op returns a non-tensor when the dynamic sizes change");
+    }
+    runtime::read_tensor_meta(per_point[p].get(), &metas[p]);
+    if (metas[p].sizes.size() != metas[0].sizes.size()) {
+      throw Specialize("an op's result rank changes with the dynamic sizes");
+    }
+  }
+  for (size_t p = 1; p < per_point.size(); ++p) value->alt_fakes.push_back(per_point[p]);
+  std::vector<std::string> names(metas[0].sizes.size());
+  bool any = false;
+  for (size_t d = 0; d < names.size(); ++d) {
+    int64_t sizes[SymbolTable::kPoints];
+    bool differs = false;
+    for (int p = 0; p < SymbolTable::kPoints; ++p) {
+      sizes[p] = metas[p].sizes[d];
+      differs = differs || sizes[p] != sizes[0];
+    }
+    if (differs) {
+      names[d] = symbols_.name_dim(sizes);
+      any = true;
+    }
+  }
+  if (!any) return;
+  graph::Node& n = graph_->node(node);
+  n.symbolic_sizes.resize(n.metas.size());
+  n.symbolic_sizes.back() = std::move(names);
+}
+
+}  // namespace kiln::tracer
