@@ -81,20 +81,6 @@ bool holds_tensor(PyObject* obj) {
   return false;
 }
 
-// A meta tensor with `tensor`'s sizes, strides and dtype (no data, no grad).
-PyRef meta_twin(PyObject* tensor) {
-  PyRef sizes = PyRef::steal(PyObject_CallMethod(tensor, "size", nullptr));
-  PyRef strides = PyRef::steal(PyObject_CallMethod(tensor, "stride", nullptr));
-  PyRef dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
-  if (!sizes || !strides || !dtype) return PyRef();
-  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
-  PyRef kwargs = PyRef::steal(PyDict_New());
-  PyRef meta = PyRef::steal(PyUnicode_FromString("meta"));
-  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
-  PyDict_SetItemString(kwargs.get(), "device", meta.get());
-  return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
-}
-
 // A meta tensor with `meta`'s sizes, strides and dtype.
 PyRef meta_of(const graph::TensorMeta& meta) {
   PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(meta.sizes.size())));
@@ -111,6 +97,13 @@ PyRef meta_of(const graph::TensorMeta& meta) {
   PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
   PyDict_SetItemString(kwargs.get(), "device", device.get());
   return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
+}
+
+// A meta tensor with `tensor`'s sizes, strides and dtype (no data, no grad).
+PyRef meta_twin(PyObject* tensor) {
+  graph::TensorMeta meta;
+  runtime::read_tensor_meta(tensor, &meta);
+  return meta_of(meta);
 }
 
 // True when every value `arg` reads is a tensor whose replayed sizes and
