@@ -44,6 +44,9 @@ namespace kiln::interpreter {
 // KV cache: each size is called once) would compile for nothing: once
 // kUnusedInstances instances were never called a second time, a new size
 // runs the eager replay at its first call and compiles at its second.
+// An instance the backend itself runs eagerly (a graph it cannot
+// decompose or differentiate) ends the compiles: every other size runs
+// the eager replay at once, rather than failing one compile per size.
 // Kernels generic in the sizes would make instances cheap; until then a
 // size costs one backend compile (a meta replay that copies the metas of
 // nodes whose inputs kept their traced layout, then the backend).
@@ -240,14 +243,18 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
       if (found != instances_.end()) {
         instance = found->second;
         if (instance->executor && !instance->reused.exchange(true)) ++reused_;
+      } else if (eager_only_) {
+        first_sight = true;  // the backend gave up on this graph at another size
       } else if (instances_.size() - reused_ >= kUnusedInstances) {
         // Sizes keep changing: a size compiles at its second call.
         first_sight = seen_once_.insert(key).second;
       }
     }
     if (first_sight) {
-      KILN_LOG(dynamic, name_ << " at " << label(key) << ": runs eagerly (" << kUnusedInstances
-                              << " instances were never called again; this size compiles at its next call)");
+      if (!eager_only_) {
+        KILN_LOG(dynamic, name_ << " at " << label(key) << ": runs eagerly (" << kUnusedInstances
+                                << " instances were never called again; this size compiles at its next call)");
+      }
       return eager_.run(inputs);
     }
     if (!instance) instance = add_instance(key, inputs);
@@ -289,6 +296,13 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
         stats().size_instances++;
         KILN_LOG(dynamic, "size instance " << what << " compiled in " << clock.ms() << " ms ("
                                            << instance->executor->name() << ")");
+        // The backend replays it through torch (its `backend` log says
+        // why): the reason holds at other sizes, which compile no more.
+        if (std::string(instance->executor->name()) == "eager") {
+          eager_only_ = true;
+          KILN_LOG(dynamic, name_ << ": the backend ran the instance at " << label(key)
+                                  << " eagerly; other sizes run the eager replay without compiling");
+        }
       } else {
         stats().prim_fallbacks++;
         KILN_LOG(dynamic, what << ": runs eagerly: " << why);
@@ -306,6 +320,7 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
   mutable std::mutex mutex_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const Instance>> instances_;
   mutable size_t reused_ = 0;                          // instances called again
+  mutable std::atomic<bool> eager_only_{false};        // an instance fell back to eager
   mutable std::set<std::vector<int64_t>> seen_once_;  // sizes run eagerly once
 };
 

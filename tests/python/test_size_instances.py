@@ -174,3 +174,28 @@ def test_sizes_that_keep_changing_stop_compiling_at_first_sight():
     x = torch.randn(31, 5)
     assert_same(compiled(x), fn(x))
     assert kiln.stats()["size_instances"] == 10, kiln.stats()
+
+
+def test_a_graph_the_backend_runs_eagerly_compiles_no_more_sizes(capfd):
+    def fn(x):
+        w = x.clone()
+        w[0] = 0.5  # a write on the gradient path: kiln's autograd leaves it to torch
+        return w * 2
+
+    compiled = kiln.compile(fn, backend="aot_eager", dynamic=True)
+    kiln._C.set_logs("dynamic")
+    try:
+        for n in [6, 7, 8, 9, 7]:
+            x = torch.randn(n, requires_grad=True)
+            xe = x.detach().clone().requires_grad_()
+            out, ref = compiled(x), fn(xe)
+            assert_same(out, ref)
+            out.sum().backward()
+            ref.sum().backward()
+            assert_same(x.grad, xe.grad)
+    finally:
+        kiln._C.set_logs("")
+    s = kiln.stats()
+    # One instance tried (6) and run eagerly by the backend; 7, 8, 9 compile nothing.
+    assert s["traces"] == 1 and s["size_instances"] == 1 and s["prim_fallbacks"] == 1, s
+    assert "other sizes run the eager replay without compiling" in capfd.readouterr().err
