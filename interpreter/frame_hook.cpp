@@ -13,6 +13,7 @@
 #include "cpython/cpython_frame.h"
 #include "base/python_warning.h"
 #include "base/log.h"
+#include "base/py_text.h"
 #include "runtime/replace_contents.h"
 #include "base/stopwatch.h"
 #include "base/small_buffer.h"
@@ -159,6 +160,12 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
       case tracer::SideEffect::Kind::DictContents:
         failed = runtime::replace_contents(values.get(effect.target_source), value);
         break;
+      case tracer::SideEffect::Kind::Call: {
+        PyObject* done = PyObject_Call(effect.callee.get(), value, nullptr);
+        failed = done ? 0 : -1;
+        Py_XDECREF(done);
+        break;
+      }
     }
     if (failed < 0) {
       Py_DECREF(out);
@@ -297,8 +304,12 @@ void collect_trace(TraceCollector& collector, PyCodeObject* code, const CacheEnt
         case tracer::SideEffect::Kind::DictContents:
           target = entry.guards->sources().at(effect.target_source).text + " contents";
           break;
+        case tracer::SideEffect::Kind::Call:
+          target = "call " + base::py_repr(effect.callee.get()) + " with";
+          break;
       }
-      collector.dump += target + " = output " + std::to_string(k + 1) + "\n";
+      collector.dump += target + (effect.kind == tracer::SideEffect::Kind::Call ? " " : " = ") + "output " +
+                        std::to_string(k + 1) + "\n";
     }
   }
   collector.dump += "--- breaks ---\n";

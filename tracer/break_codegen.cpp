@@ -632,6 +632,14 @@ PyObject* build_break_code(PyCodeObject* code, const BreakInfo& info,
           b.emit("STORE_SUBSCR");
           break;
         }
+        case SideEffect::Kind::Call:
+          // callee(*args) (Note [Deferred logging])
+          b.push_null();
+          b.load_const(store.effect.callee.get());
+          b.load_fast(store_slots[k]);
+          b.call_function_ex(false);
+          b.pop_top();
+          break;
         case SideEffect::Kind::DictContents: {
           // target.clear(); target.update(new items)
           PyRef clear = PyRef::steal(PyUnicode_InternFromString("clear"));

@@ -198,6 +198,10 @@ class FrameTracer {
   // Records a graph break before instruction `pc` from the snapshot taken
   // there; false when the state cannot be handed to CPython.
   bool record_break(TraceAbort& abort);
+  // A logging.Logger method of `base` (Note [Deferred logging]), or null.
+  ValuePtr logger_method(const ValuePtr& base, PyObject* name);
+  // Records a deferred logging call; returns None.
+  ValuePtr defer_logging_call(const ValuePtr& callable, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // "file:line" of the instruction being traced.
   std::string current_location() const;
 

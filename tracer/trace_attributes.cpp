@@ -344,6 +344,7 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   PyTypeObject* type = Py_TYPE(obj);
   const std::string attr = PyUnicode_AsUTF8(name);
   const std::string where = std::string(type->tp_name) + "." + attr;
+  if (ValuePtr method = logger_method(base, name)) return method;
   // A metaclass that keeps type's attribute lookup (one that only
   // customizes class creation or __setattr__, like transformers'
   // ModelOutput's) reads class attributes as type does, unless it defines

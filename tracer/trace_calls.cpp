@@ -293,6 +293,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return inline_local_function(callable, std::move(args), std::move(kwargs));
     case ValueKind::Builtin:
     case ValueKind::Object: {
+      if (callable->deferred_call) return defer_logging_call(callable, args, kwargs);
       const base::TorchApi* api = base::torch_api();
       PyObject* obj = callable->obj.get();
       if (PyCFunction_Check(obj) && args.empty()) {
@@ -801,6 +802,66 @@ void FrameTracer::drain(const ValuePtr& iterator) {
                 "a generator that changes state, consumed other than by a for loop over its call (its steps would run "
                 "ahead of the consumer's)");
   }
+}
+
+}  // namespace kiln::tracer
+
+namespace kiln::tracer {
+
+// Note [Deferred logging]
+// A call of a logging.Logger method (logger.warning_once(...),
+// logger.info(...)) writes a record and returns None; tracing into it
+// would enter logging's locks and handlers (and transformers' warning_once
+// is an lru_cache descriptor). Like Dynamo's reorderable logging, the call
+// becomes a side effect (SideEffect::Kind::Call): made after the graph
+// runs, in order with the frame's other stores, with the arguments it had
+// when traced. They must be constants (a message built from a tensor's
+// values would need the graph's result): other arguments, and keyword
+// arguments, break the graph as before. The logger itself is guarded by
+// identity, like any object the trace reads.
+
+ValuePtr FrameTracer::logger_method(const ValuePtr& base, PyObject* name) {
+  static PyObject* logger_type = [] {
+    PyObject* logging = PyImport_ImportModule("logging");
+    PyObject* type = logging ? PyObject_GetAttrString(logging, "Logger") : nullptr;
+    Py_XDECREF(logging);
+    if (!type) PyErr_Clear();
+    return type;  // kept for the process
+  }();
+  if (!logger_type || !base->obj) return nullptr;
+  const int is_logger = PyObject_IsInstance(base->obj.get(), logger_type);
+  if (is_logger < 0) PyErr_Clear();
+  if (is_logger != 1 || PyUnicode_READ_CHAR(name, 0) == '_') return nullptr;
+  PyRef bound = PyRef::steal(PyObject_GetAttr(base->obj.get(), name));
+  if (!bound) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (!PyCallable_Check(bound.get())) return nullptr;
+  ValuePtr method = make_object(ValueKind::Builtin, bound);
+  method->deferred_call = true;
+  method->name = PyUnicode_AsUTF8(name);
+  return method;
+}
+
+ValuePtr FrameTracer::defer_logging_call(const ValuePtr& callable, const std::vector<ValuePtr>& args,
+                                         const KwArgs& kwargs) {
+  if (!kwargs.empty()) {
+    abort_trace(BreakCode::UnsupportedCall, "Logger." + callable->name + " with keyword arguments");
+  }
+  for (const ValuePtr& arg : args) {
+    if (!arg->is(ValueKind::Constant)) {
+      abort_trace(BreakCode::UnsupportedCall,
+                  "Logger." + callable->name + " with a non-constant argument (" + describe_value(*arg) + ")");
+    }
+  }
+  state_.note_mutation();
+  BreakInfo::PendingStore store;
+  store.effect.kind = SideEffect::Kind::Call;
+  store.effect.callee = callable->obj;
+  store.value = make_sequence(ValueKind::Tuple, args);
+  state_.stores.push_back(std::move(store));
+  return state_.wrap_unguarded(Py_None);
 }
 
 }  // namespace kiln::tracer

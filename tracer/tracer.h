@@ -22,10 +22,13 @@ struct SideEffect {
   // Attr: target.name = value; Global: globals[name] = value; ListContents
   // / DictContents: the caller's list or dict gets value's items (same
   // object, new contents).
-  enum class Kind : uint8_t { Attr, Global, ListContents, DictContents } kind = Kind::Attr;
+  // Call: callee(*value), a logging call deferred to after the graph
+  // (Note [Deferred logging] in trace_calls.cpp).
+  enum class Kind : uint8_t { Attr, Global, ListContents, DictContents, Call } kind = Kind::Attr;
   int target_source = -1;  // Attr, *Contents: the object's source in the guard set
   base::PyRef name;
   base::PyRef globals;  // Global: the dict written
+  base::PyRef callee;   // Call: the bound method called
 };
 
 // Where a trace stopped at an instruction that CPython must run (a graph

@@ -96,6 +96,9 @@ struct Value {
   // SymInts, built at run time by calling `obj` (slice); it has no
   // sym_points and is no int (only a subscript's key).
   bool sym_slice = false;
+  // Builtin: a logging.Logger method (`obj`, bound), called after the
+  // graph with the call's constant arguments (Note [Deferred logging]).
+  bool deferred_call = false;
   // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
   // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;

@@ -140,3 +140,57 @@ def test_argument_mutation_across_a_graph_break():
         assert_same(got, want)
         assert_same(xs_c, xs_e)
     assert stats()["graph_breaks"] >= 1
+
+
+# Note [Deferred logging]: logger calls run after the graph, in order.
+LOG = __import__("logging").getLogger("kiln.tests.deferred")
+
+
+def logs_around_a_break(x):
+    LOG.warning("before %s", 1)
+    y = x * 2
+    print("between")
+    LOG.warning("after %s", 2)
+    return y + 1
+
+
+def test_logger_calls_run_after_the_graph_each_call(caplog):
+    import logging
+
+    def fn(x):
+        LOG.warning("scaling by %s", 2)
+        return x * 2
+
+    compiled = kiln.compile(fn)
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        for _ in range(3):
+            assert_same(compiled(torch.ones(2)), torch.ones(2) * 2)
+    assert [r.getMessage() for r in caplog.records] == ["scaling by 2"] * 3
+    s = stats()
+    assert s["traces"] == 1 and s["graph_breaks"] == 0, s
+
+
+def test_logger_calls_keep_their_order_across_a_graph_break(caplog):
+    import logging
+
+    compiled = kiln.compile(logs_around_a_break)
+    with caplog.at_level(logging.WARNING, logger=LOG.name), contextlib.redirect_stdout(io.StringIO()) as out:
+        for _ in range(2):
+            assert_same(compiled(torch.ones(2)), torch.ones(2) * 3)
+    assert [r.getMessage() for r in caplog.records] == ["before 1", "after 2"] * 2
+    assert out.getvalue() == "between\n" * 2
+    assert stats()["graph_breaks"] >= 1
+
+
+def test_logger_call_with_a_traced_value_breaks_the_graph(caplog):
+    import logging
+
+    def fn(x):
+        y = x.sum()
+        LOG.warning("sum %s", y)
+        return y * 2
+
+    compiled = kiln.compile(fn)
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        assert_same(compiled(torch.ones(2)), torch.tensor(4.0))
+    assert [r.getMessage() for r in caplog.records] == ["sum tensor(2.)"]

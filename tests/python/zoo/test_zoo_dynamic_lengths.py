@@ -36,3 +36,30 @@ def test_forward_at_varying_lengths(name):
     assert s["size_instances"] == 4, s
     assert s["prim_fallbacks"] == 0 and s["eager_runs"] == 0, s
     assert s["kernels"] > 0 or not kernels, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+def test_training_with_labels_at_varying_batch_sizes():
+    # GPT2LMHeadModel's loss from labels= calls logger.warning_once
+    # (Note [Deferred logging]): no graph break, no recompile per call.
+    import copy
+
+    model, _, _ = build("hf-gpt2")
+    model.train()
+    reference = copy.deepcopy(model)
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled = kiln.compile(model, backend="inductor" if kernels else "aot_eager")
+    for batch in [4, 6, 8, 5, 6]:
+        ids = torch.randint(0, 100, (batch, 16))
+        model.zero_grad()
+        reference.zero_grad()
+        loss = compiled(ids, labels=ids).loss
+        expected = reference(ids, labels=ids).loss
+        torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-4)
+        loss.backward()
+        expected.backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+    assert s["size_instances"] == 3 and s["prim_fallbacks"] == 0, s
