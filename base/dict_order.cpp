@@ -1,5 +1,7 @@
 #include "base/dict_order.h"
 
+#include "base/module_attr.h"
+
 namespace kiln::base {
 namespace {
 
@@ -12,13 +14,7 @@ bool same_key(PyObject* key, PyObject* expected) {
 
 // collections.<name>, imported once per caller's static; null, with no
 // error set, if it cannot be imported.
-PyObject* collections_type(const char* name) {
-  PyObject* collections = PyImport_ImportModule("collections");
-  PyObject* type = collections ? PyObject_GetAttrString(collections, name) : nullptr;
-  Py_XDECREF(collections);
-  PyErr_Clear();
-  return type;
-}
+PyObject* collections_type(const char* name) { return import_attr("collections", name); }
 
 }  // namespace
 

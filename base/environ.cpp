@@ -1,27 +1,16 @@
 #include "base/environ.h"
 
+#include "base/module_attr.h"
+
 namespace kiln::base {
 
-namespace {
-
-// os.<name>, kept for the process; null (no error set) if missing.
-PyObject* os_attr(const char* name) {
-  PyObject* os = PyImport_ImportModule("os");
-  PyObject* found = os ? PyObject_GetAttrString(os, name) : nullptr;
-  Py_XDECREF(os);
-  if (!found) PyErr_Clear();
-  return found;
-}
-
-}  // namespace
-
 PyObject* environ_object() {
-  static PyObject* environ = os_attr("environ");
+  static PyObject* environ = import_attr("os", "environ");
   return environ;
 }
 
 PyObject* getenv_function() {
-  static PyObject* getenv = os_attr("getenv");
+  static PyObject* getenv = import_attr("os", "getenv");
   return getenv;
 }
 

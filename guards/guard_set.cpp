@@ -236,6 +236,15 @@ void GuardSet::add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& r
   indexed_ = false;
 }
 
+void GuardSet::add_distinct(int source, int other) {
+  if (source < other) std::swap(source, other);  // checked once both are fetched
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::Distinct && guard.source == source && guard.other_source == other) return;
+  }
+  guards_.push_back({.kind = GuardKind::Distinct, .source = source, .other_source = other});
+  indexed_ = false;
+}
+
 void GuardSet::build_index() const {
   by_source_.assign(sources_.size(), {});
   relations_.clear();
@@ -246,7 +255,7 @@ void GuardSet::build_index() const {
   indexed_ = true;
 }
 
-bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) const {
+bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& values, int64_t* symbols) const {
   switch (guard.kind) {
     case GuardKind::TensorMatch:
       if (!value || !runtime::is_tensor(value)) return false;
@@ -321,6 +330,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, int64_t* symbols) cons
       }
       return compare_sizes(guard.cmp, guard.lhs.eval(symbols), guard.rhs.eval(symbols)) == guard.flag;
     }
+    case GuardKind::Distinct:
+      return value && value != values.get(guard.other_source);
   }
   return false;
 }
@@ -331,20 +342,20 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
   for (const Guard& guard : guards_) {
-    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, symbols)) return false;
+    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, values, symbols)) return false;
   }
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
     values.set(id, value);
     for (int g : by_source_[id]) {
-      if (!holds(guards_[g], value, symbols)) return false;
+      if (!holds(guards_[g], value, values, symbols)) return false;
     }
     // A source that no longer resolves fails even without a guard on it,
     // since a graph input or a derived guard depends on it.
     if (!value) return false;
   }
   for (int g : relations_) {
-    if (!holds(guards_[g], nullptr, symbols)) return false;
+    if (!holds(guards_[g], nullptr, values, symbols)) return false;
   }
   return true;
 }
@@ -443,6 +454,10 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       out << where << (guard.flag ? " lacks" : " has") << " the attribute " << base::py_repr(guard.expected)
           << (guard.flag ? ", which it had when traced" : ", which it lacked when traced");
       break;
+    case GuardKind::Distinct:
+      out << where << " is the same object as " << sources_.at(guard.other_source).text
+          << ", two objects when traced";
+      break;
   }
   return out.str();
 }
@@ -451,12 +466,12 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
   if (!indexed_) build_index();
   int64_t symbols[kMaxGuardSymbols];
   std::fill_n(symbols, symbol_count_, -1);
+  SourceValues values(sources_.size());
   for (const Guard& guard : guards_) {
-    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, symbols)) {
+    if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, values, symbols)) {
       return explain(guard, nullptr, symbols);
     }
   }
-  SourceValues values(sources_.size());
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
     values.set(id, value);
@@ -464,12 +479,12 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
       // explain() must see the bindings from before this guard ran.
       int64_t before[kMaxGuardSymbols];
       std::copy_n(symbols, symbol_count_, before);
-      if (!holds(guards_[g], value, symbols)) return explain(guards_[g], value, before);
+      if (!holds(guards_[g], value, values, symbols)) return explain(guards_[g], value, before);
     }
     if (!value) return sources_.at(id).text + " no longer exists";
   }
   for (int g : relations_) {
-    if (!holds(guards_[g], nullptr, symbols)) return explain(guards_[g], nullptr, symbols);
+    if (!holds(guards_[g], nullptr, values, symbols)) return explain(guards_[g], nullptr, symbols);
   }
   return "";
 }
@@ -587,6 +602,7 @@ std::string GuardSet::describe(const Guard& guard) const {
       out << " " << guard.lhs.text() << " " << comparison_text(guard.cmp) << " " << guard.rhs.text() << " is "
           << (guard.flag ? "True" : "False");
       break;
+    case GuardKind::Distinct: out << " is not " << sources_.at(guard.other_source).text; break;
   }
   return out.str();
 }

@@ -31,7 +31,8 @@ namespace kiln::guards {
   X(NoModuleHooks, "an nn.Module with no forward, pre-forward or backward hooks") \
   X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
   X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)") \
-  X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)")
+  X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)") \
+  X(Distinct, "another object than the one at other_source (objects guarded by type)")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -63,6 +64,7 @@ struct Guard {
   // SizeRelation: `lhs cmp rhs` is `flag` (Note [Size relations]).
   SizeExpr lhs, rhs;
   int cmp = 0;
+  int other_source = -1;  // Distinct: a source fetched before `source`
 };
 
 // All guards of one cache entry, with the sources they read.
@@ -100,6 +102,9 @@ class GuardSet {
   // `lhs cmp rhs` (Py_LT .. Py_GE over the symbols TensorMatch guards
   // bind) is `result`.
   void add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result);
+  // The two sources hold different objects (two objects guarded by type
+  // only, Note [Objects guarded by type] in tracer/trace_state.cpp).
+  void add_distinct(int source, int other);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.
@@ -122,7 +127,8 @@ class GuardSet {
  private:
   bool has(GuardKind kind, int source) const;
   // `symbols` holds the sizes dynamic dims bound so far (-1: unbound).
-  bool holds(const Guard& guard, PyObject* value, int64_t* symbols) const;
+  // `values` holds the sources fetched so far.
+  bool holds(const Guard& guard, PyObject* value, const SourceValues& values, int64_t* symbols) const;
   std::string explain(const Guard& guard, PyObject* value, const int64_t* symbols) const;
   std::string explain_dynamic_mismatch(PyObject* value, const Guard& guard,
                                        const int64_t* symbols) const;

@@ -454,6 +454,19 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     ConfigScope untraced(nullptr);
     return entry.guards->check_verbose(view);
   };
+  // Every entry's failed guard, newest first: the newest entry's failure
+  // alone hides why older ones (often the specialized ones) missed.
+  auto explain_misses = [&]() {
+    std::string out;
+    int shown = 0;
+    for (size_t i = cache->entries.size(); i-- > 0;) {
+      const std::shared_ptr<CacheEntry> entry = cache->entries[i];
+      if (entry->config_id != config->id || entry->failed) continue;
+      if (shown++) out += "\n    ";
+      out += "entry " + std::to_string(i) + ": " + explain_miss(*entry);
+    }
+    return out;
+  };
   for (size_t i = 0; i < cache->entries.size(); ++i) {
     std::shared_ptr<CacheEntry> entry = cache->entries[i];
     if (entry->config_id != config->id) continue;
@@ -503,7 +516,7 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
       if (config->report) {
         config->report->recompiles.push_back(code_name(code) + ": " + explain_miss(*last));
       }
-      KILN_LOG(recompiles, "recompiling " << code_name(code) << ": " << explain_miss(*last));
+      KILN_LOG(recompiles, "recompiling " << code_name(code) << ":\n    " << explain_misses());
       if (config->dynamic == CompileConfig::Dynamic::Automatic) {
         ConfigScope untraced(nullptr);  // it re-reads the guards' sources
         mark_dynamic_dims(cache, code, *last, view, *config);

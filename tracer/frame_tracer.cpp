@@ -428,6 +428,11 @@ void FrameTracer::step(const Instruction& ins) {
       } else if (a->is(ValueKind::Constant) && b->is(ValueKind::Constant)) {
         same = a->obj.get() == b->obj.get();
       } else if (a->obj && b->obj) {
+        // An object guarded by type is never a constant (None, a str...).
+        if (!a->is(ValueKind::Constant) && !b->is(ValueKind::Constant)) {
+          state_.pin_identity(a, "compared by 'is'");  // Note [Objects guarded by type]
+          state_.pin_identity(b, "compared by 'is'");
+        }
         same = a->obj.get() == b->obj.get();
       } else if (a.get() == b.get()) {
         same = true;
@@ -454,6 +459,10 @@ void FrameTracer::step(const Instruction& ins) {
       if ((container->is(ValueKind::Tuple) || container->is(ValueKind::List)) && item->is(ValueKind::Object)) {
         // x in (A, B): identity, then ==, item by item, as CPython does.
         for (const ValuePtr& element : container->items) {
+          if (element->is(ValueKind::Object)) {
+            state_.pin_identity(item, "looked up by 'in'");  // Note [Objects guarded by type]
+            state_.pin_identity(element, "looked up by 'in'");
+          }
           if (element->obj && element->obj.get() == item->obj.get() &&
               (element->is(ValueKind::Object) || element->is(ValueKind::Constant))) {
             found = true;

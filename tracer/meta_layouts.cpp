@@ -1,5 +1,6 @@
 #include "tracer/meta_layouts.h"
 
+#include "base/module_attr.h"
 #include "runtime/aten_bridge.h"
 
 namespace kiln::tracer {
@@ -45,12 +46,7 @@ bool is_conv2d(const std::string& name) { return name == "F.conv2d" || name == "
 
 // torch's suggest_memory_format(t) == torch.channels_last.
 bool suggests_channels_last(PyObject* tensor, PyObject* channels_last) {
-  static PyObject* suggest = [] {
-    PyObject* module = PyImport_ImportModule("torch._prims_common");
-    PyObject* fn = module ? PyObject_GetAttrString(module, "suggest_memory_format") : nullptr;
-    Py_XDECREF(module);
-    return fn;  // kept for the process
-  }();
+  static PyObject* suggest = base::import_attr("torch._prims_common", "suggest_memory_format");
   if (suggest == nullptr) return false;
   PyRef format = PyRef::steal(PyObject_CallOneArg(suggest, tensor));
   if (!format) {

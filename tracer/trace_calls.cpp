@@ -4,6 +4,7 @@
 
 #include "runtime/aten_bridge.h"
 #include "stdlib/model_registry.h"
+#include "base/module_attr.h"
 #include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/disabled_code.h"
@@ -36,20 +37,8 @@ bool only_device_context_modes() {
   // case and costs no Python call.
   const int64_t count = runtime::torch_function_mode_count();
   if (count == 0) return true;
-  static PyObject* stack_at = [] {
-    PyObject* c = PyImport_ImportModule("torch._C");
-    PyObject* fn = c ? PyObject_GetAttrString(c, "_get_function_stack_at") : nullptr;
-    Py_XDECREF(c);
-    PyErr_Clear();
-    return fn;  // kept for the process
-  }();
-  static PyObject* device_context = [] {
-    PyObject* module = PyImport_ImportModule("torch.utils._device");
-    PyObject* cls = module ? PyObject_GetAttrString(module, "DeviceContext") : nullptr;
-    Py_XDECREF(module);
-    PyErr_Clear();
-    return cls;  // kept for the process
-  }();
+  static PyObject* stack_at = base::import_attr("torch._C", "_get_function_stack_at");
+  static PyObject* device_context = base::import_attr("torch.utils._device", "DeviceContext");
   if (!stack_at || !device_context) return false;
   for (int64_t i = 0; i < count; ++i) {
     PyRef mode = PyRef::steal(PyObject_CallFunction(stack_at, "L", static_cast<long long>(i)));
@@ -821,13 +810,7 @@ namespace kiln::tracer {
 // identity, like any object the trace reads.
 
 ValuePtr FrameTracer::logger_method(const ValuePtr& base, PyObject* name) {
-  static PyObject* logger_type = [] {
-    PyObject* logging = PyImport_ImportModule("logging");
-    PyObject* type = logging ? PyObject_GetAttrString(logging, "Logger") : nullptr;
-    Py_XDECREF(logging);
-    if (!type) PyErr_Clear();
-    return type;  // kept for the process
-  }();
+  static PyObject* logger_type = base::import_attr("logging", "Logger");
   if (!logger_type || !base->obj) return nullptr;
   const int is_logger = PyObject_IsInstance(base->obj.get(), logger_type);
   if (is_logger < 0) PyErr_Clear();

@@ -142,11 +142,15 @@ ValuePtr FrameTracer::compare_objects(int cmp, const ValuePtr& a, const ValuePtr
     ValuePtr result = inline_function(eq, -1, {self, other}, {});
     if (!result->is(ValueKind::Constant)) return nullptr;
     if (result->obj.get() == Py_NotImplemented) {
+      state_.pin_identity(self, "compared by identity");  // Note [Objects guarded by type]
+      state_.pin_identity(other, "compared by identity");
       equal = self->obj.get() == other->obj.get();  // CPython's last resort: identity
     } else {
       equal = truthiness(result);
     }
   } else if (eq == _PyType_Lookup(&PyBaseObject_Type, eq_name.get())) {
+    state_.pin_identity(self, "compared by identity");  // Note [Objects guarded by type]
+    state_.pin_identity(other, "compared by identity");
     equal = self->obj.get() == other->obj.get();  // object.__eq__ is identity
   } else if (has_value_equality(type)) {
     // An Object of an immutable builtin value type's subclass (a str or int

@@ -7,6 +7,8 @@
 #include <cstdlib>
 
 #include "base/dict_order.h"
+#include "base/environ.h"
+#include "base/module_attr.h"
 #include "base/log.h"
 #include "base/torch_api.h"
 #include "guards/size_expr.h"
@@ -171,6 +173,47 @@ bool all_constant_items(PyObject* set, const base::TorchApi& api) {
 
 // A dict or an OrderedDict: both index alike; each iterates in its own order.
 bool is_plain_dict(PyObject* obj) { return base::is_dict_or_ordered_dict(obj); }
+
+// Note [Objects guarded by type]
+// Library code makes fresh plain objects per call and hands them to the
+// compiled frame: generate() builds a new DynamicCache for every call, a
+// model's output object crosses a graph break into the resume function.
+// Guarding such an object by identity retraces on every call although
+// nothing the trace read changed: each attribute it reads has a guard of its
+// own through the object's source, and its methods are looked up on its
+// type. So an instance of a plain Python class is guarded by type (as
+// Dynamo does for user objects), and its identity only once the trace reads
+// it: `is` or object.__eq__ between two such values, a second source
+// reaching the same object (the trace would see two values), or an object
+// kept by what runs after the graph (a deferred logging call's receiver).
+// Plain means every class in its MRO but `object` is defined in Python and
+// its metaclass is `type` or abc.ABCMeta: no C state that attribute guards
+// cannot see, no enum member (the tracer compares members on the real
+// objects), and not one of the process-wide singletons the tracer
+// recognises by identity (os.environ, loggers).
+bool is_identity_free(PyObject* obj) {
+  // Every class a class statement makes deallocates through CPython's
+  // subtype_dealloc; C types (heap types from specs included) have their own.
+  static destructor python_class_dealloc = [] {
+    PyRef probe = PyRef::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyType_Type), "s(){}", "probe"));
+    destructor dealloc = probe ? reinterpret_cast<PyTypeObject*>(probe.get())->tp_dealloc : nullptr;
+    PyErr_Clear();
+    return dealloc;
+  }();
+  static PyObject* abc_meta = base::import_attr("abc", "ABCMeta");
+  PyTypeObject* type = Py_TYPE(obj);
+  PyObject* mro = type->tp_mro;
+  if (!python_class_dealloc || !mro) return false;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(mro); ++k) {
+    PyTypeObject* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k));
+    if (base == &PyBaseObject_Type) continue;
+    if (base->tp_dealloc != python_class_dealloc) return false;
+    if (Py_TYPE(base) != &PyType_Type && reinterpret_cast<PyObject*>(Py_TYPE(base)) != abc_meta) return false;
+  }
+  static PyObject* logger_type = base::import_attr("logging", "Logger");
+  if (logger_type && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(logger_type))) return false;
+  return obj != base::environ_object();
+}
 
 // A tensor on the meta device with these sizes, strides, dtype and grad.
 PyRef make_meta_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
@@ -354,9 +397,21 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     } else {
       value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
     }
+  } else if (guarded && wrapped_objects_.count(obj)) {
+    // One object through a second source: one value, so that stores through
+    // either name are seen through the other; both names guarded to it.
+    value = wrapped_objects_[obj];
+    pin_identity(value, "a second source reaches the object");
+    guards_->add_id_match(source, obj);
+  } else if (guarded && is_identity_free(obj)) {
+    guards_->add_type_match(source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
+    value->identity_deferred = true;
+    wrapped_objects_[obj] = value;
   } else {
     if (guarded) guards_->add_id_match(source, obj);
     value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
+    if (guarded) wrapped_objects_[obj] = value;
   }
   if (source >= 0) wrapped_[source] = value;
   if (source >= 0 && (PyList_CheckExact(obj) || is_plain_dict(obj))) wrapped_containers_[obj] = value;
@@ -393,6 +448,29 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
 }
 
 ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
+
+void TraceState::guard_distinct_objects() {
+  std::vector<const Value*> objects;
+  for (const auto& [obj, value] : wrapped_objects_) objects.push_back(value.get());
+  // In source order: the guard listing is stable between runs.
+  std::sort(objects.begin(), objects.end(), [](const Value* a, const Value* b) { return a->source < b->source; });
+  for (size_t i = 0; i < objects.size(); ++i) {
+    for (size_t j = i + 1; j < objects.size(); ++j) {
+      const Value& a = *objects[i];
+      const Value& b = *objects[j];
+      if (!a.identity_deferred && !b.identity_deferred) continue;  // both guarded by identity
+      if (Py_TYPE(a.obj.get()) != Py_TYPE(b.obj.get())) continue;  // their type guards keep them apart
+      guards_->add_distinct(a.source, b.source);
+    }
+  }
+}
+
+void TraceState::pin_identity(const ValuePtr& value, const char* why) {
+  if (!value || !value->identity_deferred) return;
+  value->identity_deferred = false;
+  guards_->add_id_match(value->source, value->obj.get());
+  KILN_LOG(guards, "guarding the identity of " << sources().at(value->source).text << ": " << why);
+}
 
 // Note [Side effects]
 // Stores to attributes of objects the frame reached through sources, and to

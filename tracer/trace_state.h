@@ -65,6 +65,15 @@ class TraceState {
   // Wraps an object kiln assumes fixed (torch's namespace, constants made
   // by the trace): no source, no guard.
   ValuePtr wrap_unguarded(PyObject* obj);
+  // Guards the identity of an object wrapped with a type guard only, once
+  // the trace compares it by identity or hands it to code that keeps it
+  // (Note [Objects guarded by type]). No-op for other values.
+  // `why` is logged (KILN_LOGS=guards).
+  void pin_identity(const ValuePtr& value, const char* why);
+  // Guards that the objects the trace read as separate values stay separate
+  // objects where a type guard alone would let two names alias (Note
+  // [Objects guarded by type]). Called once, when the trace is done.
+  void guard_distinct_objects();
   // A dict (or a dict subclass seen through dict's own methods) as a Dict
   // value read item by item, its keys guarded when `guarded`.
   ValuePtr wrap_dict(PyObject* obj, int source, bool guarded);
@@ -203,6 +212,9 @@ class TraceState {
   // must be one value, or a change through one path would not show in the
   // other.
   std::unordered_map<PyObject*, ValuePtr> wrapped_containers_;
+  // Plain objects wrapped through a source, by object: a second source
+  // reaching one gets the same value (and guards its identity).
+  std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;
   uint64_t mutations_ = 0;
   std::unique_ptr<BreakInfo> break_info_;
   // Autocast was on when the frame was called.

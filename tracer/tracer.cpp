@@ -66,6 +66,7 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
     }
     result.ok = true;
     result.graph = state.take_graph();
+    state.guard_distinct_objects();
     result.guards = state.take_guards();
   } catch (const TraceAbort& abort) {
     result.ok = false;

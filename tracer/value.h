@@ -99,6 +99,10 @@ struct Value {
   // Builtin: a logging.Logger method (`obj`, bound), called after the
   // graph with the call's constant arguments (Note [Deferred logging]).
   bool deferred_call = false;
+  // Object: its source is guarded by type only (Note [Objects guarded by
+  // type]); TraceState::pin_identity adds the identity guard once the trace
+  // reads who the object is.
+  bool identity_deferred = false;
   // Tuple/List items, Dict values, Iterator's sequence; StdObject: a Tuple
   // of its constructor's positional arguments, then a Dict of its keywords
   std::vector<ValuePtr> items;
