@@ -115,7 +115,7 @@ std::optional<SizeExpr> multiply_sizes(const SizeExpr& a, const SizeExpr& b) {
 
 std::optional<SizeExpr> fit_size_expr(const std::vector<int64_t>& per_point,
                                       const std::vector<int64_t>& symbol_sizes,
-                                      const std::vector<bool>& candidates) {
+                                      const std::vector<bool>& candidates, int64_t offset) {
   if (per_point.size() != 3) return std::nullopt;
   const int64_t v0 = per_point[0], v1 = per_point[1], v2 = per_point[2];
   if (v0 == v1 && v1 == v2) return SizeExpr::of_constant(v0);
@@ -126,9 +126,13 @@ std::optional<SizeExpr> fit_size_expr(const std::vector<int64_t>& per_point,
     std::optional<SizeExpr> fit;
     const int64_t step = v1 - v0;
     const int symbol = static_cast<int>(i);
-    if (step == v2 - v1 && step % base == 0) {
-      fit = SizeExpr{v0 - step, {{symbol, step / base}}, false};
-    } else if (v1 == 4 * v0 && v2 == 9 * v0 && v0 % (base * base) == 0) {
+    const int64_t gain = offset ? offset : base;  // what the symbol gains per point
+    const int64_t x1 = base + gain, x2 = base + 2 * gain;
+    if (step == v2 - v1 && step % gain == 0) {
+      const int64_t coeff = step / gain;
+      fit = SizeExpr{v0 - coeff * base, {{symbol, coeff}}, false};
+    } else if (v0 % (base * base) == 0 && v1 == v0 / (base * base) * x1 * x1 &&
+               v2 == v0 / (base * base) * x2 * x2) {
       fit = SizeExpr{0, {{symbol, v0 / (base * base)}}, true};
     }
     if (!fit) continue;

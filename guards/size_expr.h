@@ -39,14 +39,15 @@ std::optional<SizeExpr> subtract_sizes(const SizeExpr& a, const SizeExpr& b);
 std::optional<SizeExpr> multiply_sizes(const SizeExpr& a, const SizeExpr& b);
 
 // Fits `per_point` (a value at each sample point, where every symbol of
-// base size symbol_sizes[i] is scaled by 1, 2, 3) as a constant, an affine
+// base size symbol_sizes[i] is scaled by 1, 2, 3, or, with a nonzero
+// `offset`, shifted by 0, offset, 2*offset) as a constant, an affine
 // function of one symbol or c * s^2, trying only the symbols marked in
 // `candidates` (all where it is empty: the symbols the value derives
 // from, where known). Nothing when no fit, or when two symbols fit (which
 // one the value follows is unknown).
 std::optional<SizeExpr> fit_size_expr(const std::vector<int64_t>& per_point,
                                       const std::vector<int64_t>& symbol_sizes,
-                                      const std::vector<bool>& candidates = {});
+                                      const std::vector<bool>& candidates = {}, int64_t offset = 0);
 
 // Python's rich comparison `cmp` (Py_LT .. Py_GE) of two ints.
 bool compare_sizes(int cmp, int64_t a, int64_t b);

@@ -252,12 +252,22 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
                        const guards::FrameView& view, const CompileConfig& config) {
   if (!last.guards) return;
   CodeCache::DynamicState& dynamic = cache->dynamic_state(config.id);
-  if (dynamic.static_only) return;
+  bool grew = false;
   for (const auto& [source, dim] : last.guards->size_changes(view)) {
     if (dynamic.dims.add(source, dim)) {
+      grew = true;
       KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
                                         << " changed size; tracing it as dynamic");
     }
+  }
+  // A fallback (static sizes, dim 0s only) was learned with fewer dynamic
+  // dims: with more, the comparison that failed may hold (a mask one longer
+  // than a cache that was static then, Note [Shifted sample points]). The
+  // retry is bounded by the dims a code has.
+  if (grew && (dynamic.static_only || dynamic.dims.leading_only)) {
+    dynamic.static_only = false;
+    dynamic.dims.leading_only = false;
+    KILN_LOG(dynamic, code_name(code) << ": more dims changed size; trying all of them as dynamic again");
   }
 }
 
@@ -354,6 +364,10 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     const std::string warning = "kiln: " + code_name(code) + ": dims marked dynamic (" + marked +
                                 ") were traced with static sizes: " + result.specialized;
     base::warn(PyExc_UserWarning, warning);
+  }
+  if (result.shifted_points && !cache->dynamic_state(config.id).dims.shifted_points) {
+    cache->dynamic_state(config.id).dims.shifted_points = true;
+    KILN_LOG(dynamic, code_name(code) << ": dynamic sizes traced at shifted sample points; kept for later traces");
   }
   if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.

@@ -40,8 +40,25 @@ bool DynamicDims::add(const std::string& source, int dim) {
   return true;
 }
 
+// Note [Shifted sample points]
+// Scaling every symbol at the sample points keeps each size's divisors but
+// not the relations between sizes: generate()'s attention mask is one
+// longer than its KV cache (s0 == s1 + 1), true at the real sizes and
+// false at twice and thrice them, so library code that compares the two
+// (transformers' masking utilities) takes another branch at the other
+// points and the frame specializes at every step. Where such a trace has
+// two or more dynamic dims, trace_frame tries once more with shifted
+// points: every symbol gains the same offset (the first symbol's traced
+// size, so a single-symbol trace sees the scaled points exactly), which
+// keeps every difference of sizes and so every comparison of the form
+// s_a - s_b + c. A frame that worked so keeps them for its later traces.
+// Fits from shifted points cannot tell symbols apart: a dim two symbols
+// explain is named "?", and a comparison of sizes whose expression is not
+// exact (input dims, and +, - and * of them) specializes as before.
+
 int SymbolTable::new_symbol(int64_t size) {
   if (count() >= kMaxSymbols) return -1;
+  if (sizes_.empty()) offset_ = size;
   sizes_.push_back(size);
   return count() - 1;
 }
@@ -54,13 +71,17 @@ std::string SymbolTable::name_dim(const int64_t* per_point) const {
   int64_t best_k = 0;
   for (int i = 0; i < count(); ++i) {
     const int64_t a = sizes_[i];
-    if (d1 % a != 0) continue;
-    const int64_t k = d1 / a;
+    const int64_t step = at_point(a, 1) - a;  // what the symbol gains per point
+    if (d1 % step != 0) continue;
+    const int64_t k = d1 / step;
     const int64_t c = per_point[0] - k * a;
+    // Shifted points fit every symbol alike (s1 + 1 is s0 when the two
+    // differ by one): which one the dim follows is unknown.
+    if (shifted_ && best >= 0) return "?";
     if (k == 1 && c == 0) {
       best = i;
       best_k = k;
-      break;
+      if (!shifted_) break;
     }
     if (best < 0) {
       best = i;

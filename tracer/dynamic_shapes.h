@@ -20,6 +20,9 @@ struct DynamicDims {
   // Only dim 0 of what the fields above name: the fallback when a trace
   // with every listed dim dynamic had to specialize.
   bool leading_only = false;
+  // Sample points shift every symbol by one offset instead of scaling each
+  // (Note [Shifted sample points]).
+  bool shifted_points = false;
 
   bool empty() const { return dims.empty() && !all_arguments; }
   // True when dim `dim` of the tensor at `source` is listed.
@@ -47,8 +50,12 @@ class SymbolTable {
   // Most symbols one trace may have; further dims stay static.
   static constexpr int kMaxSymbols = 16;
   // Sample points of a dynamic trace: the real sizes, then every symbol
-  // scaled by 2 and by 3 (scaling keeps divisibility by the real size).
+  // scaled by 2 and by 3 (scaling keeps divisibility by the real size), or
+  // shifted by one and two offsets (Note [Shifted sample points]).
   static constexpr int kPoints = 3;
+
+  // Shifted points from here on; the offset is the first symbol's size.
+  void use_shifted_points() { shifted_ = true; }
 
   // Returns a new symbol for a dynamic dim of traced size `size`, or -1
   // when the table is full.
@@ -57,13 +64,19 @@ class SymbolTable {
   // The traced size of each symbol.
   const std::vector<int64_t>& sizes() const { return sizes_; }
   // Value of a symbol of traced size `size` at sample point `point`.
-  static int64_t at_point(int64_t size, int point) { return size * (point + 1); }
+  int64_t at_point(int64_t size, int point) const {
+    return shifted_ ? size + point * offset_ : size * (point + 1);
+  }
+  // What every symbol gains per point when shifted; 0 when points scale.
+  int64_t point_offset() const { return shifted_ ? offset_ : 0; }
   // Names a dim from its sizes at the sample points: "s0", "2*s0+1", or
   // "?" when no symbol explains it affinely.
   std::string name_dim(const int64_t* per_point) const;
 
  private:
   std::vector<int64_t> sizes_;  // traced size per symbol
+  bool shifted_ = false;
+  int64_t offset_ = 0;
 };
 
 }  // namespace kiln::tracer

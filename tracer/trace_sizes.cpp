@@ -142,7 +142,7 @@ std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) 
   // is never a constant, even where its points agree (s // 100).
   std::vector<bool> candidates(symbols_.count(), false);
   note_sym_sources(value, &candidates);
-  std::optional<guards::SizeExpr> e = guards::fit_size_expr(value->sym_points, symbols_.sizes(), candidates);
+  std::optional<guards::SizeExpr> e = guards::fit_size_expr(value->sym_points, symbols_.sizes(), candidates, symbols_.point_offset());
   if (e && e->is_constant()) e.reset();
   return e;
 }

@@ -304,6 +304,7 @@ TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynami
       points_(dynamic.empty() ? 1 : SymbolTable::kPoints),
       graph_(std::make_unique<graph::Graph>()),
       guards_(std::make_unique<guards::GuardSet>()) {
+  if (dynamic.shifted_points) symbols_.use_shifted_points();
   // Every graph's autograd behaviour depends on the grad mode it ran under.
   guards_->add_grad_mode(runtime::grad_mode_enabled());
   // Factories, Python floats made tensors and int/float promotion all read
@@ -568,7 +569,7 @@ ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
     for (int p = 1; p < points_; ++p) {
       std::vector<int64_t> sizes = meta.sizes;
       for (size_t d = 0; d < sizes.size(); ++d) {
-        if (dim_symbols[d] >= 0) sizes[d] = SymbolTable::at_point(sizes[d], p);
+        if (dim_symbols[d] >= 0) sizes[d] = symbols_.at_point(sizes[d], p);
       }
       value->alt_fakes.push_back(
           make_meta_tensor(sizes, graph::contiguous_strides(sizes), dtype.get(), meta.requires_grad));

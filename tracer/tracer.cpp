@@ -98,14 +98,20 @@ int progress(const TraceResult& result) {
 TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
                         const DynamicDims& dynamic) {
   if (dynamic.empty()) return trace_once(code, func, frame, dynamic);
-  // Dynamic sizes as asked; if that specializes and more than dim 0s were
-  // asked, dim 0s only (the batch); then static sizes.
+  // Dynamic sizes as asked; if that specializes and several dims were
+  // asked, shifted sample points (Note [Shifted sample points]); then dim
+  // 0s only (the batch); then static sizes.
   std::vector<DynamicDims> attempts{dynamic};
+  if (!dynamic.shifted_points && (dynamic.all_arguments || dynamic.dims.size() >= 2)) {
+    attempts.push_back(dynamic);
+    attempts.back().shifted_points = true;
+  }
   const bool beyond_leading = dynamic.all_arguments ||
       std::any_of(dynamic.dims.begin(), dynamic.dims.end(), [](const auto& d) { return d.second != 0; });
   if (beyond_leading) {
     attempts.push_back(dynamic);
     attempts.back().leading_only = true;
+    attempts.back().shifted_points = false;
   }
   std::string why;
   for (const DynamicDims& attempt : attempts) {
@@ -114,6 +120,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       if (result.ok && !result.partial) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
+        result.shifted_points = attempt.shifted_points;
         return result;
       }
       // Symbolic sizes must never cost a graph: if the static trace gets
@@ -122,6 +129,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       if (progress(fixed) <= progress(result)) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
+        result.shifted_points = attempt.shifted_points;
         return result;
       }
       fixed.specialized = "with dynamic sizes the trace stops earlier: " + result.reason;

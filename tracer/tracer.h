@@ -70,6 +70,9 @@ struct TraceResult {
   std::string specialized;
   // With `specialized`: the trace kept dim 0s dynamic (and only those).
   bool leading_only = false;
+  // The dynamic trace needed shifted sample points (Note [Shifted sample
+  // points]); later traces of the code should start with them.
+  bool shifted_points = false;
 };
 
 // Traces a frame about to run `code` as function `func` (borrowed, may be

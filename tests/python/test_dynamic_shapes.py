@@ -362,3 +362,35 @@ def test_slice_with_a_dynamic_bound():
 
     s = run_sizes(fn, lambda n: (torch.randn(2, n),), [4, 6, 9, 12])
     assert s["traces"] == 2 and s["cache_hits"] == 2, s
+
+
+def _kv_step(cache, new, mask):
+    # The shape of transformers' masking utilities in a decode step: the
+    # mask is one longer than the cache, and code compares the two.
+    full = torch.cat([cache, new], dim=0)
+    kv_length = cache.shape[0] + new.shape[0]
+    if mask.shape[0] > kv_length:
+        mask = mask[-kv_length:]
+    return full * mask[:, None]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_sizes_linked_by_an_offset_stay_dynamic(backend, capfd):
+    compiled = kiln.compile(_kv_step, backend=backend)
+    new = torch.randn(1, 4)
+    kiln._C.set_logs("dynamic")
+    try:
+        for length in [8, 9, 12, 10, 20, 15]:
+            args = (torch.randn(length, 4), new, torch.rand(length + 1))
+            assert_same(compiled(*args), _kv_step(*args))
+    finally:
+        kiln._C.set_logs("")
+    # The second length makes both dims dynamic; at scaled sample points the
+    # mask outgrows the cache (18 > 17) and the branch differs, so the
+    # trace is redone at shifted points, which keep mask == cache + 1.
+    s = stats()
+    assert s["traces"] == 2 and s["cache_hits"] == 4, s
+    assert "shifted sample points" in capfd.readouterr().err
+    # A mask longer than that takes the other branch: a new trace, correct.
+    args = (torch.randn(7, 4), new, torch.rand(11))
+    assert_same(compiled(*args), _kv_step(*args))

@@ -47,6 +47,19 @@ TEST(SizeExpr, RefusesAValueTwoSymbolsExplain) {
   EXPECT_EQ(only_s1->text(), "s1");
 }
 
+TEST(SizeExpr, FitsValuesAtShiftedPoints) {
+  // Points shifted by 16 (Note [Shifted sample points]): s0 = 17 is 17, 33,
+  // 49; s1 = 16 is 16, 32, 48.
+  std::optional<SizeExpr> affine = fit_size_expr({35, 67, 99}, {17, 16}, {true, false}, 16);  // 2*s0+1
+  ASSERT_TRUE(affine);
+  EXPECT_EQ(affine->text(), "2*s0+1");
+  std::optional<SizeExpr> square = fit_size_expr({256, 1024, 2304}, {17, 16}, {false, true}, 16);  // s1**2
+  ASSERT_TRUE(square);
+  EXPECT_EQ(square->text(), "s1**2");
+  // Every symbol gains the same at shifted points: two candidates are refused.
+  EXPECT_FALSE(fit_size_expr({17, 33, 49}, {17, 16}, {}, 16));
+}
+
 TEST(SizeExpr, ComposesLinearSizesExactly) {
   // kv_length + kv_offset - mask.shape[-1] with kv_length = s1 + 1.
   const SizeExpr kv = *add_sizes(SizeExpr::of_symbol(1), SizeExpr::of_constant(1));

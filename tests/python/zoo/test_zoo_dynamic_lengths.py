@@ -63,3 +63,31 @@ def test_training_with_labels_at_varying_batch_sizes():
     s = kiln.stats()
     assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
     assert s["size_instances"] == 3 and s["prim_fallbacks"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
+def test_generate_keeps_its_traces_across_calls(name):
+    # Each generate() call makes a new DynamicCache (Note [Objects guarded
+    # by type]) and its attention mask is one longer than the cache (Note
+    # [Shifted sample points]): three traces (prefill, first decode step,
+    # dynamic decode), none added by later calls.
+    import copy
+
+    model, (tokens,), _ = build(name)
+    model.eval()
+    compiled_model = copy.deepcopy(model)
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled_model.forward = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    ids = tokens[:1, :8]
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=10, min_new_tokens=10, do_sample=False,
+                  pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **kwargs)
+        first = compiled_model.generate(ids, **kwargs)
+        after_first = kiln.stats()
+        second = compiled_model.generate(ids, **kwargs)
+    assert torch.equal(first, want) and torch.equal(second, want)
+    s = kiln.stats()
+    assert after_first["traces"] <= 3, after_first
+    assert s["traces"] == after_first["traces"] and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
