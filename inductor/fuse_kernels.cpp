@@ -277,9 +277,15 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
   return out;
 }
 
+// Objects passed through the graph (a KV cache in a model's output) have
+// no device: they are no tensors, and no kernel reads them.
+bool is_tensor_value(const prims::PrimValue& value) {
+  return value.node >= 0 || value.meta.dtype != graph::DType::Other;
+}
+
 bool all_on_cpu(const prims::PrimGraph& graph) {
   for (const prims::PrimValue& value : graph.values()) {
-    if (value.meta.device_type != graph::DeviceType::CPU) return false;
+    if (is_tensor_value(value) && value.meta.device_type != graph::DeviceType::CPU) return false;
   }
   return true;
 }
@@ -288,6 +294,7 @@ bool all_on_cpu(const prims::PrimGraph& graph) {
 int one_cuda_device(const prims::PrimGraph& graph) {
   int device = -1;
   for (const prims::PrimValue& value : graph.values()) {
+    if (!is_tensor_value(value)) continue;
     if (value.meta.device_type != graph::DeviceType::CUDA || value.meta.device_index < 0) return -1;
     if (device >= 0 && value.meta.device_index != device) return -1;
     device = value.meta.device_index;

@@ -558,3 +558,25 @@ def test_inference_keeps_kernels_of_parameters_until_they_change(keep):
             assert first < _kiln_kernel_launches(lambda: step(uncached))
         finally:
             kiln.config.parameter_kernel_cache = saved
+
+
+def test_an_object_passed_through_keeps_the_kernels():
+    # A model's output holding its KV cache object: the object is an input
+    # the prim graph only returns, and has no device (generate() on the GPU
+    # ran without a single kiln kernel before).
+    class Cache:
+        def __init__(self):
+            self.steps = 0
+
+    def f(x, cache):
+        return torch.relu(x * 2 + 1).sum(-1), cache
+
+    x = torch.randn(8, 64, device="cuda")
+    cache = Cache()
+    compiled = kiln.compile(f, backend="inductor")
+    with torch.no_grad():
+        got, returned = compiled(x, cache)
+    assert returned is cache
+    torch.testing.assert_close(got, f(x, cache)[0])
+    s = kiln.stats()
+    assert s["prim_graphs"] == 1 and s["kernels"] >= 1, s
