@@ -229,6 +229,74 @@ ValuePtr TraceState::sym_slice(const std::vector<ValuePtr>& parts) {
   return value;
 }
 
+// Note [Slices past a buffer]
+// Models slice fixed buffers by a length: BERT's embeddings read
+// `self.position_ids[:, past:past + seq_length]` out of 512 positions. At
+// the sample points (the length scaled or shifted) the bound can pass the
+// buffer's end where the real one does not; the slice then clamps, its
+// size stops following the length, and the trace would specialize. Where
+// the bound has a size expression and stays within the buffer at the
+// traced sizes, the buffer's fake at such a point is made long enough
+// instead (a meta tensor: nothing is allocated), and a SizeRelation guard
+// keeps the bound within the real buffer, as the slice's size follows the
+// length only there. Dims the tensor has symbolic, negative bounds and
+// steps are left as they are.
+PyRef TraceState::unclamped_fake(const ValuePtr& tensor, const ValuePtr& index, int point) {
+  if (!tensor->is(ValueKind::Tensor)) return PyRef();
+  std::vector<ValuePtr> parts;
+  if (index->is(ValueKind::SymInt) && index->sym_slice) {
+    parts.push_back(index);
+  } else if (index->is(ValueKind::Tuple)) {
+    parts = index->items;
+  } else {
+    return PyRef();
+  }
+  PyRef fake = lower_fake(tensor, point);
+  TensorMeta here, traced;
+  runtime::read_tensor_meta(fake.get(), &here);
+  runtime::read_tensor_meta(tensor->fake.get(), &traced);
+  if (parts.size() > here.sizes.size()) return PyRef();
+  // The value of a bound at a point, if it is an int there.
+  auto at = [](const ValuePtr& v, int p) -> std::optional<int64_t> {
+    if (v->is(ValueKind::SymInt) && !v->sym_slice) return v->sym_points[p];
+    if (v->is(ValueKind::Constant) && is_int(v->obj.get())) return PyLong_AsLongLong(v->obj.get());
+    return std::nullopt;
+  };
+  std::vector<int64_t> sizes = here.sizes;
+  bool widened = false;
+  for (size_t d = 0; d < parts.size(); ++d) {
+    const ValuePtr& part = parts[d];
+    if (!part->is(ValueKind::SymInt) || !part->sym_slice) {
+      // Plain slices keep the dim; anything else (an int, None, ...) shifts dims.
+      const bool plain_slice = part->is(ValueKind::Constant) && PySlice_Check(part->obj.get());
+      if (!plain_slice) return PyRef();
+      continue;
+    }
+    const ValuePtr& start = part->items[0];
+    const ValuePtr& stop = part->items[1];
+    const ValuePtr& step = part->items[2];
+    const bool unit_step = step->is(ValueKind::Constant) && (step->obj.get() == Py_None || at(step, 0) == 1);
+    const std::optional<int64_t> stop_here = at(stop, point), stop_traced = at(stop, 0);
+    const bool start_ok = (start->is(ValueKind::Constant) && start->obj.get() == Py_None) ||
+                          (at(start, 0) >= 0 && at(start, point) >= 0);
+    if (!unit_step || !start_ok || !stop_here || !stop_traced || here.sizes[d] != traced.sizes[d]) continue;
+    if (*stop_traced < 0 || *stop_traced > traced.sizes[d] || *stop_here <= here.sizes[d]) continue;
+    std::optional<guards::SizeExpr> bound = size_expr_of(stop);
+    if (!bound) continue;
+    guards_->add_size_relation(*bound, Py_LE, guards::SizeExpr::of_constant(traced.sizes[d]), true);
+    KILN_LOG(dynamic, "size relation " << bound->text() << " <= " << traced.sizes[d]
+                                       << " is True: guarded (a slice bound within a buffer)");
+    sizes[d] = *stop_here;
+    widened = true;
+  }
+  if (!widened) return PyRef();
+  PyRef shape = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(sizes.size())));
+  for (size_t d = 0; d < sizes.size(); ++d) PyTuple_SET_ITEM(shape.get(), d, PyLong_FromLongLong(sizes[d]));
+  PyRef wide = PyRef::steal(PyObject_CallMethod(fake.get(), "new_empty", "(O)", shape.get()));
+  if (!wide) PyErr_Clear();
+  return wide;
+}
+
 ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) {
   const char* op = guards::comparison_text(cmp);
   // Per point, and the expression of each side: a SymInt is a size,

@@ -906,6 +906,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     PyRef fake_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       PyObject* fake = positional_device[i] ? PyUnicode_FromString("meta") : lower_fake(args[i], p).release();
+      if (i == 0 && p > 0 && name == "operator.getitem" && args.size() == 2) {
+        if (PyRef wide = unclamped_fake(args[0], args[1], p)) {
+          Py_DECREF(fake);
+          fake = wide.release();
+        }
+      }
       PyTuple_SET_ITEM(fake_args.get(), i, fake);
     }
     PyRef fake_kwargs = PyRef::steal(PyDict_New());

@@ -111,6 +111,11 @@ class TraceState {
   // slice(parts...) where a part is a SymInt: a sym_slice value whose
   // fake at each point is the slice of the parts' values there.
   ValuePtr sym_slice(const std::vector<ValuePtr>& parts);
+  // The fake of `tensor[index]`'s tensor at sample point `point` made long
+  // enough that no dynamic slice bound clamps there where it does not at
+  // the traced sizes, guarding that it never does (Note [Slices past a
+  // buffer]); null when no dim needs it.
+  PyRef unclamped_fake(const ValuePtr& tensor, const ValuePtr& index, int point);
   // `a cmp b` (Py_LT .. Py_GE) where a side is a SymInt: the answer at the
   // traced sizes, kept with a SizeRelation guard (Note [Size relations]);
   // throws Specialize where it differs between sample points or no size

@@ -394,3 +394,45 @@ def test_sizes_linked_by_an_offset_stay_dynamic(backend, capfd):
     # A mask longer than that takes the other branch: a new trace, correct.
     args = (torch.randn(7, 4), new, torch.rand(11))
     assert_same(compiled(*args), _kv_step(*args))
+
+
+class _Positions(torch.nn.Module):
+    # BERT's embeddings: a fixed buffer of positions sliced by the length.
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("position_ids", torch.arange(16).expand((1, -1)))
+        self.table = torch.nn.Embedding(16, 3)
+
+    def forward(self, x):
+        n = x.shape[1]
+        positions = self.position_ids[:, :n]
+        return x + self.table(positions), self.position_ids[:, :n].sum()
+
+
+def test_slice_of_a_buffer_by_a_dynamic_length_stays_dynamic(capfd):
+    module = _Positions()
+    compiled = kiln.compile(module, backend="eager")
+    kiln._C.set_logs("dynamic")
+    try:
+        for n in [4, 6, 9, 12, 16, 7]:
+            x = torch.randn(2, n, 3)
+            assert_same(compiled(x), module(x))
+    finally:
+        kiln._C.set_logs("")
+    # 6 is traced dynamic: its sample points (12, 18) pass the 16 positions,
+    # where the slice would clamp; the buffer's fakes are made long enough
+    # and the bound is guarded within the buffer.
+    s = stats()
+    assert s["traces"] == 2 and s["cache_hits"] == 4, s
+    assert "s0 <= 16 is True: guarded (a slice bound within a buffer)" in capfd.readouterr().err
+
+
+def test_slice_past_a_buffer_clamps_like_eager():
+    buf = torch.arange(16.0)
+
+    def fn(x):
+        return x.sum() + buf[: x.shape[0]].sum()
+
+    # 20 passes the buffer: the guard fails and the clamped slice is traced.
+    s = run_sizes(fn, lambda n: (torch.randn(n),), [4, 6, 9, 20, 12, 24])
+    assert s["traces"] == 3, s
