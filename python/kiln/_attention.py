@@ -3,8 +3,8 @@ operands (Note [Attention on the GPU] in prims/decompose_nn.cpp).
 
 `backend` asks torch which kernel its scaled_dot_product_attention would run
 for the traced layouts: kiln decomposes the call where that is torch's math
-backend. Where it is cuDNN's or flash attention, the graph calls the kernel
-itself through `attention` (the boolean mask converted in the graph, where
+backend. Where it is cuDNN's or flash attention (memory-efficient attention
+without gradients), the graph calls the kernel itself through `attention` (the boolean mask converted in the graph, where
 kiln fuses it and computes it once for all layers), keeping the outputs its
 backward kernel reads, and `attention.kiln_vjp` calls that backward kernel:
 no second forward, as an extern's gradient would pay (Note [Extern
@@ -15,6 +15,7 @@ import torch
 _MATH = int(torch.nn.attention.SDPBackend.MATH)
 CUDNN = int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
 FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+EFFICIENT = int(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION)
 _choices = {}
 _layouts = {}
 
@@ -44,9 +45,21 @@ def backend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gq
 
 
 def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
-    """torch's attention kernel `backend_` (CUDNN or FLASH; flash takes no
-    mask): the output, or with `with_lse` (out, logsumexp, philox seed,
-    philox offset), what its backward kernel reads. No dropout."""
+    """torch's attention kernel `backend_` (CUDNN, FLASH or, without
+    gradients, EFFICIENT; flash takes no mask): the output, or with
+    `with_lse` (out, logsumexp, philox seed, philox offset), what its
+    backward kernel reads. No dropout."""
+    if backend_ == EFFICIENT:
+        if attn_mask is not None:
+            # As torch's own call prepares the bias: rows padded to 16
+            # elements for the kernel's aligned loads, broadcast to
+            # (batch, heads, queries, keys).
+            keys = key.shape[-2]
+            if keys % 16:
+                attn_mask = torch.nn.functional.pad(attn_mask, (0, 16 - keys % 16))[..., :keys]
+            attn_mask = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], keys)
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, attn_mask, False, 0.0, is_causal, scale=scale)[0]
     if backend_ == CUDNN:
         r = torch.ops.aten._scaled_dot_product_cudnn_attention(
             query, key, value, attn_mask, with_lse, 0.0, is_causal, False, scale=scale)

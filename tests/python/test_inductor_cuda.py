@@ -425,6 +425,35 @@ def test_attention_calls_torchs_fused_kernel_and_its_backward(backend, mask, cap
     assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mask", ["bool", "float", "none"])
+def test_decode_step_attention_calls_the_memory_efficient_kernel(dtype, mask, capfd):
+    # A decode step's one-row queries run torch's memory-efficient kernel;
+    # without gradients the graph calls it itself (no per-call backend
+    # choice), the bias padded and broadcast as torch's own call does.
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 1, 64, device="cuda", dtype=dtype)
+    k, v = (torch.randn(2, 4, 33, 64, device="cuda", dtype=dtype) for _ in range(2))
+    masks = {"bool": torch.rand(2, 1, 1, 33, device="cuda") < 0.8,
+             "float": torch.randn(2, 1, 1, 33, device="cuda", dtype=dtype), "none": None}
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masks[mask]) * 2
+
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION), torch.no_grad():
+        want = f(q, k, v)
+        compiled = kiln.compile(f, backend="inductor")
+        kiln._C.set_logs("prims")
+        try:
+            got = compiled(q, k, v)
+        finally:
+            kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log and "F.scaled_dot_product_attention" not in log, log
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("grad", [True, False])
 def test_attention_of_head_split_projections_matches_eager(dtype, grad):
