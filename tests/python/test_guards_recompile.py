@@ -652,3 +652,21 @@ def test_environment_variable_reads_are_guarded_one_by_one(monkeypatch):
         before = stats()
         assert_same(compiled(x), fn(x))
         assert delta(before, stats())["recompiles"] == 1, name
+
+
+def test_recompile_log_names_every_entrys_failed_guard(capfd):
+    # The newest entry's failure alone hides why older ones missed.
+    def f(x, scale):
+        return x * scale
+
+    compiled = kiln.compile(f, backend="eager", dynamic=False)
+    compiled(torch.randn(2), 2.0)
+    compiled(torch.randn(3), 2.0)
+    kiln._C.set_logs("recompiles")
+    try:
+        compiled(torch.randn(3), 5.0)
+    finally:
+        kiln._C.set_logs("")
+    log = capfd.readouterr().err
+    assert "entry 1: L['scale'] == 5.0, expected 2.0" in log, log
+    assert "entry 0: L['x']: sizes (3) != expected (2)" in log, log
