@@ -5,8 +5,8 @@ the model's forward compiled, in one process on one device.
     PYTHONPATH=python .venv/bin/python benchmarks/generate_decode.py [--device cuda] [--models gpt2,llama]
         [--tokens 64] [--calls 4] [--mask] [--no-tc]
 
-For a small GPT-2 and Llama (transformers, random weights, 2 layers, width
-64), greedy generate() of --tokens new tokens from a 16-token prompt
+For the small GPT-2 and Llama of dynamic_lengths.py (transformers, random
+weights, 2 layers, width 64), greedy generate() of --tokens new tokens from a 16-token prompt
 (with an all-ones attention_mask under --mask, as a tokenizer gives),
 called --calls times per compiler on its own copy of the model: each
 call's milliseconds, whether its tokens equal eager's, and kiln's traces,
@@ -25,23 +25,7 @@ import torch
 import transformers
 
 import kiln
-
-
-def build(name, device):
-    torch.manual_seed(0)
-    if name == "gpt2":
-        config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=256,
-                                         bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
-                                         attn_pdrop=0.0)
-        model = transformers.GPT2LMHeadModel(config)
-    elif name == "llama":
-        config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                          num_key_value_heads=2, intermediate_size=128, vocab_size=100,
-                                          max_position_embeddings=256, bos_token_id=0, eos_token_id=0)
-        model = transformers.LlamaForCausalLM(config)
-    else:
-        raise SystemExit(f"generate_decode.py: unknown model {name!r} (gpt2, llama)")
-    return model.eval().to(device)
+from dynamic_lengths import build  # the same small GPT-2 and Llama (512 positions)
 
 
 def generate(model, ids, args):
