@@ -236,12 +236,12 @@ void GuardSet::add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& r
   indexed_ = false;
 }
 
-void GuardSet::add_distinct(int source, int other) {
-  if (source < other) std::swap(source, other);  // checked once both are fetched
-  for (const Guard& guard : guards_) {
-    if (guard.kind == GuardKind::Distinct && guard.source == source && guard.other_source == other) return;
-  }
-  guards_.push_back({.kind = GuardKind::Distinct, .source = source, .other_source = other});
+void GuardSet::add_distinct(std::vector<int> sources) {
+  if (sources.size() < 2) return;
+  std::sort(sources.begin(), sources.end());
+  const int last = sources.back();  // checked once every one is fetched
+  sources.pop_back();
+  guards_.push_back({.kind = GuardKind::Distinct, .source = last, .others = std::move(sources)});
   indexed_ = false;
 }
 
@@ -330,8 +330,17 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
       }
       return compare_sizes(guard.cmp, guard.lhs.eval(symbols), guard.rhs.eval(symbols)) == guard.flag;
     }
-    case GuardKind::Distinct:
-      return value && value != values.get(guard.other_source);
+    case GuardKind::Distinct: {
+      if (!value) return false;
+      for (size_t i = 0; i < guard.others.size(); ++i) {
+        PyObject* a = values.get(guard.others[i]);
+        if (a == value) return false;
+        for (size_t j = i + 1; j < guard.others.size(); ++j) {
+          if (a == values.get(guard.others[j])) return false;
+        }
+      }
+      return true;
+    }
   }
   return false;
 }
@@ -454,10 +463,12 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       out << where << (guard.flag ? " lacks" : " has") << " the attribute " << base::py_repr(guard.expected)
           << (guard.flag ? ", which it had when traced" : ", which it lacked when traced");
       break;
-    case GuardKind::Distinct:
-      out << where << " is the same object as " << sources_.at(guard.other_source).text
-          << ", two objects when traced";
+    case GuardKind::Distinct: {
+      out << "two of " << where;
+      for (int other : guard.others) out << ", " << sources_.at(other).text;
+      out << " are one object; they were distinct objects when traced";
       break;
+    }
   }
   return out.str();
 }
@@ -602,7 +613,11 @@ std::string GuardSet::describe(const Guard& guard) const {
       out << " " << guard.lhs.text() << " " << comparison_text(guard.cmp) << " " << guard.rhs.text() << " is "
           << (guard.flag ? "True" : "False");
       break;
-    case GuardKind::Distinct: out << " is not " << sources_.at(guard.other_source).text; break;
+    case GuardKind::Distinct:
+      out << " and";
+      for (size_t i = 0; i < guard.others.size(); ++i) out << (i ? ", " : " ") << sources_.at(guard.others[i]).text;
+      out << " are distinct objects";
+      break;
   }
   return out.str();
 }

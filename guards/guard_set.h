@@ -32,7 +32,7 @@ namespace kiln::guards {
   X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
   X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)") \
   X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)") \
-  X(Distinct, "another object than the one at other_source (objects guarded by type)")
+  X(Distinct, "objects pairwise distinct from those at others (objects guarded by type)")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -64,7 +64,7 @@ struct Guard {
   // SizeRelation: `lhs cmp rhs` is `flag` (Note [Size relations]).
   SizeExpr lhs, rhs;
   int cmp = 0;
-  int other_source = -1;  // Distinct: a source fetched before `source`
+  std::vector<int> others;  // Distinct: the group's other sources, all fetched before `source`
 };
 
 // All guards of one cache entry, with the sources they read.
@@ -102,9 +102,10 @@ class GuardSet {
   // `lhs cmp rhs` (Py_LT .. Py_GE over the symbols TensorMatch guards
   // bind) is `result`.
   void add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result);
-  // The two sources hold different objects (two objects guarded by type
-  // only, Note [Objects guarded by type] in tracer/trace_state.cpp).
-  void add_distinct(int source, int other);
+  // The sources hold pairwise different objects (objects guarded by type
+  // only, Note [Objects guarded by type] in tracer/trace_state.cpp): one
+  // guard for the group, checked once all are fetched.
+  void add_distinct(std::vector<int> sources);
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.

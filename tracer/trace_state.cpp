@@ -451,18 +451,24 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
 ValuePtr TraceState::wrap_unguarded(PyObject* obj) { return wrap(obj, -1); }
 
 void TraceState::guard_distinct_objects() {
+  // Per type (objects of two types are kept apart by their type guards),
+  // in source order so that the guard listing is stable between runs; a
+  // group whose objects are all guarded by identity needs nothing more.
   std::vector<const Value*> objects;
   for (const auto& [obj, value] : wrapped_objects_) objects.push_back(value.get());
-  // In source order: the guard listing is stable between runs.
   std::sort(objects.begin(), objects.end(), [](const Value* a, const Value* b) { return a->source < b->source; });
+  std::vector<bool> grouped(objects.size(), false);
   for (size_t i = 0; i < objects.size(); ++i) {
-    for (size_t j = i + 1; j < objects.size(); ++j) {
-      const Value& a = *objects[i];
-      const Value& b = *objects[j];
-      if (!a.identity_deferred && !b.identity_deferred) continue;  // both guarded by identity
-      if (Py_TYPE(a.obj.get()) != Py_TYPE(b.obj.get())) continue;  // their type guards keep them apart
-      guards_->add_distinct(a.source, b.source);
+    if (grouped[i]) continue;
+    std::vector<int> sources;
+    bool any_deferred = false;
+    for (size_t j = i; j < objects.size(); ++j) {
+      if (Py_TYPE(objects[j]->obj.get()) != Py_TYPE(objects[i]->obj.get())) continue;
+      grouped[j] = true;
+      sources.push_back(objects[j]->source);
+      any_deferred = any_deferred || objects[j]->identity_deferred;
     }
+    if (any_deferred) guards_->add_distinct(std::move(sources));
   }
 }
 

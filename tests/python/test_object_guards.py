@@ -183,3 +183,19 @@ def test_mutated_fresh_object_is_written_back():
         assert_same(compiled(x, h_kiln), f(x, h_eager))
         assert_same(h_kiln.value, h_eager.value)
     assert delta(before, stats())["traces"] == 1
+
+
+def test_objects_of_one_type_get_one_distinct_guard():
+    # A cache with one layer object per layer: one guard for the group, not
+    # one per pair.
+    def f(x, a, b, c):
+        return x * a.value + b.value - c.value
+
+    x = torch.randn(3)
+    guards = kiln.trace_dump(f, x, Holder(1.0), Holder(2.0), Holder(3.0))
+    distinct = [line for line in guards.splitlines() if line.startswith("Distinct")]
+    assert distinct == ["Distinct L['c'] and L['a'], L['b'] are distinct objects"], guards
+    compiled = kiln.compile(f)
+    a, c = Holder(1.0), Holder(3.0)
+    for args in ((Holder(1.0), Holder(2.0), c), (a, a, c), (a, Holder(2.0), a), (Holder(1.0), Holder(2.0), c)):
+        assert_same(compiled(x, *args), f(x, *args))
