@@ -365,8 +365,8 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
                                 ") were traced with static sizes: " + result.specialized;
     base::warn(PyExc_UserWarning, warning);
   }
-  if (result.shifted_points && !cache->dynamic_state(config.id).dims.shifted_points) {
-    cache->dynamic_state(config.id).dims.shifted_points = true;
+  if (tracer::DynamicDims& dims = cache->dynamic_state(config.id).dims; result.shifted_points && !dims.shifted_points) {
+    dims.shifted_points = true;
     KILN_LOG(dynamic, code_name(code) << ": dynamic sizes traced at shifted sample points; kept for later traces");
   }
   if (!result.specialized.empty()) {

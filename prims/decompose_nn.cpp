@@ -340,10 +340,8 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
 // Note [Fused attention kernels]
 // Where torch would run cuDNN's or flash attention (or, without gradients,
 // memory-efficient attention: a decode step's one-row queries, where
-// torch's per-call backend choice cost ~0.2 ms of host time on the H100
-// and GPT-2's generate() went from 154 to 124 ms against torch.compile's
-// 108 to 216 on two machines), the graph calls that
-// kernel itself (kiln._attention.attention) rather than
+// torch's per-call backend choice cost ~0.2 ms of host time on the H100;
+// docs/perf.md, session 21), the graph calls that kernel itself (kiln._attention.attention) rather than
 // F.scaled_dot_product_attention. Two costs go: torch's call converted a
 // boolean mask in every layer (where + two scalar_tensor launches, ~100 us
 // of host time a call on the H100), which here is a where in the graph that
@@ -376,12 +374,11 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     why = "flash attention with grouped heads, a mask or a head dim torch pads";
     return std::nullopt;
   }
-  // Memory-efficient attention (a decode step's one-row queries): called
-  // directly for inference only (its backward is not wired), which spares
-  // torch's per-call backend choice (~0.2 ms of host time on the H100).
-  const bool needs_gradients = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
+  // Memory-efficient attention is called for inference only (its backward
+  // is not wired).
+  const bool with_lse = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
   if (backend == kEfficientBackend &&
-      (gqa || needs_gradients || b.meta(q).sizes.size() != 4 || b.meta(q).sizes.back() % 8 != 0)) {
+      (gqa || with_lse || b.meta(q).sizes.size() != 4 || b.meta(q).sizes.back() % 8 != 0)) {
     why = "memory-efficient attention with gradients, grouped heads, other than 4-d operands or a head dim torch pads";
     return std::nullopt;
   }
@@ -399,7 +396,6 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     const double masked_out = backend == kEfficientBackend ? -std::numeric_limits<double>::infinity() : -65504.0;
     if (m.dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), b.meta(q).dtype);
   }
-  const bool with_lse = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
   PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
   if (!scale) {
     why = "scale is not a constant";
@@ -471,7 +467,8 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
   // torch.compile does. Which backend torch picks is asked of torch itself
   // (kiln._attention), for the operands' layouts and the backend flags in
   // effect at compile time.
-  const bool cuda = b.meta(c.tensor("query")).device_type == graph::DeviceType::CUDA;
+  const graph::DeviceType device = b.meta(c.tensor("query")).device_type;
+  const bool cuda = device == graph::DeviceType::CUDA;
   // Dropout in a graph that needs gradients: torch's call draws its mask
   // inside, and its gradient (Note [Extern gradients]) runs the call again,
   // drawing another mask: the gradients would belong to a different
@@ -488,21 +485,18 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
     KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id
                                        << ") is decomposed: dropout with gradients needs its mask kept");
   }
-  if (cuda && !random_with_gradient) {
+  if ((cuda || device == graph::DeviceType::CPU) && !random_with_gradient) {
+    // A CPU call torch cannot be asked about is decomposed as before; on
+    // the GPU it stays torch's.
     const long backend = torch_attention_backend(c);
-    if (backend != kMathBackend) {
+    if (backend != kMathBackend && (cuda || backend != kUnknownBackend)) {
       std::string why;  // Note [Fused attention kernels]
-      if (std::optional<std::vector<int>> fused = fused_attention_call(c, backend, why)) return *fused;
+      if (cuda) {
+        if (std::optional<std::vector<int>> fused = fused_attention_call(c, backend, why)) return *fused;
+      } else {
+        why = "torch's fused CPU kernel";
+      }
       KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id << ") stays torch's call: " << why);
-      return attention_call(c);
-    }
-  }
-  if (!cuda && !random_with_gradient && b.meta(c.tensor("query")).device_type == graph::DeviceType::CPU) {
-    // torch's fused CPU attention (flash) where it would run it: kiln's
-    // decomposition writes the scores and takes a scalar exp of each.
-    const long backend = torch_attention_backend(c);
-    if (backend != kMathBackend && backend != kUnknownBackend) {
-      KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id << ") stays torch's fused CPU attention");
       return attention_call(c);
     }
   }

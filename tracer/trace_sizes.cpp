@@ -251,6 +251,10 @@ PyRef TraceState::unclamped_fake(const ValuePtr& tensor, const ValuePtr& index, 
   } else {
     return PyRef();
   }
+  const bool any_dynamic = std::any_of(parts.begin(), parts.end(), [](const ValuePtr& part) {
+    return part->is(ValueKind::SymInt) && part->sym_slice;
+  });
+  if (!any_dynamic) return PyRef();  // every getitem of a dynamic trace asks
   PyRef fake = lower_fake(tensor, point);
   TensorMeta here, traced;
   runtime::read_tensor_meta(fake.get(), &here);

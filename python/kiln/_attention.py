@@ -4,8 +4,9 @@ operands (Note [Attention on the GPU] in prims/decompose_nn.cpp).
 `backend` asks torch which kernel its scaled_dot_product_attention would run
 for the traced layouts: kiln decomposes the call where that is torch's math
 backend. Where it is cuDNN's or flash attention (memory-efficient attention
-without gradients), the graph calls the kernel itself through `attention` (the boolean mask converted in the graph, where
-kiln fuses it and computes it once for all layers), keeping the outputs its
+without gradients), the graph calls the kernel itself through `attention`
+(the boolean mask converted in the graph, where kiln fuses it and computes
+it once for all layers), keeping the outputs its
 backward kernel reads, and `attention.kiln_vjp` calls that backward kernel:
 no second forward, as an extern's gradient would pay (Note [Extern
 gradients]). `layouts` gives the outputs' metadata, found by running the
