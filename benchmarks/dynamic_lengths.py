@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Language models at varying sequence lengths (issue 24, dynamic shapes):
-kiln (dynamic=None) beside torch.compile(dynamic=None), eager, and kiln
-with static shapes, in one process on one device.
+"""Language models at varying sequence lengths or batch sizes (issue 24,
+dynamic shapes): kiln (dynamic=None) beside torch.compile(dynamic=None),
+eager, and kiln with static shapes, in one process on one device.
 
     PYTHONPATH=python .venv/bin/python benchmarks/dynamic_lengths.py [--device cuda] [--lengths 20]
+        [--vary batch]
 
 For a small GPT-2, Llama and BERT (transformers, random weights), a
-forward at N random sequence lengths in [16, 512] (batch 2, no grad):
-pass 1 calls each length once (compiles included), pass 2 calls each
-length again (steady state; best of --repeat calls per length). Reports
+forward at N random sequence lengths in [16, 512] (batch 2, no grad), or
+with --vary batch a serving loop: N random batch sizes in [1, 32] at
+length 128 with an attention mask (the first two sizes are not 1, so
+size 1 comes after a dynamic graph exists). Pass 1 calls each size once
+(compiles included), pass 2 calls each size again (steady state; best of
+--repeat calls per size). Reports
 compiles (kiln: frame traces and size instances; torch.compile: frames
 Dynamo compiled), whether outputs equal eager (rtol/atol 1e-3 on GPU,
 1e-4 on CPU), pass-1 seconds and the pass-2 geomean of per-length times
@@ -68,18 +72,36 @@ def timed(fn, device):
 
 
 def run(model, inputs, device, repeat):
-    """Pass 1 (each length once) seconds, pass-2 per-length best times, outputs."""
+    """Pass 1 (each size once) seconds, pass-2 per-size best times, outputs."""
     outs = []
     total = 0.0
     with torch.no_grad():
-        for ids in inputs:
-            out, seconds = timed(lambda: output_of(model(ids)), device)
+        for kwargs in inputs:
+            out, seconds = timed(lambda: output_of(model(**kwargs)), device)
             outs.append(out)
             total += seconds
         steady = []
-        for ids in inputs:
-            steady.append(min(timed(lambda: output_of(model(ids)), device)[1] for _ in range(repeat)))
+        for kwargs in inputs:
+            steady.append(min(timed(lambda: output_of(model(**kwargs)), device)[1] for _ in range(repeat)))
     return total, steady, outs
+
+
+def make_inputs(vary, count, device):
+    """(sizes, one kwargs dict per call) for the chosen axis."""
+    if vary == "length":
+        sizes = [random.randint(16, 512) for _ in range(count)]
+        torch.manual_seed(1)
+        return sizes, [{"input_ids": torch.randint(0, 100, (2, n), device=device)} for n in sizes]
+    sizes = [random.randint(2, 32) for _ in range(2)] + [random.randint(1, 32) for _ in range(count - 2)]
+    if 1 not in sizes:
+        sizes[count // 2] = 1
+    torch.manual_seed(1)
+    inputs = []
+    for b in sizes:
+        mask = torch.ones(b, 128, dtype=torch.long, device=device)
+        mask[0, :5] = 0
+        inputs.append({"input_ids": torch.randint(0, 100, (b, 128), device=device), "attention_mask": mask})
+    return sizes, inputs
 
 
 def geomean_ratio(a, b):
@@ -92,20 +114,19 @@ def main():
     parser.add_argument("--lengths", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--models", default="gpt2,llama,bert")
+    parser.add_argument("--vary", choices=["length", "batch"], default="length")
     args = parser.parse_args()
     device = args.device
     tol = 1e-3 if device == "cuda" else 1e-4
     random.seed(1)
-    lengths = [random.randint(16, 512) for _ in range(args.lengths)]
+    lengths, inputs = make_inputs(args.vary, args.lengths, device)
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else platform.processor() or platform.machine()}, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}; lengths {lengths}")
+          f"torch {torch.__version__}, transformers {transformers.__version__}; {args.vary}s {lengths}")
     print("| model | kiln traces | kiln size instances | kiln eager graphs | tc frames compiled | equal eager "
           "| pass 1 s: kiln / tc / eager | steady: kiln dyn / kiln static | steady: tc / kiln | steady: eager / kiln |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         model = build(name, device)
-        torch.manual_seed(1)
-        inputs = [torch.randint(0, 100, (2, n), device=device) for n in lengths]
         eager_total, eager_steady, expected = run(model, inputs, device, args.repeat)
 
         kiln.reset()

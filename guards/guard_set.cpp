@@ -260,7 +260,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
     case GuardKind::TensorMatch:
       if (!value || !runtime::is_tensor(value)) return false;
       if (!guard.dim_symbols.empty()) {
-        return runtime::tensor_matches_dynamic(value, guard.meta, guard.dim_symbols.data(), symbols);
+        return runtime::tensor_matches_dynamic(value, guard.meta, guard.dim_symbols.data(), symbols,
+                                               admits_size_one_ ? 1 : 2);
       }
       return runtime::tensor_matches(value, guard.meta);
     case GuardKind::TypeMatch:
@@ -363,10 +364,22 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
     // since a graph input or a derived guard depends on it.
     if (!value) return false;
   }
+  if (!ones_together(symbols)) return false;
   for (int g : relations_) {
     if (!holds(guards_[g], nullptr, values, symbols)) return false;
   }
   return true;
+}
+
+bool GuardSet::ones_together(const int64_t* symbols) const {
+  if (!admits_size_one_) return true;
+  int ones = 0, bound = 0;
+  for (int i = 0; i < symbol_count_; ++i) {
+    if (symbols[i] < 0) continue;
+    ++bound;
+    ones += symbols[i] == 1;
+  }
+  return ones == 0 || ones == bound;
 }
 
 std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t* symbols) const {
@@ -494,6 +507,13 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
     }
     if (!value) return sources_.at(id).text + " no longer exists";
   }
+  if (!ones_together(symbols)) {
+    std::ostringstream out;
+    out << "dynamic sizes (";
+    for (int i = 0; i < symbol_count_; ++i) out << (i ? ", " : "") << "s" << i << "=" << symbols[i];
+    out << ") mix 1 with other sizes; size 1 was traced only with every dynamic size 1";
+    return out.str();
+  }
   for (int g : relations_) {
     if (!holds(guards_[g], nullptr, values, symbols)) return explain(guards_[g], nullptr, symbols);
   }
@@ -546,9 +566,9 @@ std::string GuardSet::explain_dynamic_mismatch(PyObject* value, const Guard& gua
         out << "size of dim " << d << " is " << size << ", expected " << expected.sizes[d];
         return out.str();
       }
-      if (symbol >= 0 && size < 2) {
+      if (symbol >= 0 && size < (admits_size_one_ ? 1 : 2)) {
         out << "size of dim " << d << " is " << size << ", but dynamic dim s" << symbol
-            << " was traced for sizes >= 2";
+            << " was traced for sizes >= " << (admits_size_one_ ? 1 : 2);
         return out.str();
       }
       if (symbol >= 0 && symbols[symbol] >= 0 && size != symbols[symbol]) {
@@ -577,7 +597,8 @@ std::string GuardSet::describe(const Guard& guard) const {
       }
       std::vector<std::string> names;
       for (int8_t symbol : guard.dim_symbols) names.push_back(symbol < 0 ? "" : "s" + std::to_string(symbol));
-      out << " " << graph::format_tensor_meta(guard.meta, &names) << " (dynamic dims >= 2, contiguous)";
+      out << " " << graph::format_tensor_meta(guard.meta, &names)
+          << (admits_size_one_ ? " (dynamic dims >= 2 or all 1, contiguous)" : " (dynamic dims >= 2, contiguous)");
       break;
     }
     case GuardKind::TypeMatch:

@@ -54,8 +54,9 @@ struct Guard {
   bool weak = false;  // IdMatch: `expected` is a weakref
   graph::TensorMeta meta;      // TensorMatch; DefaultDtype: meta.dtype; DefaultDevice: its device
   // TensorMatch with dynamic dims: per dim, the symbol its size binds (-1:
-  // static). Dynamic dims accept any size >= 2, equal for equal symbols,
-  // and the tensor must be contiguous. Empty: every dim static.
+  // static). Dynamic dims accept any size >= 2 (or 1, see
+  // GuardSet::admit_size_one), equal for equal symbols, and the tensor
+  // must be contiguous. Empty: every dim static.
   std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
   PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
@@ -106,6 +107,10 @@ class GuardSet {
   // only, Note [Objects guarded by type] in tracer/trace_state.cpp): one
   // guard for the group, checked once all are fetched.
   void add_distinct(std::vector<int> sources);
+  // Dynamic dims accept size 1 too, as long as every symbol is 1 together
+  // (the trace held at that point: Note [The size-one point] in
+  // tracer/dynamic_shapes.cpp).
+  void admit_size_one() { admits_size_one_ = true; }
 
   // The hot path: fetches every source into `values` and checks every
   // guard. True when all hold; `values` then holds what graph inputs need.
@@ -138,6 +143,10 @@ class GuardSet {
   SourceTable sources_;
   std::vector<Guard> guards_;
   int symbol_count_ = 0;  // symbols the TensorMatch guards bind
+  bool admits_size_one_ = false;
+  // With size 1 admitted: the symbols are all 1 or none is (the one
+  // combination with 1 in it the trace was checked at).
+  bool ones_together(const int64_t* symbols) const;
   // Guards grouped by source id so check() can test each value right after
   // fetching it.
   mutable std::vector<std::vector<int>> by_source_;

@@ -133,7 +133,7 @@ bool tensor_matches(PyObject* tensor, const TensorMeta& meta) {
 }
 
 bool tensor_matches_dynamic(PyObject* tensor, const TensorMeta& meta, const int8_t* dim_symbols,
-                            int64_t* symbols) {
+                            int64_t* symbols, int64_t min_size) {
   const at::Tensor& t = THPVariable_Unpack(tensor);
   if (t.requires_grad() != meta.requires_grad || to_kiln_dtype(t.scalar_type()) != meta.dtype ||
       to_kiln_device(t.device().type()) != meta.device_type ||
@@ -152,7 +152,7 @@ bool tensor_matches_dynamic(PyObject* tensor, const TensorMeta& meta, const int8
     if (symbol < 0) {
       if (size != meta.sizes[i]) return false;
     } else {
-      if (size < 2) return false;
+      if (size < min_size) return false;
       if (symbols[symbol] < 0) {
         symbols[symbol] = size;
       } else if (symbols[symbol] != size) {

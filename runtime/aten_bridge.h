@@ -26,11 +26,12 @@ void read_tensor_meta(PyObject* tensor, graph::TensorMeta* out);
 bool tensor_matches(PyObject* tensor, const graph::TensorMeta& meta);
 
 // The guard's hot path for a tensor with dynamic dims: dims whose
-// `dim_symbols` entry is -1 must have meta's size; the others any size >= 2,
-// equal to symbols[symbol] when that is bound (>= 0), else binding it; the
-// tensor must be contiguous. Other fields as tensor_matches.
+// `dim_symbols` entry is -1 must have meta's size; the others any size >=
+// `min_size` (2, or 1 where the trace held at size 1), equal to
+// symbols[symbol] when that is bound (>= 0), else binding it; the tensor
+// must be contiguous. Other fields as tensor_matches.
 bool tensor_matches_dynamic(PyObject* tensor, const graph::TensorMeta& meta,
-                            const int8_t* dim_symbols, int64_t* symbols);
+                            const int8_t* dim_symbols, int64_t* symbols, int64_t min_size);
 
 // Explains in words how the tensor differs from `meta` ("" when it matches).
 std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& meta);

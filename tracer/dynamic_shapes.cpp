@@ -25,7 +25,8 @@ namespace kiln::tracer {
 // and traces again with static sizes; the cache then keeps that code static.
 //
 // Guards of a dynamic dim accept any size >= 2 (0 and 1 stay specialized,
-// as broadcasting treats them differently); only contiguous inputs get
+// as broadcasting treats them differently), and 1 where the trace was
+// checked there (Note [The size-one point]); only contiguous inputs get
 // dynamic dims, and their guards require contiguity at the new size. Two
 // dynamic dims of equal size are still two symbols: where the graph needs
 // them equal (x + y), torch raises at run time exactly as eager would.
@@ -55,6 +56,27 @@ bool DynamicDims::add(const std::string& source, int dim) {
 // Fits from shifted points cannot tell symbols apart: a dim two symbols
 // explain is named "?", and a comparison of sizes whose expression is not
 // exact (input dims, and +, - and * of them) specializes as before.
+
+// Note [The size-one point]
+// torch.compile specializes sizes 0 and 1: a dynamic graph guards every
+// symbol >= 2, because at 1 broadcasting, squeeze() and code like
+// `if batch == 1` may do something else. A serving loop that meets batch 1
+// after two other sizes then compiles a third time. kiln checks instead:
+// a dynamic trace runs its fakes at one more point, SymbolTable::kOnesPoint,
+// where every symbol is 1, and the trace holds at 1 when nothing there
+// differs from what the sample points decided: every op runs and keeps its
+// result's rank and count, every size read in Python that is constant at
+// the sample points is that constant at 1 as well, every comparison of
+// sizes gives the traced answer, and every guarded size expression
+// evaluates at 1 to the size the fakes have there (a fitted expression
+// that is wrong at 1 would let the guard pass wrongly). The first
+// difference drops the point for the rest of the trace (logged under
+// `dynamic`); it never specializes a trace. A trace that keeps it admits
+// 1 in its dynamic dims, with every symbol 1 together, the one combination
+// checked (GuardSet::admit_size_one): with batch and length dynamic,
+// (1, 1) is admitted, (1, 37) is not. What a graph computes at 1 is right
+// by construction: each size runs its own instance, replayed on metas of
+// that size (Note [Size instances]), or the symbolic graph's eager replay.
 
 int SymbolTable::new_symbol(int64_t size) {
   if (count() >= kMaxSymbols) return -1;

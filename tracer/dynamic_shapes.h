@@ -53,6 +53,10 @@ class SymbolTable {
   // scaled by 2 and by 3 (scaling keeps divisibility by the real size), or
   // shifted by one and two offsets (Note [Shifted sample points]).
   static constexpr int kPoints = 3;
+  // The point after them, where every symbol is 1: it names no size and
+  // fits nothing, it only checks that the trace holds there too (Note
+  // [The size-one point]).
+  static constexpr int kOnesPoint = kPoints;
 
   // Shifted points from here on; the offset is the first symbol's size.
   void use_shifted_points() { shifted_ = true; }
@@ -65,6 +69,7 @@ class SymbolTable {
   const std::vector<int64_t>& sizes() const { return sizes_; }
   // Value of a symbol of traced size `size` at sample point `point`.
   int64_t at_point(int64_t size, int point) const {
+    if (point == kOnesPoint) return 1;
     return shifted_ ? size + point * offset_ : size * (point + 1);
   }
   // What every symbol gains per point when shifted; 0 when points scale.

@@ -42,8 +42,22 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
       for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(call_args.get(), i, PyRef(args[i]->obj).release());
       result = PyRef::steal(PyObject_Call(result.get(), call_args.get(), nullptr));
     }
+    if (!result && p == SymbolTable::kOnesPoint) {
+      drop_ones_point("Tensor." + name + " fails: " + take_python_error());
+      break;
+    }
     if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
     results.push_back(std::move(result));
+  }
+  if (static_cast<int>(results.size()) > SymbolTable::kPoints) {
+    const std::vector<PyRef> sampled(results.begin(), results.begin() + SymbolTable::kPoints);
+    // A fact the sample points agree on must hold at 1 too; a size that
+    // varies is a SymInt, its value at 1 one more point.
+    if (all_equal(sampled) && !all_equal(results)) {
+      drop_ones_point("Tensor." + name + " is " + py_repr(results[0].get()) + " at the sample points, " +
+                      py_repr(results.back().get()) + " at 1");
+      results.pop_back();
+    }
   }
   if (all_equal(results)) return wrap_unguarded(results[0].get());
   const base::TorchApi* api = base::torch_api();
@@ -69,6 +83,12 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
     for (Py_ssize_t i = 0; i < n; ++i) {
       std::vector<int64_t> per_point;
       for (const PyRef& r : results) per_point.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(r.get(), i)));
+      if (static_cast<int>(per_point.size()) > SymbolTable::kPoints && per_point[0] == per_point[1] &&
+          per_point[1] == per_point[2] && per_point.back() != per_point[0]) {
+        drop_ones_point("dim " + std::to_string(i) + " of Tensor." + name + " is " + std::to_string(per_point[0]) +
+                        " at the sample points, " + std::to_string(per_point.back()) + " at 1");
+        per_point.pop_back();
+      }
       if (std::all_of(per_point.begin(), per_point.end(), [&](int64_t v) { return v == per_point[0]; })) {
         items.push_back(wrap_unguarded(PyTuple_GET_ITEM(results[0].get(), i)));
         continue;
@@ -121,6 +141,10 @@ ValuePtr TraceState::sym_arithmetic(const std::string& op_name, PyObject* fn,
       PyTuple_SET_ITEM(args.get(), i, item);
     }
     PyRef result = PyRef::steal(PyObject_Call(fn, args.get(), nullptr));
+    if (p == SymbolTable::kOnesPoint && (!result || !is_int(result.get()))) {
+      drop_ones_point(op_name + (result ? " gives a non-int" : " fails: " + take_python_error()));
+      break;
+    }
     if (!result) abort_trace(BreakCode::PythonException, op_name + ": " + take_python_error());
     if (!is_int(result.get())) throw Specialize(op_name + " of a dynamic size gives a non-int");
     per_point.push_back(PyLong_AsLongLong(result.get()));
@@ -142,7 +166,10 @@ std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) 
   // is never a constant, even where its points agree (s // 100).
   std::vector<bool> candidates(symbols_.count(), false);
   note_sym_sources(value, &candidates);
-  std::optional<guards::SizeExpr> e = guards::fit_size_expr(value->sym_points, symbols_.sizes(), candidates, symbols_.point_offset());
+  // The size-one point fits nothing (Note [The size-one point]).
+  const std::vector<int64_t> sampled(value->sym_points.begin(),
+                                     value->sym_points.begin() + std::min<size_t>(value->sym_points.size(), SymbolTable::kPoints));
+  std::optional<guards::SizeExpr> e = guards::fit_size_expr(sampled, symbols_.sizes(), candidates, symbols_.point_offset());
   if (e && e->is_constant()) e.reset();
   return e;
 }
@@ -319,13 +346,25 @@ ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) 
   const std::optional<guards::SizeExpr> ea = side(a, &pa);
   const std::optional<guards::SizeExpr> eb = side(b, &pb);
   const bool result = guards::compare_sizes(cmp, pa[0], pb[0]);
-  for (int p = 1; p < points_; ++p) {
+  for (int p = 1; p < SymbolTable::kPoints; ++p) {
     if (guards::compare_sizes(cmp, pa[p], pb[p]) != result) {
       throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and changes with the sizes");
     }
   }
   if (!ea || !eb) {
     throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and no size expression fits " + (!ea ? "its left side" : "its right side"));
+  }
+  if (ones_point_holds()) {
+    // The guard evaluates its expressions at the call's sizes: at 1 they
+    // must give the sizes the fakes have there, and the same answer.
+    const int k = SymbolTable::kOnesPoint;
+    const std::vector<int64_t> ones(guards::kMaxGuardSymbols, 1);
+    const std::string relation = ea->text() + " " + op + " " + eb->text();
+    if (guards::compare_sizes(cmp, pa[k], pb[k]) != result) {
+      drop_ones_point("size relation " + relation + " is " + (result ? "False" : "True") + " there");
+    } else if (ea->eval(ones.data()) != pa[k] || eb->eval(ones.data()) != pb[k]) {
+      drop_ones_point("size relation " + relation + ": an expression is not exact at 1");
+    }
   }
   guards_->add_size_relation(*ea, cmp, *eb, result);
   KILN_LOG(dynamic, "size relation " << ea->text() << " " << op << " " << eb->text() << " is "
@@ -334,17 +373,23 @@ ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) 
 }
 
 void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& per_point, int node) {
-  std::vector<TensorMeta> metas(per_point.size());
-  for (size_t p = 0; p < per_point.size(); ++p) {
-    if (!runtime::is_tensor(per_point[p].get())) {
-      throw Specialize("an op returns a non-tensor when the dynamic sizes change");
+  size_t npoints = std::min<size_t>(per_point.size(), points_);
+  std::vector<TensorMeta> metas(npoints);
+  for (size_t p = 0; p < npoints; ++p) {
+    const bool ones = static_cast<int>(p) == SymbolTable::kOnesPoint;
+    const bool tensor = runtime::is_tensor(per_point[p].get());
+    if (tensor) runtime::read_tensor_meta(per_point[p].get(), &metas[p]);
+    if (ones && (!tensor || metas[p].sizes.size() != metas[0].sizes.size())) {
+      drop_ones_point(tensor ? "an op's result has another rank" : "an op returns a non-tensor");
+      npoints = p;
+      break;
     }
-    runtime::read_tensor_meta(per_point[p].get(), &metas[p]);
+    if (!tensor) throw Specialize("an op returns a non-tensor when the dynamic sizes change");
     if (metas[p].sizes.size() != metas[0].sizes.size()) {
       throw Specialize("an op's result rank changes with the dynamic sizes");
     }
   }
-  for (size_t p = 1; p < per_point.size(); ++p) value->alt_fakes.push_back(per_point[p]);
+  for (size_t p = 1; p < npoints; ++p) value->alt_fakes.push_back(per_point[p]);
   std::vector<std::string> names(metas[0].sizes.size());
   bool any = false;
   for (size_t d = 0; d < names.size(); ++d) {
@@ -363,6 +408,20 @@ void TraceState::attach_points(const ValuePtr& value, const std::vector<PyRef>& 
   graph::Node& n = graph_->node(node);
   n.symbolic_sizes.resize(n.metas.size());
   n.symbolic_sizes.back() = std::move(names);
+}
+
+void TraceState::drop_ones_point(const std::string& why) {
+  if (!ones_point_holds()) return;
+  points_ = SymbolTable::kPoints;
+  KILN_LOG(dynamic, "size 1 stays specialized: at the size-one point " << why);
+}
+
+std::unique_ptr<guards::GuardSet> TraceState::take_guards() {
+  if (ones_point_holds() && symbols_.count() > 0) {
+    guards_->admit_size_one();
+    KILN_LOG(dynamic, "the trace holds with every dynamic size 1: guards admit it");
+  }
+  return std::move(guards_);
 }
 
 }  // namespace kiln::tracer

@@ -301,7 +301,7 @@ bool all_equal(const std::vector<PyRef>& results) {
 TraceState::TraceState(const guards::FrameView& frame, const DynamicDims& dynamic)
     : frame_(frame),
       dynamic_(dynamic),
-      points_(dynamic.empty() ? 1 : SymbolTable::kPoints),
+      points_(dynamic.empty() ? 1 : SymbolTable::kPoints + 1),  // the size-one point last
       graph_(std::make_unique<graph::Graph>()),
       guards_(std::make_unique<guards::GuardSet>()) {
   if (dynamic.shifted_points) symbols_.use_shifted_points();
@@ -993,6 +993,10 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
       // raised as it would eagerly (Note [Exceptions in inlined frames]).
       if (!device_found && !dynamic) raise_python_error(name + " raised ");
       std::string error = take_python_error();
+      if (p == SymbolTable::kOnesPoint) {
+        drop_ones_point(name + " fails: " + error);
+        break;
+      }
       if (p > 0) throw Specialize(name + " fails when the dynamic sizes change: " + error);
       if (error.find("meta") != std::string::npos || error.find("Meta") != std::string::npos) {
         abort_trace(BreakCode::ShapeInference, name + " cannot run on meta tensors: " + error);
@@ -1063,10 +1067,14 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     graph_->node(node).autocast_implicit = implicit_autocast;
     std::vector<ValuePtr> items;
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(out);
-    for (const PyRef& r : results) {
-      if (!is_tensor_sequence(r.get()) || PySequence_Fast_GET_SIZE(r.get()) != n) {
+    for (size_t p = 0; p < results.size(); ++p) {
+      PyObject* r = results[p].get();
+      if (is_tensor_sequence(r) && PySequence_Fast_GET_SIZE(r) == n) continue;
+      if (static_cast<int>(p) != SymbolTable::kOnesPoint) {
         throw Specialize(name + " returns a different number of tensors when the dynamic sizes change");
       }
+      drop_ones_point(name + " returns a different number of tensors");
+      results.pop_back();
     }
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyRef index = PyRef::steal(PyLong_FromSsize_t(i));
@@ -1096,6 +1104,15 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   if (is_constant_object(out, *api) || PyTuple_Check(out)) {
     // Metadata only (sizes, dtypes): fixed by the tensor guards, unless it
     // changes with a dynamic size.
+    if (dynamic && static_cast<int>(results.size()) > SymbolTable::kPoints) {
+      const std::vector<PyRef> sampled(results.begin(), results.begin() + SymbolTable::kPoints);
+      const std::vector<PyRef> ones{results[0], results[SymbolTable::kOnesPoint]};
+      // Constant at the sample points, yet another value at 1.
+      if (all_equal(sampled) && !all_equal(ones)) {
+        drop_ones_point(name + " returns another value");
+        results.pop_back();
+      }
+    }
     if (!dynamic || all_equal(results)) return wrap_unguarded(out);
     if (is_int(out) && kwargs.empty()) {
       std::vector<int64_t> per_point;

@@ -57,7 +57,9 @@ class TraceState {
   guards::SourceTable& sources() { return guards_->sources(); }
   const guards::FrameView& frame() const { return frame_; }
   std::unique_ptr<graph::Graph> take_graph() { return std::move(graph_); }
-  std::unique_ptr<guards::GuardSet> take_guards() { return std::move(guards_); }
+  // The finished trace's guards; its dynamic dims admit size 1 where the
+  // trace held there (Note [The size-one point]).
+  std::unique_ptr<guards::GuardSet> take_guards();
 
   // Wraps an object read from `source`, installing the guards that reading
   // it implies. The same source always yields the same Value.
@@ -125,8 +127,15 @@ class TraceState {
                           const std::vector<ValuePtr>& operands);
   // The dims of a tensor value whose size differs between sample points.
   std::vector<int> dynamic_dims_of(const ValuePtr& tensor) const;
-  // Number of sample points fakes run at (1 for a static trace).
+  // Number of sample points fakes run at (1 for a static trace), the
+  // size-one point included while it holds.
   int points() const { return points_; }
+  // True while the trace holds at the point where every symbol is 1
+  // (Note [The size-one point]).
+  bool ones_point_holds() const { return points_ > SymbolTable::kPoints; }
+  // The trace differs at the size-one point (`why`): later ops skip it and
+  // the trace's guards keep every symbol >= 2.
+  void drop_ones_point(const std::string& why);
 
   // Lowers a value to a graph argument; throws for values graphs can't hold.
   graph::Arg lower(const ValuePtr& value);

@@ -107,13 +107,65 @@ def test_mismatched_dynamic_sizes_raise_like_eager():
         compiled(x, y)
 
 
-def test_size_one_stays_specialized():
-    def fn(x):
-        return x * 2
+def test_size_one_runs_the_dynamic_graph(capfd):
+    # The dynamic trace holds where its symbol is 1 (Note [The size-one
+    # point]): 1 needs no graph of its own, unlike under torch.compile.
+    def fn(x, w):
+        return torch.softmax(x @ w, -1) * x.shape[0] + x.sum(0, keepdim=True)
 
-    s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 1, 4])
-    # 1 broadcasts differently from every other size: its own graph.
-    assert s["traces"] == 3 and s["cache_hits"] == 1, s
+    w = torch.randn(3, 3)
+    kiln._C.set_logs("dynamic")
+    try:
+        s = run_sizes(fn, lambda n: (torch.randn(n, 3), w), [2, 3, 1, 4, 1])
+    finally:
+        kiln._C.set_logs("")
+    assert s["traces"] == 2 and s["cache_hits"] == 3, s
+    assert "guards admit it" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["branch", "squeeze", "constant"])
+def test_size_one_that_changes_the_code_stays_specialized(case, capfd):
+    def fn(x):
+        if case == "branch":
+            # A comparison whose answer at 1 is not the traced one.
+            return x * 2 if x.shape[0] > 1 else x - 1
+        if case == "squeeze":
+            # The result's rank is another at 1.
+            return x.squeeze() + 1
+        # A size constant at the sample points, another at 1.
+        return x[:2].shape[0] * x
+
+    kiln._C.set_logs("dynamic")
+    try:
+        s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [4, 6, 1, 5, 1])
+    finally:
+        kiln._C.set_logs("")
+    # 4: static; 6: dynamic (>= 2 only); 1: its own trace; 5 and 1 hit.
+    assert s["traces"] == 3 and s["cache_hits"] == 2, s
+    assert "size 1 stays specialized" in capfd.readouterr().err
+
+
+def test_size_one_is_admitted_only_with_every_symbol_one(capfd):
+    def fn(x, y):
+        return x.sum(1) @ y
+
+    def args(n, m):
+        return torch.randn(n, m), torch.randn(n, 2)
+
+    compiled = kiln.compile(fn, backend="eager")
+    for n, m in [(3, 4), (5, 6), (1, 1), (7, 2)]:
+        a = args(n, m)
+        assert_same(compiled(*a), fn(*a))
+    assert stats()["traces"] == 2, stats()
+    kiln._C.set_logs("recompiles")
+    try:
+        # (1, 6) is a combination the trace never checked.
+        a = args(1, 6)
+        assert_same(compiled(*a), fn(*a))
+    finally:
+        kiln._C.set_logs("")
+    assert stats()["traces"] == 3, stats()
+    assert "mix 1 with other sizes" in capfd.readouterr().err
 
 
 def test_branch_on_size_specializes_and_stays_correct():
@@ -241,16 +293,19 @@ def test_dynamic_size_live_at_a_break_specializes_but_stays_correct():
 
 
 def test_guard_failure_explains_dynamic_dims(capfd):
-    import os
     def fn(x):
-        return x + 1
+        return x.squeeze() + 1
 
     compiled = kiln.compile(fn, backend="eager")
     compiled(torch.randn(2, 3))
     compiled(torch.randn(4, 3))
-    kiln._C.set_log_channels("recompiles,dynamic") if hasattr(kiln._C, "set_log_channels") else None
-    compiled(torch.randn(1, 3))
+    kiln._C.set_logs("recompiles")
+    try:
+        compiled(torch.randn(1, 3))
+    finally:
+        kiln._C.set_logs("")
     assert stats()["traces"] == 3
+    assert "dynamic dim s0 was traced for sizes >= 2" in capfd.readouterr().err
 
 
 @pytest.mark.cpu_semantics("the expected text prints CPU tensors")
@@ -264,7 +319,7 @@ def test_dynamic_graph_names_symbols():
     assert "input L['w'] : f32[s1, 1]" in text, text
     assert "f32[2*s0]" in text, text
     assert "Tensor.size(%0, 0)" in text, text
-    assert "TensorMatch L['x'] f32[s0] (dynamic dims >= 2, contiguous)" in text, text
+    assert "TensorMatch L['x'] f32[s0] (dynamic dims >= 2 or all 1, contiguous)" in text, text
 
 
 def test_random_factory_with_dynamic_size_draws_only_at_run_time():

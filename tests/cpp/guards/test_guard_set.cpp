@@ -580,6 +580,23 @@ TEST(DynamicTensorMatch, AcceptsAnySizeOfAtLeastTwoInTheDynamicDim) {
   EXPECT_THAT(verbose_locals(g.guards, {one.get()}), HasSubstr("traced for sizes >= 2"));
 }
 
+TEST(DynamicTensorMatch, SizeOneAdmittedOnlyWithEverySymbolOne) {
+  PyRef traced = eval("torch.ones(4, 3)");
+  DynamicGuard g(traced, 2);
+  g.guards.admit_size_one();
+  PyRef one = eval("torch.ones(1, 3)");
+  PyRef five = eval("torch.ones(5, 3)");
+  EXPECT_TRUE(check_locals(g.guards, {one.get(), one.get()}));
+  EXPECT_TRUE(check_locals(g.guards, {five.get(), five.get()}));
+  // (1, 5): a combination the trace was not checked at.
+  EXPECT_FALSE(check_locals(g.guards, {one.get(), five.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {one.get(), five.get()}), HasSubstr("s0=1, s1=5) mix 1 with other sizes"));
+  PyRef empty = eval("torch.ones(0, 3)");
+  EXPECT_FALSE(check_locals(g.guards, {empty.get(), empty.get()}));
+  EXPECT_THAT(verbose_locals(g.guards, {empty.get(), empty.get()}), HasSubstr("traced for sizes >= 1"));
+  EXPECT_THAT(g.guards.format(), HasSubstr("(dynamic dims >= 2 or all 1, contiguous)"));
+}
+
 TEST(DynamicTensorMatch, StaticDimsDtypeAndLayoutStillChecked) {
   PyRef traced = eval("torch.ones(4, 3)");
   DynamicGuard g(traced);

@@ -92,3 +92,28 @@ def test_generate_keeps_its_traces_across_calls(name):
     s = kiln.stats()
     assert after_first["traces"] <= 3, after_first
     assert s["traces"] == after_first["traces"] and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama", "hf-bert"])
+def test_serving_batch_sizes_compile_twice(name):
+    # A serving loop over batch sizes 1..32 with attention masks: the
+    # static trace, then one dynamic trace that also holds at batch 1
+    # (Note [The size-one point]): no recompile after the second size.
+    model, _, _ = build(name)
+    model.eval()
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled = kiln.compile(model, backend="inductor" if kernels else "aot_eager")
+    with torch.no_grad():
+        for batch in [5, 9, 1, 25, 3, 32, 1, 17]:
+            ids = torch.randint(0, 100, (batch, 16))
+            mask = torch.ones(batch, 16, dtype=torch.long)
+            mask[0, :3] = 0
+            got = tensors_of(compiled(ids, attention_mask=mask))
+            want = tensors_of(model(ids, attention_mask=mask))
+            assert len(got) == len(want) > 0
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["recompiles"] == 1 and s["graph_breaks"] == 0, s
+    assert s["size_instances"] == 6 and s["prim_fallbacks"] == 0 and s["eager_runs"] == 0, s
