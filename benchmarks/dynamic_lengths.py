@@ -115,6 +115,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--models", default="gpt2,llama,bert")
     parser.add_argument("--vary", choices=["length", "batch"], default="length")
+    parser.add_argument("--detail", action="store_true", help="print each size's steady ms per compiler")
     args = parser.parse_args()
     device = args.device
     tol = 1e-3 if device == "cuda" else 1e-4
@@ -152,6 +153,10 @@ def main():
               f"| {kiln_total:.1f} / {tc_total:.1f} / {eager_total:.2f} "
               f"| {geomean_ratio(kiln_steady, static_steady):.2f} | {geomean_ratio(tc_steady, kiln_steady):.2f} "
               f"| {geomean_ratio(eager_steady, kiln_steady):.2f} |", flush=True)
+        if args.detail:
+            for size, k, st, t, e in zip(lengths, kiln_steady, static_steady, tc_steady, eager_steady):
+                print(f"  {name} {args.vary} {size}: kiln {k * 1e3:.3f} ms, kiln static {st * 1e3:.3f}, "
+                      f"tc {t * 1e3:.3f}, eager {e * 1e3:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -346,6 +346,39 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
   return false;
 }
 
+// Note [Last failed guard first]
+// An entry that misses tends to miss on the same guard call after call:
+// every decode step of generate() checks the first step's static entry,
+// whose guards (about 450 for a small transformers model: its config,
+// modules, the cache's layers) all hold up to the KV cache's length, read
+// late in the trace. So a failed check remembers the guard that failed,
+// and the next check tests it first, after the guards of the sources it is
+// read through (fetched root first, as the full walk would: a base's type
+// guard comes before its attribute is read). When it fails again the
+// check ends there; otherwise the walk runs as always, the sources already
+// fetched kept. A Distinct guard (it reads other sources) and size
+// relations (they need every symbol bound) wait for the walk.
+bool GuardSet::last_failure_repeats(const FrameView& frame, SourceValues& values) const {
+  const int failed = last_failed_.load(std::memory_order_relaxed);
+  if (failed < 0 || guards_[failed].source < 0) return false;
+  int chain[64];
+  int depth = 0;
+  for (int id = guards_[failed].source; id >= 0 && depth < 64; id = sources_.at(id).base) chain[depth++] = id;
+  if (depth == 64) return false;
+  int64_t symbols[kMaxGuardSymbols];
+  std::fill_n(symbols, symbol_count_, -1);
+  while (depth-- > 0) {
+    const int id = chain[depth];
+    PyObject* value = fetch_source(sources_, id, frame, values);
+    values.set(id, value);
+    if (!value) return true;  // the walk fails on it too
+    for (int g : by_source_[id]) {
+      if (guards_[g].kind != GuardKind::Distinct && !holds(guards_[g], value, values, symbols)) return true;
+    }
+  }
+  return false;
+}
+
 bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   if (!indexed_) build_index();
   values.reset(sources_.size());
@@ -354,11 +387,18 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   for (const Guard& guard : guards_) {
     if (guard.source < 0 && guard.kind != GuardKind::SizeRelation && !holds(guard, nullptr, values, symbols)) return false;
   }
+  if (last_failure_repeats(frame, values)) return false;
   for (int id = 0; id < sources_.size(); ++id) {
-    PyObject* value = fetch_source(sources_, id, frame, values);
-    values.set(id, value);
+    PyObject* value = values.get(id);  // fetched by last_failure_repeats
+    if (!value) {
+      value = fetch_source(sources_, id, frame, values);
+      values.set(id, value);
+    }
     for (int g : by_source_[id]) {
-      if (!holds(guards_[g], value, values, symbols)) return false;
+      if (!holds(guards_[g], value, values, symbols)) {
+        last_failed_.store(g, std::memory_order_relaxed);
+        return false;
+      }
     }
     // A source that no longer resolves fails even without a guard on it,
     // since a graph input or a derived guard depends on it.
@@ -366,7 +406,10 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
   }
   if (!ones_together(symbols)) return false;
   for (int g : relations_) {
-    if (!holds(guards_[g], nullptr, values, symbols)) return false;
+    if (!holds(guards_[g], nullptr, values, symbols)) {
+      last_failed_.store(g, std::memory_order_relaxed);
+      return false;
+    }
   }
   return true;
 }

@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,10 @@ class GuardSet {
   std::string explain_dynamic_mismatch(PyObject* value, const Guard& guard,
                                        const int64_t* symbols) const;
   std::string describe(const Guard& guard) const;
+  // True when the guard that failed last still fails, checked with the
+  // guards on its source and the sources it is read through (Note [Last
+  // failed guard first]); fetches those sources into `values`.
+  bool last_failure_repeats(const FrameView& frame, SourceValues& values) const;
 
   SourceTable sources_;
   std::vector<Guard> guards_;
@@ -153,6 +158,8 @@ class GuardSet {
   // SizeRelation guards: checked after every source bound its symbols.
   mutable std::vector<int> relations_;
   mutable bool indexed_ = false;
+  // The guard whose failure ended the last failed check, or -1.
+  mutable std::atomic<int> last_failed_{-1};
   void build_index() const;
 };
 

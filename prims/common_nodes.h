@@ -7,8 +7,8 @@
 namespace kiln::prims {
 
 // `graph` with each pure node that repeats an earlier one (the same prim,
-// arguments, parameters and result metadata) dropped, its readers reading
-// the earlier node's results. Same inputs and outputs, in order. False, and
+// arguments, parameters and result metadata) or, for a view that changes
+// nothing, its input, dropped, its readers reading the earlier results. Same inputs and outputs, in order. False, and
 // *out untouched, when no node repeats.
 bool merge_common_nodes(const PrimGraph& graph, PrimGraph* out);
 

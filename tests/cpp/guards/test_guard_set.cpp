@@ -597,6 +597,37 @@ TEST(DynamicTensorMatch, SizeOneAdmittedOnlyWithEverySymbolOne) {
   EXPECT_THAT(g.guards.format(), HasSubstr("(dynamic dims >= 2 or all 1, contiguous)"));
 }
 
+TEST(LastFailedGuardFirst, ARepeatedMissSkipsTheGuardsBeforeIt) {
+  // Note [Last failed guard first]: x.a counts its reads.
+  PyRef module = test::exec_module(
+      "class Counted:\n"
+      "    reads = 0\n"
+      "    @property\n"
+      "    def a(self):\n"
+      "        Counted.reads += 1\n"
+      "        return 1\n"
+      "x = Counted()\n");
+  PyRef x = test::item(module, "x");
+  PyRef cls = test::item(module, "Counted");
+  PyRef traced = eval("torch.ones(2, 3)");
+  GuardSet guards;
+  PyRef name = PyRef::steal(PyUnicode_FromString("a"));
+  guards.add_constant_match(guards.sources().attr(guards.sources().local(0, "x"), name.get()), test::py_int(1).get());
+  guards.add_tensor_match(guards.sources().local(1, "y"), meta_of(traced));
+  auto reads = [&] { return PyLong_AsLong(PyRef::steal(PyObject_GetAttrString(cls.get(), "reads")).get()); };
+  PyRef other = eval("torch.ones(4, 3)");
+  EXPECT_FALSE(check_locals(guards, {x.get(), other.get()}));
+  EXPECT_EQ(reads(), 1);
+  // The tensor guard failed: checked first, it fails before x.a is read.
+  EXPECT_FALSE(check_locals(guards, {x.get(), other.get()}));
+  EXPECT_EQ(reads(), 1);
+  // Once it holds, every guard is checked as always.
+  EXPECT_TRUE(check_locals(guards, {x.get(), traced.get()}));
+  EXPECT_EQ(reads(), 2);
+  EXPECT_TRUE(check_locals(guards, {x.get(), traced.get()}));
+  EXPECT_EQ(reads(), 3);
+}
+
 TEST(DynamicTensorMatch, StaticDimsDtypeAndLayoutStillChecked) {
   PyRef traced = eval("torch.ones(4, 3)");
   DynamicGuard g(traced);
