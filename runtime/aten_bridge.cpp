@@ -329,6 +329,26 @@ PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multipl
   }
 }
 
+PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
+  const at::Tensor& input = THPVariable_Unpack(x);
+  const at::Tensor& weight = THPVariable_Unpack(w);
+  const at::Tensor& bias = THPVariable_Unpack(b);
+  at::Tensor result;
+  std::string error;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    result = at::linear(input, weight, bias);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  Py_END_ALLOW_THREADS
+  if (!error.empty()) {
+    PyErr_SetString(PyExc_RuntimeError, error.c_str());
+    return nullptr;
+  }
+  return THPVariable_Wrap(std::move(result));
+}
+
 PyObject* aten_matmul(PyObject* a, PyObject* b) {
   const at::Tensor& left = THPVariable_Unpack(a);
   const at::Tensor& right = THPVariable_Unpack(b);

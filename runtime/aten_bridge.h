@@ -86,6 +86,11 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
 // RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
 PyObject* aten_matmul(PyObject* a, PyObject* b);
 
+// at::linear(x, w, b) (torch.nn.functional.linear's op), computed with the
+// GIL released; null with a RuntimeError set when torch raises.
+// Preconditions: is_tensor of all three.
+PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b);
+
 // a @ b of 2-d operands with each of M, K, N that is a leading dimension
 // zero-padded to a multiple of `multiple` elements (Note [Padded GEMM
 // dims]: aten_matmul takes this path for large 16-bit CUDA products), the

@@ -53,6 +53,7 @@ struct PrimExecutor::Step {
   // ATen from C++; `callable` stays for any other operand.
   std::optional<ViewCall> view;
   bool matmul = false;
+  bool linear = false;  // an extern call of F.linear(x, w, b)
   std::vector<int> native_inputs;  // value ids of the native call's operands
   // Note [Strides of size-1 dims]: the output's strides, where it has a
   // size-1 dim whose stride torch's op may set otherwise.
@@ -106,6 +107,9 @@ namespace {
 // are plain tensors (plain_tensor: no __torch_function__ to honour) calls
 // ATen's op of the same name from C++: the same op, the same autograd
 // record, no Python. Any other operand takes the prepared Python call.
+// The same holds for the F.linear(x, w, b) externs of CUDA graphs' bias
+// epilogues (Note [Bias epilogues]): Python's argument parsing took a few
+// of each linear's microseconds.
 
 // Note [Executor run profile]
 // With KILN_LOGS=perf each run logs where its host time went, by step
@@ -616,6 +620,13 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
         if (!a.target) unsupported(n, node, "extern without a callable");
         step.callable = PyRef::borrow(a.target);
         step.args = a.extern_args;
+        if (a.extern_kwargs.empty() && a.extern_args.size() == 3 &&
+            std::all_of(a.extern_args.begin(), a.extern_args.end(),
+                        [](const Arg& arg) { return arg.kind == Arg::Kind::Node; }) &&
+            a.target == torch_attr("nn.functional.linear").get()) {
+          step.linear = true;  // Note [Native views]
+          for (const Arg& arg : a.extern_args) step.native_inputs.push_back(arg.node);
+        }
         for (const auto& [name, arg] : a.extern_kwargs) {
           step.args.push_back(arg);
         }
@@ -745,12 +756,15 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     const bool memo = index < memos_.size() && memos_[index];  // Note [Kernels of parameters]
     if (memo) result = memoized(index, values);
     bool handled = result != nullptr;  // a kept result, or a native call below
-    if (!handled && (step.view || step.matmul)) {
+    if (!handled && (step.view || step.matmul || step.linear)) {
       bool native = true;  // Note [Native views]
       for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
       if (native) {
-        result = step.view ? aten_view(values[step.native_inputs[0]], *step.view)
-                           : aten_matmul(values[step.native_inputs[0]], values[step.native_inputs[1]]);
+        PyObject* in[3] = {};  // a view's 1, a matmul's 2, a linear's 3 operands
+        for (size_t i = 0; i < step.native_inputs.size(); ++i) in[i] = values[step.native_inputs[i]];
+        result = step.view     ? aten_view(in[0], *step.view)
+                 : step.linear ? aten_linear(in[0], in[1], in[2])
+                               : aten_matmul(in[0], in[1]);
       }
       handled = native;
     }

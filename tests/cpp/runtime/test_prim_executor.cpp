@@ -299,9 +299,9 @@ TEST(PrimExecutor, PerfLogsWhereARunsTimeWent) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // perf off: no line
 }
 
-// Note [Native views]: views and matmuls of plain tensors run through ATen
-// from C++ and record autograd as the Python calls do; a tensor subclass
-// still gets its __torch_function__.
+// Note [Native views]: views, matmuls and F.linear externs of plain tensors
+// run through ATen from C++ and record autograd as the Python calls do; a
+// tensor subclass still gets its __torch_function__.
 TEST(PrimExecutor, ViewsAndMatmulsOfPlainTensorsMatchTheirPythonCalls) {
   PyRef ns = test::exec_module(
       "import torch\n"
@@ -313,33 +313,41 @@ TEST(PrimExecutor, ViewsAndMatmulsOfPlainTensorsMatchTheirPythonCalls) {
       "        return super().__torch_function__(func, types, args, kwargs or {})\n"
       "x = torch.randn(4, 6, requires_grad=True)\n"
       "w = torch.nn.Parameter(torch.randn(6, 6))\n"
-      "def expected(x, w):\n"
+      "bias = torch.nn.Parameter(torch.randn(6))\n"
+      "linear = torch.nn.functional.linear\n"
+      "def expected(x, w, bias):\n"
       "    s = x[:, 1:5:2].permute(1, 0).unsqueeze(0).expand(3, 2, 4)\n"
-      "    return s.reshape(6, 4), x.as_strided((2, 2), (1, 6), 1), x @ w\n"
+      "    return s.reshape(6, 4), x.as_strided((2, 2), (1, 6), 1), x @ w, linear(x, w, bias)\n"
       "def same(got, want):\n"
       "    return all(g.shape == e.shape and g.stride() == e.stride() and torch.equal(g, e) and\n"
       "               type(g.grad_fn).__name__ == type(e.grad_fn).__name__ for g, e in zip(got, want))\n");
   auto graph = std::make_shared<PrimGraph>();
   PrimBuilder b(*graph);
-  PyRef x = test::item(ns, "x"), w = test::item(ns, "w");
+  PyRef x = test::item(ns, "x"), w = test::item(ns, "w"), bias = test::item(ns, "bias");
   const int xi = graph->add_input(meta_of(x.get()));
   const int wi = graph->add_input(meta_of(w.get()));
+  const int bi = graph->add_input(meta_of(bias.get()));
   const int s = b.expand(b.unsqueeze(b.permute(b.slice(xi, 1, 1, 5, 2), {1, 0}), 0), {3, 2, 4});
-  graph->set_outputs({b.reshape(s, {6, 4}), b.as_strided(xi, {2, 2}, {1, 6}, 1), b.matmul(xi, wi)});
+  const int lin = b.extern_call(test::item(ns, "linear").get(), "linear",
+                                {graph::Arg::of_node(xi), graph::Arg::of_node(wi), graph::Arg::of_node(bi)}, {},
+                                {meta_of(x.get())})[0];
+  graph->set_outputs({b.reshape(s, {6, 4}), b.as_strided(xi, {2, 2}, {1, 6}, 1), b.matmul(xi, wi), lin});
   PrimExecutor executor(graph);
-  PyRef result = run(executor, {x, w});
+  PyRef result = run(executor, {x, w, bias});
   ASSERT_TRUE(result);
-  PyRef want = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "expected").get(), x.get(), w.get(), nullptr));
+  PyRef want = PyRef::steal(
+      PyObject_CallFunctionObjArgs(test::item(ns, "expected").get(), x.get(), w.get(), bias.get(), nullptr));
   ASSERT_TRUE(want);
   PyRef same = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "same").get(), result.get(), want.get(), nullptr));
   EXPECT_EQ(same.get(), Py_True);
   // A subclass operand takes the Python calls, which honour its __torch_function__.
   PyRef xs = PyRef::steal(PyObject_CallMethod(x.get(), "as_subclass", "O", test::item(ns, "Traced").get()));
   ASSERT_TRUE(xs);
-  PyRef again = run(executor, {xs, w});
+  PyRef again = run(executor, {xs, w, bias});
   ASSERT_TRUE(again);
   PyRef calls = test::item(ns, "calls");
-  EXPECT_GE(PyList_GET_SIZE(calls.get()), 6) << test::repr_of(calls.get());
+  EXPECT_GE(PyList_GET_SIZE(calls.get()), 7) << test::repr_of(calls.get());
+  EXPECT_THAT(test::repr_of(calls.get()), testing::HasSubstr("'linear'"));
 }
 
 TEST(PrimExecutor, ProductsWithPaddedDimsEqualTorchsAndAreFreshContiguousTensors) {
