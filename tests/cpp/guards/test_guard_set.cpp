@@ -628,6 +628,27 @@ TEST(LastFailedGuardFirst, ARepeatedMissSkipsTheGuardsBeforeIt) {
   EXPECT_EQ(reads(), 3);
 }
 
+// Note [Objects guarded by type]: one Distinct guard over a group keeps its
+// objects pairwise different, checked once every one is fetched; a repeated
+// failure (Note [Last failed guard first]) is found by the walk again.
+TEST(Distinct, HoldsForDifferentObjectsAndFailsWhenTwoAreOne) {
+  PyRef a = eval("object()"), b = eval("object()"), c = eval("object()");
+  GuardSet guards;
+  std::vector<int> sources;
+  for (int i = 0; i < 3; ++i) {
+    const int id = guards.sources().local(i, std::string(1, static_cast<char>('a' + i)));
+    guards.add_type_match(id, reinterpret_cast<PyObject*>(Py_TYPE(a.get())));
+    sources.push_back(id);
+  }
+  guards.add_distinct(sources);
+  EXPECT_TRUE(check_locals(guards, {a.get(), b.get(), c.get()}));
+  EXPECT_FALSE(check_locals(guards, {a.get(), b.get(), a.get()}));
+  EXPECT_FALSE(check_locals(guards, {a.get(), b.get(), a.get()}));
+  EXPECT_FALSE(check_locals(guards, {b.get(), b.get(), c.get()}));
+  EXPECT_TRUE(check_locals(guards, {c.get(), a.get(), b.get()}));
+  EXPECT_THAT(guards.format(), HasSubstr("Distinct"));
+}
+
 TEST(DynamicTensorMatch, StaticDimsDtypeAndLayoutStillChecked) {
   PyRef traced = eval("torch.ones(4, 3)");
   DynamicGuard g(traced);
