@@ -329,15 +329,17 @@ PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multipl
   }
 }
 
-PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
-  const at::Tensor& input = THPVariable_Unpack(x);
-  const at::Tensor& weight = THPVariable_Unpack(w);
-  const at::Tensor& bias = THPVariable_Unpack(b);
+namespace {
+
+// `compute()`'s tensor wrapped for Python, computed with the GIL released;
+// null with a RuntimeError set when torch raises.
+template <typename Compute>
+PyObject* wrap_without_gil(Compute compute) {
   at::Tensor result;
   std::string error;
   Py_BEGIN_ALLOW_THREADS
   try {
-    result = at::linear(input, weight, bias);
+    result = compute();
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -349,24 +351,22 @@ PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
   return THPVariable_Wrap(std::move(result));
 }
 
+}  // namespace
+
+PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
+  const at::Tensor& input = THPVariable_Unpack(x);
+  const at::Tensor& weight = THPVariable_Unpack(w);
+  const at::Tensor& bias = THPVariable_Unpack(b);
+  return wrap_without_gil([&] { return at::linear(input, weight, bias); });
+}
+
 PyObject* aten_matmul(PyObject* a, PyObject* b) {
   const at::Tensor& left = THPVariable_Unpack(a);
   const at::Tensor& right = THPVariable_Unpack(b);
-  at::Tensor result;
-  std::string error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
+  return wrap_without_gil([&] {
     const int64_t multiple = gemm_padding_multiple(left, right);
-    result = multiple ? matmul_with_padded_dims(left, right, multiple) : at::matmul(left, right);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  Py_END_ALLOW_THREADS
-  if (!error.empty()) {
-    PyErr_SetString(PyExc_RuntimeError, error.c_str());
-    return nullptr;
-  }
-  return THPVariable_Wrap(std::move(result));
+    return multiple ? matmul_with_padded_dims(left, right, multiple) : at::matmul(left, right);
+  });
 }
 
 bool current_cuda_stream(int device, void** stream) {
