@@ -5,6 +5,7 @@ configuration, and compares what a compiled callable returns against what
 plain eager PyTorch returns for the same inputs.
 """
 import atexit
+import contextlib
 import inspect
 import math
 import os
@@ -110,6 +111,17 @@ def kiln_clean():
     kiln.config.cuda_kernels = saved_cuda_kernels
     kiln.config.cpu_matmul = saved_matmul
     kiln.reset()
+
+
+@contextlib.contextmanager
+def kiln_logs(channels):
+    """KILN_LOGS channels (comma-separated) on for the block, all off after;
+    an unknown channel fails the test."""
+    assert kiln._C.set_logs(channels) == "", channels
+    try:
+        yield
+    finally:
+        kiln._C.set_logs("")
 
 
 def assert_same(compiled_out, eager_out, path="out"):

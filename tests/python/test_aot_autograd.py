@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
+from conftest import kiln_logs
 
 stats = kiln.stats  # with the backend counters (prim_graphs, autograd_graphs, ...)
 
@@ -425,11 +426,8 @@ def test_slice_gradients_are_joined_by_cat(fn, capfd):
     x = torch.randn(3, 12, requires_grad=True)
     xe = x.detach().clone().requires_grad_()
     compiled = kiln.compile(fn, backend="aot_eager")
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         out = compiled(x)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     out.backward()
     fn(xe).backward()
@@ -498,11 +496,8 @@ def test_an_embedding_read_by_an_arange_is_a_slice(backend, t, capfd):
     eager = copy.deepcopy(model)
     idx = torch.randint(0, 11, (3, t))
     compiled = kiln.compile(model, backend=backend)
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         out = compiled(idx)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     out.square().sum().backward()
     expected = eager(idx)
@@ -832,11 +827,8 @@ def test_appending_to_an_empty_cache_trains_like_eager(capfd):
     x = torch.randn(2, 3, 5, 4, requires_grad=True)
     past = torch.zeros(2, 3, 0, 4)
     kiln.reset()
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         got = kiln.compile(f, fullgraph=True)(x, past)
-    finally:
-        kiln._C.set_logs("")
     assert " cat(" not in capfd.readouterr().err
     want = f(x, past)
     for a, b in zip(got, want):
@@ -858,11 +850,8 @@ def test_repeated_work_is_merged_into_one_node(grad, capfd):
     x = torch.randn(6, 6, requires_grad=grad)
     mask = torch.rand(6, 6) > 0.5
     compiled = kiln.compile(layers_sharing_a_mask, backend="aot_eager")
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         got = compiled(x, mask)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     torch.testing.assert_close(got, layers_sharing_a_mask(x, mask))
     assert "common nodes merged" in log, log

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kiln
-from conftest import STAT_KEYS, assert_same, check_compiled, delta, stats
+from conftest import STAT_KEYS, assert_same, check_compiled, delta, stats, kiln_logs
 
 
 def poly(x):
@@ -415,11 +415,8 @@ def test_allow_in_graph_makes_a_call_one_graph_node(capfd):
 
     x = torch.randn(4, 5, requires_grad=True)
     kiln.reset()
-    kiln._C.set_logs("graph")
-    try:
+    with kiln_logs("graph"):
         got = kiln.compile(f, fullgraph=True)(x)
-    finally:
-        kiln._C.set_logs("")
     assert "scaled_gelu(%1, 3.0)" in capfd.readouterr().err
     assert ran_on == ["meta", "cpu"]
     want = f(x)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import assert_same, check_compiled, clone_args, delta, stats
+from conftest import assert_same, check_compiled, clone_args, delta, stats, kiln_logs
 
 
 def randn(*shape, dtype=torch.float32):
@@ -928,11 +928,8 @@ def test_a_disabled_function_called_from_an_untraced_frame_runs_untraced(capfd):
 
     x = torch.randn(4)
     kiln.compile(meets_the_marker)(x)
-    kiln._C.set_logs("graph")
-    try:
+    with kiln_logs("graph"):
         got = kiln.compile(fn)(x)
-    finally:
-        kiln._C.set_logs("")
     err = capfd.readouterr().err
     assert "graph for second" not in err and "graph for nested" not in err, err
     assert torch.allclose(got, fn(x))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import assert_same, stats
+from conftest import assert_same, stats, kiln_logs
 
 
 def run_sizes(fn, make_args, sizes, **compile_kwargs):
@@ -114,11 +114,8 @@ def test_size_one_runs_the_dynamic_graph(capfd):
         return torch.softmax(x @ w, -1) * x.shape[0] + x.sum(0, keepdim=True)
 
     w = torch.randn(3, 3)
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         s = run_sizes(fn, lambda n: (torch.randn(n, 3), w), [2, 3, 1, 4, 1])
-    finally:
-        kiln._C.set_logs("")
     assert s["traces"] == 2 and s["cache_hits"] == 3, s
     assert "guards admit it" in capfd.readouterr().err
 
@@ -135,11 +132,8 @@ def test_size_one_that_changes_the_code_stays_specialized(case, capfd):
         # A size constant at the sample points, another at 1.
         return x[:2].shape[0] * x
 
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         s = run_sizes(fn, lambda n: (torch.randn(n, 3),), [4, 6, 1, 5, 1])
-    finally:
-        kiln._C.set_logs("")
     # 4: static; 6: dynamic (>= 2 only); 1: its own trace; 5 and 1 hit.
     assert s["traces"] == 3 and s["cache_hits"] == 2, s
     assert "size 1 stays specialized" in capfd.readouterr().err
@@ -157,13 +151,10 @@ def test_size_one_is_admitted_only_with_every_symbol_one(capfd):
         a = args(n, m)
         assert_same(compiled(*a), fn(*a))
     assert stats()["traces"] == 2, stats()
-    kiln._C.set_logs("recompiles")
-    try:
+    with kiln_logs("recompiles"):
         # (1, 6) is a combination the trace never checked.
         a = args(1, 6)
         assert_same(compiled(*a), fn(*a))
-    finally:
-        kiln._C.set_logs("")
     assert stats()["traces"] == 3, stats()
     assert "mix 1 with other sizes" in capfd.readouterr().err
 
@@ -187,13 +178,10 @@ def test_comparison_of_sizes_is_guarded_not_specialized(capfd):
         return x - 1
 
     compiled = kiln.compile(fn, backend="eager")
-    kiln._C.set_logs("recompiles")
-    try:
+    with kiln_logs("recompiles"):
         for n in [5, 6, 7, 9, 2]:
             x = torch.randn(n, 3)
             assert_same(compiled(x), fn(x))
-    finally:
-        kiln._C.set_logs("")
     s = stats()
     # 5: static; 6: dynamic, with the guard s0 > 4 (True at 6, 12, 18);
     # 7 and 9 reuse it; 2 fails the guard and is traced again.
@@ -299,11 +287,8 @@ def test_guard_failure_explains_dynamic_dims(capfd):
     compiled = kiln.compile(fn, backend="eager")
     compiled(torch.randn(2, 3))
     compiled(torch.randn(4, 3))
-    kiln._C.set_logs("recompiles")
-    try:
+    with kiln_logs("recompiles"):
         compiled(torch.randn(1, 3))
-    finally:
-        kiln._C.set_logs("")
     assert stats()["traces"] == 3
     assert "dynamic dim s0 was traced for sizes >= 2" in capfd.readouterr().err
 
@@ -433,13 +418,10 @@ def _kv_step(cache, new, mask):
 def test_sizes_linked_by_an_offset_stay_dynamic(backend, capfd):
     compiled = kiln.compile(_kv_step, backend=backend)
     new = torch.randn(1, 4)
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         for length in [8, 9, 12, 10, 20, 15]:
             args = (torch.randn(length, 4), new, torch.rand(length + 1))
             assert_same(compiled(*args), _kv_step(*args))
-    finally:
-        kiln._C.set_logs("")
     # The second length makes both dims dynamic; at scaled sample points the
     # mask outgrows the cache (18 > 17) and the branch differs, so the
     # trace is redone at shifted points, which keep mask == cache + 1.
@@ -467,13 +449,10 @@ class _Positions(torch.nn.Module):
 def test_slice_of_a_buffer_by_a_dynamic_length_stays_dynamic(capfd):
     module = _Positions()
     compiled = kiln.compile(module, backend="eager")
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         for n in [4, 6, 9, 12, 16, 7]:
             x = torch.randn(2, n, 3)
             assert_same(compiled(x), module(x))
-    finally:
-        kiln._C.set_logs("")
     # 6 is traced dynamic: its sample points (12, 18) pass the 16 positions,
     # where the slice would clamp; the buffer's fakes are made long enough
     # and the bound is guarded within the buffer.

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kiln
-from conftest import assert_same, delta, stats
+from conftest import assert_same, delta, stats, kiln_logs
 
 
 def affine(x):
@@ -662,11 +662,8 @@ def test_recompile_log_names_every_entrys_failed_guard(capfd):
     compiled = kiln.compile(f, backend="eager", dynamic=False)
     compiled(torch.randn(2), 2.0)
     compiled(torch.randn(3), 2.0)
-    kiln._C.set_logs("recompiles")
-    try:
+    with kiln_logs("recompiles"):
         compiled(torch.randn(3), 5.0)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "entry 1: L['scale'] == 5.0, expected 2.0" in log, log
     assert "entry 0: L['x']: sizes (3) != expected (2)" in log, log

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
+from conftest import kiln_logs
 
 pytestmark = pytest.mark.skipif(not kiln._C.cpu_kernels_available(),
                                 reason="this build has no LLVM code generation")
@@ -55,11 +56,8 @@ def test_a_cast_after_a_reshape_joins_the_kernel_before_it(flatten, capfd):
     x = torch.randn(2, 8, 64, dtype=torch.bfloat16)
     kiln.reset()
     compiled = kiln.compile(f, backend="inductor")
-    kiln._C.set_logs("kernels")
-    try:
+    with kiln_logs("kernels"):
         got = compiled(x)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     torch.testing.assert_close(got, f(x), rtol=2e-2, atol=2e-2)
     assert kiln.stats()["kernels"] == 1, kiln.stats()
@@ -76,11 +74,8 @@ def test_a_widening_cast_after_a_reshape_stays_with_its_reader(capfd):
     x, b = torch.randn(32, 256, dtype=torch.bfloat16), torch.randn(256, dtype=torch.bfloat16)
     kiln.reset()
     compiled = kiln.compile(f, backend="inductor")
-    kiln._C.set_logs("kernels")
-    try:
+    with kiln_logs("kernels"):
         got = compiled(x, b)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     torch.testing.assert_close(got, f(x, b))
     stored = [line for line in log.splitlines() if line.strip().startswith("out")]

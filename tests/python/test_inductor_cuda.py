@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from conftest import train_gpt_under_autocast
+from conftest import train_gpt_under_autocast, kiln_logs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -246,14 +246,11 @@ def test_max_autotune_times_candidates_once_and_matches_eager(mode, capfd):
     b = torch.randn(cols, device="cuda")
     want = _softmax_layer_norm(x, w, b)
     kiln.reset()
-    assert kiln._C.set_logs("autotune") == ""
-    try:
+    with kiln_logs("autotune"):
         compiled = kiln.compile(_softmax_layer_norm, backend="inductor", mode=mode)
         with torch.no_grad():
             first = compiled(x, w, b)
             second = compiled(x, w, b)
-    finally:
-        kiln._C.set_logs("")
     torch.testing.assert_close(first, want, rtol=2e-4, atol=1e-5)
     torch.testing.assert_close(second, want, rtol=2e-4, atol=1e-5)
     s = kiln.stats()
@@ -357,11 +354,8 @@ def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
         t.grad = None
     kiln.reset()
     compiled = kiln.compile(f, backend="inductor")
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         got = compiled(q, k, v)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "extern F.scaled_dot_product_attention" in log, log
     got.sum().backward()
@@ -410,12 +404,9 @@ def test_attention_calls_torchs_fused_kernel_and_its_backward(backend, mask, cap
         wants = torch.autograd.grad(want.float().sum(), (q, k, v))
         kiln.reset()
         compiled = kiln.compile(f, backend="inductor")
-        kiln._C.set_logs("prims")
-        try:
+        with kiln_logs("prims"):
             got = compiled(q, k, v)
             grads = torch.autograd.grad(got.float().sum(), (q, k, v))
-        finally:
-            kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "kiln._attention.attention" in log and "kiln._attention.attention.kiln_vjp" in log, log
     assert "F.scaled_dot_product_attention" not in log and "extern_vjp(" not in log, log
@@ -443,11 +434,8 @@ def test_decode_step_attention_calls_the_memory_efficient_kernel(dtype, mask, ca
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION), torch.no_grad():
         want = f(q, k, v)
         compiled = kiln.compile(f, backend="inductor")
-        kiln._C.set_logs("prims")
-        try:
+        with kiln_logs("prims"):
             got = compiled(q, k, v)
-        finally:
-            kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "kiln._attention.attention" in log and "F.scaled_dot_product_attention" not in log, log
     tol = 1e-5 if dtype == torch.float32 else 2e-2
@@ -497,12 +485,9 @@ def test_attention_kernel_in_inference_converts_the_mask_in_the_graph(capfd):
     want = f(q, k, v)
     kiln.reset()
     compiled = kiln.compile(f, backend="inductor")
-    kiln._C.set_logs("prims")
-    try:
+    with kiln_logs("prims"):
         with torch.no_grad():
             got = compiled(q, k, v)
-    finally:
-        kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "kiln._attention.attention" in log and "F.scaled_dot_product_attention" not in log, log
     assert "where(" in log, log
@@ -526,11 +511,8 @@ def test_attention_torch_would_run_as_math_is_decomposed(capfd):
     compiled = kiln.compile(f, backend="inductor")
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         want = f(q, k, v)
-        kiln._C.set_logs("prims")
-        try:
+        with kiln_logs("prims"):
             got = compiled(q, k, v)
-        finally:
-            kiln._C.set_logs("")
     log = capfd.readouterr().err
     assert "extern F.scaled_dot_product_attention" not in log, log
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import assert_same
+from conftest import assert_same, kiln_logs
 
 
 def run_sizes(fn, make_args, sizes, backend="inductor", **compile_kwargs):
@@ -138,11 +138,8 @@ def test_sizes_log_their_instances(capfd):
     def fn(x):
         return x.sin() * 2
 
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4])
-    finally:
-        kiln._C.set_logs("")
     err = capfd.readouterr().err
     assert "compiled per size" in err and "size instance" in err and "s0=4" in err, err
 
@@ -183,8 +180,7 @@ def test_a_graph_the_backend_runs_eagerly_compiles_no_more_sizes(capfd):
         return w * 2
 
     compiled = kiln.compile(fn, backend="aot_eager", dynamic=True)
-    kiln._C.set_logs("dynamic")
-    try:
+    with kiln_logs("dynamic"):
         for n in [6, 7, 8, 9, 7]:
             x = torch.randn(n, requires_grad=True)
             xe = x.detach().clone().requires_grad_()
@@ -193,8 +189,6 @@ def test_a_graph_the_backend_runs_eagerly_compiles_no_more_sizes(capfd):
             out.sum().backward()
             ref.sum().backward()
             assert_same(x.grad, xe.grad)
-    finally:
-        kiln._C.set_logs("")
     s = kiln.stats()
     # One instance tried (6) and run eagerly by the backend; 7, 8, 9 compile nothing.
     assert s["traces"] == 1 and s["size_instances"] == 1 and s["prim_fallbacks"] == 1, s
