@@ -356,8 +356,9 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
 // read through (fetched root first, as the full walk would: a base's type
 // guard comes before its attribute is read). When it fails again the
 // check ends there; otherwise the walk runs as always, the sources already
-// fetched kept. A Distinct guard (it reads other sources) and size
-// relations (they need every symbol bound) wait for the walk.
+// fetched kept. A check that holds forgets the guard. A Distinct guard (it
+// reads other sources) and size relations (they need every symbol bound)
+// wait for the walk.
 bool GuardSet::last_failure_repeats(const FrameView& frame, SourceValues& values) const {
   const int failed = last_failed_.load(std::memory_order_relaxed);
   if (failed < 0 || guards_[failed].source < 0) return false;
@@ -411,6 +412,8 @@ bool GuardSet::check(const FrameView& frame, SourceValues& values) const {
       return false;
     }
   }
+  // Held: the next check need not test a guard first twice.
+  if (last_failed_.load(std::memory_order_relaxed) >= 0) last_failed_.store(-1, std::memory_order_relaxed);
   return true;
 }
 

@@ -158,7 +158,7 @@ class GuardSet {
   // SizeRelation guards: checked after every source bound its symbols.
   mutable std::vector<int> relations_;
   mutable bool indexed_ = false;
-  // The guard whose failure ended the last failed check, or -1.
+  // The guard whose failure ended the last check, or -1 when it held.
   mutable std::atomic<int> last_failed_{-1};
   void build_index() const;
 };
