@@ -49,16 +49,8 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
     if (!result) abort_trace(BreakCode::PythonException, "Tensor." + name + ": " + take_python_error());
     results.push_back(std::move(result));
   }
-  if (static_cast<int>(results.size()) > SymbolTable::kPoints) {
-    const std::vector<PyRef> sampled(results.begin(), results.begin() + SymbolTable::kPoints);
-    // A fact the sample points agree on must hold at 1 too; a size that
-    // varies is a SymInt, its value at 1 one more point.
-    if (all_equal(sampled) && !all_equal(results)) {
-      drop_ones_point("Tensor." + name + " is " + py_repr(results[0].get()) + " at the sample points, " +
-                      py_repr(results.back().get()) + " at 1");
-      results.pop_back();
-    }
-  }
+  // A size that varies is a SymInt, its value at 1 one more point.
+  check_ones_constant(&results, "Tensor." + name);
   if (all_equal(results)) return wrap_unguarded(results[0].get());
   const base::TorchApi* api = base::torch_api();
   // Sizes and strides differ between points: compute them at run time.
@@ -414,6 +406,15 @@ void TraceState::drop_ones_point(const std::string& why) {
   if (!ones_point_holds()) return;
   points_ = SymbolTable::kPoints;
   KILN_LOG(dynamic, "size 1 stays specialized: at the size-one point " << why);
+}
+
+void TraceState::check_ones_constant(std::vector<PyRef>* results, const std::string& what) {
+  if (static_cast<int>(results->size()) <= SymbolTable::kPoints) return;
+  const std::vector<PyRef> sampled(results->begin(), results->begin() + SymbolTable::kPoints);
+  if (!all_equal(sampled) || all_equal({(*results)[0], results->back()})) return;
+  drop_ones_point(what + " is " + py_repr((*results)[0].get()) + " at the sample points, " +
+                  py_repr(results->back().get()) + " at 1");
+  results->pop_back();
 }
 
 std::unique_ptr<guards::GuardSet> TraceState::take_guards() {

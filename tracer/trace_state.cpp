@@ -1104,15 +1104,7 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   if (is_constant_object(out, *api) || PyTuple_Check(out)) {
     // Metadata only (sizes, dtypes): fixed by the tensor guards, unless it
     // changes with a dynamic size.
-    if (dynamic && static_cast<int>(results.size()) > SymbolTable::kPoints) {
-      const std::vector<PyRef> sampled(results.begin(), results.begin() + SymbolTable::kPoints);
-      const std::vector<PyRef> ones{results[0], results[SymbolTable::kOnesPoint]};
-      // Constant at the sample points, yet another value at 1.
-      if (all_equal(sampled) && !all_equal(ones)) {
-        drop_ones_point(name + " returns another value");
-        results.pop_back();
-      }
-    }
+    if (dynamic) check_ones_constant(&results, name);
     if (!dynamic || all_equal(results)) return wrap_unguarded(out);
     if (is_int(out) && kwargs.empty()) {
       std::vector<int64_t> per_point;

@@ -136,6 +136,10 @@ class TraceState {
   // The trace differs at the size-one point (`why`): later ops skip it and
   // the trace's guards keep every symbol >= 2.
   void drop_ones_point(const std::string& why);
+  // A value the sample points agree on must be the same at the size-one
+  // point: where `results` (one per point) differ there only, the point is
+  // dropped (`what` names the value in the log) and its result removed.
+  void check_ones_constant(std::vector<PyRef>* results, const std::string& what);
 
   // Lowers a value to a graph argument; throws for values graphs can't hold.
   graph::Arg lower(const ValuePtr& value);
