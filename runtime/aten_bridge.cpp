@@ -1,6 +1,7 @@
 #include "runtime/aten_bridge.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -486,6 +487,20 @@ AutocastOff::~AutocastOff() {
   if (cpu_) set_autocast(c10::DeviceType::CPU, true);
   if (cuda_) set_autocast(c10::DeviceType::CUDA, true);
 }
+
+// Note [Saved-tensor hooks while tracing]
+// The tracer runs torch ops on meta fakes with autograd recording (a
+// result's requires_grad is part of its metadata), so each op that saves a
+// tensor for its backward would call the user's pack hook with a fake: a
+// hook reading the storage (activation offloading, a byte count) raised,
+// and the trace broke at every op; one with side effects ran them at trace
+// time. torch's own tracers mark the thread as tracing, which makes
+// autograd skip the default hooks; the compiled graph's own saves still
+// call them when it runs.
+SavedTensorHooksPaused::SavedTensorHooksPaused()
+    : was_tracing_(at::SavedTensorDefaultHooks::set_tracing(true)) {}
+
+SavedTensorHooksPaused::~SavedTensorHooksPaused() { at::SavedTensorDefaultHooks::set_tracing(was_tracing_); }
 
 bool grad_mode_enabled() { return at::GradMode::is_enabled(); }
 

@@ -160,6 +160,21 @@ class AutocastOff {
   bool cuda_;
 };
 
+// Keeps the user's saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks,
+// save_on_cpu, checkpointing) from firing while kiln runs torch on meta
+// fakes: they fire once per saved tensor when the compiled graph runs, as in
+// eager, and never on a fake (Note [Saved-tensor hooks while tracing]).
+class SavedTensorHooksPaused {
+ public:
+  SavedTensorHooksPaused();
+  ~SavedTensorHooksPaused();
+  SavedTensorHooksPaused(const SavedTensorHooksPaused&) = delete;
+  SavedTensorHooksPaused& operator=(const SavedTensorHooksPaused&) = delete;
+
+ private:
+  bool was_tracing_;
+};
+
 // True when autograd is recording (torch.is_grad_enabled()).
 bool grad_mode_enabled();
 

@@ -16,6 +16,7 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
   // Traced `with torch.no_grad():` blocks switch the real mode while
   // tracing; the frame itself has not run yet, so put it back after.
   const bool grad_mode = runtime::grad_mode_enabled();
+  const runtime::SavedTensorHooksPaused hooks_paused;
   // The tracer may run Python code (torch on meta tensors); an error left
   // over from the caller would be misattributed, so start clean.
   PyObject *saved_type, *saved_value, *saved_traceback;

@@ -792,6 +792,44 @@ def test_a_window_mask_filled_by_setitem_keeps_the_block_recomputable():
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_saved_tensor_hooks_active_while_tracing_see_only_real_tensors(backend):
+    # A model first called under torch.autograd.graph.saved_tensors_hooks
+    # (activation offloading, a byte count): the trace's meta fakes never
+    # reach the user's pack hook (one that read the storage raised there,
+    # and the trace broke at every op); the compiled graph's own saves do,
+    # as eager's do, and the gradients equal eager's.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5)).train()
+    x = torch.randn(2, 3, 8, 8)
+
+    def step(fn):
+        devices, unpacked = [], []
+
+        def pack(t):
+            devices.append(t.device.type)
+            return (t.untyped_storage().data_ptr(), t)
+
+        def unpack(packed):
+            unpacked.append(packed[0])
+            return packed[1]
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = fn(x)
+        grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+        return out, grads, devices, unpacked
+
+    kiln.reset()
+    compiled = kiln.compile(model, backend=backend)
+    want, want_grads, _, _ = step(model)
+    got, got_grads, devices, unpacked = step(compiled)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["eager_runs"] == 0, kiln.stats()
+    assert devices and set(devices) == {"cpu"}, devices
+    assert len(unpacked) == len(devices)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_grad_turned_on_inside_a_no_grad_call(backend):
     # A block under torch.enable_grad() in a call made under no_grad makes
     # results that require grad, with their history, as in eager (fuzz
