@@ -2,10 +2,12 @@
 the forward leaves for the backward, and the peak of the backward, for
 eager, kiln.compile and torch.compile side by side (bf16 autocast, CUDA).
 
-    python3 benchmarks/train_memory.py [--layers 4] [--live]
+    python3 benchmarks/train_memory.py [--layers 4] [--live] [--model timm-resnet50]
 
 The model is a stack of conv-BN-ReLU blocks (ResNet's pattern, 32x64x56x56
-activations). --live replays torch's allocator trace of one kiln step and
+activations), or with --model a model of the GPU zoo (benchmarks/zoo_gpu.py,
+its inputs and training loss, gradients set to None before each step as
+the zoo's step does). --live replays torch's allocator trace of one kiln step and
 lists the blocks alive at its peak, by size and the Python line that
 allocated them (where a compiled graph's values are made).
 """
@@ -25,25 +27,28 @@ def conv_stack(layers):
     return nn.Sequential(*[block() for _ in range(layers)]).cuda()
 
 
-def phases(model, x):
-    """(forward peak, allocated after the forward, backward peak) in MiB over what was allocated before."""
+def phases(model, x, loss=lambda y: y.float().sum(), fresh_grads=False):
+    """(forward peak, allocated after the forward, backward peak) in MiB over what was allocated before;
+    with fresh_grads the gradients are dropped first (set to None, as the zoo's training step does)."""
+    if fresh_grads:
+        model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        y = model(x)
+        y = loss(model(*x) if isinstance(x, tuple) else model(x))
     torch.cuda.synchronize()
     forward_peak, after_forward = torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base
     torch.cuda.reset_peak_memory_stats()
-    y.float().sum().backward()
+    y.backward()
     torch.cuda.synchronize()
     return forward_peak / 2**20, after_forward / 2**20, (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def live_at_peak(model, x):
+def live_at_peak(model, x, loss, fresh_grads):
     """Prints the allocator blocks alive at the peak of one step of `model`."""
-    torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
-    phases(model, x)
+    torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
+    phases(model, x, loss, fresh_grads)
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     live, current, peak, at_peak = {}, 0, 0, {}
@@ -69,20 +74,29 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=4, help="conv-BN-ReLU blocks (two convolutions each)")
     ap.add_argument("--live", action="store_true", help="list the blocks alive at kiln's peak")
+    ap.add_argument("--model", default=None, help="a model of benchmarks/zoo_gpu.py instead of the conv stack")
     opts = ap.parse_args()
     torch.manual_seed(0)
-    model = conv_stack(opts.layers)
-    x = torch.randn(32, 64, 56, 56, device="cuda")
+    loss = lambda y: y.float().sum()  # noqa: E731
+    if opts.model:
+        import zoo_gpu
+        from zoo_models import loss_of, without_randomness
+        model, x = zoo_gpu.MODELS[opts.model]()
+        model, loss = without_randomness(model.cuda()).train(), loss_of
+    else:
+        model = conv_stack(opts.layers)
+        x = torch.randn(32, 64, 56, 56, device="cuda")
     compiled = {"eager": model, "kiln": kiln.compile(model), "torch.compile": torch.compile(model)}
+    fresh = opts.model is not None
     for m in compiled.values():  # compile and warm up
-        phases(m, x)
-        phases(m, x)
+        phases(m, x, loss, fresh)
+        phases(m, x, loss, fresh)
     print("| compiler | forward peak MiB | after forward MiB | backward peak MiB |")
     print("|---|---|---|---|")
     for name, m in compiled.items():
-        print("| {} | {:.1f} | {:.1f} | {:.1f} |".format(name, *phases(m, x)))
+        print("| {} | {:.1f} | {:.1f} | {:.1f} |".format(name, *phases(m, x, loss, fresh)))
     if opts.live:
-        live_at_peak(compiled["kiln"], x)
+        live_at_peak(compiled["kiln"], x, loss, fresh)
 
 
 if __name__ == "__main__":
