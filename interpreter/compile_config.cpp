@@ -7,6 +7,8 @@ namespace kiln::interpreter {
 namespace {
 
 thread_local const CompileConfig* t_current_config = nullptr;
+thread_local const CompileConfig* t_graph_config = nullptr;
+thread_local bool t_replay_only = false;
 thread_local int t_context_depth = 0;
 std::atomic<uint64_t> g_next_config_id{1};
 std::atomic<int> g_cache_size_limit{8};
@@ -44,6 +46,24 @@ const CompileConfig* set_current_config(const CompileConfig* config) {
   t_current_config = config;
   return previous;
 }
+
+const CompileConfig* graph_config() { return t_graph_config; }
+
+GraphRunScope::GraphRunScope() : previous_current_(t_current_config), previous_graph_(t_graph_config) {
+  t_graph_config = t_current_config;
+  t_current_config = nullptr;
+}
+
+GraphRunScope::~GraphRunScope() {
+  t_current_config = previous_current_;
+  t_graph_config = previous_graph_;
+}
+
+bool replay_only() { return t_replay_only; }
+
+ReplayOnlyScope::ReplayOnlyScope(bool on) : previous_(t_replay_only) { t_replay_only = on; }
+
+ReplayOnlyScope::~ReplayOnlyScope() { t_replay_only = previous_; }
 
 int context_depth() { return t_context_depth; }
 

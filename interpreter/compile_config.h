@@ -35,7 +35,7 @@ struct SettingOverrides {
 
 // One kiln.compile() call's settings. Cache entries are tagged with the id,
 // so two compiles of one function never share graphs.
-struct CompileConfig {
+struct CompileConfig : std::enable_shared_from_this<CompileConfig> {
   CompileConfig() = default;
   CompileConfig(const CompileConfig&) = delete;
   CompileConfig& operator=(const CompileConfig&) = delete;
@@ -89,6 +89,44 @@ class ConfigScope {
 
  private:
   const CompileConfig* previous_;
+};
+
+// The compile context that was current when the compiled graph this
+// thread runs started (the graph itself runs with none): a graph's
+// autograd function keeps it for its backward (Note [Recomputed forwards]
+// in python/kiln/_autograd.py). Null outside graphs.
+const CompileConfig* graph_config();
+
+// Scoped run of a compiled graph: no compile context, so torch's own
+// Python code inside the graph is not traced, and graph_config() the
+// context that was current.
+class GraphRunScope {
+ public:
+  GraphRunScope();
+  ~GraphRunScope();
+  GraphRunScope(const GraphRunScope&) = delete;
+  GraphRunScope& operator=(const GraphRunScope&) = delete;
+
+ private:
+  const CompileConfig* previous_current_;
+  const CompileConfig* previous_graph_;
+};
+
+// True while the running thread replays a graph's compile context for
+// its backward (Note [Recomputed forwards]): frames run the graphs their
+// cache holds, and a frame without one runs as plain Python, never traced.
+bool replay_only();
+
+// Scoped switch of replay_only().
+class ReplayOnlyScope {
+ public:
+  explicit ReplayOnlyScope(bool on);
+  ~ReplayOnlyScope();
+  ReplayOnlyScope(const ReplayOnlyScope&) = delete;
+  ReplayOnlyScope& operator=(const ReplayOnlyScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // How many kiln.compile'd or kiln.disable'd calls the running thread is

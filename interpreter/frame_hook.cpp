@@ -141,7 +141,7 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
     args[i] = values.get(graph.node(inputs[i]).input_source);
   }
   // Torch's own Python code inside the graph must not be traced.
-  ConfigScope untraced(nullptr);
+  GraphRunScope untraced;
   PyObject* out = entry.compiled->executor->run(args);
   if (!out || entry.effects.empty()) return out;
   // Replay the frame's stores in order (Note [Side effects]).
@@ -435,6 +435,7 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   PyCodeObject* code = kiln_frame_code(frame);
   CodeCache* cache = code_cache(code, false);
   if (!cache) {
+    if (replay_only()) return kiln_eval_frame_default(tstate, frame, throwflag);
     cache = code_cache(code, true);
     if (!cache) return kiln_eval_frame_default(tstate, frame, throwflag);
     cache->skip = is_skipped_file(code);
@@ -494,6 +495,11 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
       break;
     }
     last = std::move(entry);
+  }
+  if (!hit && replay_only()) {
+    // Replaying a graph's context (Note [Recomputed forwards]): code the
+    // forward did not compile here runs as it is, untraced.
+    return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   if (hit && !hit->failed) {
     stats().cache_hits++;

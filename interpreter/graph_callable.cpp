@@ -22,7 +22,7 @@ PyObject* graph_callable_vectorcall(PyObject* self_obj, PyObject* const* args, s
     return nullptr;
   }
   // torch's own Python code inside the graph must not be traced.
-  ConfigScope untraced(nullptr);
+  GraphRunScope untraced;
   return self->compiled->executor->run(args);
 }
 

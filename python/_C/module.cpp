@@ -33,6 +33,9 @@ struct ContextCall {
   PyObject* dict;
   vectorcallfunc vectorcall;
   std::shared_ptr<CompileConfig> config;  // null: disabled
+  // A graph's own context for its backward (Note [Recomputed forwards]):
+  // runs cached graphs only, never sampled eagerly under kiln --report.
+  bool replay_only;
 };
 
 // A compiled call under kiln --report: timed, and run eagerly when sampled.
@@ -66,9 +69,10 @@ PyObject* context_call_vectorcall(PyObject* self_obj, PyObject* const* args, siz
     ConfigScope scope(nullptr);
     return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
   }
-  if (self->config->report) return reported_call(self, args, nargsf, kwnames);
+  if (self->config->report && !self->replay_only) return reported_call(self, args, nargsf, kwnames);
   kiln::interpreter::CompiledRegion region;
   ConfigScope scope(self->config.get());
+  kiln::interpreter::ReplayOnlyScope replay(self->replay_only);
   return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
 
@@ -126,6 +130,7 @@ PyObject* make_context_call(PyObject* fn, std::shared_ptr<CompileConfig> config)
   self->dict = nullptr;
   self->vectorcall = context_call_vectorcall;
   new (&self->config) std::shared_ptr<CompileConfig>(std::move(config));
+  self->replay_only = false;
   PyObject_GC_Track(self);
   return reinterpret_cast<PyObject*>(self);
 }
@@ -233,6 +238,18 @@ PyObject* py_compiled(PyObject*, PyObject* args) {
 
 // _C.disabled(fn) -> callable running fn with tracing off.
 PyObject* py_disabled(PyObject*, PyObject* fn) { return make_context_call(fn, nullptr); }
+
+// fn wrapped to run in the compile context of the graph this thread runs
+// (Note [Recomputed forwards] in kiln/_autograd.py); None outside graphs.
+PyObject* py_in_graph_context(PyObject*, PyObject* fn) {
+  const CompileConfig* config = kiln::interpreter::graph_config();
+  std::shared_ptr<CompileConfig> owned =
+      config ? std::const_pointer_cast<CompileConfig>(config->weak_from_this().lock()) : nullptr;
+  if (!owned) Py_RETURN_NONE;
+  PyObject* call = make_context_call(fn, std::move(owned));
+  if (call) reinterpret_cast<ContextCall*>(call)->replay_only = true;
+  return call;
+}
 
 // Runs fn(*args, **kwargs) under a fresh config whose collector records
 // what tracing produced. Returns (result, collector) or null on error.
@@ -533,6 +550,8 @@ PyMethodDef module_methods[] = {
     {"in_context", py_in_context, METH_NOARGS, "True inside a compiled or disabled call."},
     {"compiled", py_compiled, METH_VARARGS, "Wraps fn so its frames are traced under a new config."},
     {"disabled", py_disabled, METH_O, "Wraps fn so nothing it runs is traced."},
+    {"in_graph_context", py_in_graph_context, METH_O,
+     "Wraps fn to run in the compile context of the running graph; None outside graphs."},
     {"explain", py_explain, METH_VARARGS, "Runs fn, returning (result, graphs, break_reasons)."},
     {"trace_dump", py_trace_dump, METH_VARARGS, "Runs fn, returning (result, trace dump text)."},
     {"reset", py_reset, METH_NOARGS, "Drops all compiled code and zeroes the counters."},

@@ -2,7 +2,35 @@
 forward graph computes the outputs and the values the backward needs (saved
 through ctx), the backward graph turns output gradients into input
 gradients. Built by autograd/function_bridge.cpp; not a public API."""
+import operator
+
 import torch
+
+from kiln import _C
+
+# Note [Recomputed forwards]
+# torch.utils.checkpoint (use_reentrant=False) saves nothing in the
+# forward: its pack hook keeps a handle, and the first unpack in the
+# backward runs the checkpointed function again to recompute what was
+# saved, matching the tensors one by one. Its forward ran inside a
+# compiled call, so kiln compiled the function's frames and their graphs
+# saved what kiln's partitioner chose; the backward runs outside any
+# compiled call, so the recomputation ran eagerly, saved what eager
+# autograd saves, and checkpoint raised CheckpointError (a different
+# count, shapes out of order). A graph whose forward ran while saved-tensor
+# hooks were active keeps the compile context it ran in and unpacks its
+# saved tensors in it, replay-only: frames run the graphs cached for them,
+# so the recomputation saves the same tensors in the same order, and code
+# without one (the unpack hook itself, a user's hook) runs as plain Python,
+# never traced. Without hooks nothing is kept (a call reads one flag).
+_SAVED_TENSORS = operator.attrgetter("saved_tensors")
+_hooks_active = torch._C._autograd._top_saved_tensors_default_hooks
+
+
+def _saved_tensors(ctx):
+    """ctx.saved_tensors, unpacked in the forward's compile context when it kept one."""
+    unpack = ctx.unpack_in_context
+    return unpack(ctx) if unpack is not None else ctx.saved_tensors
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -27,6 +55,7 @@ class CompiledFunction(torch.autograd.Function):
         values = forward(*inputs)
         outputs, saved = values[:n_outputs], values[n_outputs:n_outputs + n_saved]
         ctx.runner = runner
+        ctx.unpack_in_context = _C.in_graph_context(_SAVED_TENSORS) if _hooks_active(False) is not None else None
         ctx.save_for_backward(*saved)
         # Gradients that do not flow back arrive as None, so that an input
         # reached only through them gets None, as eager autograd gives it.
@@ -47,8 +76,8 @@ class CompiledFunction(torch.autograd.Function):
                 variant = variants[missing] = make_variant(missing)
             call, present = variant
             input_grads = [None] * len(grad_deps)
-            for position, g in zip(present, call(*ctx.saved_tensors, *flowing)):
+            for position, g in zip(present, call(*_saved_tensors(ctx), *flowing)):
                 input_grads[position] = g
         else:
-            input_grads = backward(*ctx.saved_tensors, *flowing)
+            input_grads = backward(*_saved_tensors(ctx), *flowing)
         return (None,) + tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)

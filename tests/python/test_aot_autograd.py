@@ -830,6 +830,56 @@ def test_saved_tensor_hooks_active_while_tracing_see_only_real_tensors(backend):
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_checkpointed_blocks_recompute_through_their_compiled_graphs(backend):
+    # torch.utils.checkpoint without reentrancy inside a compiled call: the
+    # blocks' frames are compiled, so the backward's recomputation must run
+    # the same graphs and save the same tensors (Note [Recomputed
+    # forwards]); it raised CheckpointError when it ran eagerly. Two steps,
+    # the second on cached graphs; gradients equal eager's.
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.up, self.down = nn.LayerNorm(16), nn.Linear(16, 32), nn.Linear(32, 16)
+
+        def forward(self, x):
+            return x + self.down(F.gelu(self.up(self.norm(x))))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False)
+            return x.square().sum()
+
+    model = Net()
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def gradients(fn):
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        fn(x).backward()
+        return [p.grad for p in model.parameters()] + [x.grad]
+
+    want = gradients(model)
+    kiln.reset()
+    compiled = kiln.compile(model, backend=backend)
+    traces = []
+    for _ in range(2):
+        got = gradients(compiled)
+        traces.append(kiln.stats()["traces"])
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert kiln.stats()["autograd_graphs"] > 0, kiln.stats()
+    assert traces[1] == traces[0], traces  # the second step, recomputation included, ran cached graphs
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_grad_turned_on_inside_a_no_grad_call(backend):
     # A block under torch.enable_grad() in a call made under no_grad makes
     # results that require grad, with their history, as in eager (fuzz

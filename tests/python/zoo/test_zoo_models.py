@@ -114,3 +114,32 @@ def test_zoo_generate_greedy_tokens(name):
         got = model.generate(ids, **options)
     assert torch.equal(got, expected)
     assert kiln.stats()["graph_breaks"] == 0
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
+def test_zoo_gradient_checkpointing_step(name, reentrant):
+    # transformers' gradient checkpointing (torch.utils.checkpoint around
+    # each layer): two training steps of the compiled model give eager's
+    # losses and gradients. Without reentrancy the backward recomputes each
+    # layer through the graphs its forward ran (Note [Recomputed forwards]);
+    # it raised CheckpointError when the recomputation ran eagerly.
+    model, args, kwargs = build(name)
+    model = without_randomness(model).train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    twin = copy.deepcopy(model)
+    compiled = kiln.compile(twin)
+    for _ in range(2):
+        for m in (model, twin):
+            m.zero_grad(set_to_none=True)
+        eager_loss = loss_of(model(*args, **kwargs))
+        eager_loss.backward()
+        loss = loss_of(compiled(*args, **kwargs))
+        loss.backward()
+        torch.testing.assert_close(loss, eager_loss, rtol=1e-4, atol=1e-5)
+        for (label, p_eager), p_kiln in zip(model.named_parameters(), twin.parameters()):
+            assert (p_kiln.grad is None) == (p_eager.grad is None), label
+            if p_eager.grad is not None:
+                torch.testing.assert_close(p_kiln.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{label}: {m}")
+    assert kiln.stats()["autograd_graphs"] > 0  # the layers' graphs trained through kiln's autograd
