@@ -127,6 +127,10 @@ class FrameTracer {
   // __call__ of the module's class is inlined first unless `base_call` (the
   // call is nn.Module.__call__ itself, reached through super()).
   ValuePtr call_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs, bool base_call = false);
+  // module.forward(*args, **kwargs), inlined.
+  ValuePtr call_module_forward(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
+  // A call of a module with forward (pre-)hooks: Note [Inlined module hooks].
+  ValuePtr call_hooked_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr load_global(PyObject* name);
   ValuePtr load_free_var(int index);
 

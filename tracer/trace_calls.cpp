@@ -17,6 +17,23 @@ using cpython::Op;
 
 namespace {
 
+// True for tensor.requires_grad_() / requires_grad_(True) on a tensor that
+// already requires grad: eager changes nothing and returns the tensor
+// (transformers' gradient checkpointing calls it on the input embeddings'
+// output from a forward hook, where the weights make it require grad).
+bool requires_grad_unchanged(const ValuePtr& tensor, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  if (args.size() + kwargs.size() > 1 || !tensor->fake) return false;
+  const ValuePtr* flag = args.empty() ? nullptr : &args[0];
+  for (const auto& [key, value] : kwargs) {
+    if (key != "requires_grad") return false;
+    flag = &value;
+  }
+  if (flag && (!(*flag)->is(ValueKind::Constant) || PyObject_IsTrue((*flag)->obj.get()) != 1)) return false;
+  PyRef flag_now = PyRef::steal(PyObject_GetAttrString(tensor->fake.get(), "requires_grad"));
+  if (!flag_now) PyErr_Clear();
+  return flag_now && flag_now.get() == Py_True;
+}
+
 // Note [Torch function queries]
 // torch's Python functions ask has_torch_function(args) before their own
 // code and otherwise hand the call to handle_torch_function, which a trace
@@ -459,6 +476,7 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
     case stdlib::TensorMethodClass::DataDependent:
       abort_trace(BreakCode::DataDependent, "Tensor." + name + "() reads tensor data");
     case stdlib::TensorMethodClass::Refused:
+      if (name == "requires_grad_" && requires_grad_unchanged(method->self, args, kwargs)) return method->self;
       abort_trace(BreakCode::SideEffect, "Tensor." + name + "() cannot be traced");
     case stdlib::TensorMethodClass::ShapeQuery: {
       // Meta kernels do not always lay results out as CPU/CUDA kernels do,
@@ -502,19 +520,33 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
     return inline_function(own_call, class_entry_source(type, call_name.get(), own_call), std::move(args),
                            std::move(kwargs));
   }
-  // Hooks run Python code kiln does not see; refuse rather than skip them,
-  // and guard that none appear later.
-  for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks"}) {
+  // Note [Inlined module hooks]
+  // Forward pre-hooks and forward hooks run around forward as
+  // Module._call_impl runs them: each pre-hook gets (module, args) and a
+  // result other than None replaces args (a non-tuple becomes a 1-tuple);
+  // each forward hook gets (module, args, output) and a result other than
+  // None replaces the output. They are traced like any called Python code
+  // (a hook the trace cannot follow breaks the graph there). The hook
+  // dicts' keys are guarded, so adding or removing a hook recompiles, and
+  // each hook's identity is guarded where it is called. Backward hooks and
+  // hooks registered with_kwargs still refuse; a module without hooks gets
+  // one guard that it has none.
+  bool hooked = false;
+  for (const char* hooks : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                            "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"}) {
     PyRef dict = PyRef::steal(PyObject_GetAttrString(obj, hooks));
     if (!dict) {
       PyErr_Clear();
       continue;
     }
-    if (PyDict_Check(dict.get()) && PyDict_GET_SIZE(dict.get()) > 0) {
+    if (!PyDict_Check(dict.get()) || PyDict_GET_SIZE(dict.get()) == 0) continue;
+    const bool forward = std::string_view(hooks) == "_forward_hooks" || std::string_view(hooks) == "_forward_pre_hooks";
+    if (!forward || module->source < 0) {
       abort_trace(BreakCode::UnsupportedCall, std::string(type->tp_name) + " has " + hooks);
     }
+    hooked = true;
   }
-  if (module->source >= 0) state_.guards().add_no_module_hooks(module->source);
+  if (!hooked && module->source >= 0) state_.guards().add_no_module_hooks(module->source);
   for (const char* global_hooks : {"_global_forward_hooks", "_global_forward_pre_hooks",
                                    "_global_backward_hooks"}) {
     PyRef dict = PyRef::steal(PyObject_GetAttrString(api->global_hooks_module, global_hooks));
@@ -526,6 +558,12 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
       abort_trace(BreakCode::UnsupportedCall, std::string("global module hooks (") + global_hooks + ") are set");
     }
   }
+  if (hooked) return call_hooked_module(module, std::move(args), std::move(kwargs));
+  return call_module_forward(module, std::move(args), std::move(kwargs));
+}
+
+ValuePtr FrameTracer::call_module_forward(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
+  PyTypeObject* type = Py_TYPE(module->obj.get());
   PyRef forward_name = PyRef::steal(PyUnicode_InternFromString("forward"));
   PyObject* forward = _PyType_Lookup(type, forward_name.get());
   if (!forward || !PyFunction_Check(forward)) {
@@ -535,6 +573,55 @@ ValuePtr FrameTracer::call_module(const ValuePtr& module, std::vector<ValuePtr> 
   // Its class dict's entry is where a wrapped forward's closure is re-read.
   return inline_function(forward, class_entry_source(type, forward_name.get(), forward), std::move(args),
                          std::move(kwargs));
+}
+
+ValuePtr FrameTracer::call_hooked_module(const ValuePtr& module, std::vector<ValuePtr> args, KwArgs kwargs) {
+  // Every hook dict read through the module's source, so its keys are
+  // guarded (the refused ones empty, the forward ones as they are now).
+  auto hook_dict = [&](const char* name) {
+    PyRef dict = PyRef::steal(PyObject_GetAttrString(module->obj.get(), name));
+    if (!dict) {
+      PyErr_Clear();
+      return ValuePtr();
+    }
+    PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
+    ValuePtr value = state_.wrap(dict.get(), state_.sources().attr(module->source, key.get()));
+    if (!value->is(ValueKind::Dict)) {
+      abort_trace(BreakCode::UnsupportedCall, std::string(Py_TYPE(module->obj.get())->tp_name) + "." + name +
+                                                  " is not a dict kiln reads");
+    }
+    return value;
+  };
+  for (const char* refused : {"_backward_hooks", "_backward_pre_hooks", "_forward_hooks_with_kwargs",
+                              "_forward_pre_hooks_with_kwargs"}) {
+    hook_dict(refused);
+  }
+  const ValuePtr pre_hooks = hook_dict("_forward_pre_hooks");
+  const ValuePtr hooks = hook_dict("_forward_hooks");
+  auto as_tuple = [&](std::vector<ValuePtr> items) { return make_sequence(ValueKind::Tuple, std::move(items)); };
+  auto is_none = [](const ValuePtr& value) {
+    return value->is(ValueKind::Constant) && value->obj.get() == Py_None;
+  };
+  if (pre_hooks) {
+    for (const ValuePtr& hook : pre_hooks->items) {
+      ValuePtr result = call_value(hook, {module, as_tuple(args)}, {});
+      if (is_none(result)) continue;
+      if (result->is(ValueKind::Tuple)) {
+        args = result->items;
+      } else {
+        args = {result};
+      }
+    }
+  }
+  const std::vector<ValuePtr> hook_args = args;
+  ValuePtr output = call_module_forward(module, std::move(args), std::move(kwargs));
+  if (hooks) {
+    for (const ValuePtr& hook : hooks->items) {
+      ValuePtr result = call_value(hook, {module, as_tuple(hook_args), output}, {});
+      if (!is_none(result)) output = result;
+    }
+  }
+  return output;
 }
 
 ValuePtr FrameTracer::inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
