@@ -98,9 +98,14 @@ bool starts_with(const char* text, const std::string& prefix) {
 }
 
 // True for code kiln never traces as a frame of its own (see
-// code_directories). The forwards of torch.nn's modules are the
+// code_directories). The methods of torch.nn's modules are the
 // exception: they are model code like any user module (module.py, holding
-// Module.__call__'s machinery, is not).
+// Module.__call__'s machinery, is not; nor are the autograd Functions
+// those files define, whose forward(ctx, ...) autograd's apply runs:
+// BackwardHookFunction.forward returns its inputs for apply to give them
+// its grad_fn, and compiled it raised "Error while setting up backward
+// hooks" for any module with a full backward hook called in a compiled
+// model).
 bool is_skipped_file(PyCodeObject* code) {
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
@@ -119,8 +124,13 @@ bool is_skipped_file(PyCodeObject* code) {
   const char* rest = file + directory.size();
   const bool torch_module_forward = std::strncmp(rest, "nn/modules/", 11) == 0 &&
                                     std::strcmp(rest, "nn/modules/module.py") != 0;
-  return !(torch_module_forward && directory.size() >= 7 &&
-           directory.compare(directory.size() - 7, 7, "/torch/") == 0);
+  if (!(torch_module_forward && directory.size() >= 7 &&
+        directory.compare(directory.size() - 7, 7, "/torch/") == 0)) {
+    return true;
+  }
+  if (code->co_argcount < 1) return true;
+  PyObject* first = PyTuple_GET_ITEM(code->co_localsplusnames, 0);
+  return PyUnicode_CompareWithASCIIString(first, "self") != 0;
 }
 
 guards::FrameView frame_view(KilnFrame* frame) {

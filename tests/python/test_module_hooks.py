@@ -97,3 +97,26 @@ def test_input_embeddings_made_to_require_grad_by_a_hook():
     kiln.compile(model)(ids).backward()
     for g, w in zip((p.grad for p in model.parameters()), want):
         torch.testing.assert_close(g, w)
+
+
+def test_full_backward_hook_breaks_the_graph_and_runs():
+    # The hooked call runs in CPython; torch's BackwardHookFunction (its
+    # forward lives in torch/nn/modules) stays untraced, so the hook gets
+    # the gradients as in eager (compiled, it raised "Error while setting
+    # up backward hooks").
+    torch.manual_seed(0)
+    model = Outer()
+    seen = []
+    model.inner.register_full_backward_hook(lambda mod, grad_in, grad_out: seen.append(grad_out[0].clone()))
+    x = torch.randn(2, 4, requires_grad=True)
+    model(x).square().sum().backward()
+    want, want_seen = x.grad.clone(), seen.pop()
+    x.grad = None
+    explained = kiln.explain(model)(x)
+    assert explained.graph_break_count == 1 and "_backward_hooks" in explained.break_reasons[0]
+    seen.clear()
+    kiln.reset()
+    kiln.compile(model)(x).square().sum().backward()
+    torch.testing.assert_close(x.grad, want)
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], want_seen)
