@@ -337,7 +337,14 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
       const graph::TensorMeta& m = g.value(node.outputs[0]).meta;
       if (std::find(m.sizes.begin(), m.sizes.end(), 1) != m.sizes.end()) step.unit_dim_strides = m.strides;
     }
-    step.label = node.prim == Prim::Extern && a.target ? Py_TYPE(a.target)->tp_name : prims::prim_name(node.prim);
+    // Externs by the callable's type (every kernel a kiln.KernelCall), and
+    // Python-level callables (builtins, functions) by the name the graph
+    // gives them (F.linear, aten.addmm), which says which torch call costs.
+    step.label = prims::prim_name(node.prim);
+    if (node.prim == Prim::Extern && a.target) {
+      const bool named = (PyCFunction_Check(a.target) || PyFunction_Check(a.target)) && !a.target_name.empty();
+      step.label = named ? a.target_name : Py_TYPE(a.target)->tp_name;
+    }
     std::vector<std::pair<const char*, Arg>> kwargs;
     auto in = [&](size_t i) -> int {
       if (i >= node.args.size() || !node.args[i].is_value()) unsupported(n, node, "expected a tensor operand");

@@ -293,7 +293,7 @@ TEST(PrimExecutor, PerfLogsWhereARunsTimeWent) {
   EXPECT_THAT(log, testing::HasSubstr("; neg "));
   EXPECT_THAT(log, testing::HasSubstr(" us x2"));
   EXPECT_THAT(log, testing::HasSubstr("; add "));
-  EXPECT_THAT(log, testing::HasSubstr("; function "));  // the probe's make, a Python function
+  EXPECT_THAT(log, testing::HasSubstr("; make "));  // the probe's make, a Python function, by its graph name
   testing::internal::CaptureStderr();
   ASSERT_TRUE(run(executor, {x}));
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // perf off: no line
