@@ -822,7 +822,7 @@ def test_saved_tensor_hooks_active_while_tracing_see_only_real_tensors(backend):
     want, want_grads, _, _ = step(model)
     got, got_grads, devices, unpacked = step(compiled)
     assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["eager_runs"] == 0, kiln.stats()
-    assert devices and set(devices) == {"cpu"}, devices
+    assert devices and set(devices) == {x.device.type}, devices  # never "meta"
     assert len(unpacked) == len(devices)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     for g, w in zip(got_grads, want_grads):
