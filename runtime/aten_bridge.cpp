@@ -430,6 +430,22 @@ PyObject* aten_view(PyObject* x, const ViewCall& call) {
   return nullptr;
 }
 
+PyObject* aten_fill_slices(PyObject* x, const std::vector<ViewCall>& slices, PyObject* value) {
+  at::Tensor t = THPVariable_Unpack(x);
+  const at::Scalar scalar = PyBool_Check(value)   ? at::Scalar(value == Py_True)
+                            : PyLong_Check(value) ? at::Scalar(static_cast<int64_t>(PyLong_AsLongLong(value)))
+                                                  : at::Scalar(PyFloat_AsDouble(value));
+  if (PyErr_Occurred()) return nullptr;
+  try {
+    for (const ViewCall& slice : slices) t = t.slice(slice.dim, slice.start, slice.end, slice.step);
+    t.fill_(scalar);
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "%s", e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides) {
   const at::Tensor& t = THPVariable_Unpack(x);
   const auto have = t.strides();

@@ -122,6 +122,13 @@ struct ViewCall {
 // Precondition: is_tensor(x).
 PyObject* aten_view(PyObject* x, const ViewCall& call);
 
+// x[key] = value for a key of slices (the leading dims', in order) and a
+// Python bool, int or float: ATen slice views, then fill_ (autograd
+// records it as Python's setitem would). Py_None, or null with a
+// RuntimeError set when torch raises. Preconditions: is_tensor(x), every
+// call a Slice.
+PyObject* aten_fill_slices(PyObject* x, const std::vector<ViewCall>& slices, PyObject* value);
+
 // `x` (a new reference) with its strides along size-1 dims set to
 // `strides`' (where they differ: a view of x's base when x is a view or
 // requires grad, else a tensor on x's storage that is no view): torch's layout for a value whose

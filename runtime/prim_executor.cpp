@@ -54,6 +54,10 @@ struct PrimExecutor::Step {
   std::optional<ViewCall> view;
   bool matmul = false;
   bool linear = false;  // an extern call of F.linear(x, w, b)
+  // An extern call of operator.setitem(x, slices, number): the slices and
+  // the number (Note [Native views]).
+  std::optional<std::vector<ViewCall>> fill;
+  PyRef fill_value;
   std::vector<int> native_inputs;  // value ids of the native call's operands
   // Note [Strides of size-1 dims]: the output's strides, where it has a
   // size-1 dim whose stride torch's op may set otherwise.
@@ -109,7 +113,9 @@ namespace {
 // record, no Python. Any other operand takes the prepared Python call.
 // The same holds for the F.linear(x, w, b) externs of CUDA graphs' bias
 // epilogues (Note [Bias epilogues]): Python's argument parsing took a few
-// of each linear's microseconds.
+// of each linear's microseconds; and for writes of a number into slices,
+// x[a:b, c:d] = n (operator.setitem externs: Swin fills its shifted
+// windows' masks with 45 of them a call), as slice views and fill_.
 
 // Note [Executor run profile]
 // With KILN_LOGS=perf each run logs where its host time went, by step
@@ -198,6 +204,68 @@ PyRef torch_attr(const std::string& path) {
     start = dot + 1;
   }
   return current;
+}
+
+// operator.setitem, kept for the process.
+PyObject* operator_setitem() {
+  static PyObject* setitem = [] {
+    PyObject* module = PyImport_ImportModule("operator");
+    PyObject* fn = module ? PyObject_GetAttrString(module, "setitem") : nullptr;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return fn;
+  }();
+  return setitem;
+}
+
+// The slices of a setitem key (a slice, or a tuple of slices, one per
+// leading dim of a rank-`rank` tensor: int or None bounds, a positive step)
+// written with a Python number; nullopt for any other key or value.
+std::optional<std::vector<ViewCall>> slice_key(const Arg& key, const Arg& value, int64_t rank) {
+  if (value.kind != Arg::Kind::Constant) return std::nullopt;
+  PyObject* number = value.constant;
+  if (!number || !(PyBool_Check(number) || PyLong_CheckExact(number) || PyFloat_CheckExact(number))) {
+    return std::nullopt;
+  }
+  // A tuple key arrives as a Tuple arg of constants, or as one constant.
+  std::vector<PyObject*> items;
+  if (key.kind == Arg::Kind::Tuple) {
+    for (const Arg& item : key.items) {
+      if (item.kind != Arg::Kind::Constant || !item.constant) return std::nullopt;
+      items.push_back(item.constant);
+    }
+  } else if (key.kind == Arg::Kind::Constant && key.constant && PyTuple_Check(key.constant)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key.constant); ++i) items.push_back(PyTuple_GET_ITEM(key.constant, i));
+  } else if (key.kind == Arg::Kind::Constant && key.constant) {
+    items.push_back(key.constant);
+  } else {
+    return std::nullopt;
+  }
+  const auto count = static_cast<int64_t>(items.size());
+  if (count > rank) return std::nullopt;
+  auto bound = [](PyObject* obj, std::optional<int64_t>* out) {
+    if (obj == Py_None) return true;
+    if (!PyLong_CheckExact(obj)) return false;
+    *out = PyLong_AsLongLong(obj);
+    return !PyErr_Occurred();
+  };
+  std::vector<ViewCall> slices;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!PySlice_Check(items[i])) return std::nullopt;
+    auto* slice = reinterpret_cast<PySliceObject*>(items[i]);
+    ViewCall call;
+    call.op = ViewCall::Op::Slice;
+    call.dim = i;
+    std::optional<int64_t> step;
+    if (!bound(slice->start, &call.start) || !bound(slice->stop, &call.end) || !bound(slice->step, &step) ||
+        (step && *step <= 0)) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    call.step = step.value_or(1);
+    slices.push_back(call);
+  }
+  return slices;
 }
 
 Arg constant(PyRef value) {
@@ -634,6 +702,15 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
           step.linear = true;  // Note [Native views]
           for (const Arg& arg : a.extern_args) step.native_inputs.push_back(arg.node);
         }
+        if (a.extern_kwargs.empty() && a.extern_args.size() == 3 && a.extern_args[0].kind == Arg::Kind::Node &&
+            a.target == operator_setitem()) {
+          step.fill = slice_key(a.extern_args[1], a.extern_args[2],
+                                static_cast<int64_t>(g.value(a.extern_args[0].node).meta.sizes.size()));
+          if (step.fill) {
+            step.fill_value = PyRef::borrow(a.extern_args[2].constant);
+            step.native_inputs = {a.extern_args[0].node};
+          }
+        }
         for (const auto& [name, arg] : a.extern_kwargs) {
           step.args.push_back(arg);
         }
@@ -763,14 +840,15 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     const bool memo = index < memos_.size() && memos_[index];  // Note [Kernels of parameters]
     if (memo) result = memoized(index, values);
     bool handled = result != nullptr;  // a kept result, or a native call below
-    if (!handled && (step.view || step.matmul || step.linear)) {
+    if (!handled && (step.view || step.matmul || step.linear || step.fill)) {
       bool native = true;  // Note [Native views]
       for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
       if (native) {
-        PyObject* in[3] = {};  // a view's 1, a matmul's 2, a linear's 3 operands
+        PyObject* in[3] = {};  // a view's or fill's 1, a matmul's 2, a linear's 3 operands
         for (size_t i = 0; i < step.native_inputs.size(); ++i) in[i] = values[step.native_inputs[i]];
         result = step.view     ? aten_view(in[0], *step.view)
                  : step.linear ? aten_linear(in[0], in[1], in[2])
+                 : step.fill   ? aten_fill_slices(in[0], *step.fill, step.fill_value.get())
                                : aten_matmul(in[0], in[1]);
       }
       handled = native;

@@ -350,6 +350,54 @@ TEST(PrimExecutor, ViewsAndMatmulsOfPlainTensorsMatchTheirPythonCalls) {
   EXPECT_THAT(test::repr_of(calls.get()), testing::HasSubstr("'linear'"));
 }
 
+TEST(PrimExecutor, NumbersWrittenIntoSlicesMatchPythonsSetitem) {
+  // Note [Native views]: operator.setitem(x, slices, number) externs run as
+  // ATen slices and fill_ for plain tensors, with the values and autograd
+  // record of Python's setitem; other keys (an int index) take the call.
+  PyRef ns = test::exec_module(
+      "import operator, torch\n"
+      "x = torch.randn(4, 6, requires_grad=True)\n"
+      "keys = [(slice(1, 3), slice(None, None, 2)), slice(-2, None), (slice(None), slice(4, None)), 2]\n"
+      "values = [5, True, 1.5, -1.0]\n"
+      "def expected(x):\n"
+      "    y = x * 2\n"
+      "    for key, value in zip(keys, values):\n"
+      "        y[key] = value\n"
+      "    return y\n"
+      "def same(got, want):\n"
+      "    return torch.equal(got, want) and type(got.grad_fn).__name__ == type(want.grad_fn).__name__ and "
+      "torch.equal(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])\n");
+  auto graph = std::make_shared<PrimGraph>();
+  PrimBuilder b(*graph);
+  PyRef x = test::item(ns, "x");
+  const graph::TensorMeta m = meta_of(x.get());
+  const int xi = graph->add_input(m);
+  const int y = b.binary(Prim::Mul, PrimArg::of_value(xi), PrimArg::of_scalar(prims::Scalar::of_int(2)));
+  PyRef setitem = PyRef::steal(PyObject_GetAttrString(PyImport_ImportModule("operator"), "setitem"));
+  PyRef keys = test::item(ns, "keys"), values = test::item(ns, "values");
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.get(), i);
+    graph::Arg key_arg;
+    if (PyTuple_Check(key)) {  // as the tracer passes a tuple key: a Tuple of constants
+      key_arg.kind = graph::Arg::Kind::Tuple;
+      for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(key); ++k) key_arg.items.push_back(graph::Arg::of_constant(PyTuple_GET_ITEM(key, k)));
+    } else {
+      key_arg = graph::Arg::of_constant(key);
+    }
+    b.extern_call(setitem.get(), "operator.setitem",
+                  {graph::Arg::of_node(y), key_arg, graph::Arg::of_constant(PyList_GET_ITEM(values.get(), i))}, {}, {});
+  }
+  graph->set_outputs({y});
+  PrimExecutor executor(graph);
+  PyRef result = run(executor, {x});
+  ASSERT_TRUE(result) << test::take_error();
+  PyObject* got = PyTuple_Check(result.get()) ? PyTuple_GET_ITEM(result.get(), 0) : result.get();
+  PyRef want = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "expected").get(), x.get(), nullptr));
+  ASSERT_TRUE(want);
+  PyRef same = PyRef::steal(PyObject_CallFunctionObjArgs(test::item(ns, "same").get(), got, want.get(), nullptr));
+  EXPECT_EQ(same.get(), Py_True) << test::take_error();
+}
+
 TEST(PrimExecutor, ProductsWithPaddedDimsEqualTorchsAndAreFreshContiguousTensors) {
   // Note [Padded GEMM dims]: the path large 16-bit CUDA products take, run
   // here on CPU float64 tensors (the padding is layout, not math) for each
