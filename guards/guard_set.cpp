@@ -38,19 +38,22 @@ std::string describe_autocast(const runtime::AutocastState& state) {
   return text;
 }
 
-// The instance dicts nn.Module.__call__ consults for per-module hooks.
-constexpr const char* kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks",
-                                            "_backward_hooks"};
+// The instance dicts nn.Module.__call__ consults for per-module hooks
+// (hooks registered with_kwargs are in _forward_hooks / _forward_pre_hooks
+// too).
+constexpr const char* kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                            "_backward_pre_hooks"};
+constexpr int kModuleHookDictCount = sizeof(kModuleHookDicts) / sizeof(kModuleHookDicts[0]);
 
 // Returns the name of a non-empty hook dict of `module`, or null when none
 // is set. Reads the instance dict directly: no Python code runs.
 const char* module_hook_set(PyObject* module) {
-  static PyObject* names[3] = {PyUnicode_InternFromString(kModuleHookDicts[0]),
-                               PyUnicode_InternFromString(kModuleHookDicts[1]),
-                               PyUnicode_InternFromString(kModuleHookDicts[2])};
+  static PyObject* names[kModuleHookDictCount] = {
+      PyUnicode_InternFromString(kModuleHookDicts[0]), PyUnicode_InternFromString(kModuleHookDicts[1]),
+      PyUnicode_InternFromString(kModuleHookDicts[2]), PyUnicode_InternFromString(kModuleHookDicts[3])};
   PyObject** dict_ptr = _PyObject_GetDictPtr(module);
   if (!dict_ptr || !*dict_ptr) return nullptr;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kModuleHookDictCount; ++i) {
     PyObject* hooks = PyDict_GetItemWithError(*dict_ptr, names[i]);
     if (!hooks) {
       PyErr_Clear();

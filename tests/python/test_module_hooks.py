@@ -120,3 +120,22 @@ def test_full_backward_hook_breaks_the_graph_and_runs():
     torch.testing.assert_close(x.grad, want)
     assert len(seen) == 1
     torch.testing.assert_close(seen[0], want_seen)
+
+
+def test_backward_pre_hook_registered_after_compile_recompiles_and_runs():
+    # A full backward pre-hook added after the model was compiled without
+    # hooks: the no-hooks guard notices it, the module's call breaks the
+    # graph and runs in CPython, and the hook sees eager's gradient.
+    torch.manual_seed(0)
+    model = Outer()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4, requires_grad=True)
+    compiled(x).square().sum().backward()
+    seen = []
+    model.inner.register_full_backward_pre_hook(lambda mod, grad_out: seen.append(grad_out[0].clone()))
+    model(x).square().sum().backward()
+    want = seen.pop()
+    compiled(x).square().sum().backward()
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], want)
+    assert kiln.stats()["recompiles"] >= 1
