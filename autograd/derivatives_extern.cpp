@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/derivatives_family.h"
+#include "prims/extern_writes.h"
 #include "prims/layout.h"
 #include "base/py_ref.h"
 
@@ -69,36 +70,11 @@ std::vector<std::vector<PyRef>> extern_paths(const prims::PrimAttrs& attrs) {
   return paths;
 }
 
-constexpr const char* kWritesArguments = "it writes into its arguments";
-
-// Why recomputing the call would not reproduce the forward's result, or "".
-std::string cannot_recompute(const prims::PrimAttrs& attrs) {
-  std::string name = attrs.target_name.substr(attrs.target_name.rfind('.') + 1);
-  const bool dunder = name.size() > 4 && name.starts_with("__") && name.ends_with("__");
-  if (!dunder && name.ends_with("_")) return kWritesArguments;
-  if (dunder) name = name.substr(2, name.size() - 4);
-  static const std::set<std::string> writes = {
-      "setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
-      "iand", "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat"};
-  if (writes.count(name)) return kWritesArguments;
-  for (const auto& [key, arg] : attrs.extern_kwargs) {
-    if (key == "out" || (key == "inplace" && arg.constant == Py_True)) return kWritesArguments;
-  }
-  static const std::set<std::string> draws = {"bernoulli", "multinomial", "normal", "poisson",
-                                              "gumbel_softmax", "rrelu"};
-  if (draws.count(name) || name.starts_with("rand") || name.find("dropout") != std::string::npos) {
-    return "it draws random numbers";
-  }
-  return "";
-}
-
 }  // namespace
 
-bool extern_has_effects(const prims::PrimAttrs& attrs) { return !cannot_recompute(attrs).empty(); }
+bool extern_has_effects(const prims::PrimAttrs& attrs) { return !prims::extern_effect(attrs).empty(); }
 
-bool extern_writes(const prims::PrimAttrs& attrs) {
-  return cannot_recompute(attrs) == kWritesArguments;
-}
+bool extern_writes(const prims::PrimAttrs& attrs) { return prims::extern_writes_arguments(attrs); }
 
 namespace {
 
@@ -134,7 +110,7 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
   PyRef own_vjp = PyFunction_Check(attrs.target) ? PyRef::steal(PyObject_GetAttrString(attrs.target, "kiln_vjp"))
                                                  : PyRef();
   PyErr_Clear();
-  const std::string why = cannot_recompute(attrs);
+  const std::string why = prims::extern_effect(attrs);
   if (!own_vjp && !why.empty()) throw NoDerivative("extern " + attrs.target_name + ": no gradient, " + why);
   PyObject* helper = own_vjp ? own_vjp.get() : extern_vjp_helper();
   const std::vector<std::vector<PyRef>> paths = extern_paths(attrs);

@@ -16,6 +16,7 @@ std::atomic<Stance> g_stance{Stance::Default};
 std::atomic<bool> g_cpu_kernels{true};
 std::atomic<bool> g_cuda_kernels{true};
 std::atomic<bool> g_parameter_kernel_cache{true};
+std::atomic<bool> g_constant_subgraphs{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 
 std::mutex g_dead_mutex;
@@ -105,5 +106,9 @@ void set_cuda_kernels(bool enabled) { g_cuda_kernels = enabled; }
 bool parameter_kernel_cache() { return g_parameter_kernel_cache; }
 
 void set_parameter_kernel_cache(bool enabled) { g_parameter_kernel_cache = enabled; }
+
+bool constant_subgraphs() { return g_constant_subgraphs; }
+
+void set_constant_subgraphs(bool enabled) { g_constant_subgraphs = enabled; }
 
 }  // namespace kiln::interpreter

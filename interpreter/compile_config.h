@@ -30,6 +30,7 @@ struct SettingOverrides {
   std::optional<bool> cpu_kernels;
   std::optional<bool> cuda_kernels;
   std::optional<bool> parameter_kernel_cache;
+  std::optional<bool> constant_subgraphs;
   std::optional<inductor::MatmulPolicy> cpu_matmul;
 };
 
@@ -167,7 +168,8 @@ class ContextDepthScope {
   X(gemm_kernels)             \
   X(cuda_graphs_captured)     \
   X(kernels_autotuned)        \
-  X(size_instances)
+  X(size_instances)            \
+  X(constant_nodes_folded)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};
@@ -206,6 +208,12 @@ void set_cuda_kernels(bool enabled);
 bool parameter_kernel_cache();
 // Sets parameter_kernel_cache() for graphs compiled from now on.
 void set_parameter_kernel_cache(bool enabled);
+// True when compiled graphs run the nodes that read none of their inputs
+// once and keep what the rest reads (kiln.config.constant_subgraphs, on by
+// default; Note [Constant subgraphs] in prims/constant_subgraphs.cpp).
+bool constant_subgraphs();
+// Sets constant_subgraphs() for graphs compiled from now on.
+void set_constant_subgraphs(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

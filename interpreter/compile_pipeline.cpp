@@ -10,8 +10,10 @@
 #include "interpreter/graph_executors.h"
 #include "interpreter/size_instances.h"
 #include "prims/common_nodes.h"
+#include "prims/constant_subgraphs.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/constant_inputs_executor.h"
 #include "runtime/cuda_graph_executor.h"
 #include "runtime/eager_executor.h"
 
@@ -127,6 +129,25 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         remap_outputs(decomposition->output, decomposition->graph->outputs(), merged.outputs());
         decomposition->graph = std::make_shared<prims::PrimGraph>(std::move(merged));
       }
+      // 3b. Nodes reading no input run once, at the first call (Note
+      //     [Constant subgraphs]); the rest takes their kept values as
+      //     inputs after the graph's own.
+      std::shared_ptr<const prims::PrimGraph> constants;
+      const size_t input_count = decomposition ? decomposition->graph->inputs().size() : 0;
+      if (decomposition && settings.constant_subgraphs) {
+        if (std::optional<prims::ConstantSplit> split = prims::split_constant_subgraphs(*decomposition->graph)) {
+          verify_pass(split->constants, "split_constant_subgraphs (constants)", name);
+          verify_pass(split->rest, "split_constant_subgraphs", name);
+          KILN_LOG(prims, "constant subgraph of " << name << ": " << split->folded_nodes << " nodes run once, keeping "
+                                                  << split->kept.size() << " tensors (" << split->kept_bytes
+                                                  << " bytes)\n"
+                                                  << prims::format_prim_graph(split->constants));
+          remap_outputs(decomposition->output, decomposition->graph->outputs(), split->rest.outputs());
+          stats().constant_nodes_folded += split->folded_nodes;
+          constants = std::make_shared<const prims::PrimGraph>(std::move(split->constants));
+          decomposition->graph = std::make_shared<prims::PrimGraph>(std::move(split->rest));
+        }
+      }
       if (decomposition) {
         KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                           << " calls decomposed, " << decomposition->extern_calls << " externs)\n"
@@ -158,6 +179,10 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         } catch (const std::runtime_error& e) {
           why = e.what();
         }
+      }
+      if (executor && constants) {
+        executor = std::make_unique<runtime::ConstantInputsExecutor>(std::move(constants), std::move(executor),
+                                                                     input_count);
       }
       // 5. The output builders after the compiled graph (an eager
       //    fallback replays the whole graph, builders included).

@@ -53,6 +53,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.cpu_kernels = config.settings.cpu_kernels.value_or(cpu_kernels());
   s.cuda_kernels = config.settings.cuda_kernels.value_or(cuda_kernels());
   s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
+  s.constant_subgraphs = config.settings.constant_subgraphs.value_or(constant_subgraphs());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
   s.gradient_bucket_bytes = active_ddp_bucket_bytes();
   return s;

@@ -28,6 +28,7 @@ struct Settings {
   bool cpu_kernels = true;
   bool cuda_kernels = true;
   bool parameter_kernel_cache = true;
+  bool constant_subgraphs = true;
   inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
   // Compiled inside DistributedDataParallel's forward: its bucket size, by
   // which training graphs are cut (Note [Gradient buckets]); 0 otherwise.

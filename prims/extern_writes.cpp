@@ -83,6 +83,58 @@ std::vector<bool> writable_values(const PrimGraph& graph) {
   return writable;
 }
 
+namespace {
+
+constexpr const char* kWritesArguments = "it writes into its arguments";
+
+// The callable's own name: past the last dot, dunders unwrapped.
+std::string bare_name(const PrimAttrs& attrs, bool* dunder) {
+  std::string name = attrs.target_name.substr(attrs.target_name.rfind('.') + 1);
+  *dunder = name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+  if (*dunder) name = name.substr(2, name.size() - 4);
+  return name;
+}
+
+bool random_name(std::string name) {
+  if (name.ends_with("_")) name.pop_back();
+  static const std::set<std::string> draws = {"bernoulli", "multinomial", "normal",    "poisson",   "gumbel_softmax",
+                                              "rrelu",     "exponential", "geometric", "cauchy",    "log_normal",
+                                              "random"};
+  return draws.count(name) || name.starts_with("rand") || name.find("dropout") != std::string::npos;
+}
+
+}  // namespace
+
+std::string extern_effect(const PrimAttrs& attrs) {
+  bool dunder = false;
+  const std::string name = bare_name(attrs, &dunder);
+  if (!dunder && name.ends_with("_")) return kWritesArguments;
+  static const std::set<std::string> writes = {
+      "setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
+      "iand", "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat"};
+  if (writes.count(name)) return kWritesArguments;
+  for (const auto& [key, arg] : attrs.extern_kwargs) {
+    if (key == "out" || (key == "inplace" && arg.constant == Py_True)) return kWritesArguments;
+  }
+  if (!dunder && random_name(name)) return "it draws random numbers";
+  return "";
+}
+
+bool extern_writes_arguments(const PrimAttrs& attrs) { return extern_effect(attrs) == kWritesArguments; }
+
+bool extern_draws_random(const PrimAttrs& attrs) {
+  bool dunder = false;
+  const std::string name = bare_name(attrs, &dunder);
+  return !dunder && random_name(name);
+}
+
+std::vector<int> alias_class_of(const PrimGraph& graph) {
+  AliasClasses classes = alias_classes(graph);
+  std::vector<int> out(graph.values().size());
+  for (size_t v = 0; v < out.size(); ++v) out[v] = classes.find(static_cast<int>(v));
+  return out;
+}
+
 std::vector<std::pair<int, int>> extern_order_edges(const PrimGraph& graph) {
   AliasClasses classes = alias_classes(graph);
   const std::vector<int>& externs = classes.externs;

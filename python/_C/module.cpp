@@ -174,6 +174,7 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
     std::optional<bool>* flag = name == "cpu_kernels"              ? &out->cpu_kernels
                                 : name == "cuda_kernels"           ? &out->cuda_kernels
                                 : name == "parameter_kernel_cache" ? &out->parameter_kernel_cache
+                                : name == "constant_subgraphs"     ? &out->constant_subgraphs
                                                                    : nullptr;
     if (flag && PyBool_Check(value)) {
       *flag = value == Py_True;
@@ -397,6 +398,17 @@ PyObject* py_get_parameter_kernel_cache(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::interpreter::parameter_kernel_cache());
 }
 
+PyObject* py_set_constant_subgraphs(PyObject*, PyObject* arg) {
+  const int enabled = PyObject_IsTrue(arg);
+  if (enabled < 0) return nullptr;
+  kiln::interpreter::set_constant_subgraphs(enabled == 1);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_constant_subgraphs(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::constant_subgraphs());
+}
+
 PyObject* py_cuda_kernels_available(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::inductor::cuda_kernels_available());
 }
@@ -570,6 +582,10 @@ PyMethodDef module_methods[] = {
      "Turns keeping parameter-only kernel results between inference calls on or off."},
     {"get_parameter_kernel_cache", py_get_parameter_kernel_cache, METH_NOARGS,
      "Whether inference graphs keep parameter-only kernel results between calls."},
+    {"set_constant_subgraphs", py_set_constant_subgraphs, METH_O,
+     "Turns running input-independent nodes once per compiled graph on or off."},
+    {"get_constant_subgraphs", py_get_constant_subgraphs, METH_NOARGS,
+     "Whether compiled graphs run their input-independent nodes once."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"allow_in_graph", py_allow_in_graph, METH_O, "Makes calls of a function graph nodes."},

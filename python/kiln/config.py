@@ -86,6 +86,23 @@ class _Config(_types.ModuleType):
         _C.set_parameter_kernel_cache(value)
 
     @property
+    def constant_subgraphs(self) -> bool:
+        """Nodes of a compiled graph that read none of its inputs (masks
+        built from sizes alone: Swin's shifted-window masks, causal masks)
+        run once, at the graph's first call, and the tensors the rest reads
+        are kept for later calls (default True; docs/architecture.md,
+        "Constant subgraphs"). Costs the kept tensors' memory while the
+        compiled graph lives; False computes them every call. Read when a
+        graph is compiled."""
+        return _C.get_constant_subgraphs()
+
+    @constant_subgraphs.setter
+    def constant_subgraphs(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"constant_subgraphs must be a bool, got {type(value).__name__}")
+        _C.set_constant_subgraphs(value)
+
+    @property
     def experimental_cuda_kernels(self) -> bool:
         """Deprecated name of cuda_kernels (before CUDA kernels were the default)."""
         return self.cuda_kernels

@@ -48,7 +48,7 @@ def test_torch_option_names_mean_their_modes():
 
 
 @pytest.mark.parametrize("options, error, match", [
-    ({"epilogue_fusion": True}, ValueError, r"unknown options \['epilogue_fusion'\]; valid: cpu_kernels"),
+    ({"epilogue_fusion": True}, ValueError, r"unknown options \['epilogue_fusion'\]; valid: constant_subgraphs, cpu_kernels"),
     ({"cpu_kernels": 1}, TypeError, r"options\['cpu_kernels'\] must be a bool, got int"),
     ({"cpu_matmul": "blas"}, ValueError, r"'auto', 'kiln' or 'aten', got 'blas'"),
     ({"max_autotune": True, "triton.cudagraphs": True}, ValueError, "two modes"),
