@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <cstdlib>
 #include <thread>
 #include <unordered_map>
 
@@ -248,10 +249,25 @@ struct CompiledEntry {
   std::string error;
 };
 
-// Compiles each kernel into an entry, in order. CUDA kernels compile on up
-// to hardware_concurrency threads: NVRTC takes 10-15 ms a kernel and a
-// training graph has dozens, and compile_cuda_cached is thread-safe (no
-// Python inside). CPU kernels compile in turn.
+// Threads compiling one graph's kernels: KILN_COMPILE_THREADS when set to
+// a positive number (1 compiles in turn), else the machine's cores.
+size_t compile_threads() {
+  static const size_t threads = [] {
+    if (const char* text = std::getenv("KILN_COMPILE_THREADS"); text && *text) {
+      char* end = nullptr;
+      const long n = std::strtol(text, &end, 10);
+      if (*end == '\0' && n > 0) return static_cast<size_t>(n);
+      KILN_LOG(kernels, "KILN_COMPILE_THREADS=" << text << " is no positive number: ignored");
+    }
+    return static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
+  return threads;
+}
+
+// Compiles each kernel into an entry, in order, on up to compile_threads()
+// threads: NVRTC takes 10-15 ms a kernel, LLVM 10-100 ms, and a training
+// graph has dozens to hundreds; both kernel caches and both compilers are
+// thread-safe (no Python inside; Note [One JIT]).
 std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& kernels, int device) {
   std::vector<CompiledEntry> out(kernels.size());
   auto compile = [&](size_t i) {
@@ -261,19 +277,31 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
       out[i].error = e.what();
     }
   };
-  const size_t threads = device < 0 ? 1 : std::min<size_t>(kernels.size(), std::max(1u, std::thread::hardware_concurrency()));
+  // A kernel repeating an earlier one of the graph (identical layers) waits
+  // for it and then comes from the memory cache, as in turn: two threads
+  // would both compile it.
+  std::vector<size_t> firsts;
+  std::vector<size_t> repeats;
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Kernel nameless = kernels[i].kernel;
+    nameless.name.clear();
+    (seen.emplace(format_kernel(nameless), i).second ? firsts : repeats).push_back(i);
+  }
+  const size_t threads = std::min(firsts.size(), compile_threads());
   if (threads <= 1) {
-    for (size_t i = 0; i < kernels.size(); ++i) compile(i);
-    return out;
+    for (size_t i : firsts) compile(i);
+  } else {
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> workers;
+    for (size_t t = 0; t < threads; ++t) {
+      workers.emplace_back([&] {
+        for (size_t k = next++; k < firsts.size(); k = next++) compile(firsts[k]);
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
   }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> workers;
-  for (size_t t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < kernels.size(); i = next++) compile(i);
-    });
-  }
-  for (std::thread& worker : workers) worker.join();
+  for (size_t i : repeats) compile(i);
   return out;
 }
 

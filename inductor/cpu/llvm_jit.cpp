@@ -29,8 +29,11 @@ namespace {
 // Note [One JIT]
 // The LLJIT lives for the process (kernels' addresses must stay valid while
 // any compiled graph may call them) and is never destroyed: tearing it down
-// at exit would race with torch's and CPython's own teardown. One mutex
-// serializes compiling and loading; calling compiled kernels needs no lock.
+// at exit would race with torch's and CPython's own teardown. Kernels are
+// optimized and compiled to objects on the caller's thread, each thread with
+// a TargetMachine of its own (one is not safe to share while it emits), so
+// several kernels compile at once (inductor/fuse_kernels.cpp); one mutex
+// serializes loading objects; calling compiled kernels needs no lock.
 // Every kernel is compiled to a relocatable object, and every object is
 // linked into a JITDylib of its own whose link order reaches the main
 // JITDylib (libm, libmvec, the process): an object loaded from the disk
@@ -39,7 +42,9 @@ namespace {
 // keeps the two apart.
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> target_machine;  // for O2 and object code
+  // What makes each thread's TargetMachine (for O2 and object code): the
+  // one the LLJIT itself would compile with.
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machine_builder;
   std::mutex mutex;
   int64_t dylibs = 0;  // JITDylibs made so far, for unique names
 };
@@ -61,8 +66,6 @@ Jit& the_jit() {
     if (!builder) throw JitError("llvm: " + take_message(builder.takeError()));
     // detectHost() already names the host CPU and its features.
     builder->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
-    auto machine = builder->createTargetMachine();
-    if (!machine) throw JitError("llvm: " + take_message(machine.takeError()));
     auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*builder).create();
     if (!lljit) throw JitError("llvm: " + take_message(lljit.takeError()));
     const char prefix = (*lljit)->getDataLayout().getGlobalPrefix();
@@ -80,10 +83,21 @@ Jit& the_jit() {
     }
     Jit* made = new Jit();
     made->lljit = std::move(*lljit);
-    made->target_machine = std::move(*machine);
+    made->machine_builder = std::make_unique<llvm::orc::JITTargetMachineBuilder>(*builder);
     return made;
   }();
   return *jit;
+}
+
+// This thread's TargetMachine, made on first use.
+llvm::TargetMachine& thread_target_machine(Jit& jit) {
+  thread_local std::unique_ptr<llvm::TargetMachine> machine;
+  if (!machine) {
+    auto made = jit.machine_builder->createTargetMachine();
+    if (!made) throw JitError("llvm: " + take_message(made.takeError()));
+    machine = std::move(*made);
+  }
+  return *machine;
 }
 
 void optimize(llvm::Module& module, llvm::TargetMachine& machine) {
@@ -149,26 +163,26 @@ const HostCpu& host_cpu() {
 
 JitResult jit_compile(JitModulePtr handle, const std::string& symbol, bool want_ir) {
   Jit& jit = the_jit();
-  std::lock_guard<std::mutex> lock(jit.mutex);
+  llvm::TargetMachine& machine = thread_target_machine(jit);
   llvm::Module& module = *handle->module;
-  module.setDataLayout(jit.target_machine->createDataLayout());
-  module.setTargetTriple(jit.target_machine->getTargetTriple().str());
+  module.setDataLayout(machine.createDataLayout());
+  module.setTargetTriple(machine.getTargetTriple().str());
   std::string problems;
   llvm::raw_string_ostream problem_stream(problems);
   if (llvm::verifyModule(module, &problem_stream)) {
     throw JitError("llvm: the generated module is invalid: " + problem_stream.str());
   }
-  optimize(module, *jit.target_machine);
+  optimize(module, machine);
   JitResult result;
   if (want_ir) {
     llvm::raw_string_ostream ir(result.optimized_ir);
     module.print(ir, nullptr);
   }
-  // The target machine the LLJIT itself would compile with (same builder).
-  llvm::orc::SimpleCompiler compile(*jit.target_machine);
+  llvm::orc::SimpleCompiler compile(machine);
   auto object = compile(module);
   if (!object) throw JitError("llvm: " + take_message(object.takeError()));
   result.object = (*object)->getBuffer().str();
+  std::lock_guard<std::mutex> lock(jit.mutex);
   result.address = load_object_locked(jit, (*object)->getBuffer(), symbol);
   return result;
 }

@@ -103,6 +103,23 @@ def test_identical_layers_compile_once_and_a_second_process_hits_the_disk(tmp_pa
     assert second["kernel_cache_rejected"] == 0, second
 
 
+def test_compile_threads_compile_the_same_kernels_once(tmp_path):
+    # Forward and backward kernels of 3 identical layers, compiled in turn
+    # and on 4 threads (more than this machine may have cores): each process
+    # checks its results against eager; both compile each distinct kernel
+    # once and take the repeats from memory.
+    counts = []
+    for threads in ("1", "4"):
+        env = environment(KILN_CACHE_DIR="", KILN_COMPILE_THREADS=threads)
+        stats, _ = run_model(env, layers=3, mode="train")
+        counts.append(stats)
+    assert counts[0] == counts[1], counts
+    assert counts[0]["kernels_compiled"] >= 2 and counts[0]["kernel_cache_hits_memory"] > 0, counts
+    env = environment(KILN_CACHE_DIR="", KILN_COMPILE_THREADS="many", KILN_LOGS="kernels")
+    stats, stderr = run_model(env, layers=1)
+    assert "KILN_COMPILE_THREADS=many is no positive number: ignored" in stderr
+
+
 def test_training_kernels_come_from_the_disk_too(tmp_path):
     env = environment(KILN_CACHE_DIR=str(tmp_path / "cache"))
     first, _ = run_model(env, layers=2, mode="train")
