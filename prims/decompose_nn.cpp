@@ -337,6 +337,110 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
   return metas;
 }
 
+// The extern calling kiln._attention.attention with these operands and
+// output metas (the first needs a gradient when `with_lse`); its value ids
+// in *ids. -1 when the helper cannot be imported.
+int attention_extern(PrimBuilder& b, int q, int k, int value, int mask, long backend, bool causal, PyObject* scale,
+                     bool with_lse, const std::vector<graph::TensorMeta>& metas, std::vector<int>* ids) {
+  static PyObject* attention = attention_helper("attention");
+  if (!attention) return -1;
+  std::vector<graph::TensorMeta> made = metas;
+  made[0].requires_grad = with_lse;
+  base::PyRef backend_id = base::PyRef::steal(PyLong_FromLong(backend));
+  std::vector<graph::Arg> args = {graph::Arg::of_node(q), graph::Arg::of_node(k), graph::Arg::of_node(value),
+                                  mask >= 0 ? graph::Arg::of_node(mask) : graph::Arg::of_constant(Py_None),
+                                  graph::Arg::of_constant(backend_id.get()),
+                                  graph::Arg::of_constant(causal ? Py_True : Py_False),
+                                  graph::Arg::of_constant(scale),
+                                  graph::Arg::of_constant(with_lse ? Py_True : Py_False)};
+  *ids = b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, made, /*pure=*/true,
+                       /*fresh=*/true);
+  return 0;
+}
+
+// Note [CPU flash attention with gradients]
+// On the CPU torch runs attention with gradients through its flash kernel
+// (at::_scaled_dot_product_flash_attention_for_cpu), which returns the
+// logsumexp its backward kernel reads. Kept as F.scaled_dot_product_attention,
+// the gradient ran the attention forward again and built an autograd graph
+// around it in the backward (Note [Extern gradients]): 150 us of a 2.2 ms
+// Llama training step per layer on the dev machine. So a CPU call with
+// gradients calls the kernel itself (kiln._attention.attention: output and
+// logsumexp) and its backward kernel from `attention.kiln_vjp`, as the GPU
+// does (Note [Fused attention kernels]). A boolean mask becomes the
+// additive 0/-inf mask torch's call would make (the kernel takes a mask of
+// the query's dtype only), and grouped heads are repeated in the graph as
+// torch's call repeats them (results and gradients equal eager's bit for
+// bit). Without gradients the call stays torch's (no logsumexp to keep);
+// a mask that needs a gradient stays torch's too.
+std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long backend, std::string& why) {
+  PrimBuilder& b = c.b;
+  const int q = c.tensor("query");
+  int k = c.tensor("key"), value = c.tensor("value");
+  const bool with_lse = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
+  if (backend != kFlashBackend || !with_lse || c.number("dropout_p") != 0) {
+    why = "torch's fused CPU kernel (kept for calls without gradients or with dropout)";
+    return std::nullopt;
+  }
+  if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) {
+    // Grouped heads: torch's call repeats each key/value head for its
+    // group of query heads (repeat_interleave) before the kernel; so does
+    // the graph, whose gradient sums the repeats back.
+    const std::vector<int64_t>& qs = b.meta(q).sizes;
+    const std::vector<int64_t>& ks = b.meta(k).sizes;
+    if (qs.size() != 4 || ks.size() != 4 || ks[1] == 0 || qs[1] % ks[1] != 0) {
+      why = "grouped heads other than 4-d operands with query heads a multiple of key heads";
+      return std::nullopt;
+    }
+    const int64_t groups = qs[1] / ks[1];
+    auto repeat_heads = [&](int t) {
+      std::vector<int64_t> s = b.meta(t).sizes;
+      const int wide = b.expand(b.unsqueeze(t, 2), {s[0], s[1], groups, s[2], s[3]});
+      return b.reshape(wide, {s[0], s[1] * groups, s[2], s[3]});
+    };
+    k = repeat_heads(k);
+    value = repeat_heads(value);
+  }
+  int mask = -1;
+  if (c.given("attn_mask")) {
+    mask = c.tensor("attn_mask");
+    const graph::TensorMeta& m = b.meta(mask);
+    if (m.requires_grad) {
+      why = "the mask needs a gradient";
+      return std::nullopt;
+    }
+    if (!is_contiguous(m.sizes, m.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+    if (m.dtype == DType::Bool) {
+      mask = b.convert(b.where(mask, f(0), f(-std::numeric_limits<double>::infinity())), b.meta(q).dtype);
+    } else if (m.dtype != b.meta(q).dtype) {
+      why = "a mask of another dtype than the query's";
+      return std::nullopt;
+    }
+  }
+  PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
+  if (!scale) {
+    why = "scale is not a constant";
+    return std::nullopt;
+  }
+  const bool causal = c.flag("is_causal");
+  std::optional<std::vector<graph::TensorMeta>> metas =
+      fused_attention_metas(b, q, k, value, mask, backend, causal, scale, /*with_lse=*/true, why);
+  if (!metas || metas->size() != 2u) {
+    if (why.empty()) why = "kiln._attention gave no layouts";
+    return std::nullopt;
+  }
+  std::vector<int> ids;
+  if (attention_extern(b, q, k, value, mask, backend, causal, scale, true, *metas, &ids) < 0) {
+    why = "kiln._attention.attention cannot be imported";
+    return std::nullopt;
+  }
+  const graph::TensorMeta& traced = c.traced(0);
+  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(ids[0]).sizes, b.meta(ids[0]).strides)) {
+    return std::vector<int>{b.clone(ids[0], MemoryFormat::Contiguous)};
+  }
+  return std::vector<int>{ids[0]};
+}
+
 // Note [Fused attention kernels]
 // Where torch would run cuDNN's or flash attention (or, without gradients,
 // memory-efficient attention: a decode step's one-row queries, where
@@ -360,6 +464,8 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
 // Sets `why` when the call stays torch's.
 std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long backend, std::string& why) {
   PrimBuilder& b = c.b;
+  const bool cpu = b.meta(c.tensor("query")).device_type == graph::DeviceType::CPU;
+  if (cpu) return cpu_flash_attention_call(c, backend, why);
   if (backend != kCudnnBackend && backend != kFlashBackend && backend != kEfficientBackend) {
     why = "torch's backend " + std::to_string(backend) + " is none of cuDNN, flash and memory-efficient attention";
     return std::nullopt;
@@ -404,22 +510,15 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
   const bool causal = c.flag("is_causal");
   std::optional<std::vector<graph::TensorMeta>> metas =
       fused_attention_metas(b, q, k, value, mask, backend, causal, scale, with_lse, why);
-  static PyObject* attention = attention_helper("attention");
-  if (!metas || !attention || metas->size() != (with_lse ? 4u : 1u)) {
+  if (!metas || metas->size() != (with_lse ? 4u : 1u)) {
     if (why.empty()) why = "kiln._attention gave no layouts";
     return std::nullopt;
   }
-  (*metas)[0].requires_grad = with_lse;
-  base::PyRef backend_id = base::PyRef::steal(PyLong_FromLong(backend));
-  std::vector<graph::Arg> args = {graph::Arg::of_node(q), graph::Arg::of_node(k), graph::Arg::of_node(value),
-                                  mask >= 0 ? graph::Arg::of_node(mask) : graph::Arg::of_constant(Py_None),
-                                  graph::Arg::of_constant(backend_id.get()),
-                                  graph::Arg::of_constant(causal ? Py_True : Py_False),
-                                  graph::Arg::of_constant(scale),
-                                  graph::Arg::of_constant(with_lse ? Py_True : Py_False)};
-  const std::vector<int> ids =
-      b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, *metas, /*pure=*/true,
-                    /*fresh=*/true);
+  std::vector<int> ids;
+  if (attention_extern(b, q, k, value, mask, backend, causal, scale, with_lse, *metas, &ids) < 0) {
+    why = "kiln._attention.attention cannot be imported";
+    return std::nullopt;
+  }
   // The trace ran torch's attention on meta tensors, whose kernels give the
   // output contiguous where cuDNN's and flash's give it in the query's dim
   // order; later views were traced against the contiguous one, so it is
@@ -490,12 +589,8 @@ std::vector<int> decompose_ScaledDotProductAttention(DecomposeCall& c) {
     // the GPU it stays torch's.
     const long backend = torch_attention_backend(c);
     if (backend != kMathBackend && (cuda || backend != kUnknownBackend)) {
-      std::string why;  // Note [Fused attention kernels]
-      if (cuda) {
-        if (std::optional<std::vector<int>> fused = fused_attention_call(c, backend, why)) return *fused;
-      } else {
-        why = "torch's fused CPU kernel";
-      }
+      std::string why;  // Note [Fused attention kernels], Note [CPU flash attention with gradients]
+      if (std::optional<std::vector<int>> fused = fused_attention_call(c, backend, why)) return *fused;
       KILN_LOG(prims, c.node.target_name << " (node %" << c.node.id << ") stays torch's call: " << why);
       return attention_call(c);
     }

@@ -119,7 +119,7 @@ namespace {
 
 // Note [Executor run profile]
 // With KILN_LOGS=perf each run logs where its host time went, by step
-// label (the prim, or an extern's callable type: CUDA and CPU kernels), so
+// label (the prim, a kernel's name, or an extern's callable type), so
 // a host-bound compiled step shows which calls to make cheaper. Off, the
 // run pays one flag test a step.
 class RunProfile {
@@ -405,13 +405,17 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
       const graph::TensorMeta& m = g.value(node.outputs[0]).meta;
       if (std::find(m.sizes.begin(), m.sizes.end(), 1) != m.sizes.end()) step.unit_dim_strides = m.strides;
     }
-    // Externs by the callable's type (every kernel a kiln.KernelCall), and
+    // Externs by the callable's type, kiln's kernels by their names, and
     // Python-level callables (builtins, functions) by the name the graph
     // gives them (F.linear, aten.addmm), which says which torch call costs.
     step.label = prims::prim_name(node.prim);
     if (node.prim == Prim::Extern && a.target) {
       const bool named = (PyCFunction_Check(a.target) || PyFunction_Check(a.target)) && !a.target_name.empty();
       step.label = named ? a.target_name : Py_TYPE(a.target)->tp_name;
+      // A kiln kernel by its name ("kernel sum"): which kernels cost, not
+      // only that kernels do (a pow() in RMSNorm's backward kernel showed
+      // up so).
+      if (a.target_name.rfind("kernel ", 0) == 0) step.label = a.target_name;
     }
     std::vector<std::pair<const char*, Arg>> kwargs;
     auto in = [&](size_t i) -> int {

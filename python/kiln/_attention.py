@@ -1,5 +1,7 @@
 """torch's fused attention kernels, as kiln's graphs call them on CUDA
-operands (Note [Attention on the GPU] in prims/decompose_nn.cpp).
+operands (Note [Attention on the GPU] in prims/decompose_nn.cpp), and on
+CPU operands that need gradients (torch's CPU flash kernel: Note [CPU flash
+attention with gradients]).
 
 `backend` asks torch which kernel its scaled_dot_product_attention would run
 for the traced layouts: kiln decomposes the call where that is torch's math
@@ -49,7 +51,13 @@ def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse
     """torch's attention kernel `backend_` (CUDNN, FLASH or, without
     gradients, EFFICIENT; flash takes no mask): the output, or with
     `with_lse` (out, logsumexp, philox seed, philox offset), what its
-    backward kernel reads. No dropout."""
+    backward kernel reads. On CPU operands, torch's CPU flash kernel (a
+    mask of the query's dtype allowed): the output, or (out, logsumexp).
+    No dropout."""
+    if query.device.type == "cpu":
+        r = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+        return (r[0], r[1]) if with_lse else r[0]
     if backend_ == EFFICIENT:
         if attn_mask is not None:
             # As torch's own call prepares the bias: rows padded to 16
@@ -69,13 +77,29 @@ def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse
     return (r[0], r[1], r[6], r[7]) if with_lse else r[0]
 
 
+def _like(gradient, operand):
+    """`gradient` in empty_like(operand)'s layout (a copy only where it differs)."""
+    like = torch.empty_like(operand)
+    return gradient if gradient.stride() == like.stride() else like.copy_(gradient)
+
+
 def _attention_vjp(args, kwargs, outputs, slots, grads):
     """Gradients of `attention(*args)` for the argument positions in `slots`
     ((0, i) paths, query/key/value only) by torch's backward kernel, from the
     forward's saved `outputs` and the output's gradient grads[0]."""
     query, key, value, mask, backend_, is_causal, scale, _ = args
-    out, lse, seed, offset = outputs
+    out, lse = outputs[0], outputs[1]
     grad = grads[0] if grads[0] is not None else torch.zeros_like(out)
+    if query.device.type == "cpu":
+        found = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, query, key, value, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
+        # The kernel lays gradients out in its own (batch, sequence, head)
+        # order; kiln's gradient rule gives each its operand's empty_like
+        # layout.
+        found = tuple(_like(g, t) for g, t in zip(found, (query, key, value)))
+        gradients = tuple(found[path[1]] for path in slots)
+        return gradients[0] if len(gradients) == 1 else gradients
+    seed, offset = outputs[2], outputs[3]
     max_q, max_k = query.shape[-2], key.shape[-2]
     if backend_ == CUDNN:
         found = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(

@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
+from conftest import kiln_logs
 
 
 def compile_aot(fn):
@@ -380,6 +381,52 @@ def test_attention_rows_with_every_key_masked_give_zeros(backend):
         wants = torch.autograd.grad(want.sum(), (q, k, v))
         for g, w in zip(grads, wants):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cpu_semantics("torch's CPU flash attention kernel and its backward")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float", "gqa"])
+def test_cpu_attention_with_gradients_calls_the_flash_kernel_and_its_backward(backend, mask, capfd):
+    # Note [CPU flash attention with gradients]: the graph calls torch's CPU
+    # flash kernel (output and logsumexp) and its backward kernel, not
+    # F.scaled_dot_product_attention with a gradient that runs it again.
+    # A boolean mask becomes torch's additive one; grouped heads are
+    # repeated as torch's call repeats them: values and gradients are
+    # eager's to the bit (grouped heads' key/value gradients sum the repeats
+    # in another order: within rounding).
+    torch.manual_seed(0)
+    heads_kv = 2 if mask == "gqa" else 4
+    q = torch.randn(2, 4, 16, 8, requires_grad=True)
+    k, v = (torch.randn(2, heads_kv, 16, 8, requires_grad=True) for _ in range(2))
+    keep = torch.rand(2, 1, 16, 16) < 0.8
+    keep[..., 0] = True
+    bias = torch.randn(2, 1, 16, 16)
+
+    def f(q, k, v):
+        kwargs = {"is_causal": True} if mask in ("causal", "gqa") else {}
+        if mask == "bool":
+            kwargs["attn_mask"] = keep
+        elif mask == "float":
+            kwargs["attn_mask"] = bias
+        elif mask == "gqa":
+            kwargs["enable_gqa"] = True
+        return F.scaled_dot_product_attention(q * 0.5, k.transpose(1, 2).transpose(1, 2), v, **kwargs).relu()
+
+    want = f(q, k, v)
+    wants = torch.autograd.grad((want * want).sum(), (q, k, v))
+    compiled = kiln.compile(f, backend=backend)
+    with kiln_logs("prims"):
+        got = compiled(q, k, v)
+    grads = torch.autograd.grad((got * got).sum(), (q, k, v))
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log and "extern_vjp(" not in log, log
+    assert torch.equal(got, want)
+    for g, w in zip(grads, wants):
+        if mask == "gqa":
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(g, w), (g - w).abs().max()
+    assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
 @torch.no_grad()

@@ -515,13 +515,14 @@ def test_amax_gradient_through_recomputed_math():
     torch.testing.assert_close(a.grad, a_ref.grad)
 
 
-@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2])
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2, 1, 1.0, 0, 0.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_pow_by_torchs_special_exponents_matches_eager_bit_for_bit(exponent, dtype):
     # Note [Pow by a constant]: products, roots and reciprocals as torch's
-    # CPU kernel computes them, zeros, negative zero and infinity included.
+    # CPU kernel computes them, zeros, negative zero, infinity and NaN
+    # included; x ** 1 is x and x ** 0 is 1 (NaN ** 0 too), as torch's pow.
     x = torch.randn(1003, dtype=dtype) * 3
-    x[:4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")], dtype=dtype)
+    x[:5] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)
     compiled = kiln.compile(lambda t: t.pow(exponent) * 1, backend="inductor")
     before = kiln.stats()["kernels"]
     got = compiled(x)
