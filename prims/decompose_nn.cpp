@@ -382,6 +382,36 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
     why = "torch's fused CPU kernel (kept for calls without gradients or with dropout)";
     return std::nullopt;
   }
+  PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
+  if (!scale) {
+    why = "scale is not a constant";
+    return std::nullopt;
+  }
+  const DType query_dtype = b.meta(q).dtype;
+  int mask = -1;
+  if (c.given("attn_mask")) {
+    mask = c.tensor("attn_mask");
+    const bool mask_grad = b.meta(mask).requires_grad;
+    const DType mask_dtype = b.meta(mask).dtype;
+    if (mask_grad || (mask_dtype != DType::Bool && mask_dtype != query_dtype)) {
+      why = mask_grad ? "the mask needs a gradient" : "a mask of another dtype than the query's";
+      return std::nullopt;
+    }
+  }
+  // Nodes made from here on are dropped again if the call stays torch's.
+  const size_t start = b.graph().nodes().size();
+  auto back_out = [&](const std::string& reason) {
+    b.graph().truncate(start);
+    why = reason;
+    return std::nullopt;
+  };
+  if (mask >= 0) {
+    const DType mask_dtype = b.meta(mask).dtype;
+    if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+    if (mask_dtype == DType::Bool) {
+      mask = b.convert(b.where(mask, f(0), f(-std::numeric_limits<double>::infinity())), query_dtype);
+    }
+  }
   if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) {
     // Grouped heads: torch's call repeats each key/value head for its
     // group of query heads (repeat_interleave) before the kernel; so does
@@ -389,8 +419,7 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
     const std::vector<int64_t>& qs = b.meta(q).sizes;
     const std::vector<int64_t>& ks = b.meta(k).sizes;
     if (qs.size() != 4 || ks.size() != 4 || ks[1] == 0 || qs[1] % ks[1] != 0) {
-      why = "grouped heads other than 4-d operands with query heads a multiple of key heads";
-      return std::nullopt;
+      return back_out("grouped heads other than 4-d operands with query heads a multiple of key heads");
     }
     const int64_t groups = qs[1] / ks[1];
     auto repeat_heads = [&](int t) {
@@ -401,38 +430,13 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
     k = repeat_heads(k);
     value = repeat_heads(value);
   }
-  int mask = -1;
-  if (c.given("attn_mask")) {
-    mask = c.tensor("attn_mask");
-    const graph::TensorMeta& m = b.meta(mask);
-    if (m.requires_grad) {
-      why = "the mask needs a gradient";
-      return std::nullopt;
-    }
-    if (!is_contiguous(m.sizes, m.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
-    if (m.dtype == DType::Bool) {
-      mask = b.convert(b.where(mask, f(0), f(-std::numeric_limits<double>::infinity())), b.meta(q).dtype);
-    } else if (m.dtype != b.meta(q).dtype) {
-      why = "a mask of another dtype than the query's";
-      return std::nullopt;
-    }
-  }
-  PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
-  if (!scale) {
-    why = "scale is not a constant";
-    return std::nullopt;
-  }
   const bool causal = c.flag("is_causal");
   std::optional<std::vector<graph::TensorMeta>> metas =
       fused_attention_metas(b, q, k, value, mask, backend, causal, scale, /*with_lse=*/true, why);
-  if (!metas || metas->size() != 2u) {
-    if (why.empty()) why = "kiln._attention gave no layouts";
-    return std::nullopt;
-  }
+  if (!metas || metas->size() != 2u) return back_out(why.empty() ? "kiln._attention gave no layouts" : why);
   std::vector<int> ids;
   if (attention_extern(b, q, k, value, mask, backend, causal, scale, true, *metas, &ids) < 0) {
-    why = "kiln._attention.attention cannot be imported";
-    return std::nullopt;
+    return back_out("kiln._attention.attention cannot be imported");
   }
   const graph::TensorMeta& traced = c.traced(0);
   if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(ids[0]).sizes, b.meta(ids[0]).strides)) {
@@ -491,16 +495,18 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
   int mask = -1;
   if (c.given("attn_mask")) {
     mask = c.tensor("attn_mask");
-    const graph::TensorMeta& m = b.meta(mask);
-    if (m.requires_grad) {
+    if (b.meta(mask).requires_grad) {
       why = "the mask needs a gradient";
       return std::nullopt;
     }
-    if (!is_contiguous(m.sizes, m.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+    // Read before the graph grows (a reference into its values would not
+    // survive a new node).
+    const DType mask_dtype = b.meta(mask).dtype;
+    if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
     // torch's cuDNN path adds 0 where the mask is true, -65504 elsewhere,
     // in the query's dtype; its memory-efficient path -inf.
     const double masked_out = backend == kEfficientBackend ? -std::numeric_limits<double>::infinity() : -65504.0;
-    if (m.dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), b.meta(q).dtype);
+    if (mask_dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), b.meta(q).dtype);
   }
   PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
   if (!scale) {
