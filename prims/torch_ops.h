@@ -183,6 +183,8 @@ namespace kiln::prims {
     "Tensor.log_softmax(input, dim, dtype=None)",                                                  \
     "F.log_softmax(input, dim=None, _stacklevel=3, dtype=None)")                                   \
   X(LayerNorm, "F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05)")         \
+  X(GroupNorm, "F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-05)")               \
+  X(AdaptiveAvgPool2d, "F.adaptive_avg_pool2d(input, output_size)")                                \
   X(BatchNorm, "F.batch_norm(input, running_mean, running_var, weight=None, bias=None, "           \
                "training=False, momentum=0.1, eps=1e-05)")                                         \
   X(Dropout, "F.dropout(input, p=0.5, training=True, inplace=False)")                              \

@@ -429,6 +429,47 @@ def test_cpu_attention_with_gradients_calls_the_flash_kernel_and_its_backward(ba
     assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_group_norm_and_global_pooling_decompose_with_their_gradients(backend, dtype, capfd):
+    # Note [Group norm and global pooling as prims]: no extern, so no
+    # extern gradient rerunning them; values and gradients as eager's.
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 5, 6, dtype=dtype, requires_grad=True)
+    w = torch.randn(8, dtype=dtype, requires_grad=True)
+    bias = torch.randn(8, dtype=dtype, requires_grad=True)
+
+    def f(x, w, bias):
+        y = F.group_norm(x, 4, w, bias, eps=1e-5).relu()
+        return y * F.adaptive_avg_pool2d(y, 1) + F.adaptive_avg_pool2d(x, (1, 1))
+
+    want = f(x, w, bias)
+    wants = torch.autograd.grad(want.float().square().sum(), (x, w, bias))
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend=backend)(x, w, bias)
+    grads = torch.autograd.grad(got.float().square().sum(), (x, w, bias))
+    log = capfd.readouterr().err
+    assert "extern F.group_norm" not in log and "extern F.adaptive_avg_pool2d" not in log, log
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got, want, **tol)
+    for g, e in zip(grads, wants):
+        torch.testing.assert_close(g, e, **tol)
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+
+
+def test_adaptive_pooling_to_other_sizes_stays_torchs_call():
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+
+    def f(x):
+        return F.adaptive_avg_pool2d(x, (2, 4)) * 2
+
+    got = kiln.compile(f, backend="aot_eager")(x)
+    torch.testing.assert_close(got, f(x))
+    g, = torch.autograd.grad(got.sum(), x)
+    e, = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(g, e)
+
+
 @torch.no_grad()
 def test_object_argument_only_returned_passes_through_the_prim_graph():
     class Cache:
