@@ -24,7 +24,9 @@ namespace kiln::prims {
 //    callables and `operator.setitem` whose names say they draw no random
 //    numbers (prims::extern_draws_random), not a function the user allowed
 //    in the graph;
-//  - every value it reads is made by a constant node;
+//  - every value it reads is made by a constant node, and none it makes
+//    needs a gradient (a leaf made with requires_grad=True is fresh per
+//    call);
 //  - no tensor sharing storage with its values (an alias class: views and
 //    extern arguments) is written by a node that is not constant, or
 //    written by a constant node after a node that is not constant read it
@@ -82,6 +84,9 @@ std::optional<ConstantSplit> split_constant_subgraphs(const PrimGraph& graph) {
     const Family family = prim_info(node.prim).family;
     bool ok = family != Family::Random && (family != Family::Extern || deterministic_extern(node));
     for (int v : reads[n]) ok = ok && made_by_constant(constant, v);
+    // A tensor made to need a gradient (torch.zeros(n, requires_grad=True))
+    // is a fresh leaf per call.
+    for (int v : node.outputs) ok = ok && !graph.value(v).meta.requires_grad;
     constant[n] = ok;
     any = any || ok;
   }

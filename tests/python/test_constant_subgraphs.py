@@ -158,3 +158,4 @@ def test_random_draws_are_drawn_every_call():
     ea, eb = f(x), f(x)
     assert_same((a, b), (ea, eb))
     assert not torch.equal(a, b)
+

@@ -91,6 +91,20 @@ TEST(ConstantSubgraphs, ReturnedOrOutsideWrittenConstantsStay) {
   }
 }
 
+TEST(ConstantSubgraphs, LeavesMadeToNeedAGradientAreNeverConstant) {
+  PrimGraph g;
+  const int x = g.add_input(f32({4}));
+  PrimAttrs attrs;
+  attrs.sizes = {4};
+  attrs.value = Scalar::of_float(1);
+  attrs.dtype = graph::DType::Float32;
+  graph::TensorMeta leaf = f32({4});
+  leaf.requires_grad = true;
+  const int w = g.add_node1(Prim::Full, {}, attrs, leaf);
+  g.set_outputs({add(g, x, exp_of(g, w))});
+  EXPECT_FALSE(split_constant_subgraphs(g).has_value());
+}
+
 TEST(ConstantSubgraphs, RandomDrawsAreNeverConstant) {
   PrimGraph g;
   const int x = g.add_input(f32({4}));
