@@ -43,14 +43,6 @@ std::vector<int> vjp(prims::PrimBuilder& b, const NodeView& view, const std::vec
 // dicts), repeats included.
 std::vector<int> extern_inputs(const prims::PrimNode& node);
 
-// True for an extern call with effects beyond its result (it writes into
-// its arguments, like Tensor.copy_ of batch norm's running statistics, or
-// draws random numbers): it must run exactly once, in the forward.
-bool extern_has_effects(const prims::PrimAttrs& attrs);
-
-// True for an extern call that writes into its arguments (setitem, Tensor
-// methods ending in "_", out=).
-bool extern_writes(const prims::PrimAttrs& attrs);
 
 // True for prims whose outputs never carry gradients (comparisons, integer
 // and bool results, argmax, random draws): autograd does not visit them.

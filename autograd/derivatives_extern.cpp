@@ -2,7 +2,6 @@
 // gradients]).
 #include <Python.h>
 
-#include <set>
 #include <string>
 
 #include "autograd/derivatives_family.h"
@@ -71,10 +70,6 @@ std::vector<std::vector<PyRef>> extern_paths(const prims::PrimAttrs& attrs) {
 }
 
 }  // namespace
-
-bool extern_has_effects(const prims::PrimAttrs& attrs) { return !prims::extern_effect(attrs).empty(); }
-
-bool extern_writes(const prims::PrimAttrs& attrs) { return prims::extern_writes_arguments(attrs); }
 
 namespace {
 

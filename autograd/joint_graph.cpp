@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/derivatives.h"
+#include "prims/extern_writes.h"
 #include "prims/prim_builder.h"
 #include "prims/type_promotion.h"
 
@@ -138,7 +139,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
   // statistics: its result does not require grad) into a tensor that needs
   // none is harmless.
   for (const prims::PrimNode& node : forward.nodes()) {
-    if (node.prim != prims::Prim::Extern || !extern_writes(node.attrs)) continue;
+    if (node.prim != prims::Prim::Extern || !prims::extern_writes_arguments(node.attrs)) continue;
     const std::vector<int> inputs = extern_inputs(node);
     bool recorded = node.outputs.empty();
     for (int id : node.outputs) recorded = recorded || forward.value(id).meta.requires_grad;

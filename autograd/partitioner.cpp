@@ -167,7 +167,7 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
     for (int r : reads) {
       for (int out : node.outputs) parent[find(out)] = find(r);
     }
-    if (call && extern_writes(node.attrs)) {
+    if (call && prims::extern_writes_arguments(node.attrs)) {
       for (int r : reads) writes.emplace_back(n, r);
     }
   }
@@ -260,7 +260,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   std::vector<int> forward_roots;  // effects without a result (Note [Writes in the joint graph])
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const prims::PrimNode& node = g.node(static_cast<int>(n));
-    if (node.prim != prims::Prim::Extern || !extern_has_effects(node.attrs)) continue;
+    if (node.prim != prims::Prim::Extern || prims::extern_effect(node.attrs).empty()) continue;
     if (!node.outputs.empty()) {
       if (forward[node.outputs[0]]) {
         forward_outputs.push_back(node.outputs[0]);

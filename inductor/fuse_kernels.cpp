@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <cstdlib>
 #include <thread>
 #include <unordered_map>
 
@@ -277,6 +277,10 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
       out[i].error = e.what();
     }
   };
+  if (compile_threads() <= 1 || kernels.size() <= 1) {
+    for (size_t i = 0; i < kernels.size(); ++i) compile(i);
+    return out;
+  }
   // A kernel repeating an earlier one of the graph (identical layers) waits
   // for it and then comes from the memory cache, as in turn: two threads
   // would both compile it.

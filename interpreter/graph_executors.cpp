@@ -134,7 +134,7 @@ std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
   const size_t count = graph.nodes().size();
   std::vector<bool> keep(count, false);
   for (const prims::PrimNode& node : graph.nodes()) {
-    if (node.prim == prims::Prim::Extern && autograd::extern_writes(node.attrs)) return keep;
+    if (node.prim == prims::Prim::Extern && prims::extern_writes_arguments(node.attrs)) return keep;
   }
   std::vector<bool> output(graph.values().size(), false);
   for (int id : graph.outputs()) output[id] = true;

@@ -46,9 +46,9 @@ namespace {
 // Externs known to compute the same result from the same arguments, with
 // no effect but writes into their arguments: torch's callables and
 // `operator.setitem` that draw no random numbers (a function the user
-// allowed in the graph may do anything).
-// A call returning nothing counts only when it writes a tensor argument
-// (torch._C._set_grad_enabled changes global state).
+// allowed in the graph may do anything), a call returning nothing only
+// when it writes a tensor argument (torch._C._set_grad_enabled changes
+// global state).
 bool deterministic_extern(const PrimNode& node) {
   const PrimAttrs& attrs = node.attrs;
   if (attrs.extern_pure) return true;
@@ -93,7 +93,6 @@ std::optional<ConstantSplit> split_constant_subgraphs(const PrimGraph& graph) {
   if (!any) return std::nullopt;
 
   const std::vector<int> alias = alias_class_of(graph);
-  const std::vector<bool> writable = writable_values(graph);
   std::vector<bool> returned_class(value_count, false);
   for (int id : graph.outputs()) returned_class[alias[id]] = true;
   for (bool changed = true; changed;) {
@@ -127,14 +126,21 @@ std::optional<ConstantSplit> split_constant_subgraphs(const PrimGraph& graph) {
   }
 
   // Values worth keeping: computed from constants by more than a fill, an
-  // arange and views, or in a class a constant extern writes.
+  // arange and views, or in a class a constant extern writes (every extern
+  // left reading a constant is a constant one).
+  std::vector<bool> written_class(value_count, false);
+  for (int n = 0; n < node_count; ++n) {
+    const PrimNode& node = graph.node(n);
+    if (node.prim != Prim::Extern || node.attrs.extern_pure) continue;
+    for (int v : reads[n]) written_class[alias[v]] = true;
+  }
   std::vector<bool> worth(value_count, false);
   for (int n = 0; n < node_count; ++n) {
     if (!constant[n]) continue;
     const PrimNode& node = graph.node(n);
     bool w = !cheap_node(node);
     for (int v : reads[n]) w = w || worth[v];
-    for (int v : node.outputs) w = w || (writable[v]);
+    for (int v : node.outputs) w = w || written_class[alias[v]];
     for (int v : node.outputs) worth[v] = w;
   }
   ConstantSplit split;

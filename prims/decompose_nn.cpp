@@ -385,11 +385,28 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
   return metas;
 }
 
-// The extern calling kiln._attention.attention with these operands and
-// output metas (the first needs a gradient when `with_lse`); its value ids
-// in *ids. -1 when the helper cannot be imported.
-int attention_extern(PrimBuilder& b, int q, int k, int value, int mask, long backend, bool causal, PyObject* scale,
-                     bool with_lse, const std::vector<graph::TensorMeta>& metas, std::vector<int>* ids) {
+// `mask` as the fused kernels take it: contiguous, and a boolean one made
+// additive in the query's dtype, `masked_out` where it is false (torch's
+// call does the same conversion).
+int additive_mask(PrimBuilder& b, int mask, double masked_out, DType query_dtype) {
+  // Read before the graph grows (a reference into its values would not
+  // survive a new node).
+  const DType mask_dtype = b.meta(mask).dtype;
+  if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+  if (mask_dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), query_dtype);
+  return mask;
+}
+
+// The call's output through kiln._attention.attention with these operands
+// and output metas (the first needs a gradient when `with_lse`), or -1 when
+// the helper cannot be imported. The trace ran torch's attention on meta
+// tensors, whose kernels give the output contiguous where the fused
+// kernels give it in the query's dim order; later views were traced
+// against the contiguous one, so it is copied (the copy fuses with the
+// transpose-and-merge that usually follows).
+int attention_output(DecomposeCall& c, int q, int k, int value, int mask, long backend, bool causal, PyObject* scale,
+                     bool with_lse, const std::vector<graph::TensorMeta>& metas) {
+  PrimBuilder& b = c.b;
   static PyObject* attention = attention_helper("attention");
   if (!attention) return -1;
   std::vector<graph::TensorMeta> made = metas;
@@ -401,9 +418,13 @@ int attention_extern(PrimBuilder& b, int q, int k, int value, int mask, long bac
                                   graph::Arg::of_constant(causal ? Py_True : Py_False),
                                   graph::Arg::of_constant(scale),
                                   graph::Arg::of_constant(with_lse ? Py_True : Py_False)};
-  *ids = b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, made, /*pure=*/true,
-                       /*fresh=*/true);
-  return 0;
+  const int out = b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, made, /*pure=*/true,
+                                /*fresh=*/true)[0];
+  const graph::TensorMeta& traced = c.traced(0);
+  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(out).sizes, b.meta(out).strides)) {
+    return b.clone(out, MemoryFormat::Contiguous);
+  }
+  return out;
 }
 
 // Note [CPU flash attention with gradients]
@@ -453,13 +474,7 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
     why = reason;
     return std::nullopt;
   };
-  if (mask >= 0) {
-    const DType mask_dtype = b.meta(mask).dtype;
-    if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
-    if (mask_dtype == DType::Bool) {
-      mask = b.convert(b.where(mask, f(0), f(-std::numeric_limits<double>::infinity())), query_dtype);
-    }
-  }
+  if (mask >= 0) mask = additive_mask(b, mask, -std::numeric_limits<double>::infinity(), query_dtype);
   if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) {
     // Grouped heads: torch's call repeats each key/value head for its
     // group of query heads (repeat_interleave) before the kernel; so does
@@ -482,15 +497,9 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
   std::optional<std::vector<graph::TensorMeta>> metas =
       fused_attention_metas(b, q, k, value, mask, backend, causal, scale, /*with_lse=*/true, why);
   if (!metas || metas->size() != 2u) return back_out(why.empty() ? "kiln._attention gave no layouts" : why);
-  std::vector<int> ids;
-  if (attention_extern(b, q, k, value, mask, backend, causal, scale, true, *metas, &ids) < 0) {
-    return back_out("kiln._attention.attention cannot be imported");
-  }
-  const graph::TensorMeta& traced = c.traced(0);
-  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(ids[0]).sizes, b.meta(ids[0]).strides)) {
-    return std::vector<int>{b.clone(ids[0], MemoryFormat::Contiguous)};
-  }
-  return std::vector<int>{ids[0]};
+  const int out = attention_output(c, q, k, value, mask, backend, causal, scale, true, *metas);
+  if (out < 0) return back_out("kiln._attention.attention cannot be imported");
+  return std::vector<int>{out};
 }
 
 // Note [Fused attention kernels]
@@ -547,14 +556,10 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
       why = "the mask needs a gradient";
       return std::nullopt;
     }
-    // Read before the graph grows (a reference into its values would not
-    // survive a new node).
-    const DType mask_dtype = b.meta(mask).dtype;
-    if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
     // torch's cuDNN path adds 0 where the mask is true, -65504 elsewhere,
     // in the query's dtype; its memory-efficient path -inf.
     const double masked_out = backend == kEfficientBackend ? -std::numeric_limits<double>::infinity() : -65504.0;
-    if (mask_dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), b.meta(q).dtype);
+    mask = additive_mask(b, mask, masked_out, b.meta(q).dtype);
   }
   PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
   if (!scale) {
@@ -568,20 +573,12 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     if (why.empty()) why = "kiln._attention gave no layouts";
     return std::nullopt;
   }
-  std::vector<int> ids;
-  if (attention_extern(b, q, k, value, mask, backend, causal, scale, with_lse, *metas, &ids) < 0) {
+  const int out = attention_output(c, q, k, value, mask, backend, causal, scale, with_lse, *metas);
+  if (out < 0) {
     why = "kiln._attention.attention cannot be imported";
     return std::nullopt;
   }
-  // The trace ran torch's attention on meta tensors, whose kernels give the
-  // output contiguous where cuDNN's and flash's give it in the query's dim
-  // order; later views were traced against the contiguous one, so it is
-  // copied (the copy fuses with the transpose-and-merge that usually follows).
-  const graph::TensorMeta& traced = c.traced(0);
-  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(ids[0]).sizes, b.meta(ids[0]).strides)) {
-    return std::vector<int>{b.clone(ids[0], MemoryFormat::Contiguous)};
-  }
-  return std::vector<int>{ids[0]};
+  return std::vector<int>{out};
 }
 
 // softmax over the last dim with rows that are all -inf giving zeros, not
