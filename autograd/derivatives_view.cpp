@@ -25,6 +25,21 @@ int slice_grad(prims::PrimBuilder& b, int g, const graph::TensorMeta& xm,
   if (lo < 0) lo += size;
   lo = std::clamp<int64_t>(lo, 0, size);
   if (lo == 0 && attrs.step == 1 && count == size) return g;
+  if (attrs.step == 1) {
+    // Zeros, g, zeros along the dim: a cat kernels compute where it is
+    // read (Note [Cat in kernels]; a roll's gradient is two, summed), not
+    // a zero fill and a scatter.
+    std::vector<int> pieces;
+    auto zeros = [&](int64_t length) {
+      graph::TensorMeta block = xm;
+      block.sizes[d] = length;
+      return zeros_like(b, block);
+    };
+    if (lo > 0) pieces.push_back(zeros(lo));
+    pieces.push_back(cast_to(b, g, xm.dtype));
+    if (lo + count < size) pieces.push_back(zeros(size - lo - count));
+    return b.cat(pieces, d);
+  }
   const int index = b.iota(count, lo, attrs.step, graph::DType::Int64,
                            {xm.device_type, xm.device_index, false});
   std::vector<std::optional<int>> indices(d, std::nullopt);

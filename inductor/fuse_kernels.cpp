@@ -456,7 +456,9 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   // Note [Two-step outer reductions].
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) return take(split, nullptr);
   // Note [Kernel copies].
-  if (prims::PrimGraph copied; on_cuda && make_copies_explicit(graph, &copied)) return take(copied, nullptr);
+  if (prims::PrimGraph copied; (on_cuda || targets.cpu) && make_copies_explicit(graph, on_cuda, &copied)) {
+    return take(copied, nullptr);
+  }
   return false;
 }
 

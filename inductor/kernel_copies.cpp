@@ -40,7 +40,9 @@ using prims::PrimNode;
 // 1, an empty operand) the operand stays as it is. A reshape that cannot
 // view (attention's output, [b, h, t, d] transposed to [b, t, h, d] and
 // merged to [b, t, h * d], and the same of q, k and v's gradients) becomes
-// a contiguous clone, a kernel, and a reshape that views it.
+// a contiguous clone, a kernel, and a reshape that views it: on the CPU
+// too, where the clone's kernel also reads what it copies where it lies
+// (Swin's windows cut from a rolled image, Note [Cat in kernels]).
 
 // A dim of an operand after broadcasting its batch dims.
 struct Dim {
@@ -130,11 +132,11 @@ bool copying_reshape(const PrimGraph& graph, const PrimNode& node) {
 
 }  // namespace
 
-bool make_copies_explicit(const PrimGraph& graph, PrimGraph* out) {
+bool make_copies_explicit(const PrimGraph& graph, bool matmul_operands, PrimGraph* out) {
   bool any = false;
   for (const PrimNode& node : graph.nodes()) {
     if (copying_reshape(graph, node)) any = true;
-    if (node.prim != Prim::Matmul || node.args.size() != 2) continue;
+    if (!matmul_operands || node.prim != Prim::Matmul || node.args.size() != 2) continue;
     const graph::TensorMeta& a = graph.value(node.args[0].value).meta;
     const graph::TensorMeta& b = graph.value(node.args[1].value).meta;
     any = any || copy_helps(a, b) || copy_helps(b, a);
@@ -164,7 +166,7 @@ bool make_copies_explicit(const PrimGraph& graph, PrimGraph* out) {
     };
     for (const PrimNode& node : graph.nodes()) {
       std::vector<int> made;
-      const bool matmul = node.prim == Prim::Matmul && node.args.size() == 2;
+      const bool matmul = matmul_operands && node.prim == Prim::Matmul && node.args.size() == 2;
       const int a = matmul ? node.args[0].value : -1, b = matmul ? node.args[1].value : -1;
       const bool copy_a = matmul && copy_helps(graph.value(a).meta, graph.value(b).meta);
       const bool copy_b = matmul && copy_helps(graph.value(b).meta, graph.value(a).meta);

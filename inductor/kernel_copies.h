@@ -1,5 +1,5 @@
-// Copies torch would make inside a CUDA graph's ops (matmul operands it
-// cannot hand cuBLAS, reshapes that cannot view) made explicit, so kiln's
+// Copies torch would make inside a graph's ops (reshapes that cannot view;
+// on CUDA, matmul operands it cannot hand cuBLAS) made explicit, so kiln's
 // kernels make them. See Note [Kernel copies] in kernel_copies.cpp.
 #pragma once
 
@@ -13,10 +13,11 @@ namespace kiln::inductor {
 // merge into one stride, or its matrix has no unit-stride dim.
 bool matmul_copies_operand(const graph::TensorMeta& x, const graph::TensorMeta& other);
 
-// `graph` with each matmul operand that torch would copy replaced by a
-// clone in a layout cuBLAS takes as it is, and each reshape that would copy
-// by a contiguous clone and a view of it; false (and *out untouched) when
-// there is neither. Same inputs and outputs, in order.
-bool make_copies_explicit(const prims::PrimGraph& graph, prims::PrimGraph* out);
+// `graph` with each reshape that would copy replaced by a contiguous clone
+// and a view of it, and with `matmul_operands` (CUDA graphs) each matmul
+// operand that torch would copy by a clone in a layout cuBLAS takes as it
+// is; false (and *out untouched) when there is neither. Same inputs and
+// outputs, in order.
+bool make_copies_explicit(const prims::PrimGraph& graph, bool matmul_operands, prims::PrimGraph* out);
 
 }  // namespace kiln::inductor

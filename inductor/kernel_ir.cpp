@@ -84,8 +84,10 @@ std::string verify_expr(const Kernel& k, int id) {
   const int kind = static_cast<int>(e.kind);
   std::ostringstream why;
   why << "%" << id << " (" << kKinds[kind].name << "): ";
-  if (static_cast<int>(e.operands.size()) != kKinds[kind].operands) {
-    why << "takes " << kKinds[kind].operands << " operands, has " << e.operands.size();
+  const int arity = kKinds[kind].operands;
+  if (arity >= 0 ? static_cast<int>(e.operands.size()) != arity : e.operands.empty()) {
+    why << "takes " << (arity >= 0 ? std::to_string(arity) : "one or more") << " operands, has "
+        << e.operands.size();
     return why.str();
   }
   for (int operand : e.operands) {
@@ -95,7 +97,8 @@ std::string verify_expr(const Kernel& k, int id) {
     }
   }
   auto operand_dtype = [&](int i) { return k.exprs[e.operands[i]].dtype; };
-  if (e.kind != ExprKind::Load && e.kind != ExprKind::Cast && !is_compute_dtype(e.dtype)) {
+  const bool loads = e.kind == ExprKind::Load || e.kind == ExprKind::LoadAt;
+  if (!loads && e.kind != ExprKind::Cast && !is_compute_dtype(e.dtype)) {
     why << dtype_short_name(e.dtype) << " is a storage dtype: compute in f32";
     return why.str();
   }
@@ -107,6 +110,12 @@ std::string verify_expr(const Kernel& k, int id) {
     }
   }
   switch (e.kind) {
+    case ExprKind::LoadAt:
+      if (e.strides.size() != e.operands.size()) return why.str() + "needs one stride per index";
+      for (size_t i = 0; i < e.operands.size(); ++i) {
+        if (operand_dtype(i) != DType::Int64) return why.str() + "indices are i64";
+      }
+      [[fallthrough]];
     case ExprKind::Load:
       if (e.input < 0 || e.input >= static_cast<int>(k.inputs.size())) {
         why << "no input " << e.input;
@@ -262,6 +271,16 @@ int Kernel::index(std::vector<int64_t> strides) {
   return add(std::move(e));
 }
 
+int Kernel::load_at(int input, std::vector<int> indices, std::vector<int64_t> strides) {
+  Expr e;
+  e.kind = ExprKind::LoadAt;
+  e.dtype = inputs.at(input).dtype;
+  e.input = input;
+  e.operands = std::move(indices);
+  e.strides = std::move(strides);
+  return add(std::move(e));
+}
+
 int Kernel::add_input(KernelInput input) {
   inputs.push_back(std::move(input));
   return static_cast<int>(inputs.size()) - 1;
@@ -341,12 +360,12 @@ std::vector<bool> expr_varies(const Kernel& k) {
   for (size_t id = 0; id < k.exprs.size(); ++id) {
     const Expr& e = k.exprs[id];
     if (e.kind == ExprKind::Reduce) continue;
-    if (e.kind == ExprKind::Load || e.kind == ExprKind::Index) {
-      const std::vector<int64_t>& strides = e.kind == ExprKind::Load ? k.inputs[e.input].strides : e.strides;
+    if (e.kind == ExprKind::Load || e.kind == ExprKind::LoadAt || e.kind == ExprKind::Index) {
+      const std::vector<int64_t>& strides = e.kind == ExprKind::Index ? e.strides : k.inputs[e.input].strides;
       for (int d : k.reduced) {
         if (strides[d] != 0 && k.sizes[d] > 1) varies[id] = true;
       }
-      continue;
+      if (e.kind != ExprKind::LoadAt) continue;
     }
     for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
   }
@@ -442,6 +461,13 @@ std::string format_kernel(const Kernel& k) {
     out << "  %" << id << " = ";
     switch (e.kind) {
       case ExprKind::Load: out << "load in" << e.input; break;
+      case ExprKind::LoadAt:
+        out << "load_at in" << e.input << "[";
+        for (size_t i = 0; i < e.operands.size(); ++i) {
+          out << (i ? " + " : "") << "%" << e.operands[i] << " * " << e.strides[i];
+        }
+        out << "]";
+        break;
       case ExprKind::Constant: out << "const " << format_constant(e); break;
       case ExprKind::Cast: out << "cast %" << e.operands[0]; break;
       case ExprKind::Index: out << "index strides=" << format_strides(e.strides); break;

@@ -16,9 +16,10 @@ namespace kiln::inductor {
 using graph::DType;
 
 // Expression kinds, written once (Note [Kernel expressions]):
-// X(enum name, text name, number of operands)
+// X(enum name, text name, number of operands; -1: one or more)
 #define KILN_KERNEL_EXPR_KINDS(X) \
   X(Load, "load", 0)              \
+  X(LoadAt, "load_at", -1)        \
   X(Constant, "const", 0)         \
   X(Cast, "cast", 1)              \
   X(Unary, "unary", 1)            \
@@ -121,7 +122,8 @@ enum class ReduceOp : int8_t {
 // One scalar computation, evaluated at every point of the iteration space.
 // Operands are ids of earlier expressions of the same kernel, so the list is
 // a DAG in topological order and a shared subexpression is computed once.
-// Load reads input `input` at the point; Constant is `constant` (integers
+// Load reads input `input` at the point; LoadAt reads it at the point
+// moved by computed indices (Note [Loads at computed indices]); Constant is `constant` (integers
 // and bools in `integer`) in `dtype`; Cast converts its operand to `dtype`;
 // Unary, Binary and Compare apply `op` in their operands' dtype (Compare
 // yields bool); Select(cond, a, b) picks a where the bool cond holds.
@@ -142,8 +144,19 @@ struct Expr {
   double constant = 0;           // Constant of a floating dtype
   int64_t integer = 0;           // Constant of an integer or bool dtype
   std::vector<int> operands;     // expression ids
-  std::vector<int64_t> strides;  // Index: per dim of the iteration space
+  std::vector<int64_t> strides;  // Index: per dim of the iteration space; LoadAt: per operand
 };
+
+// Note [Loads at computed indices]
+// LoadAt(i0, ..., ik) reads input `input` at the element its strides and
+// offset give for the point, plus sum_j ij * strides[j] (operands int64
+// expressions, strides in elements). It is how a kernel reads a value
+// whose index along some dim is not the point's own: a cat's pieces (the
+// index along the cat dim minus the piece's start, clamped into the
+// piece) and so torch.roll and F.pad's constant borders. Every LoadAt a
+// lowering makes stays in bounds at every point of the space, selected or
+// not: kernels evaluate both sides of a select (vector lanes do), so a
+// piece is read at a clamped index and the select drops it.
 
 // A tensor the kernel reads: element (i0, ..., in) lives at
 // data + (offset + sum_d i_d * strides[d]) * itemsize. Broadcast dims have
@@ -203,6 +216,8 @@ struct Kernel {
   int select(int cond, int a, int b);
   int reduce(ReduceOp op, int operand);
   int index(std::vector<int64_t> strides);
+  // input[point + sum_j indices[j] * strides[j]] (Note [Loads at computed indices]).
+  int load_at(int input, std::vector<int> indices, std::vector<int64_t> strides);
   // Adds an input; returns its index.
   int add_input(KernelInput input);
   // Adds an output writing expression `value`; returns its index.

@@ -254,7 +254,7 @@ void read_output(LineReader& in, Kernel& k) {
   k.outputs.push_back(std::move(output));
 }
 
-// "%N = BODY : DT", BODY one of: load inN, const C, cast %A, index
+// "%N = BODY : DT", BODY one of: load inN, load_at inN[%A * S + ...], const C, cast %A, index
 // strides=(...), reduce_OP(%A), OP(%A[, %B[, %C]]).
 void read_expr(LineReader& in, Kernel& k) {
   const size_t at_id = in.position();
@@ -266,13 +266,24 @@ void read_expr(LineReader& in, Kernel& k) {
   Expr e;
   in.skip_spaces();
   const size_t at_name = in.position();
-  const std::string_view name = in.word("an expression (load, const, cast, index, reduce_OP or an op)");
+  const std::string_view name = in.word("an expression (load, load_at, const, cast, index, reduce_OP or an op)");
   std::string_view constant_text;
   size_t at_constant = 0;
   if (name == "load") {
     e.kind = ExprKind::Load;
     in.expect("in");
     e.input = in.id("an input number after in");
+  } else if (name == "load_at") {
+    e.kind = ExprKind::LoadAt;
+    in.expect("in");
+    e.input = in.id("an input number after in");
+    in.expect("[");
+    do {
+      e.operands.push_back(read_ref(in));
+      in.expect("*");
+      e.strides.push_back(in.integer("a stride"));
+    } while (in.accept("+"));
+    in.expect("]");
   } else if (name == "const") {
     e.kind = ExprKind::Constant;
     in.skip_spaces();

@@ -41,7 +41,7 @@ void permute_dims(Kernel& k, const std::vector<int>& order) {
   for (KernelInput& in : k.inputs) permute(in.strides);
   for (KernelOutput& out : k.outputs) permute(out.strides);
   for (Expr& e : k.exprs) {
-    if (e.kind == ExprKind::Index) permute(e.strides);
+    if (e.kind == ExprKind::Index) permute(e.strides);  // a LoadAt's strides are per index, not per dim
   }
 }
 
@@ -139,12 +139,16 @@ LoweredKernel lower_group(const PrimGraph& graph, const KernelGroup& group) {
     const graph::TensorMeta& meta = graph.value(value).meta;
     ValueLowering::IndexMap map;
     if (meta.sizes == k.sizes) {
-      for (size_t d = 0; d < rank; ++d) map.push_back(static_cast<int>(d));
+      map = ValueLowering::identity(rank);
     } else if (reduction >= 0 && meta.sizes == kept_shape) {
-      for (size_t d = 0; d < rank; ++d) map.push_back(kept_shape[d] == 1 && k.sizes[d] != 1 ? -1 : static_cast<int>(d));
+      for (size_t d = 0; d < rank; ++d) {
+        map.push_back(kept_shape[d] == 1 && k.sizes[d] != 1 ? IndexTerm{} : IndexTerm::along(static_cast<int>(d)));
+      }
     } else if (reduction >= 0 && meta.sizes == reduced_shape) {
       for (size_t d = 0; d < rank; ++d) {
-        if (!std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d))) map.push_back(static_cast<int>(d));
+        if (!std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d))) {
+          map.push_back(IndexTerm::along(static_cast<int>(d)));
+        }
       }
     } else {
       throw LoweringError("a result of another shape than the kernel's space or its reduction");
@@ -155,7 +159,7 @@ LoweredKernel lower_group(const PrimGraph& graph, const KernelGroup& group) {
     output.value = expr;
     output.strides.assign(rank, 0);
     for (size_t j = 0; j < map.size(); ++j) {
-      if (map[j] >= 0) output.strides[map[j]] = meta.strides[j];
+      if (map[j].dim >= 0) output.strides[map[j].dim] = meta.strides[j];
     }
     output.has_tensor_shape = true;
     output.tensor_sizes = meta.sizes;

@@ -84,9 +84,7 @@ LoweredKernel lower_pointwise(const PrimGraph& graph, const PointwiseGroup& grou
   out.kernel.name = prims::prim_name(graph.node(root).prim);
   out.kernel.sizes = meta.sizes;
   ValueLowering lowering(graph, group.nodes, &out);
-  ValueLowering::IndexMap identity(meta.sizes.size());
-  for (size_t d = 0; d < identity.size(); ++d) identity[d] = static_cast<int>(d);
-  const int value = lowering.emit(result, identity);
+  const int value = lowering.emit(result, ValueLowering::identity(meta.sizes.size()));
   out.kernel.add_output(KernelOutput{meta.dtype, meta.strides, value, false, {}, {}});
   out.outputs.push_back(result);
   simplify_casts(out.kernel);

@@ -57,6 +57,20 @@ std::vector<int64_t> non_unit(const std::vector<int64_t>& sizes) {
   return kept;
 }
 
+// True when each dim of `in` of size > 1 is the product of consecutive
+// dims of `out` (a view that splits dims and merges none).
+bool only_splits_dims(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  size_t o = 0;
+  for (int64_t size : in) {
+    if (size == 0) return false;
+    if (size == 1) continue;
+    int64_t product = 1;
+    while (product < size && o < out.size()) product *= out[o++];
+    if (product != size) return false;
+  }
+  return true;
+}
+
 // True for a view/reshape that only adds or removes size-1 dims.
 bool only_unit_dims_change(const PrimGraph& graph, const PrimNode& node) {
   const auto& in = graph.value(node.args[0].value).meta.sizes;
@@ -90,17 +104,53 @@ bool is_view_node(const PrimNode& node) {
     case Prim::Squeeze:
     case Prim::Unsqueeze:
     case Prim::View:
+    case Prim::Slice:
     case Prim::Reshape: return true;
     default: return false;
   }
+}
+
+// Note [Cat in kernels]
+// A cat joins the kernel that reads it: at a point, its value is piece k's
+// at the index along the cat dim minus k's start, for the k whose range
+// holds the index, a chain of selects over every piece. Kernels evaluate
+// both sides of a select, so each piece is read at its index clamped into
+// its own range (Note [Loads at computed indices]): every point reads
+// every piece, so only cats of few pieces join (kMaxCatPieces; DenseNet's
+// many-piece cats stay torch's call). The clamped index reaches a piece's
+// loads as an IndexTerm carrying an expression, through views and
+// pointwise nodes alike, so torch.roll (a cat of two slices per dim, the
+// second roll's slices cut from the first's cat) and rotate_half (a cat of
+// a negated slice and a slice) are one kernel with what reads them: no
+// copy through memory, no cat launch. A cat no kernel reads stays torch's
+// call (it never starts a group): a copy it is either way. Fills join the
+// same way, as constants: a slice's gradient is a cat of zero fills and
+// the gradient (autograd/derivatives_view.cpp), so a roll's backward is one
+// kernel summing two such cats, not two scatters into zeros.
+constexpr size_t kMaxCatPieces = 4;
+
+bool joins_readers(const PrimGraph& graph, const PrimNode& node) {
+  if (node.outputs.size() != 1) return false;
+  const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
+  if (node.prim == Prim::Full) return kernel_dtype(out.dtype) && node.attrs.value.kind != prims::ScalarKind::Complex;
+  if (node.prim != Prim::Cat) return false;
+  if (!kernel_dtype(out.dtype) || node.args.size() > kMaxCatPieces) return false;
+  for (const prims::PrimArg& arg : node.args) {
+    if (!arg.is_value()) return false;
+    const graph::TensorMeta& piece = graph.value(arg.value).meta;
+    // Legacy 1-dim empties join any rank; a kernel indexes pieces by dim.
+    if (piece.sizes.size() != out.sizes.size() || !kernel_dtype(piece.dtype)) return false;
+  }
+  return true;
 }
 
 std::optional<bool> view_needs_leaf_input(const PrimGraph& graph, const PrimNode& node) {
   if (node.prim != Prim::View && node.prim != Prim::Reshape) return false;
   if (only_unit_dims_change(graph, node)) return false;
   const graph::TensorMeta& in = graph.value(node.args[0].value).meta;
-  if (!prims::view_strides(in, graph.value(node.outputs[0]).meta.sizes)) return std::nullopt;
-  return true;
+  const std::vector<int64_t>& out = graph.value(node.outputs[0]).meta.sizes;
+  if (!prims::view_strides(in, out)) return std::nullopt;
+  return !only_splits_dims(in.sizes, out);
 }
 
 
@@ -136,6 +186,12 @@ std::vector<int64_t> reduction_dims(const PrimGraph& graph, const PrimNode& node
   return dims;
 }
 
+ValueLowering::IndexMap ValueLowering::identity(size_t rank) {
+  IndexMap map(rank);
+  for (size_t d = 0; d < rank; ++d) map[d] = IndexTerm::along(static_cast<int>(d));
+  return map;
+}
+
 ValueLowering::ValueLowering(const PrimGraph& graph, const std::vector<int>& nodes, LoweredKernel* out)
     : graph_(graph), members_(nodes.begin(), nodes.end()), out_(out) {}
 
@@ -148,13 +204,25 @@ int ValueLowering::load(int value, const std::vector<int64_t>& strides, int64_t 
     KernelInput input;
     input.dtype = graph_.value(value).meta.dtype;
     input.strides.assign(out_->kernel.sizes.size(), 0);
+    std::vector<int> indices;
+    std::vector<int64_t> index_strides;
     for (size_t j = 0; j < map.size(); ++j) {
-      if (map[j] >= 0) input.strides[map[j]] += strides[j];
+      offset += map[j].offset * strides[j];
+      if (map[j].dim >= 0) input.strides[map[j].dim] += strides[j];
+      if (map[j].expr < 0) continue;
+      const Expr& e = out_->kernel.exprs[map[j].expr];
+      if (e.kind == ExprKind::Index) {  // affine after all: a plain strided load
+        for (size_t d = 0; d < e.strides.size(); ++d) input.strides[d] += e.strides[d] * strides[j];
+        continue;
+      }
+      indices.push_back(map[j].expr);
+      index_strides.push_back(strides[j]);
     }
     input.offset = offset;
     const int index = out_->kernel.add_input(input);
     out_->inputs.push_back(value);
-    const int loaded = out_->kernel.load(index);
+    const int loaded = indices.empty() ? out_->kernel.load(index)
+                                       : out_->kernel.load_at(index, std::move(indices), std::move(index_strides));
     return cast_to(loaded, compute_dtype(input.dtype));
   }
 
@@ -174,7 +242,7 @@ int ValueLowering::operand(const prims::PrimArg& arg, const std::vector<int64_t>
     IndexMap in_map(in_sizes.size());
     const size_t lead = sizes.size() - in_sizes.size();
     for (size_t j = 0; j < in_sizes.size(); ++j) {
-      in_map[j] = (in_sizes[j] == 1 && sizes[lead + j] != 1) ? -1 : map[lead + j];
+      if (in_sizes[j] != 1) in_map[j] = map[lead + j];
     }
     return cast_to(emit(arg.value, in_map), dtype);
   }
@@ -193,7 +261,10 @@ int ValueLowering::emit_node(int value, const IndexMap& map) {
     const prims::PrimValue& v = graph_.value(value);
     const PrimNode& node = graph_.node(v.node);
     if (is_view_node(node)) return emit_view(node, map);
-    const int expr = is_kernel_reduction(graph_, node) ? emit_reduction(value, map) : emit_pointwise(value, map);
+    if (node.prim == Prim::Cat) return emit_cat(node, map);
+    const int expr = node.prim == Prim::Full                 ? emit_fill(node)
+                     : is_kernel_reduction(graph_, node) ? emit_reduction(value, map)
+                                                        : emit_pointwise(value, map);
     // Eager rounds every op's result to its dtype; a kernel computing a
     // float16/bfloat16 value in float32 rounds it too, so fused results
     // agree with eager (a conversion has rounded already).
@@ -293,12 +364,33 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
     const int input = node.args[0].value;
     const graph::TensorMeta& in = graph_.value(input).meta;
     const graph::TensorMeta& out = graph_.value(node.outputs[0]).meta;
-    IndexMap in_map(in.sizes.size(), -1);
+    IndexMap in_map(in.sizes.size());
     switch (node.prim) {
       case Prim::Expand: {
         const size_t lead = out.sizes.size() - in.sizes.size();
         for (size_t j = 0; j < in.sizes.size(); ++j) {
-          in_map[j] = in.sizes[j] == out.sizes[lead + j] ? map[lead + j] : -1;
+          if (in.sizes[j] == out.sizes[lead + j]) in_map[j] = map[lead + j];
+        }
+        break;
+      }
+      case Prim::Slice: {
+        // Index i of the slice is start + i * step of its input.
+        in_map = map;
+        const int64_t d = node.attrs.dim;
+        const int64_t size = in.sizes[d];
+        int64_t start = node.attrs.start.value_or(0);
+        if (start < 0) start += size;
+        start = std::clamp<int64_t>(start, 0, size);
+        const int64_t step = node.attrs.step;
+        IndexTerm& term = in_map[d];
+        if (step == 1) {
+          term.offset += start;
+        } else {
+          Kernel& k = out_->kernel;
+          int at = index_of(map[d]);
+          if (step != 1) at = k.binary(BinaryOp::Mul, at, k.constant(DType::Int64, static_cast<double>(step)));
+          if (start != 0) at = k.binary(BinaryOp::Add, at, k.constant(DType::Int64, static_cast<double>(start)));
+          term = IndexTerm{-1, 0, at};
         }
         break;
       }
@@ -307,8 +399,12 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
         break;
       default: {
         if (!only_unit_dims_change(graph_, node)) {
+          if (in_group(input)) {
+            std::optional<IndexMap> split = split_input_map(in, out, map);
+            if (!split) throw LoweringError("a view that merges dims of a computed value");
+            return emit(input, *split);
+          }
           // Over a kernel input: load through the view's own strides.
-          if (in_group(input)) throw LoweringError("a view that splits or merges dims of a computed value");
           auto strides = prims::view_strides(in, out.sizes);
           if (!strides) throw LoweringError("a reshape that copies");
           return load(input, *strides, 0, map);
@@ -365,7 +461,7 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
     const bool reduced = std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d));
     if (reduced && !node.attrs.keepdim) continue;
     const int want = static_cast<int>(d);
-    if (!reduced && in.sizes[d] > 1 && map.at(j) != want) {
+    if (!reduced && in.sizes[d] > 1 && !map.at(j).is(want)) {
       throw LoweringError(std::string(prims::prim_name(node.prim)) + ": its result is read at another kept point");
     }
     ++j;
@@ -373,8 +469,7 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
   // Checked before the memo: a result already emitted for its own kept
   // point must not be handed to a read at another one.
   if (auto found = reductions_.find(value); found != reductions_.end()) return found->second;
-  IndexMap identity(rank);
-  for (size_t d = 0; d < rank; ++d) identity[d] = static_cast<int>(d);
+  const IndexMap identity = ValueLowering::identity(rank);
   int64_t count = 1;
   for (int64_t d : dims) count *= in.sizes[d];
   auto reduce = [&](ReduceOp op, int x) { return k.reduced.empty() ? x : k.reduce(op, x); };
@@ -454,6 +549,174 @@ int ValueLowering::emit_reduction(int value, const IndexMap& map) {
   const DType dtype = compute_dtype(graph_.value(value).meta.dtype);
   const int result = reduce(op, cast_to(emit(input, identity), dtype));
   reductions_[value] = result;
+  return result;
+}
+
+int ValueLowering::index_expr(const std::vector<int64_t>& strides) {
+  auto [found, fresh] = index_exprs_.emplace(strides, -1);
+  if (fresh) found->second = out_->kernel.index(strides);
+  return found->second;
+}
+
+int ValueLowering::index_of(const IndexTerm& term) {
+  Kernel& k = out_->kernel;
+  int at = term.expr;
+  if (term.dim >= 0) {
+    std::vector<int64_t> strides(k.sizes.size(), 0);
+    strides[term.dim] = 1;
+    at = index_expr(strides);
+  }
+  if (at < 0) return k.constant(DType::Int64, static_cast<double>(term.offset));
+  if (term.offset == 0) return at;
+  return k.binary(BinaryOp::Add, at, k.constant(DType::Int64, static_cast<double>(term.offset)));
+}
+
+// A fill's value, in the dtype kernels compute it in (rounded to a
+// low-precision dtype by emit_node like any result).
+int ValueLowering::emit_fill(const PrimNode& node) {
+  const DType dtype = compute_dtype(graph_.value(node.outputs[0]).meta.dtype);
+  const prims::Scalar& value = node.attrs.value;
+  Expr e;
+  e.kind = ExprKind::Constant;
+  e.dtype = dtype;
+  const bool integral = value.kind == prims::ScalarKind::Int || value.kind == prims::ScalarKind::Bool;
+  if (dtype == DType::Float32 || dtype == DType::Float64) {
+    e.constant = integral ? static_cast<double>(value.integer) : value.real;
+  } else if (dtype == DType::Bool) {
+    e.integer = (integral ? value.integer != 0 : value.real != 0) ? 1 : 0;
+  } else {
+    e.integer = integral ? value.integer : static_cast<int64_t>(value.real);
+  }
+  return out_->kernel.add(std::move(e));
+}
+
+// A view splitting each dim of its input into consecutive dims of its
+// own: input dim j's index is the row-major combination of its dims'
+// indices. A combination of plain dims is one Index over the iteration
+// space (loads stay strided, Note [Loads at computed indices] not needed);
+// of computed ones, products and sums.
+std::optional<ValueLowering::IndexMap> ValueLowering::split_input_map(const graph::TensorMeta& in,
+                                                                      const graph::TensorMeta& out,
+                                                                      const IndexMap& map) {
+  Kernel& k = out_->kernel;
+  IndexMap in_map(in.sizes.size());
+  size_t o = 0;
+  for (size_t j = 0; j < in.sizes.size(); ++j) {
+    if (in.sizes[j] == 0) return std::nullopt;
+    if (in.sizes[j] == 1) continue;
+    const size_t first = o;
+    int64_t product = 1;
+    while (product < in.sizes[j] && o < out.sizes.size()) product *= out.sizes[o++];
+    if (product != in.sizes[j]) return std::nullopt;
+    if (o - first == 1) {
+      in_map[j] = map[first];
+      continue;
+    }
+    // Row-major over out dims [first, o): the last one moves by 1.
+    std::vector<int64_t> strides(k.sizes.size(), 0);
+    IndexTerm term;
+    int computed = -1;
+    int64_t step = 1;
+    for (size_t q = o; q-- > first;) {
+      const IndexTerm& t = map[q];
+      term.offset += t.offset * step;
+      if (t.dim >= 0) strides[t.dim] += step;
+      if (t.expr >= 0) {
+        const int scaled = step == 1 ? t.expr
+                                     : k.binary(BinaryOp::Mul, t.expr, k.constant(DType::Int64, static_cast<double>(step)));
+        computed = computed < 0 ? scaled : k.binary(BinaryOp::Add, computed, scaled);
+      }
+      step *= out.sizes[q];
+    }
+    const bool any_dim = std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s != 0; });
+    term.expr = any_dim ? index_expr(strides) : -1;
+    if (computed >= 0) term.expr = term.expr < 0 ? computed : k.binary(BinaryOp::Add, term.expr, computed);
+    in_map[j] = term;
+  }
+  return in_map;
+}
+
+// Note [Cat in kernels]: the pieces as a chain of selects on the index
+// along the cat dim, each read at its own index clamped into its range.
+int ValueLowering::emit_cat(const PrimNode& node, const IndexMap& map) {
+  const int64_t d = node.attrs.dim;
+  const graph::TensorMeta& out = graph_.value(node.outputs[0]).meta;
+  const DType dtype = compute_dtype(out.dtype);
+  Kernel& k = out_->kernel;
+  struct Piece {
+    int value;
+    int64_t start, size;
+  };
+  std::vector<Piece> pieces;
+  int64_t start = 0;
+  for (const prims::PrimArg& arg : node.args) {
+    const int64_t size = graph_.value(arg.value).meta.sizes.at(d);
+    if (size > 0) pieces.push_back({arg.value, start, size});
+    start += size;
+  }
+  if (pieces.empty()) throw LoweringError("cat: every piece is empty");
+  const IndexTerm& term = map[d];
+  // A point of the space reads one fixed index along the dim: one piece.
+  if (term.dim < 0 && term.expr < 0) {
+    for (const Piece& p : pieces) {
+      if (term.offset < p.start + p.size) {
+        IndexMap piece_map = map;
+        piece_map[d].offset -= p.start;
+        return cast_to(emit(p.value, piece_map), dtype);
+      }
+    }
+    throw LoweringError("cat: read past its end");
+  }
+  const int at = index_of(term);
+  auto constant = [&](int64_t v) { return k.constant(DType::Int64, static_cast<double>(v)); };
+  // Every piece a unit-step slice of one value along the dim (torch.roll):
+  // the select picks the index into that value, and one load reads it.
+  int source = -1;
+  std::vector<int64_t> source_starts;
+  for (const Piece& p : pieces) {
+    const int n = graph_.value(p.value).node;
+    const PrimNode* slice = in_group(p.value) ? &graph_.node(n) : nullptr;
+    if (slice == nullptr || slice->prim != Prim::Slice || slice->attrs.dim != d || slice->attrs.step != 1 ||
+        (source >= 0 && slice->args[0].value != source)) {
+      source = -1;
+      break;
+    }
+    source = slice->args[0].value;
+    const int64_t size = graph_.value(source).meta.sizes[d];
+    int64_t slice_start = slice->attrs.start.value_or(0);
+    if (slice_start < 0) slice_start += size;
+    source_starts.push_back(std::clamp<int64_t>(slice_start, 0, size));
+  }
+  if (source >= 0) {
+    int index = -1;
+    for (size_t i = pieces.size(); i-- > 0;) {
+      const int shift = source_starts[i] - pieces[i].start == 0
+                            ? at
+                            : k.binary(BinaryOp::Add, at, constant(source_starts[i] - pieces[i].start));
+      index = index < 0 ? shift
+                        : k.select(k.compare(CompareOp::Lt, at, constant(pieces[i].start + pieces[i].size)), shift,
+                                   index);
+    }
+    IndexMap source_map = map;
+    source_map[d] = IndexTerm{-1, 0, index};
+    return cast_to(emit(source, source_map), dtype);
+  }
+  int result = -1;
+  for (size_t i = pieces.size(); i-- > 0;) {
+    const Piece& p = pieces[i];
+    IndexMap piece_map = map;
+    if (p.size == 1) {
+      piece_map[d] = IndexTerm{};
+    } else {
+      int local = p.start == 0 ? at : k.binary(BinaryOp::Sub, at, constant(p.start));
+      if (i > 0) local = k.binary(BinaryOp::Maximum, local, constant(0));
+      if (i + 1 < pieces.size()) local = k.binary(BinaryOp::Minimum, local, constant(p.size - 1));
+      piece_map[d] = IndexTerm{-1, 0, local};
+    }
+    const int value = cast_to(emit(p.value, piece_map), dtype);
+    result = result < 0 ? value
+                        : k.select(k.compare(CompareOp::Lt, at, constant(p.start + p.size)), value, result);
+  }
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,22 +44,48 @@ bool is_kernel_reduction(const prims::PrimGraph& graph, const prims::PrimNode& n
 // True for a view prim that may fold into a kernel's indexing.
 bool is_view_node(const prims::PrimNode& node);
 
+// True for a node that joins a kernel reading it but starts none: a cat
+// kernels compute by reading each piece where it lies (Note [Cat in
+// kernels]: few pieces, dtypes kernels support), or a fill with a real
+// scalar (a constant in the kernel; the zero blocks of a slice's gradient).
+bool joins_readers(const prims::PrimGraph& graph, const prims::PrimNode& node);
+
 // For a view: true when it folds only directly over a kernel input (a
-// view/reshape that splits or merges dims), false when it folds anywhere,
-// nullopt when it cannot fold (a reshape that copies).
+// view/reshape that merges dims), false when it folds anywhere (splits
+// too), nullopt when it cannot fold (a reshape that copies).
 std::optional<bool> view_needs_leaf_input(const prims::PrimGraph& graph, const prims::PrimNode& node);
 
 // The reduced dims of a reduction node over its input (all of them when
 // its dims attribute is empty), ascending.
 std::vector<int64_t> reduction_dims(const prims::PrimGraph& graph, const prims::PrimNode& node);
 
+// Where one dim's index of a value comes from, at a point of a kernel's
+// iteration space: `offset` (a slice's start) plus iteration dim `dim`'s
+// index (dim >= 0) or the value of int64 expression `expr` of the kernel
+// (expr >= 0: a cat piece's clamped index, Note [Cat in kernels], or an
+// Index over several dims, a split view's); never both.
+struct IndexTerm {
+  int dim = -1;
+  int64_t offset = 0;
+  int expr = -1;
+
+  // The index of iteration dim d itself.
+  static IndexTerm along(int d) { return IndexTerm{d, 0, -1}; }
+  // True for iteration dim `d` itself, nothing added.
+  bool is(int d) const { return dim == d && offset == 0 && expr < 0; }
+  bool operator<(const IndexTerm& o) const { return std::tie(dim, offset, expr) < std::tie(o.dim, o.offset, o.expr); }
+  bool operator==(const IndexTerm& o) const { return std::tie(dim, offset, expr) == std::tie(o.dim, o.offset, o.expr); }
+};
+
 // Emits prim values of one group into out->kernel (Note [Pointwise fusion],
 // Note [Reduction lowering]).
 class ValueLowering {
  public:
-  // Per dim of a value: the iteration dim its index follows, or -1 when the
-  // index is always 0 (a broadcast dim).
-  using IndexMap = std::vector<int>;
+  // Per dim of a value: where its index comes from.
+  using IndexMap = std::vector<IndexTerm>;
+
+  // Each dim of a value of `rank` dims at the iteration dim of its number.
+  static IndexMap identity(size_t rank);
 
   // `nodes` are the group's members; out->kernel.sizes must be set, and
   // out->kernel.reduced too when the group reduces.
@@ -77,6 +104,16 @@ class ValueLowering {
   // A pointwise node's value in its compute dtype, before rounding.
   int emit_pointwise(int value, const IndexMap& map);
   int emit_view(const prims::PrimNode& node, const IndexMap& map);
+  int emit_cat(const prims::PrimNode& node, const IndexMap& map);
+  int emit_fill(const prims::PrimNode& node);
+  // The map of a view's input that splits dims into the view's (nullopt:
+  // the view merges dims, or is empty).
+  std::optional<IndexMap> split_input_map(const graph::TensorMeta& in, const graph::TensorMeta& out,
+                                          const IndexMap& map);
+  // The int64 expression of a term's index.
+  int index_of(const IndexTerm& term);
+  // The Index expression with these strides, made once.
+  int index_expr(const std::vector<int64_t>& strides);
   int emit_reduction(int value, const IndexMap& map);
   // x ** exponent as torch's CPU kernel computes it for the exponents it
   // special-cases (Note [Pow by a constant]), or nullopt.
@@ -87,6 +124,7 @@ class ValueLowering {
   LoweredKernel* out_;
   std::map<std::pair<int, IndexMap>, int> memo_;
   std::map<int, int> reductions_;  // value -> its Reduce result expression
+  std::map<std::vector<int64_t>, int> index_exprs_;  // strides -> their Index expression
 };
 
 // The dtype a value is computed in: low-precision floats in float32.

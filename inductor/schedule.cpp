@@ -21,7 +21,9 @@ using prims::PrimNode;
 // shape) and acyclic. So a softmax (amax, sub, exp, sum, div) is one kernel
 // and a layer_norm after it joins the same one (its var_mean reduces the
 // same rows): a persistent-row kernel that keeps each row in cache while
-// it makes several passes over it (Note [Reduction kernels]). A producer
+// it makes several passes over it (Note [Reduction kernels]). A cat of few
+// pieces or a fill joins as a producer but starts no group (Note [Cat in
+// kernels]). A producer
 // whose value is also used outside the group still joins; the value becomes
 // one more kernel output (forward graphs that save activations for the
 // backward need this). Acyclic: a kernel runs once its every input is
@@ -319,7 +321,7 @@ class Scheduler {
       const bool all_inside = std::all_of(users_[value].begin(), users_[value].end(),
                                           [&](int user) { return group_of_[user] == g; });
       if (!all_inside) return std::nullopt;
-    } else if (!is_compute(made_by)) {
+    } else if (!is_compute(made_by) && !joins_readers(graph_, made_by)) {
       return std::nullopt;
     }
     group_of_[producer] = g;
@@ -412,7 +414,7 @@ class Scheduler {
     const std::vector<bool> from = reach(true), to = reach(false);
     for (int n = 0; n < count_; ++n) {
       if (!from[n] || !to[n]) continue;
-      if (group_of_[n] >= 0 || !is_compute(graph_.node(n))) return false;
+      if (group_of_[n] >= 0 || !(is_compute(graph_.node(n)) || joins_readers(graph_, graph_.node(n)))) return false;
       between->push_back(n);
     }
     return true;

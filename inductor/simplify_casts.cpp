@@ -1,5 +1,6 @@
 #include "inductor/simplify_casts.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -73,13 +74,16 @@ bool is_cast_from(const Kernel& k, int id, DType from, DType to) {
   return e.kind == ExprKind::Cast && e.dtype == to && k.exprs[e.operands[0]].dtype == from;
 }
 
-// Drops the casts no output reaches (what the rewrite bypassed),
+// Drops the casts no output reaches (what the rewrite bypassed) and the
+// Index expressions nothing reads (a split view's index folded into a
+// load's strides, Note [Cat in kernels]: code generators give each Index a
+// loop-carried value, and CUDA's vector entries refuse kernels with one),
 // renumbering the rest; other expressions stay as lowered.
-void drop_unused_casts(Kernel& k) {
+void drop_unread_exprs(Kernel& k) {
   std::vector<bool> used(k.exprs.size(), false);
   for (const KernelOutput& out : k.outputs) used[out.value] = true;
   for (size_t id = k.exprs.size(); id-- > 0;) {
-    if (k.exprs[id].kind != ExprKind::Cast) used[id] = true;
+    if (k.exprs[id].kind != ExprKind::Cast && k.exprs[id].kind != ExprKind::Index) used[id] = true;
     if (!used[id]) continue;
     for (int operand : k.exprs[id].operands) used[operand] = true;
   }
@@ -147,7 +151,9 @@ void simplify_casts(Kernel& k) {
     }
     changed |= out.value != before;
   }
-  if (changed) drop_unused_casts(k);
+  const bool any_index =
+      std::any_of(k.exprs.begin(), k.exprs.end(), [](const Expr& e) { return e.kind == ExprKind::Index; });
+  if (changed || any_index) drop_unread_exprs(k);
 }
 
 }  // namespace kiln::inductor

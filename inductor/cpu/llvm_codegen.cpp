@@ -408,8 +408,14 @@ Value* Codegen::compute(int id, Point& point) {
   auto operand = [&](int i) { return eval(e.operands[i], point); };
   auto operand_dtype = [&](int i) { return kernel_.exprs[e.operands[i]].dtype; };
   switch (e.kind) {
-    case ExprKind::Load: {
-      llvm::LoadInst* load = builder_.CreateLoad(storage_type(e.dtype), point.pointers[e.input]);
+    case ExprKind::Load:
+    case ExprKind::LoadAt: {
+      Value* at = point.pointers[e.input];
+      for (size_t j = 0; j < e.operands.size(); ++j) {  // LoadAt: Note [Loads at computed indices]
+        at = builder_.CreateInBoundsGEP(storage_type(e.dtype), at,
+                                        builder_.CreateMul(operand(static_cast<int>(j)), builder_.getInt64(e.strides[j])));
+      }
+      llvm::LoadInst* load = builder_.CreateLoad(storage_type(e.dtype), at);
       if (loads_noalias_ != nullptr) load->setMetadata(llvm::LLVMContext::MD_noalias, loads_noalias_);
       return e.dtype == DType::Bool ? builder_.CreateICmpNE(load, builder_.getInt8(0)) : static_cast<Value*>(load);
     }
@@ -474,7 +480,7 @@ void Codegen::plan_stash() {
                           builder_.GetInsertBlock()->getParent()->getEntryBlock().begin());
   for (size_t id = 0; id < count; ++id) {
     const Expr& e = kernel_.exprs[id];
-    if (!varies_[id] || e.kind == ExprKind::Load || e.kind == ExprKind::Constant || e.kind == ExprKind::Index ||
+    if (!varies_[id] || e.kind == ExprKind::Load || e.kind == ExprKind::LoadAt || e.kind == ExprKind::Constant || e.kind == ExprKind::Index ||
         e.dtype == DType::Bool)
       continue;
     if (e.kind == ExprKind::Cast && kernel_.exprs[e.operands[0]].kind == ExprKind::Load) continue;

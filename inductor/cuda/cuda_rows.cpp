@@ -1,5 +1,6 @@
 // Row reductions: the Writer's rows kernels (Note [CUDA kernels] in
 // cuda_source.cpp).
+#include "base/check.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_text.h"
 #include "inductor/cuda/cuda_writer.h"
@@ -147,15 +148,16 @@ std::string Writer::write_rows(const std::string& name, int width) {
     c.persisted = persistent ? &persisted : nullptr;
     c.keep = persistent ? &keep_now : nullptr;
     c.slot = width > 0 ? "k * " + w + " + j" : "k";
-    c.load = [&](int input, bool at_point) {
+    c.load = [&](int input, bool at_point, const std::string& extra) {
       const std::string op = std::to_string(input);
-      if (!at_point) return "in" + op + "[b" + op + "]";
+      if (!at_point) return "in" + op + "[b" + op + extra + "]";
       if (width > 0) {
+        KILN_CHECK(extra.empty(), "a vector read at a computed index");
         // Read once per vector, before the loop over its points.
         point_offsets[input] = true;
         return "x" + op + ".v[j]";
       }
-      return point_load(input, point, &point_offsets);
+      return point_load(input, point, &point_offsets, extra);
     };
     body(c, point);
     std::string code;
@@ -300,7 +302,9 @@ std::string Writer::write_rows(const std::string& name, int width) {
   Context once;
   once.row = &row;
   once.varies = &varies_;
-  once.load = [](int input, bool) { return "in" + std::to_string(input) + "[b" + std::to_string(input) + "]"; };
+  once.load = [](int input, bool, const std::string& extra) {
+    return "in" + std::to_string(input) + "[b" + std::to_string(input) + extra + "]";
+  };
   std::string stores;
   bool any_last = false;
   for (size_t i = 0; i < k_.outputs.size(); ++i) {
@@ -326,7 +330,7 @@ std::string Writer::write_rows(const std::string& name, int width) {
 // kernel, or 0 when its operands do not allow vector accesses (Note [CUDA
 // kernels]).
 int Writer::row_vector_width() const {
-  if (reduced_.size() != 1 || reduced_[0] != rank() - 1 || tpr_ < 2) return 0;
+  if (reduced_.size() != 1 || reduced_[0] != rank() - 1 || tpr_ < 2 || has_load_at()) return 0;
   const int inner = rank() - 1;
   std::vector<size_t> along;
   for (size_t op = 0; op < k_.inputs.size(); ++op) {

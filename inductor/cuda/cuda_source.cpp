@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_text.h"
 #include "inductor/cuda/cuda_writer.h"
@@ -116,9 +117,14 @@ std::string Writer::compute(int id, Context& c) {
   auto operand = [&](int i) { return value(e.operands[i], c); };
   auto operand_dtype = [&](int i) { return k_.exprs[e.operands[i]].dtype; };
   switch (e.kind) {
-    case ExprKind::Load: {
+    case ExprKind::Load:
+    case ExprKind::LoadAt: {
       const bool at_point = c.point != nullptr && (*c.varies)[id];
-      const std::string raw = c.load(e.input, at_point);
+      std::string extra;
+      for (size_t j = 0; j < e.operands.size(); ++j) {
+        extra += " + " + operand(static_cast<int>(j)) + " * " + std::to_string(e.strides[j]) + "LL";
+      }
+      const std::string raw = c.load(e.input, at_point, extra);
       return e.dtype == DType::Bool ? "(" + raw + " != 0)" : raw;
     }
     case ExprKind::Constant: return constant_text(e);
@@ -207,21 +213,25 @@ std::string Writer::store(size_t i, const std::string& value, const std::string&
 
 // Input `input` read at the point of a loop over reduced points: its
 // offset declared in `point` the first time (`declared`, per input).
-std::string Writer::point_load(int input, Scope& point, std::vector<bool>* declared) const {
+std::string Writer::point_load(int input, Scope& point, std::vector<bool>* declared, const std::string& extra) const {
   const std::string op = std::to_string(input);
   if (!(*declared)[input]) {
     (*declared)[input] = true;
     point.code += point.indent + "const " + idx_ + " o" + op + " = b" + op +
                   offset_terms(static_cast<size_t>(input), reduced_, "j") + ";\n";
   }
-  return "in" + op + "[o" + op + "]";
+  return "in" + op + "[o" + op + extra + "]";
 }
 
 // The row kernel (Note [CUDA kernels]): pointwise kernels (rows of one
 // point) and every reduction; with `width`, the row entry reading and
 // writing `width` consecutive row points per 16-byte access.
+bool Writer::has_load_at() const {
+  return std::any_of(k_.exprs.begin(), k_.exprs.end(), [](const Expr& e) { return e.kind == ExprKind::LoadAt; });
+}
+
 int Writer::vector_width() const {
-  if (!k_.reduced.empty() || k_.sizes.empty()) return 0;
+  if (!k_.reduced.empty() || k_.sizes.empty() || has_load_at()) return 0;
   // An index (argmax's) would need each lane's point, not the vector's first.
   for (const Expr& e : k_.exprs) {
     if (e.kind == ExprKind::Index) return 0;
@@ -304,8 +314,9 @@ std::string Writer::write_vector(const std::string& name, int width) {
   c.row = &row;
   c.point = &point;
   c.varies = &varies;
-  c.load = [](int input, bool at_point) {
+  c.load = [](int input, bool at_point, const std::string& extra) {
     const std::string o = std::to_string(input);
+    KILN_CHECK(extra.empty(), "a vector read at a computed index");
     return at_point ? "x" + o + ".v[j]" : "in" + o + "[b" + o + "]";
   };
   for (size_t i = 0; i < k_.outputs.size(); ++i) {

@@ -1,4 +1,5 @@
 // Outer reductions read as vector tiles: the Writer's tile kernels.
+#include "base/check.h"
 #include "inductor/cuda/cuda_launch.h"
 #include "inductor/cuda/cuda_text.h"
 #include "inductor/cuda/cuda_writer.h"
@@ -39,7 +40,7 @@ constexpr int64_t kTileVectorShared = 24 * 1024;
 
 int Writer::tile_vector_width() const {
   const int tile = tile_dim(k_);
-  if (!split_tile_ || tile != rank() - 1 || k_.sizes[tile] < 2) return 0;
+  if (!split_tile_ || tile != rank() - 1 || k_.sizes[tile] < 2 || has_load_at()) return 0;
   // i<tile> is the lane's first tile point, not each point's.
   for (const Expr& e : k_.exprs) {
     if (e.kind == ExprKind::Index && e.strides[tile] != 0) return 0;
@@ -144,14 +145,15 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
     c.row = &row;
     c.point = &point;
     c.varies = &varies;
-    c.load = [&](int input, bool at_point) {
+    c.load = [&](int input, bool at_point, const std::string& extra) {
       const std::string o = std::to_string(input);
-      if (!at_point) return "in" + o + "[b" + o + "]";
+      if (!at_point) return "in" + o + "[b" + o + extra + "]";
       if (along_tile(static_cast<size_t>(input))) {
+        KILN_CHECK(extra.empty(), "a vector read at a computed index");
         vector_input[input] = true;
         return "x" + o + ".v[u]";
       }
-      return point_load(input, point, &scalar_offset);
+      return point_load(input, point, &scalar_offset, extra);
     };
     body(c, point);
     std::string head, tail;
@@ -252,9 +254,9 @@ std::string Writer::write_tile_vector(const std::string& name, int width) {
   c.row = &row;
   c.point = &once;
   c.varies = &varies;
-  c.load = [&](int input, bool at_point) {
+  c.load = [&](int input, bool at_point, const std::string& extra) {
     const std::string o = std::to_string(input);
-    return "in" + o + "[b" + o + (at_point ? " + u" : "") + "]";
+    return "in" + o + "[b" + o + (at_point ? " + u" : "") + extra + "]";
   };
   bool any_last = false;
   for (size_t i = 0; i < k_.outputs.size(); ++i) {

@@ -32,8 +32,10 @@ struct Context {
   Scope* row = nullptr;    // values constant along the inner loop
   Scope* point = nullptr;  // values that vary (null: everything per row)
   const std::vector<bool>* varies = nullptr;
-  // The C expression reading input `i` (stored type) per row or per point.
-  std::function<std::string(int input, bool at_point)> load;
+  // The C expression reading input `i` (stored type) per row or per point,
+  // `extra` (" + ...", or empty) added to its element offset: a LoadAt's
+  // computed part (Note [Loads at computed indices]; vector reads take none).
+  std::function<std::string(int input, bool at_point, const std::string& extra)> load;
   // Persistent rows: per expression, "p<id>[k]" once computed by an earlier
   // phase, and whether this phase must keep what it computes.
   std::vector<std::string>* persisted = nullptr;
@@ -72,13 +74,15 @@ class Writer {
   std::string offset_terms(size_t op, const std::vector<int>& dims, const std::string& prefix) const;
   bool output_is_full(size_t i) const;
   std::string store(size_t i, const std::string& value, const std::string& at) const;
-  std::string point_load(int input, Scope& point, std::vector<bool>* declared) const;
+  std::string point_load(int input, Scope& point, std::vector<bool>* declared, const std::string& extra) const;
   std::string write_rows(const std::string& name, int width);
   int row_vector_width() const;
   std::string write_vector(const std::string& name, int width);
   int tile_vector_width() const;
   std::string write_tile_vector(const std::string& name, int width);
   int vector_width() const;
+  // True when an expression is a LoadAt (vector reads refuse the kernel).
+  bool has_load_at() const;
 
   const Kernel& k_;
   const LaunchConfig config_;

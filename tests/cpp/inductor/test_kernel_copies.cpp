@@ -62,7 +62,7 @@ TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
   int input = -1;
   const PrimGraph graph = attention_products(&input);
   PrimGraph copied;
-  ASSERT_TRUE(make_copies_explicit(graph, &copied));
+  ASSERT_TRUE(make_copies_explicit(graph, true, &copied));
   EXPECT_EQ(test::count_prims(copied, Prim::Clone), 3);
   EXPECT_EQ(test::count_prims(copied, Prim::Matmul), 2);
   for (const auto& node : copied.nodes()) {
@@ -79,7 +79,7 @@ TEST(KernelCopies, AttentionOperandsBecomeClonesWithTheSameResult) {
     EXPECT_EQ(in.strides.back(), 1) << "a clone reads along a strided dim";
   }
   PrimGraph again;
-  EXPECT_FALSE(make_copies_explicit(copied, &again));
+  EXPECT_FALSE(make_copies_explicit(copied, true, &again));
   test::expect_same_results(graph, copied, {"torch.randn(4, 16, 72)"});
 }
 
@@ -91,10 +91,10 @@ TEST(KernelCopies, ReshapesThatCannotViewBecomeAContiguousCloneAndAView) {
   const int flat = b.reshape(heads, {12, 128});                                // views
   graph.set_outputs({merged, flat});
   PrimGraph copied;
-  ASSERT_TRUE(make_copies_explicit(graph, &copied));
+  ASSERT_TRUE(make_copies_explicit(graph, true, &copied));
   EXPECT_EQ(test::count_prims(copied, Prim::Clone), 1);
   PrimGraph again;
-  EXPECT_FALSE(make_copies_explicit(copied, &again));
+  EXPECT_FALSE(make_copies_explicit(copied, true, &again));
   test::expect_same_results(graph, copied, {"torch.randn(4, 3, 16, 8)"});
 }
 
@@ -109,7 +109,7 @@ TEST(KernelCopies, OperandsTorchTakesAsTheyAreStay) {
   const int e = b.matmul(graph.add_input(meta({1, 3, 16, 16})), graph.add_input(meta({5, 3, 16, 2})));
   graph.set_outputs({y, g, e});
   PrimGraph copied;
-  EXPECT_FALSE(make_copies_explicit(graph, &copied));
+  EXPECT_FALSE(make_copies_explicit(graph, true, &copied));
 }
 
 }  // namespace

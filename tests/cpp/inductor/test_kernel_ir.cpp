@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "inductor/kernel_ir.h"
+#include "inductor/lower_group.h"
 #include "inductor/lower_pointwise.h"
+#include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 
 #include "tests/cpp/test_metas.h"
@@ -163,6 +166,67 @@ TEST(LowerPointwise, ViewsFoldIntoIndexing) {
   ASSERT_EQ(lowered.kernel.inputs.size(), 2u);
   EXPECT_EQ(lowered.kernel.inputs[0].strides, (std::vector<int64_t>{1, 3}));  // x transposed
   EXPECT_EQ(lowered.kernel.inputs[1].strides, (std::vector<int64_t>{2, 1}));
+}
+
+// Note [Loads at computed indices]: indices are i64, one stride each.
+TEST(KernelIr, LoadAtVerifiesItsIndices) {
+  Kernel k;
+  k.sizes = {4};
+  const int in = k.add_input({DType::Float32, {0}, 0});
+  const int at = k.index({1});
+  k.add_output({DType::Float32, {1}, k.load_at(in, {at}, {1})});
+  EXPECT_EQ(verify(k), "");
+  EXPECT_TRUE(format_kernel(k).find("load_at in0[%0 * 1] : f32") != std::string::npos) << format_kernel(k);
+
+  Kernel no_stride = k;
+  no_stride.exprs[1].strides.clear();
+  EXPECT_NE(verify(no_stride).find("one stride per index"), std::string::npos) << verify(no_stride);
+  Kernel float_index = k;
+  float_index.exprs[0] = Expr{ExprKind::Constant, DType::Float32};
+  EXPECT_NE(verify(float_index).find("indices are i64"), std::string::npos) << verify(float_index);
+}
+
+// Note [Cat in kernels]: a roll (a cat of two slices of one value) is one
+// load at a selected index; a cat of two values a select between two
+// clamped loads; a view splitting a computed value's dim reads it with
+// plain strides.
+TEST(LowerGroup, CatsAndSplitViewsFoldIntoIndexing) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({6, 8}));
+  const int y = graph.add_input(f32({6, 3}));
+  const int doubled = b.binary(Prim::Mul, PrimArg::of_value(x), PrimArg::of_scalar(Scalar::of_int(2)));
+  const int rolled = b.cat({b.slice(doubled, 1, 6, 8, 1), b.slice(doubled, 1, 0, 6, 1)}, 1);
+  const int roll_out = b.unary(Prim::Exp, rolled);
+  const int joined = b.unary(Prim::Neg, b.cat({x, y}, 1));
+  const int split = b.view(b.unary(Prim::Sin, x), {6, 2, 4});
+  const int split_out = b.binary(Prim::Add, PrimArg::of_value(split), PrimArg::of_scalar(Scalar::of_int(1)));
+  graph.set_outputs({roll_out, joined, split_out});
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 3u);
+  auto load_ats = [](const Kernel& k) {
+    int count = 0;
+    for (const Expr& e : k.exprs) count += e.kind == ExprKind::LoadAt ? 1 : 0;
+    return count;
+  };
+  for (const KernelGroup& group : groups) {
+    const LoweredKernel lowered = lower_group(graph, group);
+    const Kernel& k = lowered.kernel;
+    SCOPED_TRACE(format_kernel(k));
+    ASSERT_EQ(lowered.outputs.size(), 1u);
+    const int out = lowered.outputs[0];
+    if (out == roll_out) {
+      EXPECT_EQ(k.inputs.size(), 1u);
+      EXPECT_EQ(load_ats(k), 1);
+    } else if (out == joined) {
+      EXPECT_EQ(k.inputs.size(), 2u);
+      EXPECT_EQ(load_ats(k), 2);
+    } else {
+      EXPECT_EQ(out, split_out);
+      EXPECT_EQ(load_ats(k), 0);
+      ASSERT_EQ(k.inputs.size(), 1u);
+    }
+  }
 }
 
 }  // namespace

@@ -147,8 +147,25 @@ Kernel reductions() {
   return k;
 }
 
+// Loads at computed indices (Note [Loads at computed indices]): one index
+// and two, the second made of a clamp over an Index.
+Kernel loads_at() {
+  Kernel k;
+  k.name = "load_at";
+  k.sizes = {4, 6};
+  const int in = k.add_input({DType::BFloat16, {6, 0}, 2});
+  const int at = k.index({0, 1});
+  const int clamped = k.binary(BinaryOp::Minimum, at, k.constant(DType::Int64, 3));
+  const int one = k.load_at(in, {clamped}, {1});
+  const int two = k.load_at(in, {at, clamped}, {-1, 6});
+  k.add_output({DType::BFloat16, {6, 1}, k.cast(k.binary(BinaryOp::Add, k.cast(one, DType::Float32),
+                                                                  k.cast(two, DType::Float32)),
+                                                       DType::BFloat16)});
+  return k;
+}
+
 TEST(KernelIrParse, RoundTripsEveryExprKind) {
-  for (const Kernel& k : {every_unary(), every_binary_and_compare(), every_constant(), reductions()}) {
+  for (const Kernel& k : {every_unary(), every_binary_and_compare(), every_constant(), reductions(), loads_at()}) {
     SCOPED_TRACE(k.name);
     ASSERT_EQ(verify(k), "") << format_kernel(k);
     const std::string text = format_kernel(k);

@@ -378,6 +378,40 @@ TEST(CudaEmulated, SoftmaxAndLogSoftmaxInEveryRowMode) {
   }
 }
 
+// Note [Cat in kernels]: rolls (one load at a selected index), a rotary
+// half swap (a select between two clamped loads), a cat read by a row
+// reduction, and a split view of a computed value, scalar entries only
+// (vector reads refuse kernels that load at computed indices).
+TEST(CudaEmulated, CatsRollsAndSplitViewsReadAtComputedIndices) {
+  KILN_REQUIRE_HOST_COMPILER();
+  check({"cube"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          int x = b.binary(Prim::Mul, v(in[0]), f(2.0));
+          x = b.cat({b.slice(x, 0, 4, 6, 1), b.slice(x, 0, 0, 4, 1)}, 0);
+          x = b.cat({b.slice(x, 1, 3, 7, 1), b.slice(x, 1, 0, 3, 1)}, 1);
+          return std::vector<int>{b.binary(Prim::Add, v(x), f(1.0))};
+        },
+        {"torch.roll(cube * 2, (2, -3), (0, 1)) + 1"});
+  check({"v1", "v2"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int half = b.cat({b.unary(Prim::Neg, b.slice(in[0], 1, 32, 64, 1)), b.slice(in[0], 1, 0, 32, 1)}, 1);
+          return std::vector<int>{b.binary(Prim::Mul, v(half), v(in[1]))};
+        },
+        {"torch.cat((-v1[:, 32:], v1[:, :32]), 1) * v2"});
+  check({"x", "y"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int joined = b.cat({b.unary(Prim::Sin, in[0]), in[1]}, 1);
+          return std::vector<int>{b.reduce(Prim::Sum, joined, {1}, true)};
+        },
+        {"torch.cat((x.sin(), y), 1).sum(1, keepdim=True)"}, {1e-5, 1e-5});
+  check({"cube"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int split = b.view(b.binary(Prim::Mul, v(in[0]), f(2.0)), {6, 7, 3, 3});
+          return std::vector<int>{b.binary(Prim::Add, v(b.permute(split, {0, 2, 1, 3})), f(1.0))};
+        },
+        {"(cube * 2).view(6, 7, 3, 3).permute(0, 2, 1, 3) + 1"});
+}
+
 TEST(CudaEmulated, SoftmaxThenLayerNormWithStatistics) {
   KILN_REQUIRE_HOST_COMPILER();
   check({"k4", "w4"},
