@@ -14,6 +14,7 @@ import tempfile
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kiln
 
@@ -111,6 +112,19 @@ def kiln_clean():
     kiln.config.cuda_kernels = saved_cuda_kernels
     kiln.config.cpu_matmul = saved_matmul
     kiln.reset()
+
+
+class CountOps(TorchDispatchMode):
+    """Counts the aten ops called inside the block, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager

@@ -7,23 +7,9 @@ reads it, and a cat of many pieces stays torch's call."""
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kiln
-from conftest import assert_same
-
-
-class CountOps(TorchDispatchMode):
-    """Counts the aten ops called inside the block, by name."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+from conftest import CountOps, assert_same
 
 
 def ops_of(compiled, *args):

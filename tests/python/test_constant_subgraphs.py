@@ -6,23 +6,9 @@ mode sees the ones kiln calls from C++ too), and the cases that must not be
 kept: returned tensors, tensors written from outside, random draws."""
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kiln
-from conftest import assert_same, kiln_logs
-
-
-class CountOps(TorchDispatchMode):
-    """Counts the aten ops called inside the block, by name."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+from conftest import CountOps, assert_same, kiln_logs
 
 
 def shifted_window_mask(x):
