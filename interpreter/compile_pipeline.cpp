@@ -65,16 +65,21 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);
+  const double planned = clock.ms();
   // Each group as loop-level IR.
   const std::vector<inductor::LoweredKernel> lowered = inductor::lower_kernels(&plan);
+  const double lowered_at = clock.ms();
   // LLVM (ORC JIT) or NVRTC, through the kernel caches.
   const inductor::CompiledKernels compiled = inductor::compile_kernels(plan, lowered);
+  const double compiled_at = clock.ms();
   // The graph calling the kernels, ordered, with buffers reused.
   inductor::FusedGraph fused = inductor::emit_kernel_graph(plan, lowered, compiled);
   verify_pass(*fused.graph, "emit_kernel_graph", name);
   count_kernels(before, fused);
   KILN_LOG(perf, "inductor passes on " << name << ": " << clock.ms() << " ms, " << fused.kernels << " kernels ("
-                                       << fused.compiled << " compiled)");
+                                       << fused.compiled << " compiled): plan " << planned << " ms, lower "
+                                       << lowered_at - planned << " ms, compile " << compiled_at - lowered_at
+                                       << " ms, emit " << clock.ms() - compiled_at << " ms");
   KILN_LOG(prims, "inductor: " << name << ": " << fused.kernels << " kernels for " << fused.fused_prims
                                << " prims, " << fused.gemms << " GEMMs (" << fused.compiled
                                << " compiled, the rest cached)\n"

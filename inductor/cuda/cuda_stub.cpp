@@ -4,6 +4,7 @@
 #include "inductor/cuda/cuda_driver.h"
 #include "inductor/cuda/cuda_source.h"
 #include "inductor/cuda/nvrtc_compiler.h"
+#include "inductor/cuda/nvrtc_workers.h"
 
 namespace kiln::inductor::cuda {
 namespace {
@@ -20,6 +21,23 @@ bool nvrtc_available(std::string* why) {
 std::string nvrtc_version() { throw CudaError(kWhy); }
 
 std::string compile_cubin(const std::string&, const std::string&) { throw CudaError(kWhy); }
+
+std::string compile_cubin_here(const std::string&, const std::string&, std::string*) { throw CudaError(kWhy); }
+
+std::string nvrtc_library_path() { throw CudaError(kWhy); }
+
+int nvrtc_worker_limit() { return 0; }
+
+std::string nvrtc_worker_program(std::string* why) {
+  if (why != nullptr) *why = kWhy;
+  return "";
+}
+
+std::string compile_cubin_in_worker(const std::string&, const std::string&, std::string*) { throw CudaError(kWhy); }
+
+std::vector<int> idle_nvrtc_workers() { return {}; }
+
+int64_t nvrtc_workers_started() { return 0; }
 
 bool cuda_driver_available(std::string* why) {
   if (why != nullptr) *why = kWhy;

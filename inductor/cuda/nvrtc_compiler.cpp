@@ -21,6 +21,7 @@ namespace {
 
 struct Nvrtc {
   void* handle = nullptr;
+  std::string path;   // what dlopen loaded
   std::string error;  // why it is missing
   decltype(&::nvrtcGetErrorString) GetErrorString = nullptr;
   decltype(&::nvrtcVersion) Version = nullptr;
@@ -80,6 +81,7 @@ Nvrtc load_nvrtc() {
   for (const std::string& path : candidates) {
     n.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (n.handle != nullptr) {
+      n.path = path;
       KILN_LOG(kernels, "NVRTC loaded from " << path);
       break;
     }
@@ -145,7 +147,9 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-std::string compile_cubin(const std::string& source, const std::string& arch) {
+std::string nvrtc_library_path() { return require_nvrtc().path; }
+
+std::string compile_cubin_here(const std::string& source, const std::string& arch, std::string* messages) {
   const Nvrtc& n = require_nvrtc();
   nvrtcProgram program = nullptr;
   check(n, n.CreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr, nullptr), "nvrtcCreateProgram");
@@ -170,7 +174,7 @@ std::string compile_cubin(const std::string& source, const std::string& arch) {
     throw CudaError(std::string("NVRTC could not compile a kernel for ") + arch + " (" + n.GetErrorString(compiled) +
                     "):\n" + log);
   }
-  if (!log.empty()) KILN_LOG(kernels, "NVRTC: " << log);
+  if (messages != nullptr) *messages = log;
   size_t size = 0;
   check(n, n.GetCUBINSize(program, &size), "nvrtcGetCUBINSize");
   std::string cubin(size, '\0');
