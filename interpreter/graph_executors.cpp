@@ -20,12 +20,41 @@
 
 namespace kiln::interpreter {
 
+namespace {
+
+// True when some tensor `arg` names (through tuples, lists, dicts) requires grad.
+bool reads_grad_tensor(const graph::Graph& graph, const graph::Arg& arg) {
+  if (arg.kind == graph::Arg::Kind::Node) {
+    for (const graph::TensorMeta& meta : graph.node(arg.node).metas) {
+      if (meta.requires_grad) return true;
+    }
+    return false;
+  }
+  for (const graph::Arg& item : arg.items) {
+    if (reads_grad_tensor(graph, item)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Without grad mode, a call's result requiring grad records history only
+// when the call made it so (torch.ones(requires_grad=True),
+// requires_grad_()): a view keeps its base's requires_grad under no_grad
+// (timm's ConvNeXt scales by gamma.reshape(1, -1, 1, 1) in every block),
+// which records nothing, and an inference graph must stay one.
 bool needs_gradients(const graph::Graph& graph) {
   const bool grad_mode = runtime::grad_mode_enabled();
   for (const graph::Node& node : graph.nodes()) {
-    for (const graph::TensorMeta& meta : node.metas) {
-      if (meta.requires_grad && (node.kind == graph::NodeKind::Call || grad_mode)) return true;
-    }
+    bool requires_grad = false;
+    for (const graph::TensorMeta& meta : node.metas) requires_grad = requires_grad || meta.requires_grad;
+    if (!requires_grad) continue;
+    if (grad_mode) return true;
+    if (node.kind == graph::NodeKind::Input) continue;
+    bool carried = false;
+    for (const graph::Arg& arg : node.args) carried = carried || reads_grad_tensor(graph, arg);
+    for (const auto& [name, arg] : node.kwargs) carried = carried || reads_grad_tensor(graph, arg);
+    if (!carried) return true;
   }
   return false;
 }
@@ -134,7 +163,10 @@ std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
   const size_t count = graph.nodes().size();
   std::vector<bool> keep(count, false);
   for (const prims::PrimNode& node : graph.nodes()) {
-    if (node.prim == prims::Prim::Extern && prims::extern_writes_arguments(node.attrs)) return keep;
+    if (node.prim == prims::Prim::Extern && prims::extern_writes_arguments(node.attrs)) {
+      KILN_LOG(prims, "kernels of parameters: none kept, extern " << node.attrs.target_name << " writes its arguments");
+      return keep;
+    }
   }
   std::vector<bool> output(graph.values().size(), false);
   for (int id : graph.outputs()) output[id] = true;
@@ -147,6 +179,8 @@ std::vector<bool> parameter_kernel_nodes(const prims::PrimGraph& graph) {
     for (int id : node.outputs) eligible = eligible && !output[id];
     keep[n] = eligible;
   }
+  KILN_LOG(prims, "kernels of parameters: " << std::count(keep.begin(), keep.end(), true)
+                                            << " kernels keep their results between calls");
   return keep;
 }
 

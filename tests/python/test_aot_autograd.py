@@ -387,6 +387,44 @@ def test_no_grad_call_runs_forward_only_graph():
     assert stats()["autograd_graphs"] == 0 and stats()["prim_graphs"] == 1
 
 
+class LayerScale(torch.nn.Module):
+    """A timm ConvNeXt block's scale: a view of a parameter (which keeps
+    requires_grad under no_grad) times the activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.gamma = torch.nn.Parameter(torch.rand(4))
+
+    def forward(self, x):
+        return x + self.conv(x).mul(self.gamma.reshape(1, -1, 1, 1))
+
+
+def test_no_grad_views_of_parameters_keep_an_inference_graph():
+    model = LayerScale()
+    compiled = kiln.compile(model, backend="aot_eager")
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        out = compiled(x)
+        torch.testing.assert_close(out, model(x))
+    assert not out.requires_grad
+    assert stats()["autograd_graphs"] == 0 and stats()["prim_graphs"] == 1
+
+
+def test_no_grad_call_making_a_grad_tensor_keeps_its_requires_grad():
+    def fn(x):
+        return (x * 2).requires_grad_(), x + 1
+
+    compiled = kiln.compile(fn, backend="aot_eager")
+    x = torch.randn(3)
+    with torch.no_grad():
+        made, plain = compiled(x)
+        ref_made, ref_plain = fn(x)
+    torch.testing.assert_close(made, ref_made)
+    assert made.requires_grad and ref_made.requires_grad
+    assert not plain.requires_grad
+
+
 def test_backward_twice_through_retained_graph():
     model = Elementwise()
     reference = copy.deepcopy(model)
