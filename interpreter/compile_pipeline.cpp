@@ -116,6 +116,14 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
   try {
     if (backend != "aot_eager" && !kernels) {
       executor = std::make_unique<runtime::EagerExecutor>(graph);
+    } else if (const int maker = grad_leaf_maker(graph); maker >= 0) {
+      // kiln's autograd differentiates with respect to the graph's inputs;
+      // a tensor made to require grad inside the graph is none of them.
+      executor = eager_fallback(graph, name,
+                                "%" + std::to_string(maker) + " = " + graph.node(maker).target_name +
+                                    " makes a tensor that requires grad inside the graph, which torch's autograd "
+                                    "records (kiln's differentiates with respect to graph inputs only)",
+                                backend.c_str());
     } else {
       // 1. Calls that only build the output run after the compiled graph
       //    (Note [Output builders]); the graph compiled returns their inputs.
@@ -154,6 +162,8 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         }
       }
       if (decomposition) {
+        KILN_LOG(perf, "decomposition of " << name << " (common nodes, constant subgraphs): " << clock.ms()
+                                           << " ms, " << decomposition->graph->nodes().size() << " nodes");
         KILN_LOG(prims, "prim graph for " << name << " (" << decomposition->decomposed_calls
                                           << " calls decomposed, " << decomposition->extern_calls << " externs)\n"
                                           << prims::format_prim_graph(*decomposition->graph));

@@ -6,6 +6,7 @@
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
 #include "base/log.h"
+#include "base/stopwatch.h"
 #include "base/py_text.h"
 #include "interpreter/data_parallel.h"
 #include "prims/extern_writes.h"
@@ -38,23 +39,32 @@ bool reads_grad_tensor(const graph::Graph& graph, const graph::Arg& arg) {
 
 }  // namespace
 
-// Without grad mode, a call's result requiring grad records history only
-// when the call made it so (torch.ones(requires_grad=True),
-// requires_grad_()): a view keeps its base's requires_grad under no_grad
+// A call making a tensor require grad from none that does
+// (torch.ones(requires_grad=True), requires_grad_(), nn.Parameter(t)):
+// its node, or -1. Without grad mode such a call is the only way a result
+// records history: a view keeps its base's requires_grad under no_grad
 // (timm's ConvNeXt scales by gamma.reshape(1, -1, 1, 1) in every block),
-// which records nothing, and an inference graph must stay one.
-bool needs_gradients(const graph::Graph& graph) {
-  const bool grad_mode = runtime::grad_mode_enabled();
+// which records nothing.
+int grad_leaf_maker(const graph::Graph& graph) {
   for (const graph::Node& node : graph.nodes()) {
+    if (node.kind != graph::NodeKind::Call) continue;
     bool requires_grad = false;
     for (const graph::TensorMeta& meta : node.metas) requires_grad = requires_grad || meta.requires_grad;
     if (!requires_grad) continue;
-    if (grad_mode) return true;
-    if (node.kind == graph::NodeKind::Input) continue;
     bool carried = false;
     for (const graph::Arg& arg : node.args) carried = carried || reads_grad_tensor(graph, arg);
     for (const auto& [name, arg] : node.kwargs) carried = carried || reads_grad_tensor(graph, arg);
-    if (!carried) return true;
+    if (!carried) return node.id;
+  }
+  return -1;
+}
+
+bool needs_gradients(const graph::Graph& graph) {
+  if (!runtime::grad_mode_enabled()) return grad_leaf_maker(graph) >= 0;
+  for (const graph::Node& node : graph.nodes()) {
+    for (const graph::TensorMeta& meta : node.metas) {
+      if (meta.requires_grad) return true;
+    }
   }
   return false;
 }
@@ -108,8 +118,10 @@ namespace {
 std::unique_ptr<runtime::GraphExecutor> function_executor(const std::string& name, const prims::PrimGraph& forward,
                                                           const std::vector<bool>& requires_grad, graph::Arg output,
                                                           const autograd::GraphPass& kernels) {
+  const base::Stopwatch clock;
   autograd::JointGraph joint = autograd::build_joint_graph(forward, requires_grad);
   autograd::Partition partition = autograd::partition_joint_graph(joint);
+  KILN_LOG(perf, "joint graph and partition of " << name << ": " << clock.ms() << " ms");
   KILN_LOG(prims, "forward graph for " << name << " (saves " << partition.saved_count << " values, "
                                        << partition.saved_bytes << " bytes)\n"
                                        << prims::format_prim_graph(partition.forward)

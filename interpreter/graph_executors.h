@@ -38,9 +38,16 @@ struct Settings {
 // `config`'s settings, with the process-wide kiln.config now for the rest.
 Settings resolve_settings(const CompileConfig& config);
 
-// True when running the graph would record autograd history: some call's
-// result requires grad, or grad mode is on and an input requires grad.
+// True when running the graph would record autograd history: grad mode is
+// on and some value requires grad, or a call makes a tensor require grad
+// (grad_leaf_maker).
 bool needs_gradients(const graph::Graph& graph);
+
+// The id of a call node that makes a tensor require grad from none that
+// does (torch.ones(requires_grad=True), requires_grad_()), or -1. kiln's
+// autograd differentiates with respect to graph inputs only, so such a
+// graph runs on the eager executor, where torch records it.
+int grad_leaf_maker(const graph::Graph& graph);
 
 // True when some input of the graph is a CUDA tensor (its kernels would be
 // CUDA kernels).

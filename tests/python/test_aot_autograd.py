@@ -425,6 +425,32 @@ def test_no_grad_call_making_a_grad_tensor_keeps_its_requires_grad():
     assert not plain.requires_grad
 
 
+def test_tensor_made_to_require_grad_inside_the_graph_gets_its_gradient():
+    # The graph up to the break returns the leaf and a loss that depends on
+    # it; the backward after the break must reach the leaf.
+    def fn(x):
+        w = torch.ones(3, requires_grad=True)
+        loss = (x * w).sum()
+        loss.backward()
+        return w.grad * 2
+
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+
+
+def test_requires_grad_set_inside_the_graph_gives_input_gradients():
+    def fn(x):
+        y = x.detach().requires_grad_()
+        return y, (y.sin() * 3).sum()
+
+    x = torch.randn(4)
+    y, loss = kiln.compile(fn)(x)
+    loss.backward()
+    ref_y, ref_loss = fn(x)
+    ref_loss.backward()
+    torch.testing.assert_close(y.grad, ref_y.grad)
+
+
 def test_backward_twice_through_retained_graph():
     model = Elementwise()
     reference = copy.deepcopy(model)
