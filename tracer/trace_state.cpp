@@ -171,8 +171,20 @@ bool all_constant_items(PyObject* set, const base::TorchApi& api) {
   return true;
 }
 
-// A dict or an OrderedDict: both index alike; each iterates in its own order.
-bool is_plain_dict(PyObject* obj) { return base::is_dict_or_ordered_dict(obj); }
+// A dict, an OrderedDict or a defaultdict: all index alike; each iterates
+// in its own order (a defaultdict's missing key calls its factory).
+bool is_plain_dict(PyObject* obj) {
+  return base::is_dict_or_ordered_dict(obj) || reinterpret_cast<PyObject*>(Py_TYPE(obj)) == base::defaultdict_type();
+}
+
+// Keys a dict read item by item may have: compared by value with no user
+// code (str, int, bytes; torch.device, which timm's feature hooks key
+// their per-device outputs by).
+bool plain_key(PyObject* key) {
+  const base::TorchApi* api = base::torch_api();
+  return PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key) ||
+         (api && api->device_type && reinterpret_cast<PyObject*>(Py_TYPE(key)) == api->device_type);
+}
 
 // Note [Objects guarded by type]
 // Library code makes fresh plain objects per call and hands them to the
@@ -427,8 +439,9 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   std::vector<PyRef> keys;
   if (!base::dict_keys_in_order(obj, keys)) abort_trace(BreakCode::PythonException, take_python_error());
   for (const PyRef& key : keys) {
-    if (!PyUnicode_CheckExact(key.get()) && !PyLong_CheckExact(key.get()) && !PyBytes_CheckExact(key.get())) {
-      abort_trace(BreakCode::UnsupportedValue, "dict with a key not str, int or bytes: " + py_repr(key.get()));
+    if (!plain_key(key.get())) {
+      abort_trace(BreakCode::UnsupportedValue,
+                  "dict with a key not str, int, bytes or torch.device: " + py_repr(key.get()));
     }
   }
   if (guarded) guards_->add_dict_keys(source, obj, keys);
@@ -438,6 +451,16 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   PyObject* ordered = base::ordered_dict_type();
   if (ordered && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(ordered))) {
     value->tuple_type = PyRef::borrow(ordered);
+  }
+  // A defaultdict keeps its factory (guarded through default_factory),
+  // which a missing key's subscript calls (trace_attributes.cpp).
+  if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) == base::defaultdict_type()) {
+    value->tuple_type = PyRef::borrow(base::defaultdict_type());
+    PyRef name = PyRef::steal(PyUnicode_InternFromString("default_factory"));
+    PyRef factory = PyRef::steal(PyObject_GetAttr(obj, name.get()));
+    if (!factory) abort_trace(BreakCode::PythonException, take_python_error());
+    ValuePtr made_by = wrap(factory.get(), guarded ? sources().attr(source, name.get()) : -1);
+    if (factory.get() != Py_None) value->self = made_by;
   }
   for (const PyRef& key : keys) {
     PyObject* item = PyDict_GetItemWithError(obj, key.get());

@@ -144,6 +144,16 @@ def defaultdict_counts(x, d):
     return x + 1
 
 
+def per_device_outputs(x, d):
+    # timm's FeatureHooks: outputs collected per device by forward hooks,
+    # read out and cleared by the model's forward.
+    d[x.device]["a"] = x * 2
+    d[x.device]["b"] = x + 1
+    out = d[x.device]
+    d[x.device] = OrderedDict()
+    return out["a"] + out["b"]
+
+
 def counter_update(x, d):
     d["a"] += 1
     d.update(b=3)
@@ -189,6 +199,9 @@ CASES = [
     ("writes across a break", written_across_break, lambda: (ones(), OrderedDict(a=1))),
     ("iteration order", iterated, lambda: (ones(), OrderedDict(b=2, a=3))),
     ("defaultdict", defaultdict_counts, lambda: (ones(), defaultdict(int, a=1))),
+    ("defaultdict by device", per_device_outputs, lambda: (ones(), defaultdict(OrderedDict))),
+    ("defaultdict with a device key", per_device_outputs,
+     lambda: (ones(), defaultdict(OrderedDict, {torch.device("cpu"): OrderedDict(z=1)}))),
     ("Counter", counter_update, lambda: (ones(), Counter(a=1))),
     ("deque", deque_appends, lambda: (ones(), deque([1]))),
     ("list subclass", list_subclass_writes, lambda: (ones(), ListSubclass([1]))),
@@ -222,6 +235,18 @@ def test_key_order_is_guarded(backend, mapping):
         reordered["a"] = reordered.pop("a")
     assert compiled(ones(), reordered)[1] == ["b", "a"]
     assert stats()["recompiles"] >= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_defaultdict_factory_is_guarded(backend):
+    def fill(x, d):
+        return x + len(d["k"])
+
+    compiled = kiln.compile(fill, backend=backend)
+    assert compiled(ones(), defaultdict(list)).tolist() == [1.0, 1.0]
+    assert compiled(ones(), defaultdict(lambda: [1, 2])).tolist() == [3.0, 3.0]
+    with pytest.raises(KeyError):
+        compiled(ones(), defaultdict(None))
 
 
 def test_key_order_guard_is_listed():

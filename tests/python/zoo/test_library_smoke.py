@@ -61,3 +61,26 @@ def test_library_model_compiled_equals_eager(name):
             for a, b in zip(have, want):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert kiln.stats()["traces"] > 0  # kiln compiled something, not only ran it
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("feature_cls", ["getter", "hook"])
+def test_timm_feature_backbone_captures_whole(feature_cls):
+    # Detection backbones: features_only models. feature_cls="hook" collects
+    # each stage's output through forward hooks into a defaultdict keyed by
+    # torch.device, which the model's forward reads out and clears.
+    import timm
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False, features_only=True, feature_cls=feature_cls).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = model(x)
+        explained = kiln.explain(model)(x)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+        compiled = kiln.compile(model)
+        for _ in range(3):
+            got = compiled(x)
+            assert len(got) == len(expected) == 5
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert kiln.stats()["recompiles"] == 0
