@@ -230,13 +230,45 @@ bool Writer::has_load_at() const {
   return std::any_of(k_.exprs.begin(), k_.exprs.end(), [](const Expr& e) { return e.kind == ExprKind::LoadAt; });
 }
 
-int Writer::vector_width() const {
-  if (!k_.reduced.empty() || k_.sizes.empty() || has_load_at()) return 0;
-  // An index (argmax's) would need each lane's point, not the vector's first.
-  for (const Expr& e : k_.exprs) {
-    if (e.kind == ExprKind::Index) return 0;
-  }
+// Per expression, whether it varies along the pointwise vector entry's
+// lanes (the innermost dim): a load of an input moving along it, an index
+// counting it, or anything computed from one.
+std::vector<bool> Writer::varies_along_lanes() const {
   const int inner = rank() - 1;
+  std::vector<bool> varies(k_.exprs.size(), false);
+  for (size_t id = 0; id < k_.exprs.size(); ++id) {
+    const Expr& e = k_.exprs[id];
+    if (e.kind == ExprKind::Load || e.kind == ExprKind::LoadAt) {
+      varies[id] = k_.inputs[e.input].strides[inner] != 0;
+    } else if (e.kind == ExprKind::Index) {
+      varies[id] = e.strides[inner] != 0;
+    }
+    for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
+  }
+  return varies;
+}
+
+int Writer::vector_width() const {
+  if (!k_.reduced.empty() || k_.sizes.empty()) return 0;
+  const int inner = rank() - 1;
+  // An index moving along the lanes (argmax's) would need each lane's
+  // point, not the vector's first; a computed index of a load likewise.
+  // Constant along them (a roll's or window cut's index of an outer dim),
+  // each is computed once per vector (Note [Loads at computed indices]).
+  const std::vector<bool> varies = varies_along_lanes();
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::Index && varies[&e - k_.exprs.data()]) return 0;
+    if (e.kind != ExprKind::LoadAt) continue;
+    for (int operand : e.operands) {
+      if (varies[operand]) return 0;
+    }
+  }
+  std::vector<int64_t> load_at_strides;  // the computed parts must keep vectors aligned
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::LoadAt && k_.inputs[e.input].strides[inner] == 1) {
+      load_at_strides.insert(load_at_strides.end(), e.strides.begin(), e.strides.end());
+    }
+  }
   int64_t widest = 0;
   for (size_t op = 0; op < operands(); ++op) {
     const int64_t stride = strides(op)[inner];
@@ -250,6 +282,9 @@ int Writer::vector_width() const {
   if (widest == 0) return 0;
   const int width = static_cast<int>(config_.vector_bytes / widest);
   if (width < 2 || k_.sizes[inner] % width != 0) return 0;
+  for (int64_t stride : load_at_strides) {
+    if (stride % width != 0) return 0;
+  }
   for (size_t op = 0; op < operands(); ++op) {
     if (strides(op)[inner] != 1) continue;
     if (offset(op) % width != 0) return 0;
@@ -271,15 +306,7 @@ std::string Writer::write_vector(const std::string& name, int width) {
   for (int64_t size : k_.sizes) numel *= size;
   const std::string w = std::to_string(width);
   // Varying here: along the vector (an input of inner stride 1).
-  std::vector<bool> varies(count, false);
-  for (size_t id = 0; id < count; ++id) {
-    const Expr& e = k_.exprs[id];
-    if (e.kind == ExprKind::Load) {
-      varies[id] = k_.inputs[e.input].strides[inner] != 0;
-      continue;
-    }
-    for (int operand : e.operands) varies[id] = varies[id] || varies[operand];
-  }
+  const std::vector<bool> varies = varies_along_lanes();
   std::string text = signature(name, kPointwiseBlock);
   text += "  for (" + idx_ + " q = (" + idx_ + ")blockIdx.x * " + std::to_string(kPointwiseBlock) +
           " + threadIdx.x; q < " + std::to_string(numel / width) + "; q += (" + idx_ + ")gridDim.x * " +
@@ -294,9 +321,16 @@ std::string Writer::write_vector(const std::string& name, int width) {
     row.code += row.indent + "const " + idx_ + " b" + std::to_string(op) + " = " + std::to_string(offset(op)) +
                 offset_terms(op, dims, "i") + ";\n";
   }
+  // One vector per input a plain load reads (a load at a computed index
+  // reads its own: the point's own element of such an input may lie
+  // outside it).
+  std::vector<bool> loaded(k_.inputs.size(), false);
+  for (const Expr& e : k_.exprs) {
+    if (e.kind == ExprKind::Load) loaded[e.input] = true;
+  }
   std::string vectors;
   for (size_t op = 0; op < k_.inputs.size(); ++op) {
-    if (k_.inputs[op].strides[inner] != 1) continue;
+    if (k_.inputs[op].strides[inner] != 1 || !loaded[op]) continue;
     const std::string type = std::string("kiln_vec<") + storage_type(dtype(op)) + ", " + w + ">";
     const std::string o = std::to_string(op);
     vectors += row.indent + "const " + type + " x" + o + " = *reinterpret_cast<const " + type + "*>(in" + o + " + b" +
@@ -314,10 +348,18 @@ std::string Writer::write_vector(const std::string& name, int width) {
   c.row = &row;
   c.point = &point;
   c.varies = &varies;
-  c.load = [](int input, bool at_point, const std::string& extra) {
+  // A load at a computed index (constant along the vector: vector_width)
+  // reads its own vector, declared per row once its index is known.
+  int moved_loads = 0;
+  c.load = [&](int input, bool at_point, const std::string& extra) {
     const std::string o = std::to_string(input);
-    KILN_CHECK(extra.empty(), "a vector read at a computed index");
-    return at_point ? "x" + o + ".v[j]" : "in" + o + "[b" + o + "]";
+    if (!at_point) return "in" + o + "[b" + o + extra + "]";
+    if (extra.empty()) return "x" + o + ".v[j]";
+    const std::string type = std::string("kiln_vec<") + storage_type(dtype(static_cast<size_t>(input))) + ", " + w + ">";
+    const std::string name = "xa" + std::to_string(moved_loads++);
+    row.code += row.indent + "const " + type + " " + name + " = *reinterpret_cast<const " + type + "*>(in" + o +
+                " + b" + o + extra + ");\n";
+    return name + ".v[j]";
   };
   for (size_t i = 0; i < k_.outputs.size(); ++i) {
     const KernelOutput& out = k_.outputs[i];

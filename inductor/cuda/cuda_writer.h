@@ -81,8 +81,10 @@ class Writer {
   int tile_vector_width() const;
   std::string write_tile_vector(const std::string& name, int width);
   int vector_width() const;
-  // True when an expression is a LoadAt (vector reads refuse the kernel).
+  // True when an expression is a LoadAt (row and tile vector entries refuse the kernel).
   bool has_load_at() const;
+  // Per expression: whether it varies along the pointwise vector's lanes.
+  std::vector<bool> varies_along_lanes() const;
 
   const Kernel& k_;
   const LaunchConfig config_;

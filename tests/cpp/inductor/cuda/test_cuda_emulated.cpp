@@ -380,10 +380,27 @@ TEST(CudaEmulated, SoftmaxAndLogSoftmaxInEveryRowMode) {
 
 // Note [Cat in kernels]: rolls (one load at a selected index), a rotary
 // half swap (a select between two clamped loads), a cat read by a row
-// reduction, and a split view of a computed value, scalar entries only
-// (vector reads refuse kernels that load at computed indices).
+// reduction, and a split view of a computed value; rolls along an outer
+// dim also through the vector entry (the index is constant along its
+// lanes), along the inner one scalar only.
 TEST(CudaEmulated, CatsRollsAndSplitViewsReadAtComputedIndices) {
   KILN_REQUIRE_HOST_COMPILER();
+  const size_t vectors_before = vector_entries_run;
+  for (const char* input : {"v1", "bf"}) {
+    check({input},
+          [](PrimBuilder& b, const std::vector<int>& in) {
+            const int x = b.cat({b.slice(in[0], 0, 59, 64, 1), b.slice(in[0], 0, 0, 59, 1)}, 0);
+            return std::vector<int>{b.binary(Prim::Add, v(x), f(1.0))};
+          },
+          {std::string("torch.roll(") + input + ", 5, 0) + 1"}, {1e-2, 1e-2});
+  }
+  EXPECT_EQ(vector_entries_run - vectors_before, 2u);
+  check({"v1"},
+        [](PrimBuilder& b, const std::vector<int>& in) {
+          const int x = b.cat({b.slice(in[0], 1, 61, 64, 1), b.slice(in[0], 1, 0, 61, 1)}, 1);
+          return std::vector<int>{b.binary(Prim::Mul, v(x), f(2.0))};
+        },
+        {"torch.roll(v1, 3, 1) * 2"});
   check({"cube"},
         [](PrimBuilder& b, const std::vector<int>& in) {
           int x = b.binary(Prim::Mul, v(in[0]), f(2.0));
