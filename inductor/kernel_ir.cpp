@@ -82,106 +82,99 @@ std::string format_constant(const Expr& e) {
 std::string verify_expr(const Kernel& k, int id) {
   const Expr& e = k.exprs[id];
   const int kind = static_cast<int>(e.kind);
-  std::ostringstream why;
-  why << "%" << id << " (" << kKinds[kind].name << "): ";
+  // The message's prefix, built only for a problem: verify runs on every
+  // lowering the scheduler tries (Note [Kernel scheduling]).
+  auto why = [&] { return "%" + std::to_string(id) + " (" + kKinds[kind].name + "): "; };
   const int arity = kKinds[kind].operands;
   if (arity >= 0 ? static_cast<int>(e.operands.size()) != arity : e.operands.empty()) {
-    why << "takes " << (arity >= 0 ? std::to_string(arity) : "one or more") << " operands, has "
-        << e.operands.size();
-    return why.str();
+    return why() + "takes " + (arity >= 0 ? std::to_string(arity) : "one or more") + " operands, has " +
+           std::to_string(e.operands.size());
   }
   for (int operand : e.operands) {
     if (operand < 0 || operand >= id) {
-      why << "operand %" << operand << " is not an earlier expression";
-      return why.str();
+      return why() + "operand %" + std::to_string(operand) + " is not an earlier expression";
     }
   }
   auto operand_dtype = [&](int i) { return k.exprs[e.operands[i]].dtype; };
   const bool loads = e.kind == ExprKind::Load || e.kind == ExprKind::LoadAt;
   if (!loads && e.kind != ExprKind::Cast && !is_compute_dtype(e.dtype)) {
-    why << dtype_short_name(e.dtype) << " is a storage dtype: compute in f32";
-    return why.str();
+    return why() + dtype_short_name(e.dtype) + " is a storage dtype: compute in f32";
   }
   for (size_t i = 0; i < e.operands.size(); ++i) {
     if (e.kind != ExprKind::Cast && !is_compute_dtype(operand_dtype(i))) {
-      why << "operand %" << e.operands[i] << " is " << dtype_short_name(operand_dtype(i))
-          << ": cast it to f32 first";
-      return why.str();
+      return why() + "operand %" + std::to_string(e.operands[i]) + " is " + dtype_short_name(operand_dtype(i)) +
+             ": cast it to f32 first";
     }
   }
   switch (e.kind) {
     case ExprKind::LoadAt:
-      if (e.strides.size() != e.operands.size()) return why.str() + "needs one stride per index";
+      if (e.strides.size() != e.operands.size()) return why() + "needs one stride per index";
       for (size_t i = 0; i < e.operands.size(); ++i) {
-        if (operand_dtype(i) != DType::Int64) return why.str() + "indices are i64";
+        if (operand_dtype(i) != DType::Int64) return why() + "indices are i64";
       }
       [[fallthrough]];
     case ExprKind::Load:
       if (e.input < 0 || e.input >= static_cast<int>(k.inputs.size())) {
-        why << "no input " << e.input;
-        return why.str();
+        return why() + "no input " + std::to_string(e.input);
       }
       if (k.inputs[e.input].dtype != e.dtype) {
-        why << "loads " << dtype_short_name(k.inputs[e.input].dtype) << " as "
-            << dtype_short_name(e.dtype);
-        return why.str();
+        return why() + "loads " + dtype_short_name(k.inputs[e.input].dtype) + " as " + dtype_short_name(e.dtype);
       }
       return "";
     case ExprKind::Constant:
       return "";
     case ExprKind::Cast:
       if (item_size(e.dtype) == 0) {
-        why << "cannot cast to " << dtype_short_name(e.dtype);
-        return why.str();
+        return why() + "cannot cast to " + dtype_short_name(e.dtype);
       }
       return "";
     case ExprKind::Unary: {
-      if (e.op < 0 || e.op >= kUnaryCount) return why.str() + "unknown op";
+      if (e.op < 0 || e.op >= kUnaryCount) return why() + "unknown op";
       const UnaryOp op = static_cast<UnaryOp>(e.op);
       const DType in = operand_dtype(0);
       const DType want = (op == UnaryOp::IsNan) ? DType::Bool : in;
-      if (e.dtype != want) return why.str() + "result dtype differs from its operand's";
-      if (kUnary[e.op].floating_only && !is_float(in)) return why.str() + "needs a float operand";
-      if (op == UnaryOp::LogicalNot && in != DType::Bool) return why.str() + "needs a bool operand";
+      if (e.dtype != want) return why() + "result dtype differs from its operand's";
+      if (kUnary[e.op].floating_only && !is_float(in)) return why() + "needs a float operand";
+      if (op == UnaryOp::LogicalNot && in != DType::Bool) return why() + "needs a bool operand";
       if ((op == UnaryOp::Neg || op == UnaryOp::Abs) && in == DType::Bool)
-        return why.str() + "takes no bool operand";
+        return why() + "takes no bool operand";
       return "";
     }
     case ExprKind::Binary: {
-      if (e.op < 0 || e.op >= kBinaryCount) return why.str() + "unknown op";
+      if (e.op < 0 || e.op >= kBinaryCount) return why() + "unknown op";
       const BinaryOp op = static_cast<BinaryOp>(e.op);
       if (operand_dtype(0) != operand_dtype(1) || e.dtype != operand_dtype(0))
-        return why.str() + "operands and result must share a dtype";
-      if (kBinary[e.op].floating_only && !is_float(e.dtype)) return why.str() + "needs float operands";
+        return why() + "operands and result must share a dtype";
+      if (kBinary[e.op].floating_only && !is_float(e.dtype)) return why() + "needs float operands";
       const bool logical = op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr ||
                            op == BinaryOp::LogicalXor;
-      if (logical && e.dtype != DType::Bool) return why.str() + "needs bool operands";
+      if (logical && e.dtype != DType::Bool) return why() + "needs bool operands";
       const bool bitwise = op == BinaryOp::BitwiseAnd || op == BinaryOp::BitwiseOr ||
                            op == BinaryOp::BitwiseXor;
-      if (bitwise && !is_integral(e.dtype)) return why.str() + "needs integral operands";
+      if (bitwise && !is_integral(e.dtype)) return why() + "needs integral operands";
       return "";
     }
     case ExprKind::Compare:
-      if (e.op < 0 || e.op >= kCompareCount) return why.str() + "unknown op";
-      if (operand_dtype(0) != operand_dtype(1)) return why.str() + "operands must share a dtype";
-      if (e.dtype != DType::Bool) return why.str() + "yields bool";
+      if (e.op < 0 || e.op >= kCompareCount) return why() + "unknown op";
+      if (operand_dtype(0) != operand_dtype(1)) return why() + "operands must share a dtype";
+      if (e.dtype != DType::Bool) return why() + "yields bool";
       return "";
     case ExprKind::Select:
-      if (operand_dtype(0) != DType::Bool) return why.str() + "condition must be bool";
+      if (operand_dtype(0) != DType::Bool) return why() + "condition must be bool";
       if (operand_dtype(1) != operand_dtype(2) || e.dtype != operand_dtype(1))
-        return why.str() + "branches and result must share a dtype";
+        return why() + "branches and result must share a dtype";
       return "";
     case ExprKind::Index:
-      if (e.strides.size() != k.sizes.size()) return why.str() + "strides rank differs";
-      if (e.dtype != DType::Int64) return why.str() + "is i64";
+      if (e.strides.size() != k.sizes.size()) return why() + "strides rank differs";
+      if (e.dtype != DType::Int64) return why() + "is i64";
       return "";
     case ExprKind::Reduce:
-      if (e.op < 0 || e.op >= kReduceCount) return why.str() + "unknown op";
-      if (k.reduced.empty()) return why.str() + "a reduction in a kernel without reduced dims";
-      if (operand_dtype(0) != e.dtype) return why.str() + "operand and result must share a dtype";
+      if (e.op < 0 || e.op >= kReduceCount) return why() + "unknown op";
+      if (k.reduced.empty()) return why() + "a reduction in a kernel without reduced dims";
+      if (operand_dtype(0) != e.dtype) return why() + "operand and result must share a dtype";
       return "";
   }
-  return why.str() + "unknown kind";
+  return why() + "unknown kind";
 }
 
 }  // namespace
