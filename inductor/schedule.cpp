@@ -382,14 +382,19 @@ class Scheduler {
   std::pair<int, int> window(int g) const {
     int lo = *std::min_element(members_[g].begin(), members_[g].end());
     int hi = *std::max_element(members_[g].begin(), members_[g].end());
-    std::set<int> spanned = {g};
+    // Groups already spanned, marked with this call's stamp (no set:
+    // this runs for every join the scheduler tries).
+    if (spanned_.size() < members_.size()) spanned_.resize(members_.size(), 0);
+    const int stamp = ++stamp_;
+    spanned_[g] = stamp;
     for (int scanned_lo = lo, scanned_hi = lo - 1;;) {
       // Scan the part of [lo, hi] not scanned yet (it only grows).
       bool widened = false;
       auto scan = [&](int from, int to) {
         for (int n = from; n <= to; ++n) {
           const int h = group_of_[n];
-          if (h < 0 || !spanned.insert(h).second) continue;
+          if (h < 0 || spanned_[h] == stamp) continue;
+          spanned_[h] = stamp;
           for (int m : members_[h]) {
             if (m < lo) lo = m, widened = true;
             if (m > hi) hi = m, widened = true;
@@ -475,6 +480,8 @@ class Scheduler {
   // Extern orderings: the nodes that must run after / before each node.
   std::vector<std::vector<int>> after_, before_;
   std::vector<std::vector<int>> reads_of_;  // node_reads per node, computed once
+  mutable std::vector<int> spanned_;         // window(): per group, the stamp of the call that spanned it
+  mutable int stamp_ = 0;
 };
 
 }  // namespace
