@@ -6,6 +6,8 @@
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
 #include "base/log.h"
+#include "base/module_attr.h"
+#include "base/py_ref.h"
 #include "base/stopwatch.h"
 #include "base/py_text.h"
 #include "interpreter/data_parallel.h"
@@ -23,7 +25,8 @@ namespace kiln::interpreter {
 
 namespace {
 
-// True when some tensor `arg` names (through tuples, lists, dicts) requires grad.
+// True when some tensor `arg` names (through tuples, lists, dicts) requires
+// grad: a node's, or a tensor the trace kept as a constant.
 bool reads_grad_tensor(const graph::Graph& graph, const graph::Arg& arg) {
   if (arg.kind == graph::Arg::Kind::Node) {
     for (const graph::TensorMeta& meta : graph.node(arg.node).metas) {
@@ -31,26 +34,53 @@ bool reads_grad_tensor(const graph::Graph& graph, const graph::Arg& arg) {
     }
     return false;
   }
+  if (arg.kind == graph::Arg::Kind::Constant) {
+    if (arg.constant == nullptr || !runtime::is_tensor(arg.constant)) return false;
+    const base::PyRef flag = base::PyRef::steal(PyObject_GetAttrString(arg.constant, "requires_grad"));
+    const int grad = flag ? PyObject_IsTrue(flag.get()) : -1;
+    if (grad < 0) PyErr_Clear();
+    return grad == 1;
+  }
   for (const graph::Arg& item : arg.items) {
     if (reads_grad_tensor(graph, item)) return true;
   }
   return false;
 }
 
+// Whether `node` is one of torch's ways to make a tensor require grad: a
+// factory's requires_grad=True, Tensor.requires_grad_(), nn.Parameter(t).
+bool makes_grad_leaf_explicitly(const graph::Node& node) {
+  for (const auto& [name, arg] : node.kwargs) {
+    if (name == "requires_grad" && arg.kind == graph::Arg::Kind::Constant && arg.constant == Py_True) return true;
+  }
+  if (node.target_name == "Tensor.requires_grad_") return true;
+  static PyObject* parameter = base::import_attr("torch.nn", "Parameter");
+  if (parameter == nullptr) PyErr_Clear();
+  if (parameter == nullptr || node.target == nullptr || !PyType_Check(node.target)) return false;
+  const int subclass = PyObject_IsSubclass(node.target, parameter);
+  if (subclass < 0) PyErr_Clear();
+  return subclass == 1;
+}
+
 }  // namespace
 
-// A call making a tensor require grad from none that does
-// (torch.ones(requires_grad=True), requires_grad_(), nn.Parameter(t)):
-// its node, or -1. Without grad mode such a call is the only way a result
-// records history: a view keeps its base's requires_grad under no_grad
-// (timm's ConvNeXt scales by gamma.reshape(1, -1, 1, 1) in every block),
-// which records nothing.
+// Without grad mode any call whose result requires grad from no argument
+// that does made it so (the only way a result records history there: a
+// view keeps its base's requires_grad under no_grad, as timm's ConvNeXt's
+// gamma.reshape(1, -1, 1, 1) in every block, and records nothing). With
+// grad mode on only torch's explicit ways count: an in-place write of a
+// value requiring grad into a tensor that did not (x[0] = y) makes later
+// reads of it require grad, which the metas of the graph's arguments,
+// taken before the write, do not show (fuzz seeds of session 26).
 int grad_leaf_maker(const graph::Graph& graph) {
+  const bool grad_mode = runtime::grad_mode_enabled();
   for (const graph::Node& node : graph.nodes()) {
     if (node.kind != graph::NodeKind::Call) continue;
     bool requires_grad = false;
     for (const graph::TensorMeta& meta : node.metas) requires_grad = requires_grad || meta.requires_grad;
     if (!requires_grad) continue;
+    if (makes_grad_leaf_explicitly(node)) return node.id;
+    if (grad_mode) continue;
     bool carried = false;
     for (const graph::Arg& arg : node.args) carried = carried || reads_grad_tensor(graph, arg);
     for (const auto& [name, arg] : node.kwargs) carried = carried || reads_grad_tensor(graph, arg);
