@@ -111,12 +111,14 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
     KILN_LOG(dynamic, name << ": symbolic sizes, not compiled per size: " << refusal);
   }
   // Grad mode at trace time is grad mode at run time: every graph guards it.
-  const bool training = needs_gradients(graph);
+  // A call making a tensor require grad records history in any grad mode.
+  const int maker = grad_leaf_maker(graph);
+  const bool training = maker >= 0 || needs_gradients(graph);
   std::unique_ptr<runtime::GraphExecutor> executor;
   try {
     if (backend != "aot_eager" && !kernels) {
       executor = std::make_unique<runtime::EagerExecutor>(graph);
-    } else if (const int maker = grad_leaf_maker(graph); maker >= 0) {
+    } else if (maker >= 0) {
       // kiln's autograd differentiates with respect to the graph's inputs;
       // a tensor made to require grad inside the graph is none of them.
       executor = eager_fallback(graph, name,

@@ -90,7 +90,7 @@ int grad_leaf_maker(const graph::Graph& graph) {
 }
 
 bool needs_gradients(const graph::Graph& graph) {
-  if (!runtime::grad_mode_enabled()) return grad_leaf_maker(graph) >= 0;
+  if (!runtime::grad_mode_enabled()) return false;
   for (const graph::Node& node : graph.nodes()) {
     for (const graph::TensorMeta& meta : node.metas) {
       if (meta.requires_grad) return true;

@@ -38,9 +38,8 @@ struct Settings {
 // `config`'s settings, with the process-wide kiln.config now for the rest.
 Settings resolve_settings(const CompileConfig& config);
 
-// True when running the graph would record autograd history: grad mode is
-// on and some value requires grad, or a call makes a tensor require grad
-// (grad_leaf_maker).
+// True when grad mode is on and some value of the graph requires grad
+// (with grad_leaf_maker, whether running it records autograd history).
 bool needs_gradients(const graph::Graph& graph);
 
 // The id of a call node that makes a tensor require grad from none that
