@@ -156,15 +156,17 @@ class Scheduler {
     }
   }
 
-  // The values group g reads from outside it.
-  std::set<int> reads(int g) const {
-    std::set<int> out;
+  // The values group g reads from outside it, ascending.
+  std::vector<int> reads(int g) const {
+    std::vector<int> out;
     for (int n : members_[g]) {
       for (int value : reads_of_[n]) {
         const int producer = graph_.value(value).node;
-        if (producer < 0 || group_of_[producer] != g) out.insert(value);
+        if (producer < 0 || group_of_[producer] != g) out.push_back(value);
       }
     }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
@@ -173,24 +175,35 @@ class Scheduler {
   // and stays acyclic, so the tensor is read in one pass.
   void merge_siblings() {
     const int groups = static_cast<int>(members_.size());
+    // Each group's reads, kept: a merge changes only the merged group's.
+    std::vector<std::vector<int>> read(groups);
+    for (int g = 0; g < groups; ++g) {
+      if (!members_[g].empty()) read[g] = reads(g);
+    }
     for (int a = 0; a < groups; ++a) {
       if (members_[a].empty()) continue;
+      int64_t space = -1;  // a's iteration space, lowered when first needed
       for (int b = a + 1; b < groups; ++b) {
         if (members_[b].empty()) continue;
-        const std::set<int> ra = reads(a), rb = reads(b);
-        std::vector<int> common;
-        for (int value : rb) {
-          if (ra.count(value) > 0) common.push_back(value);
-        }
-        if (common.empty()) continue;
         // A common input as large as a's whole iteration space (not a
         // broadcast bias), so merging saves a pass over memory.
-        const int64_t space = space_points(a);
-        const bool share = std::any_of(common.begin(), common.end(), [&](int value) {
-          return space > 1 && numel(graph_.value(value).meta.sizes) == space;
-        });
-        if (!share) continue;
-        try_merge(a, b);
+        bool share = false;
+        for (auto i = read[a].begin(), j = read[b].begin(); !share && i != read[a].end() && j != read[b].end();) {
+          if (*i < *j) {
+            ++i;
+          } else if (*j < *i) {
+            ++j;
+          } else {
+            if (space < 0) space = space_points(a);
+            share = space > 1 && numel(graph_.value(*i).meta.sizes) == space;
+            ++i, ++j;
+          }
+        }
+        if (share && try_merge(a, b)) {
+          read[a] = reads(a);
+          read[b].clear();
+          space = -1;
+        }
       }
     }
   }
@@ -248,11 +261,18 @@ class Scheduler {
     std::vector<int64_t> space(groups, -1);
     std::vector<int> version(groups, 0);
     std::map<std::pair<int, int>, std::pair<int, int>> refused;
+    // Each group's reads, kept until the group changes.
+    std::vector<std::vector<int>> read(groups);
+    std::vector<int> read_version(groups, -1);
     for (bool merged = true; merged;) {
       merged = false;
       for (int b = 0; b < groups; ++b) {
         if (members_[b].empty()) continue;
-        for (int value : reads(b)) {
+        if (read_version[b] != version[b]) {
+          read[b] = reads(b);
+          read_version[b] = version[b];
+        }
+        for (int value : read[b]) {
           const int producer = graph_.value(value).node;
           const int a = producer < 0 ? -1 : group_of_[producer];
           if (a < 0 || a == b || members_[a].empty()) continue;
