@@ -477,13 +477,21 @@ KernelPlan plan_kernels(const prims::PrimGraph& input, KernelTargets targets) {
   prims::PrimGraph owned;
   // The rewrites to their fixed point, then scheduling; Note [Recomputed
   // kernel outputs] rewrites the scheduled graph, which is then rewritten
-  // and scheduled again, until no output is left to recompute or
-  // kMaxRecomputeRounds rewrites were made. One round is not enough: a
+  // and scheduled again, until no output is left to recompute, a round's
+  // schedule stores no fewer bytes, or kMaxRecomputeRounds rewrites were
+  // made. One round is not enough: a
   // rescheduled graph groups the copies' producers anew, and a conv net's
   // backward left a new group storing float32 recomputed values for later
   // readers after each of the first three rounds (timm ResNet-50, 2 images
   // on the CPU: the backward's live kernel outputs peaked at 184.5 MiB
   // after two rounds, 125.9 MiB at the fixed point, reached after four).
+  // A round is kept only when its schedule stores fewer bytes; otherwise
+  // the graph and groups before it are restored (Note [Recomputed kernel
+  // outputs]). `kept` holds that earlier graph unless it is `input`.
+  prims::PrimGraph kept;
+  const prims::PrimGraph* kept_graph = nullptr;
+  std::vector<KernelGroup> kept_groups;
+  int64_t kept_bytes = 0;
   // Where planning's time goes, for KILN_LOGS=perf.
   int rewrites = 0, schedules = 0;
   double rewrite_ms = 0, schedule_ms = 0, recompute_ms = 0;
@@ -508,12 +516,34 @@ KernelPlan plan_kernels(const prims::PrimGraph& input, KernelTargets targets) {
     schedule_ms += schedule_clock.ms();
     ++schedules;
     const base::Stopwatch recompute_clock;
+    const int64_t stored = stored_bytes(*current, plan.groups);
+    if (kept_graph != nullptr && stored >= kept_bytes) {
+      KILN_LOG(kernels, "kernel outputs: a recompute round stored " << stored << " bytes, not fewer than "
+                                                                     << kept_bytes << "; the round is undone");
+      plan.groups = std::move(kept_groups);
+      if (kept_graph == &input) {
+        current = &input;
+      } else {
+        owned = std::move(kept);
+        current = &owned;
+      }
+      recompute_ms += recompute_clock.ms();
+      break;
+    }
     const bool recomputed = (plan.on_cpu || plan.on_cuda) && recomputes > 0 &&
                             recompute_kernel_outputs(*current, plan.groups, &next);
     recompute_ms += recompute_clock.ms();
     if (recomputed) {
       KILN_LOG(kernels, "kernel outputs recomputed by their readers: " << current->nodes().size() << " -> "
                                                                         << next.nodes().size() << " nodes");
+      kept_bytes = stored;
+      kept_groups = std::move(plan.groups);
+      if (current == &input) {
+        kept_graph = &input;
+      } else {
+        kept = std::move(owned);
+        kept_graph = &kept;
+      }
       owned = std::move(next);
       current = &owned;
       if (--recomputes == 0) {
@@ -525,6 +555,7 @@ KernelPlan plan_kernels(const prims::PrimGraph& input, KernelTargets targets) {
   }
   KILN_LOG(perf, "plan_kernels: " << rewrites << " rewrite rounds " << rewrite_ms << " ms, " << schedules
                                   << " schedules " << schedule_ms << " ms, recomputes " << recompute_ms << " ms");
+  plan.schedules = schedules;
   plan.graph = current == &input ? input : std::move(owned);
   return plan;
 }

@@ -52,13 +52,15 @@ struct KernelPlan {
   int device = -1;       // CUDA kernels: the graph's one CUDA device
   bool on_cuda = false;  // groups become CUDA kernels
   bool on_cpu = false;   // groups become CPU kernels
+  int schedules = 0;     // times the graph was scheduled (Note [Recomputed kernel outputs]'s rounds)
   KernelTargets targets;
 };
 
 // Rewrites `graph` before scheduling (dead nodes, casts above reshapes,
 // bias epilogues, two-step outer reductions, explicit copies) to their
 // fixed point, then groups its nodes; Note [Recomputed kernel outputs] may
-// rewrite the scheduled graph, which is then planned again (at most twice).
+// rewrite the scheduled graph, which is then planned again while a round
+// stores fewer bytes (at most 8 rounds).
 // No groups when `targets` allows no kernels for the graph's tensors.
 KernelPlan plan_kernels(const prims::PrimGraph& graph, KernelTargets targets);
 

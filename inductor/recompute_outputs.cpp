@@ -42,6 +42,15 @@ using prims::PrimNode;
 // registers; the output itself stays only if something else needs it. The
 // graph is scheduled again; copies compute the same ops in the same order,
 // so every result keeps its bits.
+//
+// A copy helps only where the scheduler then puts it into the reading
+// group. Where it cannot (torchvision Swin: a window's permute-and-copy
+// read by a layer norm's row kernel), the copy becomes a storing kernel of
+// its own, the original is dropped as dead, and the next round finds the
+// same graph again. So plan_kernels keeps a round only when the new
+// schedule stores fewer bytes (stored_bytes) than the one before it, and
+// returns to the earlier graph and groups otherwise (Swin's forward and
+// backward had run all eight rounds, nine schedules each).
 constexpr size_t kMaxCone = 12;
 
 bool cheap(Prim prim) {
@@ -204,6 +213,14 @@ bool recompute_kernel_outputs(const PrimGraph& graph, const std::vector<KernelGr
   }
   *out = std::move(result);
   return true;
+}
+
+int64_t stored_bytes(const PrimGraph& graph, const std::vector<KernelGroup>& groups) {
+  int64_t total = 0;
+  for (const KernelGroup& group : groups) {
+    for (int value : group.outputs) total += bytes(graph.value(value).meta);
+  }
+  return total;
 }
 
 }  // namespace kiln::inductor

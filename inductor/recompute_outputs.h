@@ -3,6 +3,7 @@
 // recompute_outputs.cpp).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "inductor/lower_group.h"
@@ -16,5 +17,9 @@ namespace kiln::inductor {
 // untouched) when none qualifies. Same inputs and outputs, in order.
 bool recompute_kernel_outputs(const prims::PrimGraph& graph, const std::vector<KernelGroup>& groups,
                               prims::PrimGraph* out);
+
+// Bytes that `groups`' outputs store: what a round of recomputing must
+// lower to have made progress.
+int64_t stored_bytes(const prims::PrimGraph& graph, const std::vector<KernelGroup>& groups);
 
 }  // namespace kiln::inductor

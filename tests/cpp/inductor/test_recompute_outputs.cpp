@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "inductor/fuse_kernels.h"
 #include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
@@ -78,6 +79,31 @@ TEST(RecomputeOutputs, CostlyConesAndValuesReadOutsideKernelsStayStored) {
     PrimGraph rewritten;
     EXPECT_FALSE(recompute_kernel_outputs(graph, schedule_kernels(graph), &rewritten)) << costly;
   }
+}
+
+// Swin's window reverse: a residual sum, cut into windows, permuted back and
+// copied; a layer norm's row kernel reads the copy.
+TEST(RecomputeOutputs, ARoundThatStoresNoLessIsUndone) {
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(meta({2, 4, 4, 8}, DType::Float32));
+  const int y = graph.add_input(meta({2, 4, 4, 8}, DType::Float32));
+  const int sum = b.binary(Prim::Add, v(x), v(y));
+  const int windows = b.permute(b.view(sum, {2, 2, 2, 2, 2, 8}), {0, 1, 3, 2, 4, 5});
+  const int copy = b.clone(windows, prims::MemoryFormat::Contiguous);
+  const int tokens = b.reshape(copy, {2, 16, 8});
+  const int rows = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(tokens), v(tokens)), {2}, true);
+  graph.set_outputs({sum, b.binary(Prim::Div, v(tokens), v(rows))});
+  // The copy's cone qualifies, but the row kernel cannot take the copy
+  // either: a round would make a storing kernel of it again, forever.
+  ASSERT_EQ(stored_between_kernels(graph), 1u);
+  PrimGraph rewritten;
+  ASSERT_TRUE(recompute_kernel_outputs(graph, schedule_kernels(graph), &rewritten));
+  const KernelPlan plan = plan_kernels(graph, KernelTargets{});
+  EXPECT_EQ(plan.schedules, 2);  // the round, then its undoing
+  EXPECT_EQ(plan.graph.nodes().size(), graph.nodes().size());
+  EXPECT_EQ(stored_bytes(plan.graph, plan.groups), stored_bytes(graph, schedule_kernels(graph)));
+  test::expect_same_results(graph, plan.graph, {"torch.randn(2, 4, 4, 8)", "torch.randn(2, 4, 4, 8)"});
 }
 
 }  // namespace
