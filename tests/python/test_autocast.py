@@ -154,6 +154,42 @@ def test_casts_are_explicit_only_when_they_reproduce_autocast():
         assert _autocast.explicit_casts(lambda a: torch.mm(a, a) + a, (x,), {}, "cpu") is None
 
 
+def test_casts_are_found_once_per_op_and_argument_metadata(monkeypatch):
+    # Note [Autocast casts cache]: a repeated layer's op reuses the casts
+    # found for its first instance, naming the new call's tensors.
+    from kiln import _autocast
+    found = []
+    find = _autocast._find_explicit_casts
+    monkeypatch.setattr(_autocast, "_find_explicit_casts", lambda *a: found.append(a[0]) or find(*a))
+    monkeypatch.setattr(_autocast, "_casts_cache", {})
+
+    def pair(dtype=torch.float32):
+        return torch.randn(4, 4, device="meta", dtype=dtype), torch.randn(4, 4, device="meta", dtype=dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        x, w = pair()
+        first = _autocast.explicit_casts(torch.mm, (x, w), {}, "cpu")
+        y, v = pair()
+        again = _autocast.explicit_casts(torch.mm, (y, v), {}, "cpu")
+        assert sorted((id(t), d) for t, d in first) == sorted([(id(x), torch.bfloat16), (id(w), torch.bfloat16)])
+        assert sorted((id(t), d) for t, d in again) == sorted([(id(y), torch.bfloat16), (id(v), torch.bfloat16)])
+        assert len(found) == 1
+        # Other dtypes, values or sizes are other keys.
+        xb, wb = pair(torch.bfloat16)
+        assert _autocast.explicit_casts(torch.mm, (xb, wb), {}, "cpu") == []
+        assert [d for _, d in _autocast.explicit_casts(F.mse_loss, (xb, wb), {}, "cpu")] == [torch.float32] * 2
+        assert _autocast.explicit_casts(torch.sum, (xb,), {"dtype": torch.float32}, "cpu") is not None
+        assert _autocast.explicit_casts(torch.mm, (torch.randn(4, 2, device="meta"), w.t()[:2]), {}, "cpu")
+        assert len(found) == 5
+        # A None answer (no casts reproduce autocast) is kept too.
+        composite = lambda a: torch.mm(a, a) + a  # noqa: E731
+        assert _autocast.explicit_casts(composite, (x,), {}, "cpu") is None
+        assert _autocast.explicit_casts(composite, (y,), {}, "cpu") is None
+        assert len(found) == 6
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert [d for _, d in _autocast.explicit_casts(torch.mm, (y, v), {}, "cpu")] == [torch.float16] * 2
+    assert len(found) == 7
+
+
 def test_inference_under_autocast_makes_factory_tensors_on_meta():
     # A composite op that makes a tensor from nothing on the claimed device
     # (CUDA SDPA's mask handling does) must not mix a real tensor with the
