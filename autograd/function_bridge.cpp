@@ -86,8 +86,23 @@ std::string take_error_text() {
   return out;
 }
 
-// What a backward variant for absent gradients is built from (Note
-// [Absent gradients]), held by a capsule behind make_variant.
+// Note [The backward compiles at its first call]
+// The forward runs as soon as its kernels are compiled; the backward graph's
+// kernel passes wait for the first backward call, when it is known which
+// output gradients arrive. Compiling it at the forward, as before, paid
+// for a backward a model may never run in that form: a transformers model
+// returns logits and a KV cache, the loss reads only the logits, and the
+// first backward then needed the variant without the cache's gradients
+// (Note [Absent gradients]), planned and emitted a second time (hf-llama-6l
+// on the H100: the full backward's passes took 522 ms, then the variant's
+// 155 ms, most of its kernels found in the cache the first had filled).
+// A backward that fails its passes runs its prims through torch, logged,
+// as a variant does; two threads meeting the same uncompiled backward may
+// both compile it (the cache dict keeps one; the kernel cache makes the
+// second cheap).
+
+// What the backward and its variants for absent gradients are built from
+// (Note [Absent gradients]), held by a capsule behind make_variant.
 struct BackwardVariants {
   std::shared_ptr<const prims::PrimGraph> backward;  // as partitioned, before `finish`
   size_t first_grad = 0;                             // the saved values come first
@@ -103,7 +118,10 @@ void variants_capsule_free(PyObject* capsule) {
 
 // make_variant((k, ...)) -> (backward callable, positions of the backward's
 // outputs it returns), for the gradient inputs k (positions among the
-// gradients) that did not arrive. CompiledFunction caches the result.
+// gradients) that did not arrive; make_variant(()) is the backward itself.
+// CompiledFunction caches the result. Every backward, the full one
+// included, compiles at the first backward call that needs it (Note [The
+// backward compiles at its first call]).
 PyObject* make_variant(PyObject* capsule, PyObject* missing) {
   auto* variants = static_cast<BackwardVariants*>(PyCapsule_GetPointer(capsule, kVariantsCapsule));
   if (!variants) return nullptr;
@@ -119,23 +137,27 @@ PyObject* make_variant(PyObject* capsule, PyObject* missing) {
     }
     absent[variants->first_grad + static_cast<size_t>(k)] = true;
   }
+  // No gradient absent: the backward as partitioned, every gradient returned.
+  const bool full = PySequence_Fast_GET_SIZE(items.get()) == 0;
   std::vector<bool> keep;
   std::vector<int> present;
   for (size_t k = 0; k < variants->deps.size(); ++k) {
-    bool reached = false;
+    bool reached = full;
     for (int d : variants->deps[k]) reached = reached || !absent[variants->first_grad + static_cast<size_t>(d)];
     keep.push_back(reached);
     if (reached) present.push_back(static_cast<int>(k));
   }
   try {
-    prims::PrimGraph graph = without_absent_grads(*variants->backward, variants->first_grad, absent, keep);
+    prims::PrimGraph graph =
+        full ? *variants->backward : without_absent_grads(*variants->backward, variants->first_grad, absent, keep);
     if (variants->finish) {
       // A pass that fails leaves the variant as it is (its prims run
       // through torch), as a failing pass does for any graph.
+      const char* what = full ? "backward" : "backward, some gradients absent";
       try {
-        graph = variants->finish(graph, "backward, some gradients absent");
+        graph = variants->finish(graph, what);
       } catch (const std::exception& e) {
-        KILN_LOG(backend, "backward variant for absent gradients runs unfused: " << e.what());
+        KILN_LOG(backend, what << " runs unfused: " << e.what());
       }
     }
     auto shared = std::make_shared<const prims::PrimGraph>(std::move(graph));
@@ -313,7 +335,6 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
                                                                int value_count, GraphPass finish) {
   const int input_count = static_cast<int>(partition.forward.inputs().size());
   std::vector<ViewOf> view_of = resolve_output_views(partition.forward, partition.forward_output_count);
-  const int backward_inputs = static_cast<int>(partition.backward.inputs().size());
   BackwardVariants variants;
   variants.backward = std::make_shared<const prims::PrimGraph>(partition.backward);
   variants.first_grad = static_cast<size_t>(partition.saved_count);
@@ -321,12 +342,8 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   variants.finish = finish;
   auto forward_graph = std::make_shared<const prims::PrimGraph>(finish ? finish(partition.forward, "forward")
                                                                        : std::move(partition.forward));
-  auto backward_graph = std::make_shared<const prims::PrimGraph>(finish ? finish(partition.backward, "backward")
-                                                                        : std::move(partition.backward));
   PyRef forward = make_executor_callable(std::make_unique<runtime::PrimExecutor>(forward_graph), input_count);
-  PyRef backward = forward ? make_executor_callable(std::make_unique<runtime::PrimExecutor>(backward_graph), backward_inputs)
-                           : PyRef();
-  PyRef module = backward ? PyRef::steal(PyImport_ImportModule("kiln._autograd")) : PyRef();
+  PyRef module = forward ? PyRef::steal(PyImport_ImportModule("kiln._autograd")) : PyRef();
   PyRef function = module ? PyRef::steal(PyObject_GetAttrString(module.get(), "CompiledFunction")) : PyRef();
   PyRef apply = function ? PyRef::steal(PyObject_GetAttrString(function.get(), "apply")) : PyRef();
   if (!apply) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
@@ -353,9 +370,9 @@ std::unique_ptr<runtime::GraphExecutor> make_autograd_executor(Partition partiti
   PyRef saved = PyRef::steal(PyLong_FromLong(partition.saved_count));
   PyRef make = make_variant_function(std::move(variants));
   PyRef cache = PyRef::steal(PyDict_New());
-  PyRef runner = make && cache ? PyRef::steal(PyTuple_Pack(9, forward.get(), backward.get(), has_grad.get(),
-                                                           slots.get(), count.get(), saved.get(), deps.get(),
-                                                           make.get(), cache.get()))
+  PyRef runner = make && cache ? PyRef::steal(PyTuple_Pack(8, forward.get(), has_grad.get(), slots.get(),
+                                                           count.get(), saved.get(), deps.get(), make.get(),
+                                                           cache.get()))
                                : PyRef();
   if (!runner) throw std::runtime_error("cannot set up the autograd function: " + take_error_text());
   std::vector<bool> detach;

@@ -36,22 +36,24 @@ def _saved_tensors(ctx):
 class CompiledFunction(torch.autograd.Function):
     """apply(runner, *inputs) -> tuple of outputs.
 
-    runner = (forward, backward, output_has_grad, input_grad_slots, n_outputs,
-    n_saved, grad_deps, make_variant, variants): forward(*inputs) returns
-    outputs + saved + the results of calls with effects (kept only so that
-    they run); backward(*saved, *grads of the outputs that carry one)
-    returns the gradients of the inputs that get one, input_grad_slots[i]
-    being input i's position among them or -1; grad_deps[slot] lists the
-    output gradients (positions among those passed to backward) that
-    gradient reads. When some of those gradients do not arrive (None),
-    make_variant(positions) gives (backward without them, the positions of
-    the gradients it returns), cached in the dict `variants` (Note [Absent
-    gradients] in autograd/absent_grads.cpp).
+    runner = (forward, output_has_grad, input_grad_slots, n_outputs, n_saved,
+    grad_deps, make_variant, variants): forward(*inputs) returns outputs +
+    saved + the results of calls with effects (kept only so that they run);
+    make_variant(()) gives (backward, positions), backward(*saved, *grads of
+    the outputs that carry one) returning the gradients of the inputs that
+    get one, input_grad_slots[i] being input i's position among them or -1;
+    grad_deps[slot] lists the output gradients (positions among those passed
+    to backward) that gradient reads. When some of those gradients do not
+    arrive (None), make_variant(positions) gives (backward without them,
+    the positions of the gradients it returns). Each is compiled at its
+    first use and cached in the dict `variants` (Note [Absent gradients] in
+    autograd/absent_grads.cpp, Note [The backward compiles at its first
+    call] in autograd/function_bridge.cpp).
     """
 
     @staticmethod
     def forward(ctx, runner, *inputs):
-        forward, _, output_has_grad, _, n_outputs, n_saved = runner[:6]
+        forward, output_has_grad, _, n_outputs, n_saved = runner[:5]
         values = forward(*inputs)
         outputs, saved = values[:n_outputs], values[n_outputs:n_outputs + n_saved]
         ctx.runner = runner
@@ -67,17 +69,17 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        _, backward, output_has_grad, input_grad_slots, _, _, grad_deps, make_variant, variants = ctx.runner
+        _, output_has_grad, input_grad_slots, _, _, grad_deps, make_variant, variants = ctx.runner
         flowing = [g for g, has in zip(grads, output_has_grad) if has]
         missing = tuple(k for k, g in enumerate(flowing) if g is None)
+        variant = variants.get(missing)
+        if variant is None:
+            variant = variants[missing] = make_variant(missing)
+        call, present = variant
         if missing:
-            variant = variants.get(missing)
-            if variant is None:
-                variant = variants[missing] = make_variant(missing)
-            call, present = variant
             input_grads = [None] * len(grad_deps)
             for position, g in zip(present, call(*_saved_tensors(ctx), *flowing)):
                 input_grads[position] = g
         else:
-            input_grads = backward(*_saved_tensors(ctx), *flowing)
+            input_grads = call(*_saved_tensors(ctx), *flowing)
         return (None,) + tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)

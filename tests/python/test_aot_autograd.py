@@ -1015,3 +1015,43 @@ def test_repeated_work_is_merged_into_one_node(grad, capfd):
         got.sum().backward()
         layers_sharing_a_mask(xe, mask).sum().backward()
         torch.testing.assert_close(x.grad, xe.grad)
+
+
+@pytest.mark.skipif(not kiln._C.cpu_kernels_available(), reason="kiln built without LLVM: no CPU kernels")
+def test_the_backward_compiles_at_its_first_call_for_the_gradients_that_arrive(capfd):
+    # Note [The backward compiles at its first call]: a forward-only call
+    # plans no backward; a loss reading one of two outputs builds only the
+    # backward without the other's gradient, and gradients match eager.
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, requires_grad=True)
+
+    def f(x):
+        h = (x @ w).tanh()
+        return h * 2, h.exp().sum(1)
+
+    x = torch.randn(4, 8)
+    compiled = kiln.compile(f, backend="inductor")
+    with kiln_logs("perf"):
+        out, cache = compiled(x)
+        forward_log = capfd.readouterr().err
+        out.square().sum().backward()
+        backward_log = capfd.readouterr().err
+    assert "(forward)" in forward_log and "(backward" not in forward_log, forward_log
+    assert "(backward, some gradients absent)" in backward_log, backward_log
+    assert "(backward)" not in backward_log, backward_log
+    got = w.grad.clone()
+    w.grad = None
+    f(x)[0].square().sum().backward()
+    torch.testing.assert_close(got, w.grad)
+    # Both gradients: the full backward, compiled at this first use of it.
+    w.grad = None
+    with kiln_logs("perf"):
+        out, cache = compiled(x)
+        (out.sum() + cache.sum()).backward()
+        log = capfd.readouterr().err
+    assert "(backward)" in log, log
+    got = w.grad.clone()
+    w.grad = None
+    out, cache = f(x)
+    (out.sum() + cache.sum()).backward()
+    torch.testing.assert_close(got, w.grad)
