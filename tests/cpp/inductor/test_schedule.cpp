@@ -3,7 +3,9 @@
 // rules, none of which need LLVM; and of the kernel thread pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -231,6 +233,65 @@ TEST(Schedule, NoGroupLeavesAndReentersItself) {
   const int add_node = graph.value(z).node;
   EXPECT_EQ(group_of[matmul_node], -1);
   EXPECT_NE(group_of[exp_node], group_of[add_node]);
+}
+
+// Whether the groups, with each ungrouped node on its own, form no cycle:
+// a kernel must be able to run once everything it reads is ready.
+bool groups_acyclic(const PrimGraph& graph, const std::vector<KernelGroup>& groups) {
+  const int nodes = static_cast<int>(graph.nodes().size());
+  std::vector<int> unit(nodes);
+  for (int n = 0; n < nodes; ++n) unit[n] = static_cast<int>(groups.size()) + n;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int n : groups[g].nodes) unit[n] = static_cast<int>(g);
+  }
+  std::vector<std::vector<int>> edges(groups.size() + nodes);
+  for (int n = 0; n < nodes; ++n) {
+    for (const PrimArg& arg : graph.node(n).args) {
+      if (!arg.is_value() || graph.value(arg.value).node < 0) continue;
+      const int from = unit[graph.value(arg.value).node];
+      if (from != unit[n]) edges[from].push_back(unit[n]);
+    }
+  }
+  std::vector<int> state(edges.size(), 0);  // 0 new, 1 on the stack, 2 done
+  std::function<bool(int)> visit = [&](int u) {
+    state[u] = 1;
+    for (int w : edges[u]) {
+      if (state[w] == 1 || (state[w] == 0 && !visit(w))) return false;
+    }
+    state[u] = 2;
+    return true;
+  };
+  for (size_t u = 0; u < edges.size(); ++u) {
+    if (state[u] == 0 && !visit(static_cast<int>(u))) return false;
+  }
+  return true;
+}
+
+TEST(Schedule, ACycleThroughAGroupReachingPastTheWindowIsSeen) {
+  // Row statistics h = x.sum(1) come first; a column-reduction group G
+  // (exp(x), its sums) reads h late (g + h) and feeds a row-reduction
+  // group early (e * h). h joining that row group would close the cycle
+  // row group -> G -> row group through G's member after the row group's
+  // last node: the search window must widen to G's whole span.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  const int h = b.reduce(Prim::Sum, x, {1}, true);
+  const int e = b.unary(Prim::Exp, x);
+  const int columns = b.reduce(Prim::Sum, e, {0}, false);
+  const int rows = b.reduce(Prim::Sum, b.binary(Prim::Mul, v(e), v(h)), {1}, true);
+  const int late = b.reduce(Prim::Sum, b.binary(Prim::Add, v(e), v(h)), {0}, false);
+  graph.set_outputs({columns, rows, late});
+  const auto groups = schedule_kernels(graph);
+  // Without the widening the search wrote past its window (heap
+  // corruption) and missed the cycle.
+  EXPECT_TRUE(groups_acyclic(graph, groups));
+  for (const KernelGroup& group : groups) {
+    const bool has_h = std::count(group.nodes.begin(), group.nodes.end(), graph.value(h).node) > 0;
+    const bool has_rows = std::count(group.nodes.begin(), group.nodes.end(), graph.value(rows).node) > 0;
+    EXPECT_FALSE(has_h && has_rows);
+  }
+  for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
 }
 
 TEST(Schedule, NoGroupHoldsReadersOnBothSidesOfAnExternWrite) {
