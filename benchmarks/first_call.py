@@ -24,7 +24,6 @@ import torch  # noqa: E402
 
 import kiln  # noqa: E402
 import zoo_gpu  # noqa: E402
-from zoo_models import loss_of, without_randomness  # noqa: E402
 
 
 def main():
@@ -33,23 +32,8 @@ def main():
     ap.add_argument("--mode", choices=("train", "infer"), default="train")
     ap.add_argument("--logs", default="perf", help="KILN_LOGS channels during the first call")
     opts = ap.parse_args()
-    torch.manual_seed(0)
-    model, args = zoo_gpu.MODELS[opts.model]()
-    model = model.cuda()
+    model, _, step = zoo_gpu.model_and_step(opts.model, opts.mode)
     train = opts.mode == "train"
-    model = without_randomness(model).train() if train else model.eval()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4) if train else None
-
-    def step(m):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = m(*args)
-            if not train:
-                return out
-            loss = loss_of(out)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
 
     with torch.enable_grad() if train else torch.no_grad():
         step(model)

@@ -144,7 +144,10 @@ def write_profile(path, fn, steps=3):
         f.write(averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=90))
 
 
-def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False):
+def model_and_step(name, mode):
+    """(model on the GPU, its inputs, step): step(m) runs one inference or training step
+    (forward, loss, backward, SGD) of m, the model or a compiled version of
+    it, under bf16 autocast, on the model's zoo inputs."""
     torch.manual_seed(0)
     model, args = MODELS[name]()
     model = model.cuda()
@@ -162,6 +165,12 @@ def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behi
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+    return model, args, step
+
+
+def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False):
+    model, args, step = model_and_step(name, mode)
+    train = mode == "train"
 
     def first_call(m):
         torch.cuda.synchronize()
