@@ -10,6 +10,7 @@
 #include "runtime/aten_bridge.h"
 #include "runtime/graph_arg_values.h"
 #include "base/log.h"
+#include "base/python_warning.h"
 #include "runtime/prim_executor.h"
 #include "base/py_ref.h"
 
@@ -96,10 +97,10 @@ std::string take_error_text() {
 // (Note [Absent gradients]), planned and emitted a second time (hf-llama-6l
 // on the H100: the full backward's passes took 522 ms, then the variant's
 // 155 ms, most of its kernels found in the cache the first had filled).
-// A backward that fails its passes runs its prims through torch, logged,
-// as a variant does; two threads meeting the same uncompiled backward may
-// both compile it (the cache dict keeps one; the kernel cache makes the
-// second cheap).
+// A backward whose passes throw runs its prims through torch, with a
+// RuntimeWarning and a `backend` log line; two threads meeting the same
+// uncompiled backward may both compile it (the cache dict keeps one; the
+// kernel cache makes the second cheap).
 
 // What the backward and its variants for absent gradients are built from
 // (Note [Absent gradients]), held by a capsule behind make_variant.
@@ -157,7 +158,11 @@ PyObject* make_variant(PyObject* capsule, PyObject* missing) {
       try {
         graph = variants->finish(graph, what);
       } catch (const std::exception& e) {
+        // Said out loud, as compile_resolved does for a forward: the
+        // backward now compiles inside the autograd engine's call.
         KILN_LOG(backend, what << " runs unfused: " << e.what());
+        base::warn(PyExc_RuntimeWarning, std::string("kiln: internal error compiling a ") + what +
+                                             " graph, whose prims run through torch: " + e.what());
       }
     }
     auto shared = std::make_shared<const prims::PrimGraph>(std::move(graph));

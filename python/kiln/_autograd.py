@@ -82,4 +82,29 @@ class CompiledFunction(torch.autograd.Function):
                 input_grads[position] = g
         else:
             input_grads = call(*_saved_tensors(ctx), *flowing)
-        return (None,) + tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)
+        result = tuple(None if slot < 0 else input_grads[slot] for slot in input_grad_slots)
+        if torch.is_grad_enabled():  # create_graph=True
+            anchors = [t for t in _saved_tensors(ctx) if t.requires_grad]
+            if anchors:
+                result = _NoDoubleBackward.apply(len(result), *result, *anchors)
+        return (None,) + tuple(result)
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Gradients made with create_graph=True pass through it: kiln's
+    backward graph runs as prims and records no history, so differentiating
+    them again raises a clear error (torch.compile's AOT autograd refuses
+    double backward too) instead of finding gradients without a grad_fn.
+    apply(n, *grads, *anchors): anchors are saved tensors that require grad,
+    which give the results their grad_fn."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(None if g is None else g.clone() for g in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("kiln: differentiating gradients of a kiln-compiled graph again (double backward, "
+                           "create_graph=True) is not supported: kiln's backward graph records no history; "
+                           "run that part of the model uncompiled (torch.compiler.disable) to take "
+                           "higher-order gradients")

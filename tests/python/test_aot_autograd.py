@@ -1055,3 +1055,19 @@ def test_the_backward_compiles_at_its_first_call_for_the_gradients_that_arrive(c
     out, cache = f(x)
     (out.sum() + cache.sum()).backward()
     torch.testing.assert_close(got, w.grad)
+
+
+def test_double_backward_through_a_compiled_graph_is_refused_clearly():
+    # create_graph=True: first-order gradients as eager's; differentiating
+    # them again raises kiln's error naming the cause, not torch's "does not
+    # require grad" about a gradient silently without history.
+    x = torch.randn(5, requires_grad=True)
+
+    def f(x):
+        return (x.sin() * x).sum()
+
+    grad, = torch.autograd.grad(kiln.compile(f, backend="aot_eager")(x), x, create_graph=True)
+    want, = torch.autograd.grad(f(x), x, create_graph=True)
+    torch.testing.assert_close(grad, want.detach())
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(grad.sum(), x)
