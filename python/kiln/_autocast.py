@@ -188,9 +188,10 @@ def _cast(tree, casts):
 # dispatch: ~0.4 ms an op, most of a trace under autocast (torchvision
 # swin_t on the CPU: 70 ms traced without autocast, 600 ms with). The
 # answer depends only on the op, the autocast state, the grad mode and
-# its arguments' metadata and values, so it is kept per such key, each
-# cast named by its tensor's position among the arguments; ops of
-# repeated blocks (a transformer's layers) then find theirs at once.
+# its arguments' metadata and values (and which of them are one tensor),
+# so it is kept per such key, each cast named by its tensor's first
+# position among the arguments; ops of repeated blocks (a transformer's
+# layers) then find theirs at once.
 # Arguments other than tensors and plain constants make no key, nor does
 # a method bound to a tensor.
 _casts_cache = {}
@@ -237,19 +238,21 @@ def explicit_casts(fn, args, kwargs, device):
     if signature is None or isinstance(getattr(fn, "__self__", None), torch.Tensor):
         return _find_explicit_casts(fn, args, kwargs, device)
     device_type = torch.device(device).type
+    # Which positions hold the same tensor: mm(a, a) casts one object, mm(a, b) two.
+    first = {}
+    aliases = tuple(first.setdefault(id(t), k) for k, t in enumerate(tensors))
     key = (fn, device, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type),
-           torch.is_grad_enabled(), signature)
+           torch.is_grad_enabled(), signature, aliases)
     try:
         known = _casts_cache.get(key)
     except TypeError:  # an unhashable op
         return _find_explicit_casts(fn, args, kwargs, device)
     if known is None:
         casts = _find_explicit_casts(fn, args, kwargs, device)
-        positions = {id(t): k for k, t in enumerate(tensors)}
         if casts is None:
             known = (None,)
-        elif all(id(t) in positions for t, _ in casts):
-            known = (tuple((positions[id(t)], dtype) for t, dtype in casts),)
+        elif all(id(t) in first for t, _ in casts):
+            known = (tuple((first[id(t)], dtype) for t, dtype in casts),)
         else:
             return casts
         if len(_casts_cache) >= _CACHE_LIMIT:

@@ -188,6 +188,14 @@ def test_casts_are_found_once_per_op_and_argument_metadata(monkeypatch):
     with torch.autocast("cpu", dtype=torch.float16):
         assert [d for _, d in _autocast.explicit_casts(torch.mm, (y, v), {}, "cpu")] == [torch.float16] * 2
     assert len(found) == 7
+    # One tensor in two places is another key than two tensors alike.
+    _autocast._casts_cache.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        square = _autocast.explicit_casts(torch.mm, (x, x), {}, "cpu")
+        assert {id(t) for t, _ in square} == {id(x)}
+        y2, v2 = pair()
+        both = _autocast.explicit_casts(torch.mm, (y2, v2), {}, "cpu")
+        assert sorted(id(t) for t, _ in both) == sorted([id(y2), id(v2)])
 
 
 def test_inference_under_autocast_makes_factory_tensors_on_meta():
