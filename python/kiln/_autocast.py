@@ -203,6 +203,8 @@ def _signature(tree, tensors):
     """A hashable stand-in for ``tree`` (tensors by their metadata,
     appended to ``tensors`` in order), or None when it has none."""
     if isinstance(tree, torch.Tensor):
+        if tree.layout != torch.strided:  # sparse layouts have no strides to key on
+            return None
         tensors.append(tree)
         return (torch.Tensor, tree.dtype, tuple(tree.shape), tree.stride(), tree.storage_offset(),
                 tree.requires_grad, tree.is_leaf)

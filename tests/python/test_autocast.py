@@ -188,6 +188,8 @@ def test_casts_are_found_once_per_op_and_argument_metadata(monkeypatch):
     with torch.autocast("cpu", dtype=torch.float16):
         assert [d for _, d in _autocast.explicit_casts(torch.mm, (y, v), {}, "cpu")] == [torch.float16] * 2
     assert len(found) == 7
+    # A sparse argument has no strides: no key, found each time.
+    assert _autocast._signature((torch.eye(3).to_sparse(),), []) is None
     # One tensor in two places is another key than two tensors alike.
     _autocast._casts_cache.clear()
     with torch.autocast("cpu", dtype=torch.bfloat16):
