@@ -168,7 +168,13 @@ def model_and_step(name, mode):
     return model, args, step
 
 
-def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False):
+def parse_variant(text):
+    """"conv_layout=keep" -> {"conv_layout": "keep"} (true/false become bools): kiln.compile options."""
+    key, _, value = text.partition("=")
+    return {key: {"true": True, "false": False}.get(value.lower(), value)}
+
+
+def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False, variants=()):
     model, args, step = model_and_step(name, mode)
     train = mode == "train"
 
@@ -196,6 +202,11 @@ def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behi
             kiln_tc_model = torch.compile(model, backend=kiln.dynamo_backend.backend)
             kiln_tc_got, kiln_tc_first = first_call(kiln_tc_model)
             samples["kiln behind tc"] = []
+        variant_models, variant_got, variant_first = {}, {}, {}
+        for v in variants:  # kiln with other options, timed in the same rounds
+            variant_models[v] = kiln.compile(model, options=parse_variant(v))
+            variant_got[v], variant_first[v] = first_call(variant_models[v])
+            samples["kiln " + v] = []
         before = kiln.stats()
         for _ in range(rounds):  # interleaved, so drifts hit all three alike
             samples["eager"] += timed(lambda: step(model), repeat)
@@ -203,6 +214,8 @@ def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behi
             samples["torch.compile"] += timed(lambda: step(tc_model), repeat)
             if behind_tc:
                 samples["kiln behind tc"] += timed(lambda: step(kiln_tc_model), repeat)
+            for v, m in variant_models.items():
+                samples["kiln " + v] += timed(lambda: step(m), repeat)
         after = kiln.stats()
         compilers = {"eager": model, "kiln": kiln_model, "tc": tc_model}
         peaks = {k: peak_memory_mb(lambda: step(m)) for k, m in compilers.items()}
@@ -229,6 +242,13 @@ def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behi
                  "kiln_behind_tc_first_s": kiln_tc_first,
                  "kiln_behind_tc_ok": len(want) == len(have_tc) > 0 and all(
                      torch.allclose(a.float(), b.float(), rtol=5e-2, atol=5e-2) for a, b in zip(have_tc, want))}
+    if variants:
+        extra["variants"] = {v: {
+            "ms": medians["kiln " + v], "vs_tc": medians["torch.compile"] / medians["kiln " + v],
+            "host_ms": host["kiln " + v], "first_s": variant_first[v],
+            "ok": len(want) == len(tensors_of(variant_got[v])) > 0 and all(
+                torch.allclose(a.float(), b.float(), rtol=5e-2, atol=5e-2)
+                for a, b in zip(tensors_of(variant_got[v]), want))} for v in variants}
     return {**extra,
         "model": name, "mode": mode, "gpu": torch.cuda.get_device_name(),
         "eager_ms": medians["eager"], "kiln_ms": medians["kiln"], "tc_ms": medians["torch.compile"],
@@ -255,6 +275,9 @@ def main():
                     help="also time torch.compile(model, backend=kiln.dynamo_backend.backend): kiln behind Dynamo")
     ap.add_argument("--host-log", action="store_true",
                     help="log (stderr) where the host time of one warm kiln step goes, per executor step label")
+    ap.add_argument("--variant", action="append", default=[], metavar="OPTION=VALUE",
+                    help="also time kiln.compile(model, options={OPTION: VALUE}) in the same rounds "
+                         "(repeatable; e.g. conv_layout=keep)")
     opts = ap.parse_args()
     if opts.profile:
         os.makedirs(opts.profile, exist_ok=True)
@@ -263,7 +286,7 @@ def main():
     for name in opts.models.split(","):
         try:
             rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds, opts.profile, opts.host_log,
-                                  opts.behind_tc))
+                                  opts.behind_tc, opts.variant))
         except Exception as exc:  # a failing model is a row of the table, not its end
             rows.append({"model": name, "mode": opts.mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -282,6 +305,14 @@ def main():
               f"| {r['kiln_vs_tc']:.2f}x | {r['kiln_vs_eager']:.2f}x | {r['kiln_first_s']:.1f} s / {r['tc_first_s']:.1f} s "
               f"| {r['kiln_host_ms']:.2f} / {r['tc_host_ms']:.2f} | {r['kiln_peak_mb']:.0f} / {r['tc_peak_mb']:.0f} "
               f"| {r['breaks']} | {r['recompiles']}, {r['eager_runs']} | {r['ok']} |")
+    varied = [r for r in rows if "variants" in r]
+    if varied:
+        print("\n| model | mode | kiln ms | kiln variant | variant ms | variant vs tc | first call | host ms | matches eager |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in varied:
+            for v, x in r["variants"].items():
+                print(f"| {r['model']} | {r['mode']} | {r['kiln_ms']:.2f} | {v} | {x['ms']:.2f} | {x['vs_tc']:.2f}x "
+                      f"| {x['first_s']:.1f} s | {x['host_ms']:.2f} | {x['ok']} |")
     behind = [r for r in rows if "kiln_behind_tc_ms" in r]
     if behind:
         print("\n| model | mode | kiln behind torch.compile ms | vs torch.compile | first call | matches eager |")
