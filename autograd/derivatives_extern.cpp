@@ -14,11 +14,11 @@ namespace kiln::autograd {
 // Note [Extern gradients]
 // An extern is an op kiln keeps as a torch call (conv2d, max_pool2d, ...):
 // kiln has no rule for it, torch has. Its vjp is one backward extern node
-// calling kiln._extern_vjp.extern_vjp(fn, args, kwargs, slots, grads), which
+// calling kiln._extern_vjp.extern_vjp(fn, args, kwargs, slots, grads, strides), which
 // re-runs fn(*args, **kwargs) under enable_grad with the tensors at `slots`
 // replaced by detached leaves that require grad, and returns
-// torch.autograd.grad of the outputs for `grads` (contiguous; zeros where
-// torch has none). Cost: the op runs a second time in the backward, because
+// torch.autograd.grad of the outputs for `grads` (in empty_like's layout of
+// each input, whose strides it is given; zeros where torch has none). Cost: the op runs a second time in the backward, because
 // the forward's autograd graph is not kept (a later step may save it
 // instead). A call that mutates its arguments or draws random numbers would
 // recompute something else, so those throw NoDerivative.
@@ -120,13 +120,23 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
     }
     PyList_Append(slots.get(), path.get());
     graph::TensorMeta meta = b.meta(view.inputs[i]);
-    // extern_vjp returns contiguous gradients, a kiln_vjp empty_like's layout.
-    meta.strides = own_vjp ? prims::preserved_strides(meta.sizes, meta.strides) : graph::contiguous_strides(meta.sizes);
+    // Both return gradients in empty_like's layout of their input (a
+    // channels-last convolution's gradients stay channels-last, Note
+    // [Channels-last convolutions]); extern_vjp is told the strides.
+    meta.strides = prims::preserved_strides(meta.sizes, meta.strides);
     meta.requires_grad = false;
     metas.push_back(meta);
     wanted.push_back(i);
   }
   if (wanted.empty()) return out;
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(metas.size())));
+  for (size_t k = 0; k < metas.size(); ++k) {
+    PyObject* item = PyTuple_New(static_cast<Py_ssize_t>(metas[k].strides.size()));
+    for (size_t d = 0; d < metas[k].strides.size(); ++d) {
+      PyTuple_SET_ITEM(item, static_cast<Py_ssize_t>(d), PyLong_FromLongLong(metas[k].strides[d]));
+    }
+    PyTuple_SET_ITEM(strides.get(), static_cast<Py_ssize_t>(k), item);
+  }
   graph::Arg positional;
   positional.kind = graph::Arg::Kind::Tuple;
   positional.items = attrs.extern_args;
@@ -151,7 +161,7 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
     name = attrs.target_name + ".kiln_vjp";
   } else {
     args = {graph::Arg::of_constant(attrs.target), std::move(positional), std::move(keywords),
-            graph::Arg::of_constant(slot_tuple.get()), std::move(grad_args)};
+            graph::Arg::of_constant(slot_tuple.get()), std::move(grad_args), graph::Arg::of_constant(strides.get())};
     name = "extern_vjp(" + attrs.target_name + ")";
   }
   const std::vector<int> ids = b.extern_call(helper, name, std::move(args), {}, metas);

@@ -6,6 +6,7 @@
 
 #include "autograd/derivatives.h"
 #include "prims/extern_writes.h"
+#include "prims/layout.h"
 #include "prims/prim_builder.h"
 #include "prims/type_promotion.h"
 
@@ -21,6 +22,33 @@ graph::TensorMeta contiguous(graph::TensorMeta meta) {
   meta.strides = graph::contiguous_strides(meta.sizes);
   meta.requires_grad = false;
   return meta;
+}
+
+// Note [Input gradients in their inputs' layouts]
+// A gradient handed back for a graph input has the input's layout where the
+// input is dense and that layout is contiguous or channels-last: torch's
+// AccumulateGrad would otherwise copy a parameter's gradient into the
+// parameter's layout after the backward, where here the copy fuses into
+// the kernel making the gradient (a channels-last convolution's weight
+// gradient and its cast back to float32, Note [Channels-last convolutions]).
+int in_input_layout(prims::PrimBuilder& b, int g, const graph::TensorMeta& input) {
+  if (g < 0) return g;
+  const graph::TensorMeta& gm = b.meta(g);
+  if (gm.sizes != input.sizes) return g;
+  const std::vector<int64_t> want = prims::is_non_overlapping_and_dense(input.sizes, input.strides)
+                                        ? input.strides
+                                        : graph::contiguous_strides(input.sizes);
+  bool same = true;
+  for (size_t d = 0; d < want.size(); ++d) same = same && (gm.sizes[d] == 1 || gm.strides[d] == want[d]);
+  if (same) return g;
+  for (prims::MemoryFormat format : {prims::MemoryFormat::Contiguous, prims::MemoryFormat::ChannelsLast}) {
+    if (format == prims::MemoryFormat::ChannelsLast && want.size() != 4) continue;
+    const std::vector<int64_t> strides = prims::strides_for(input.sizes, format);
+    bool match = true;
+    for (size_t d = 0; d < want.size(); ++d) match = match && (input.sizes[d] == 1 || strides[d] == want[d]);
+    if (match) return b.clone(g, format);
+  }
+  return g;
 }
 
 // Note [Slice gradients joined by cat]
@@ -221,7 +249,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
   for (size_t i = 0; i < forward.inputs().size(); ++i) {
     const int id = forward.inputs()[i];
     join_pieces(id);
-    const int input_grad = needs_grad[id] ? grad[id] : -1;
+    const int input_grad = needs_grad[id] ? in_input_layout(b, grad[id], forward.value(id).meta) : -1;
     joint.input_grads.push_back(input_grad);
     joint.input_grad_reach.emplace_back(reach[id].begin(), reach[id].end());
     if (input_grad >= 0) outputs.push_back(input_grad);

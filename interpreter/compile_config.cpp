@@ -18,6 +18,7 @@ std::atomic<bool> g_cuda_kernels{true};
 std::atomic<bool> g_parameter_kernel_cache{true};
 std::atomic<bool> g_constant_subgraphs{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
+std::atomic<prims::ConvLayout> g_conv_layout{prims::ConvLayout::Auto};
 
 std::mutex g_dead_mutex;
 std::unordered_set<uint64_t> g_dead_configs;
@@ -98,6 +99,10 @@ void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 inductor::MatmulPolicy cpu_matmul() { return g_cpu_matmul; }
 
 void set_cpu_matmul(inductor::MatmulPolicy policy) { g_cpu_matmul = policy; }
+
+prims::ConvLayout conv_layout() { return g_conv_layout; }
+
+void set_conv_layout(prims::ConvLayout layout) { g_conv_layout = layout; }
 
 bool cuda_kernels() { return g_cuda_kernels; }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inductor/matmul_policy.h"
+#include "prims/conv_layout.h"
 #include "base/py_ref.h"
 
 namespace kiln::interpreter {
@@ -32,6 +33,7 @@ struct SettingOverrides {
   std::optional<bool> parameter_kernel_cache;
   std::optional<bool> constant_subgraphs;
   std::optional<inductor::MatmulPolicy> cpu_matmul;
+  std::optional<prims::ConvLayout> conv_layout;
 };
 
 // One kiln.compile() call's settings. Cache entries are tagged with the id,
@@ -169,7 +171,8 @@ class ContextDepthScope {
   X(cuda_graphs_captured)     \
   X(kernels_autotuned)        \
   X(size_instances)            \
-  X(constant_nodes_folded)
+  X(constant_nodes_folded)    \
+  X(channels_last_convolutions)
 
 struct Stats {
 #define KILN_STAT_FIELD(name) std::atomic<int64_t> name{0};
@@ -195,6 +198,13 @@ void set_cpu_kernels(bool enabled);
 inductor::MatmulPolicy cpu_matmul();
 // Sets cpu_matmul() for graphs compiled from now on.
 void set_cpu_matmul(inductor::MatmulPolicy policy);
+
+// Where backend "inductor" lays 2-d convolutions out channels-last
+// (kiln.config.conv_layout, default Auto: CUDA graphs; Note [Channels-last
+// convolutions] in prims/channels_last.cpp).
+prims::ConvLayout conv_layout();
+// Sets conv_layout() for graphs compiled from now on.
+void set_conv_layout(prims::ConvLayout layout);
 
 // Whether backend "inductor" compiles graphs whose tensors are all on one
 // CUDA device to CUDA kernels through NVRTC (kiln.config.cuda_kernels, on

@@ -10,6 +10,7 @@
 #include "interpreter/graph_executors.h"
 #include "interpreter/size_instances.h"
 #include "prims/common_nodes.h"
+#include "prims/channels_last.h"
 #include "prims/constant_subgraphs.h"
 #include "prims/decompose.h"
 #include "runtime/aten_bridge.h"
@@ -161,6 +162,23 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
           stats().constant_nodes_folded += split->folded_nodes;
           constants = std::make_shared<const prims::PrimGraph>(std::move(split->constants));
           decomposition->graph = std::make_shared<prims::PrimGraph>(std::move(split->rest));
+        }
+      }
+      // 3c. Convolutions channels-last, the kernels between them following
+      //     (Note [Channels-last convolutions]).
+      const bool channels_last = settings.conv_layout == prims::ConvLayout::ChannelsLast ||
+                                 (settings.conv_layout == prims::ConvLayout::Auto && on_cuda(graph));
+      if (decomposition && kernels && channels_last) {
+        std::string refusal;
+        if (std::optional<prims::ChannelsLastPlan> plan = prims::plan_channels_last(*decomposition->graph, &refusal)) {
+          verify_pass(plan->graph, "plan_channels_last", name);
+          stats().channels_last_convolutions += plan->convolutions;
+          KILN_LOG(prims, "channels-last plan for " << name << ": " << plan->convolutions << " convolutions, "
+                                                    << plan->copies << " layout copies");
+          remap_outputs(decomposition->output, decomposition->graph->outputs(), plan->graph.outputs());
+          decomposition->graph = std::make_shared<prims::PrimGraph>(std::move(plan->graph));
+        } else {
+          KILN_LOG(prims, "no channels-last plan for " << name << ": " << refusal);
         }
       }
       if (decomposition) {

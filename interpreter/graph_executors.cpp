@@ -124,6 +124,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
   s.constant_subgraphs = config.settings.constant_subgraphs.value_or(constant_subgraphs());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
+  s.conv_layout = config.settings.conv_layout.value_or(conv_layout());
   s.gradient_bucket_bytes = active_ddp_bucket_bytes();
   return s;
 }

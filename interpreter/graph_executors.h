@@ -30,6 +30,7 @@ struct Settings {
   bool parameter_kernel_cache = true;
   bool constant_subgraphs = true;
   inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
+  prims::ConvLayout conv_layout = prims::ConvLayout::Auto;
   // Compiled inside DistributedDataParallel's forward: its bucket size, by
   // which training graphs are cut (Note [Gradient buckets]); 0 otherwise.
   int64_t gradient_bucket_bytes = 0;

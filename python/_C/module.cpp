@@ -182,6 +182,10 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
                                        ? kiln::inductor::matmul_policy_from_name(PyUnicode_AsUTF8(value))
                                        : std::nullopt) {
       out->cpu_matmul = *policy;
+    } else if (const auto layout = name == "conv_layout" && PyUnicode_Check(value)
+                                       ? kiln::prims::conv_layout_from_name(PyUnicode_AsUTF8(value))
+                                       : std::nullopt) {
+      out->conv_layout = *layout;
     } else {
       PyErr_Format(PyExc_ValueError, "options: bad setting %R: %R", key, value);
       return false;
@@ -371,6 +375,21 @@ PyObject* py_set_cpu_matmul(PyObject*, PyObject* arg) {
 
 PyObject* py_get_cpu_matmul(PyObject*, PyObject*) {
   return PyUnicode_FromString(kiln::inductor::matmul_policy_name(kiln::interpreter::cpu_matmul()));
+}
+
+PyObject* py_set_conv_layout(PyObject*, PyObject* arg) {
+  const char* name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : nullptr;
+  const auto layout = name ? kiln::prims::conv_layout_from_name(name) : std::nullopt;
+  if (!layout) {
+    PyErr_SetString(PyExc_ValueError, "conv_layout must be \"auto\", \"channels_last\" or \"keep\"");
+    return nullptr;
+  }
+  kiln::interpreter::set_conv_layout(*layout);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_conv_layout(PyObject*, PyObject*) {
+  return PyUnicode_FromString(kiln::prims::conv_layout_name(kiln::interpreter::conv_layout()));
 }
 
 PyObject* py_clear_matmul_choices(PyObject*, PyObject*) {
@@ -575,6 +594,8 @@ PyMethodDef module_methods[] = {
     {"get_cpu_kernels", py_get_cpu_kernels, METH_NOARGS, "Whether inductor compiles LLVM kernels."},
     {"set_cpu_matmul", py_set_cpu_matmul, METH_O, "Sets who computes CPU matmuls: auto, kiln or aten."},
     {"get_cpu_matmul", py_get_cpu_matmul, METH_NOARGS, "Who computes CPU matmuls: auto, kiln or aten."},
+    {"set_conv_layout", py_set_conv_layout, METH_O, "Sets where convolutions run channels-last: auto, channels_last or keep."},
+    {"get_conv_layout", py_get_conv_layout, METH_NOARGS, "Where convolutions run channels-last: auto, channels_last or keep."},
     {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
     {"set_cuda_kernels", py_set_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
     {"get_cuda_kernels", py_get_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},

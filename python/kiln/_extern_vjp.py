@@ -30,7 +30,15 @@ _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "gro
 _CONV_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
 
 
-def _conv_vjp(args, kwargs, slots, grads):
+def _laid_out(grad, strides):
+    """`grad` with `strides` wherever a dim has more than one element (a
+    copy where torch gave it another layout)."""
+    if all(a == b for a, b, n in zip(grad.stride(), strides, grad.shape) if n != 1):
+        return grad
+    return torch.empty_strided(grad.shape, strides, dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
+def _conv_vjp(args, kwargs, slots, grads, strides):
     """Gradients of F.conv1d/2d/3d by aten.convolution_backward, as eager
     autograd computes them; None where the call is not one it takes (string
     padding, slots inside containers)."""
@@ -58,7 +66,7 @@ def _conv_vjp(args, kwargs, slots, grads):
         grads[0], x, w, None if b is None else [b.shape[0]], spread(bound["stride"]), spread(bound["padding"]),
         spread(bound["dilation"]), False, [0] * dims, bound["groups"], mask)
     found = {"input": gx, "weight": gw, "bias": gb}
-    gradients = tuple(found[n].contiguous() for n in names)
+    gradients = tuple(_laid_out(found[n], s) for n, s in zip(names, strides))
     return gradients[0] if len(gradients) == 1 else gradients
 
 
@@ -66,17 +74,18 @@ def _conv_vjp(args, kwargs, slots, grads):
 _BACKWARDS = {F.conv1d: _conv_vjp, F.conv2d: _conv_vjp, F.conv3d: _conv_vjp}
 
 
-def extern_vjp(fn, args, kwargs, slots, grads):
+def extern_vjp(fn, args, kwargs, slots, grads, strides):
     """Gradients of fn(*args, **kwargs) with respect to the tensors at `slots`.
 
     A slot is a path into (args, kwargs): (0, i, ...) or (1, name, ...).
     `grads` holds one gradient per output of the call (None: no gradient).
-    Returns one contiguous gradient per slot (zeros where the outputs do not
-    depend on it): a tensor for one slot, else a tuple.
+    Returns one gradient per slot, with the slot's `strides` (empty_like's
+    layout of the input; zeros where the outputs do not depend on it): a
+    tensor for one slot, else a tuple.
     """
     direct = _BACKWARDS.get(fn)
     if direct is not None:
-        found = direct(args, kwargs, slots, grads)
+        found = direct(args, kwargs, slots, grads, strides)
         if found is not None:
             return found
     call = (tuple(args), dict(kwargs))
@@ -98,7 +107,7 @@ def extern_vjp(fn, args, kwargs, slots, grads):
         found = torch.autograd.grad([out for out, _ in pairs], leaves,
                                     [grad for _, grad in pairs], allow_unused=True)
     gradients = tuple(
-        torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device) if grad is None
-        else grad.contiguous()
-        for leaf, grad in zip(leaves, found))
+        torch.empty_strided(leaf.shape, s, dtype=leaf.dtype, device=leaf.device).zero_() if grad is None
+        else _laid_out(grad, s)
+        for leaf, grad, s in zip(leaves, found, strides))
     return gradients[0] if len(gradients) == 1 else gradients

@@ -53,6 +53,23 @@ class _Config(_types.ModuleType):
         _C.set_cpu_matmul(value)
 
     @property
+    def conv_layout(self) -> str:
+        """Where backend="inductor" runs 2-d convolutions channels-last,
+        with the kernels between them following (as torch.compile's layout
+        optimization): "auto" (default: graphs on CUDA, whose cuDNN
+        tensor-core convolutions are NHWC), "channels_last" (every graph with
+        a convolution, CPU ones too) or "keep" (the traced layouts). Graph
+        outputs keep eager's strides either way. KILN_LOGS=prims says what
+        each graph got. Read when a graph is compiled."""
+        return _C.get_conv_layout()
+
+    @conv_layout.setter
+    def conv_layout(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"conv_layout must be a str, got {type(value).__name__}")
+        _C.set_conv_layout(value)
+
+    @property
     def cuda_kernels(self) -> bool:
         """backend="inductor" decomposes graphs whose tensors are all on one
         CUDA device into prims and compiles their fused pointwise and

@@ -5,11 +5,16 @@ import torch.nn.functional as F
 from kiln._extern_vjp import extern_vjp
 
 
+def strides(*tensors):
+    """The strides extern_vjp is given for these inputs (empty_like's layout: theirs, when dense)."""
+    return tuple(t.stride() for t in tensors)
+
+
 def test_conv2d_gradients_match_autograd():
     x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
     w = torch.randn(3, 2, 3, 3, dtype=torch.float64)
     g = torch.randn(1, 3, 3, 3, dtype=torch.float64)
-    gx, gw = extern_vjp(F.conv2d, (x, w), {}, ((0, 0), (0, 1)), (g,))
+    gx, gw = extern_vjp(F.conv2d, (x, w), {}, ((0, 0), (0, 1)), (g,), strides(x, w))
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     ex, ew = torch.autograd.grad(F.conv2d(xr, wr), (xr, wr), g)
     assert torch.allclose(gx, ex) and torch.allclose(gw, ew)
@@ -20,16 +25,16 @@ def test_one_slot_returns_a_tensor_unused_gets_zeros_and_paths_reach_nested_item
     a = torch.randn(2, 3, dtype=torch.float64)
     b = torch.randn(2, 3, dtype=torch.float64).t()  # non-contiguous
     g = torch.randn(4, 3, dtype=torch.float64)
-    got = extern_vjp(torch.cat, ((a, a),), {"dim": 0}, ((0, 0, 1),), (g,))
+    got = extern_vjp(torch.cat, ((a, a),), {"dim": 0}, ((0, 0, 1),), (g,), strides(a))
     assert isinstance(got, torch.Tensor) and torch.equal(got, g[2:])
-    unused = extern_vjp(lambda x, y: x * 2, (a,), {"y": b}, ((1, "y"),), (torch.ones(2, 3),))
-    assert torch.equal(unused, torch.zeros(3, 2, dtype=torch.float64)) and unused.is_contiguous()
+    unused = extern_vjp(lambda x, y: x * 2, (a,), {"y": b}, ((1, "y"),), (torch.ones(2, 3),), strides(b))
+    assert torch.equal(unused, torch.zeros(3, 2, dtype=torch.float64)) and unused.stride() == b.stride()
 
 
 def test_outputs_without_gradient_are_skipped():
     x = torch.randn(1, 1, 4, 4, dtype=torch.float64)
     g = torch.randn(1, 1, 2, 2, dtype=torch.float64)
-    got = extern_vjp(F.max_pool2d, (x, 2), {"return_indices": True}, ((0, 0),), (g, None))
+    got = extern_vjp(F.max_pool2d, (x, 2), {"return_indices": True}, ((0, 0),), (g, None), strides(x))
     xr = x.clone().requires_grad_()
     (want,) = torch.autograd.grad(F.max_pool2d(xr, 2), xr, g)
     assert torch.equal(got, want)
@@ -55,7 +60,7 @@ def test_convolutions_take_torchs_backward_without_running_again(monkeypatch):
         want = torch.autograd.grad(out, wanted, g)
         slots = [(0, i) for i in range(len(args))] + [(1, k) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
         monkeypatch.setattr(ev, "_replace", lambda *a: (_ for _ in ()).throw(AssertionError("ran the op again")))
-        got = extern_vjp(fn, args, kwargs, slots, (g,))
+        got = extern_vjp(fn, args, kwargs, slots, (g,), strides(*wanted))
         monkeypatch.undo()
         got = got if isinstance(got, tuple) else (got,)
         for a, b in zip(got, want):
@@ -63,6 +68,26 @@ def test_convolutions_take_torchs_backward_without_running_again(monkeypatch):
     # string padding is not the backward kernel's: the op runs again
     x, w = torch.randn(1, 2, 5, 5, dtype=torch.float64), torch.randn(3, 2, 3, 3, dtype=torch.float64)
     g = torch.randn(1, 3, 5, 5, dtype=torch.float64)
-    gx = extern_vjp(F.conv2d, (x, w), {"padding": "same"}, ((0, 0),), (g,))
+    gx = extern_vjp(F.conv2d, (x, w), {"padding": "same"}, ((0, 0),), (g,), strides(x))
     xr = x.clone().requires_grad_()
     torch.testing.assert_close(gx, torch.autograd.grad(F.conv2d(xr, w, padding="same"), xr, g)[0])
+
+
+def test_gradients_come_back_in_the_strides_asked():
+    # A channels-last convolution's gradients stay channels-last (Note
+    # [Channels-last convolutions]); asked for another layout, they are copied.
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    g = torch.randn(2, 4, 4, 4, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ex, ew = torch.autograd.grad(F.conv2d(xr, wr), (xr, wr), g)
+    for fn in (F.conv2d, lambda *a: F.conv2d(*a)):  # torch's backward kernel, then a rerun under autograd
+        gx, gw = extern_vjp(fn, (x, w), {}, ((0, 0), (0, 1)), (g,), strides(x, w))
+        assert gx.stride() == x.stride() and gw.stride() == w.stride()
+        torch.testing.assert_close(gx, ex)
+        torch.testing.assert_close(gw, ew)
+        contiguous = (torch.empty(x.shape).stride(), torch.empty(w.shape).stride())
+        gx, gw = extern_vjp(fn, (x, w), {}, ((0, 0), (0, 1)), (g,), contiguous)
+        assert gx.is_contiguous() and gw.is_contiguous()
+        torch.testing.assert_close(gx, ex)
+        torch.testing.assert_close(gw, ew)
