@@ -123,5 +123,55 @@ TEST(SplitOuterReductions, ShortWideAndMultiDimReductionsStay) {
   }
 }
 
+TEST(SplitOuterReductions, ChannelsLastMapsReduceOverOuterDims) {
+  // Over N, H and W of a channels-last map, C (kept) is innermost in memory:
+  // an outer reduction, split; the same sizes contiguous reduce rows (W
+  // innermost), 256 of them, parallel enough as they are.
+  for (const bool channels_last : {true, false}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const std::vector<int64_t> strides =
+        channels_last ? std::vector<int64_t>{262144, 1, 8192, 256} : std::vector<int64_t>{};
+    const int x = graph.add_input(test::tensor_meta({8, 256, 32, 32}, DType::Float32, strides));
+    graph.set_outputs({b.reduce(Prim::Sum, x, {0, 2, 3}, false)});
+    PrimGraph split;
+    EXPECT_EQ(split_outer_reductions(graph, &split), channels_last);
+    if (channels_last) {
+      test::expect_same_results(graph, split, {"torch.randn(8, 256, 32, 32).contiguous(memory_format=torch.channels_last)"},
+                                /*exact=*/false);
+    }
+  }
+}
+
+TEST(SplitOuterReductions, BatchNormStatisticsSplitAsSums) {
+  // A channels-last batch norm's var_mean over N, H and W (correction 0):
+  // split sums in the corrected two-pass form, float32 partials for bf16.
+  for (const DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (const bool keepdim : {false, true}) {
+      PrimGraph graph;
+      PrimBuilder b(graph);
+      const std::vector<int64_t> sizes = {16, 16, 64, 64};
+      const int x = graph.add_input(test::tensor_meta(sizes, dtype, {65536, 1, 1024, 16}));
+      const auto [var, mean] = b.var_mean(x, {0, 2, 3}, 0, keepdim);
+      const auto [unbiased, _] = b.var_mean(x, {0, 2, 3}, 1, keepdim);  // a correction: kept whole
+      graph.set_outputs({var, mean, unbiased});
+      PrimGraph split;
+      ASSERT_TRUE(split_outer_reductions(graph, &split));
+      EXPECT_EQ(count(split, Prim::VarMean), 1);
+      EXPECT_EQ(count(split, Prim::Sum), 6);  // three sums, two steps each
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(split.value(split.outputs()[i]).meta.sizes, graph.value(graph.outputs()[i]).meta.sizes);
+        EXPECT_EQ(split.value(split.outputs()[i]).meta.dtype, graph.value(graph.outputs()[i]).meta.dtype);
+      }
+      SCOPED_TRACE(std::string(graph::dtype_name(dtype)) + (keepdim ? " keepdim" : ""));
+      test::expect_same_results(
+          graph, split,
+          {std::string("(torch.randn(16, 16, 64, 64) * 3 + 1).to(torch.") + graph::dtype_name(dtype) +
+           ").contiguous(memory_format=torch.channels_last)"},
+          /*exact=*/false);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::inductor
