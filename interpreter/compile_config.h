@@ -200,7 +200,7 @@ inductor::MatmulPolicy cpu_matmul();
 void set_cpu_matmul(inductor::MatmulPolicy policy);
 
 // Where backend "inductor" lays 2-d convolutions out channels-last
-// (kiln.config.conv_layout, default Auto: CUDA graphs; Note [Channels-last
+// (kiln.config.conv_layout, default Auto: CUDA inference graphs; Note [Channels-last
 // convolutions] in prims/channels_last.cpp).
 prims::ConvLayout conv_layout();
 // Sets conv_layout() for graphs compiled from now on.

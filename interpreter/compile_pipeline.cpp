@@ -165,9 +165,11 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         }
       }
       // 3c. Convolutions channels-last, the kernels between them following
-      //     (Note [Channels-last convolutions]).
-      const bool channels_last = settings.conv_layout == prims::ConvLayout::ChannelsLast ||
-                                 (settings.conv_layout == prims::ConvLayout::Auto && on_cuda(graph));
+      //     (Note [Channels-last convolutions]); by default CUDA inference
+      //     graphs, the case measured to gain.
+      const bool channels_last =
+          settings.conv_layout == prims::ConvLayout::ChannelsLast ||
+          (settings.conv_layout == prims::ConvLayout::Auto && on_cuda(graph) && !training);
       if (decomposition && kernels && channels_last) {
         std::string refusal;
         if (std::optional<prims::ChannelsLastPlan> plan = prims::plan_channels_last(*decomposition->graph, &refusal)) {

@@ -10,7 +10,7 @@ namespace kiln::prims {
 
 // Where the plan applies (kiln.config.conv_layout).
 enum class ConvLayout {
-  Auto,          // graphs on CUDA (cuDNN's tensor-core convolutions are NHWC)
+  Auto,          // inference graphs on CUDA (cuDNN's tensor-core convolutions are NHWC)
   ChannelsLast,  // every graph with a 2-d convolution (CPU ones too: for tests)
   Keep,          // never: the traced layouts
 };

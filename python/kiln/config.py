@@ -56,9 +56,10 @@ class _Config(_types.ModuleType):
     def conv_layout(self) -> str:
         """Where backend="inductor" runs 2-d convolutions channels-last,
         with the kernels between them following (as torch.compile's layout
-        optimization): "auto" (default: graphs on CUDA, whose cuDNN
-        tensor-core convolutions are NHWC), "channels_last" (every graph with
-        a convolution, CPU ones too) or "keep" (the traced layouts). Graph
+        optimization): "auto" (default: inference graphs on CUDA, whose
+        cuDNN tensor-core convolutions are NHWC), "channels_last" (every
+        graph with a convolution: CUDA training graphs, CPU ones) or "keep"
+        (the traced layouts). Graph
         outputs keep eager's strides either way. KILN_LOGS=prims says what
         each graph got. Read when a graph is compiled."""
         return _C.get_conv_layout()
