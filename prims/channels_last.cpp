@@ -10,6 +10,7 @@
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
 #include "prims/subgraph.h"
+#include "prims/view_meta.h"
 
 namespace kiln::prims {
 
@@ -39,7 +40,9 @@ namespace kiln::prims {
 // than one input channel per group (torch.compile's rule: channels-last
 // slows those by up to an order of magnitude, where depthwise ones gain),
 // float64 convolutions (cuDNN keeps them contiguous), a view the new
-// strides cannot express (x.view(n, -1) of a channels-last map), as_strided
+// strides cannot express (x.view(n, -1) of a channels-last map) or a
+// reshape that viewed and would now copy (a group norm's grouping of
+// channels: diffusers' UNet), as_strided
 // or index_put of a changed value, and a call writing into one.
 // The backward follows: a clone's gradient is its output's, so the
 // backward's convolutions see channels-last gradients too, and extern
@@ -347,7 +350,15 @@ class Planner {
     const PrimAttrs& a = node.attrs;
     switch (node.prim) {
       case Prim::View: return b_.view(input, a.sizes);
-      case Prim::Reshape: return b_.reshape(input, a.sizes);
+      case Prim::Reshape:
+        // A reshape that viewed its traced input but would copy the new one
+        // (a group norm's [N, G, C/G * H * W] of a channels-last map): a copy
+        // the traced graph never made, in nets no measurement covers.
+        if (view_strides(old_.value(node.args[0].value).meta, a.sizes) &&
+            !view_strides(plan_.graph.value(input).meta, a.sizes)) {
+          throw PrimError("a reshape to " + format_shape(a.sizes) + " that viewed its input would copy it");
+        }
+        return b_.reshape(input, a.sizes);
       case Prim::Expand: return b_.expand(input, a.sizes);
       case Prim::Permute: return b_.permute(input, a.dims);
       case Prim::Slice: return b_.slice(input, a.dim, a.start, a.end, a.step);

@@ -102,7 +102,7 @@ TEST(ChannelsLast, GraphsItCannotLayOutAreRefusedWithTheReason) {
     const char* name;
     const char* reason;
   };
-  for (const Case& c : {Case{"grouped", "grouped convolution"}, Case{"view", "view"},
+  for (const Case& c : {Case{"grouped", "grouped convolution"}, Case{"view", "view"}, Case{"reshape", "reshape"},
                         Case{"none", "no 2-d convolution"}, Case{"depthwise", ""}}) {
     PrimGraph graph;
     PrimBuilder b(graph);
@@ -114,8 +114,9 @@ TEST(ChannelsLast, GraphsItCannotLayOutAreRefusedWithTheReason) {
       graph.set_outputs({b.unary(Prim::Neg, x)});
     } else {
       const int y = conv2d(graph, x, w, groups);
-      // x.view(n, -1) of a channels-last map has no strides.
-      graph.set_outputs({name == "view" ? b.view(y, {2, -1}) : y});
+      // x.view(n, -1) of a channels-last map has no strides; a group norm's
+      // reshape to [N, G, C / G * H * W] would copy it.
+      graph.set_outputs({name == "view" ? b.view(y, {2, -1}) : name == "reshape" ? b.reshape(y, {2, 2, -1}) : y});
     }
     std::string why;
     const std::optional<ChannelsLastPlan> plan = plan_channels_last(graph, &why);
