@@ -38,15 +38,10 @@ int in_input_layout(prims::PrimBuilder& b, int g, const graph::TensorMeta& input
   const std::vector<int64_t> want = prims::is_non_overlapping_and_dense(input.sizes, input.strides)
                                         ? input.strides
                                         : graph::contiguous_strides(input.sizes);
-  bool same = true;
-  for (size_t d = 0; d < want.size(); ++d) same = same && (gm.sizes[d] == 1 || gm.strides[d] == want[d]);
-  if (same) return g;
+  if (prims::strides_agree(input.sizes, gm.strides, want)) return g;
   for (prims::MemoryFormat format : {prims::MemoryFormat::Contiguous, prims::MemoryFormat::ChannelsLast}) {
     if (format == prims::MemoryFormat::ChannelsLast && want.size() != 4) continue;
-    const std::vector<int64_t> strides = prims::strides_for(input.sizes, format);
-    bool match = true;
-    for (size_t d = 0; d < want.size(); ++d) match = match && (input.sizes[d] == 1 || strides[d] == want[d]);
-    if (match) return b.clone(g, format);
+    if (prims::strides_agree(input.sizes, prims::strides_for(input.sizes, format), want)) return b.clone(g, format);
   }
   return g;
 }

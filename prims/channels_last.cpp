@@ -73,14 +73,9 @@ int64_t conv_groups(const PrimAttrs& attrs) {
   return PyLong_AsLongLong(groups->constant);
 }
 
-// Strides equal wherever the dim has more than one element (a size-1 dim's
-// stride addresses nothing; set_unit_dim_strides sets it).
+// `a` has `strides` where they address anything (set_unit_dim_strides sets the rest).
 bool same_layout(const TensorMeta& a, const std::vector<int64_t>& strides) {
-  if (a.strides.size() != strides.size()) return false;
-  for (size_t d = 0; d < strides.size(); ++d) {
-    if (a.sizes[d] != 1 && a.strides[d] != strides[d]) return false;
-  }
-  return true;
+  return strides_agree(a.sizes, a.strides, strides);
 }
 
 bool suggests_channels_last(const TensorMeta& m) {
@@ -109,6 +104,12 @@ class Planner {
     if (changed == 0) {
       *why = "no 2-d convolution with an operand to make channels-last";
       return std::nullopt;
+    }
+    escaping_.assign(old_.values().size(), false);
+    for (int out : old_.outputs()) escaping_[out] = true;
+    for (const PrimNode& node : old_.nodes()) {
+      if (node.prim != Prim::Extern) continue;
+      for (int read : node_reads(node)) escaping_[read] = true;
     }
     map_ = copy_inputs(plan_.graph, old_);
     try {
@@ -320,7 +321,7 @@ class Planner {
     if (same_layout(was, preserved_strides(old_.value(x).meta.sizes, old_.value(x).meta.strides))) {
       return b_.clone(input, MemoryFormat::Preserve);
     }
-    if (same_layout(plan_.graph.value(input).meta, was.strides) && !escapes(node.outputs[0]) &&
+    if (same_layout(plan_.graph.value(input).meta, was.strides) && !escaping_[node.outputs[0]] &&
         plan_.graph.value(input).grad_stopped == old_.value(node.outputs[0]).grad_stopped) {
       return input;
     }
@@ -329,21 +330,6 @@ class Planner {
       if (same_layout(was, strides_for(was.sizes, format))) return b_.clone(input, format);
     }
     throw PrimError("a clone to layout " + graph::format_tensor_meta(was) + " of a value whose layout would change");
-  }
-
-  // True when value `id` is a graph output or some torch call reads it
-  // (which may write into it or keep it).
-  bool escapes(int id) const {
-    for (int out : old_.outputs()) {
-      if (out == id) return true;
-    }
-    for (const PrimNode& node : old_.nodes()) {
-      if (node.prim != Prim::Extern) continue;
-      for (int read : node_reads(node)) {
-        if (read == id) return true;
-      }
-    }
-    return false;
   }
 
   int view(const PrimNode& node, int input) {
@@ -372,6 +358,9 @@ class Planner {
   ChannelsLastPlan plan_;
   PrimBuilder b_;
   std::vector<int> map_;
+  // Per traced value: a graph output, or read by a torch call (which may
+  // write into it or keep it), so a copy of it cannot be dropped.
+  std::vector<bool> escaping_;
 };
 
 }  // namespace

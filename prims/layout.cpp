@@ -145,6 +145,14 @@ MemoryFormat suggest_memory_format(const Sizes& sizes, const Sizes& strides) {
   return MemoryFormat::Contiguous;
 }
 
+bool strides_agree(const Sizes& sizes, const Sizes& a, const Sizes& b) {
+  if (a.size() != sizes.size() || b.size() != sizes.size()) return false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] != 1 && a[d] != b[d]) return false;
+  }
+  return true;
+}
+
 Sizes strides_for(const Sizes& sizes, MemoryFormat format) {
   if (format == MemoryFormat::ChannelsLast && sizes.size() == 4) {
     return channels_last_strides(sizes, {1, 3, 2, 0});

@@ -29,6 +29,10 @@ bool is_non_overlapping_and_dense(const Sizes& sizes, const Sizes& strides);
 // strides look like NHWC, channels_last_3d for 5-dim NDHWC, else contiguous).
 MemoryFormat suggest_memory_format(const Sizes& sizes, const Sizes& strides);
 
+// True when strides `a` and `b` agree on every dim of `sizes` with more than
+// one element (a size-1 dim's stride addresses nothing).
+bool strides_agree(const Sizes& sizes, const Sizes& a, const Sizes& b);
+
 // The strides of a fresh tensor of `sizes` in `format` (not Preserve).
 Sizes strides_for(const Sizes& sizes, MemoryFormat format);
 

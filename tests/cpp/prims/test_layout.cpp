@@ -46,5 +46,12 @@ LAYOUTS += [f2345cl, f1345cl, f2315cl, f23456cl, f23e, f1e, f2e3, f30t]
   }
 }
 
+TEST(PrimLayout, StridesAgreeIgnoresSizeOneDims) {
+  // [2, 8, 1, 1] channels-last and contiguous address the same elements.
+  EXPECT_TRUE(strides_agree({2, 8, 1, 1}, {8, 1, 8, 8}, {8, 1, 1, 1}));
+  EXPECT_FALSE(strides_agree({2, 8, 3, 1}, {24, 1, 8, 8}, {24, 3, 1, 1}));
+  EXPECT_FALSE(strides_agree({2, 8}, {8, 1}, {8}));  // ranks differ
+}
+
 }  // namespace
 }  // namespace kiln::prims
