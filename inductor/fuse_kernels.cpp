@@ -224,18 +224,10 @@ PyRef make_kernel_call(std::shared_ptr<const KernelEntry> entry, std::vector<gra
   return PyRef::steal(reinterpret_cast<PyObject*>(self));
 }
 
-// The kernel compiled, or taken from the kernel cache (memory, then disk:
-// inductor/cpu/kernel_cache.h); for CUDA device `device` (>= 0), compiled
-// by NVRTC for it or taken from the CUDA memory cache.
-std::shared_ptr<KernelEntry> cached_kernel(Kernel kernel, bool* compiled_now, int device = -1) {
+// The CPU kernel compiled, or taken from the kernel cache (memory, then
+// disk: inductor/cpu/kernel_cache.h).
+std::shared_ptr<KernelEntry> cached_cpu_kernel(Kernel kernel, bool* compiled_now) {
   auto entry = std::make_shared<KernelEntry>();
-  if (device >= 0) {
-    entry->cuda =
-        cuda::compile_cuda_cached(kernel, cuda::device_arch(device), cuda::launch_config_for(kernel), compiled_now);
-    entry->device = device;
-    entry->kernel = std::move(kernel);
-    return entry;
-  }
   cpu::KernelSource source = cpu::KernelSource::Compiled;
   entry->compiled = cpu::compile_cached(kernel, &source);
   *compiled_now = source == cpu::KernelSource::Compiled;
@@ -266,14 +258,44 @@ size_t compile_threads() {
 }
 
 // Compiles each kernel into an entry, in order, on up to compile_threads()
-// threads: NVRTC takes 10-15 ms a kernel, LLVM 10-100 ms, and a training
+// threads: NVRTC takes 20-70 ms a kernel, LLVM 10-100 ms, and a training
 // graph has dozens to hundreds; both kernel caches and both compilers are
-// thread-safe (no Python inside; Note [One JIT]).
+// thread-safe (no Python inside; Note [One JIT]). For a CUDA device
+// (`device` >= 0) compile_cuda_kernels groups them into NVRTC programs.
 std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& kernels, int device) {
   std::vector<CompiledEntry> out(kernels.size());
+  if (device >= 0) {
+    // CUDA: a few kernels to an NVRTC program (Note [Kernels compiled
+    // together] in inductor/cuda/cuda_program.cpp).
+    std::vector<cuda::CudaKernelRequest> requests;
+    std::string arch;
+    try {
+      arch = cuda::device_arch(device);
+      for (const LoweredKernel& lowered : kernels) {
+        requests.push_back({&lowered.kernel, cuda::launch_config_for(lowered.kernel)});
+      }
+    } catch (const std::exception& e) {
+      for (CompiledEntry& entry : out) entry.error = e.what();
+      return out;
+    }
+    std::vector<cuda::CudaKernelResult> results = cuda::compile_cuda_kernels(requests, arch, compile_threads());
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      if (!results[i].kernel) {
+        out[i].error = std::move(results[i].error);
+        continue;
+      }
+      auto entry = std::make_shared<KernelEntry>();
+      entry->cuda = std::move(results[i].kernel);
+      entry->device = device;
+      entry->kernel = kernels[i].kernel;
+      out[i].entry = std::move(entry);
+      out[i].compiled_now = results[i].compiled_now;
+    }
+    return out;
+  }
   auto compile = [&](size_t i) {
     try {
-      out[i].entry = cached_kernel(kernels[i].kernel, &out[i].compiled_now, device);
+      out[i].entry = cached_cpu_kernel(kernels[i].kernel, &out[i].compiled_now);
     } catch (const std::exception& e) {
       out[i].error = e.what();
     }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "inductor/cuda/cuda_program.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/kernel_cache_file.h"
 #include "base/log.h"
@@ -34,6 +35,7 @@ constexpr CacheEntryKind kKind = CacheEntryKind::CudaCubin;
 struct Counters {
   std::atomic<int64_t> disk_hits{0};
   std::atomic<int64_t> compiled{0};
+  std::atomic<int64_t> programs{0};
   std::atomic<int64_t> disk_rejected{0};
   std::atomic<int64_t> disk_writes{0};
   std::atomic<int64_t> disk_write_failures{0};
@@ -74,51 +76,90 @@ Sha256Digest cubin_cache_key(std::string_view source, const std::string& arch) {
   return cubin_cache_key(source, arch, loaded_nvrtc_version(), nvrtc_options(arch));
 }
 
+namespace {
+
+// read_cached_cubin; with `program_names` false only an entry stored under
+// `entry_name` itself is a hit, and one of a program (renamed) a miss.
+bool read_entry(const std::string& source, const std::string& entry_name, const std::string& arch, StoredCubin* out,
+                bool program_names) {
+  Counters& count = counters();
+  const std::string dir = kernel_cache_dir();
+  if (dir.empty()) return false;
+  const Sha256Digest key = cubin_cache_key(source, arch);
+  const auto start = std::chrono::steady_clock::now();
+  CacheEntry entry;
+  const EntryStatus status = read_cache_entry(dir, kKind, key, &entry);
+  if (status == EntryStatus::Ok && !program_names && entry.name != entry_name &&
+      is_program_entry_of(entry.name, entry_name)) {
+    KILN_LOG(cache, "entry " << to_hex(key) << " holds " << entry_name << " compiled among other kernels (as "
+                             << entry.name << "); compiling it alone");
+    return false;
+  }
+  if (status == EntryStatus::Ok && is_program_entry_of(entry.name, entry_name)) {
+    ++count.disk_hits;
+    KILN_LOG(cache, "disk hit " << to_hex(key) << " (cubin of " << entry.name << " for " << arch << "), read in "
+                                << ms_since(start) << " ms");
+    out->cubin = std::move(entry.payload);
+    out->entry_name = std::move(entry.name);
+    return true;
+  }
+  if (status == EntryStatus::Ok) {
+    // The key covers the source, which defines the name: only a forged
+    // file gets here.
+    ++count.disk_rejected;
+    KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " rejected (holds " << entry.name << ", not "
+                             << entry_name << "), recompiling");
+  } else if (status != EntryStatus::Missing) {
+    ++count.disk_rejected;
+    KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " rejected (" << entry_status_name(status)
+                             << "), recompiling");
+  }
+  return false;
+}
+
+}  // namespace
+
+bool read_cached_cubin(const std::string& source, const std::string& entry_name, const std::string& arch,
+                       StoredCubin* out) {
+  return read_entry(source, entry_name, arch, out, true);
+}
+
+void store_cubin(const std::string& source, const std::string& arch, const StoredCubin& stored, double compile_ms) {
+  Counters& count = counters();
+  const std::string dir = kernel_cache_dir();
+  if (dir.empty()) return;
+  const Sha256Digest key = cubin_cache_key(source, arch);
+  const std::string problem = write_cache_entry(dir, kKind, key, CacheEntry{stored.entry_name, stored.cubin});
+  if (problem.empty()) {
+    ++count.disk_writes;
+    KILN_LOG(cache, "stored " << cache_entry_path(dir, kKind, key) << " (cubin of " << stored.entry_name << " for "
+                              << arch << ", " << stored.cubin.size() << " bytes, compiled in " << compile_ms
+                              << " ms)");
+  } else {
+    ++count.disk_write_failures;
+    KILN_LOG(cache, "cannot store " << to_hex(key) << ": " << problem);
+  }
+}
+
+void count_compiled(int64_t kernels) {
+  counters().compiled += kernels;
+  ++counters().programs;
+}
+
 std::string cached_cubin(const std::string& source, const std::string& entry_name, const std::string& arch,
                          CubinOrigin* origin) {
-  Counters& count = counters();
-  const Sha256Digest key = cubin_cache_key(source, arch);
-  const std::string dir = kernel_cache_dir();
-  if (!dir.empty()) {
-    const auto start = std::chrono::steady_clock::now();
-    CacheEntry entry;
-    const EntryStatus status = read_cache_entry(dir, kKind, key, &entry);
-    if (status == EntryStatus::Ok && entry.name == entry_name) {
-      ++count.disk_hits;
-      if (origin) *origin = CubinOrigin::Disk;
-      KILN_LOG(cache, "disk hit " << to_hex(key) << " (cubin of " << entry_name << " for " << arch << "), read in "
-                                  << ms_since(start) << " ms");
-      return std::move(entry.payload);
-    }
-    if (status == EntryStatus::Ok) {
-      // The key covers the source, which defines the name: only a forged
-      // file gets here.
-      ++count.disk_rejected;
-      KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " rejected (holds " << entry.name
-                               << ", not " << entry_name << "), recompiling");
-    } else if (status != EntryStatus::Missing) {
-      ++count.disk_rejected;
-      KILN_LOG(cache, "entry " << cache_entry_path(dir, kKind, key) << " rejected (" << entry_status_name(status)
-                               << "), recompiling");
-    }
+  StoredCubin stored;
+  if (read_entry(source, entry_name, arch, &stored, false)) {
+    if (origin) *origin = CubinOrigin::Disk;
+    return std::move(stored.cubin);
   }
   const auto compile_start = std::chrono::steady_clock::now();
-  std::string cubin = compile_cubin(source, arch);
-  const double compile_ms = ms_since(compile_start);
-  ++count.compiled;
+  stored.cubin = compile_cubin(source, arch);
+  stored.entry_name = entry_name;
+  count_compiled(1);
   if (origin) *origin = CubinOrigin::Compiled;
-  if (!dir.empty()) {
-    const std::string problem = write_cache_entry(dir, kKind, key, CacheEntry{entry_name, cubin});
-    if (problem.empty()) {
-      ++count.disk_writes;
-      KILN_LOG(cache, "stored " << cache_entry_path(dir, kKind, key) << " (cubin of " << entry_name << " for "
-                                << arch << ", " << cubin.size() << " bytes, compiled in " << compile_ms << " ms)");
-    } else {
-      ++count.disk_write_failures;
-      KILN_LOG(cache, "cannot store " << to_hex(key) << ": " << problem);
-    }
-  }
-  return cubin;
+  store_cubin(source, arch, stored, ms_since(compile_start));
+  return std::move(stored.cubin);
 }
 
 CubinCacheCounts cubin_cache_counts() {
@@ -126,6 +167,7 @@ CubinCacheCounts cubin_cache_counts() {
   CubinCacheCounts out;
   out.disk_hits = count.disk_hits.load();
   out.compiled = count.compiled.load();
+  out.programs = count.programs.load();
   out.disk_rejected = count.disk_rejected.load();
   out.disk_writes = count.disk_writes.load();
   out.disk_write_failures = count.disk_write_failures.load();

@@ -16,11 +16,26 @@
 
 namespace kiln::inductor::cuda {
 
+// A cubin's module per device, loaded at first use: one for all the
+// kernels compiled in one NVRTC program (Note [Kernels compiled together]
+// in cuda_program.cpp).
+class CubinModules {
+ public:
+  // `cubin`'s module on `device` (`what` names it in the perf log).
+  // Thread-safe. Throws CudaError.
+  CudaModule on(int device, const std::string& cubin, const std::string& what) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<CudaModule> modules_;  // per device index
+};
+
 // A kernel's source, its cubin, and its entries loaded per device.
 struct CudaKernel {
-  CudaSource source;
+  CudaSource source;  // the kernel's own text; entry names as the cubin has them
   std::string arch;   // e.g. "sm_90a"
-  std::string cubin;
+  std::string cubin;  // of the kernel's program (maybe holding other kernels)
+  std::shared_ptr<const CubinModules> modules = std::make_shared<CubinModules>();
 
   // The scalar (or, with `vector`, the vector) entry loaded on `device`;
   // loads the module there on first use (once for both entries).
@@ -29,7 +44,6 @@ struct CudaKernel {
 
  private:
   mutable std::mutex mutex_;
-  mutable std::vector<CudaModule> modules_;            // per device index
   mutable std::vector<CudaFunction> scalar_, vector_;  // per device index
 };
 
@@ -54,6 +68,34 @@ std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, cons
 std::shared_ptr<const CudaKernel> compile_cuda_cached(const Kernel& kernel, const std::string& arch,
                                                       const LaunchConfig& config, bool* compiled_now = nullptr);
 
+// A kernel to compile, and the configuration to write it in.
+struct CudaKernelRequest {
+  const Kernel* kernel = nullptr;
+  LaunchConfig config;
+};
+
+// What compile_cuda_kernels made of one request: the kernel, or why not.
+struct CudaKernelResult {
+  std::shared_ptr<const CudaKernel> kernel;  // null when `error` says why
+  bool compiled_now = false;                 // NVRTC ran for it in this call
+  std::string error;
+};
+
+// Each request compiled for `arch` as compile_cuda_cached would, but the
+// kernels missing from both caches compiled a few to an NVRTC program
+// (Note [Kernels compiled together] in cuda_program.cpp), the programs on
+// up to `threads` threads. Results in the requests' order; a kernel that
+// cannot be written or compiled gets its error and leaves the others
+// alone. Thread-safe.
+std::vector<CudaKernelResult> compile_cuda_kernels(const std::vector<CudaKernelRequest>& requests,
+                                                   const std::string& arch, size_t threads);
+
+// The most kernels compile_cuda_kernels puts in one program when `misses`
+// kernels need NVRTC: enough programs to keep every NVRTC worker busy
+// twice over, at most KILN_NVRTC_KERNELS_PER_PROGRAM (default 8; 1
+// compiles each kernel alone).
+size_t kernels_per_program(size_t misses);
+
 // Forgets the memory cache's kernels (those handed out stay valid): the
 // next compile_cuda_cached of each goes to the disk cache, as in a new
 // process.
@@ -63,7 +105,8 @@ void clear_cuda_kernel_memory_cache();
 // NVRTC ones are cubin_cache_counts()'s, so they include direct calls of
 // cached_cubin).
 struct CudaKernelCacheCounts {
-  int64_t compiled = 0;       // NVRTC runs
+  int64_t compiled = 0;       // kernels NVRTC compiled
+  int64_t programs = 0;       // NVRTC runs (several kernels each, maybe)
   int64_t memory_hits = 0;
   int64_t disk_hits = 0;
   int64_t disk_rejected = 0;  // damaged or foreign cubin entries, recompiled

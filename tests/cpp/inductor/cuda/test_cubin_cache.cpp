@@ -18,6 +18,7 @@
 
 #include "inductor/cuda/cubin_cache.h"
 #include "inductor/cuda/cuda_kernel.h"
+#include "inductor/cuda/cuda_program.h"
 #include "inductor/cuda/cuda_source.h"
 #include "inductor/cuda/nvrtc_compiler.h"
 #include "inductor/kernel_cache_file.h"
@@ -350,6 +351,98 @@ TEST_F(CubinCache, TheRuntimePathReadsTheDiskInANewProcess) {
   EXPECT_TRUE(compiled_now);
   EXPECT_EQ(rebuilt->cubin, first->cubin);
   EXPECT_EQ(cuda_kernel_cache_counts().disk_rejected - end.disk_rejected, 1);
+}
+
+// Whether a cubin defines the symbol `name` (its string table holds it).
+bool defines(const std::string& cubin, const std::string& name) {
+  return cubin.find(std::string(1, '\0') + name + std::string(1, '\0')) != std::string::npos;
+}
+
+TEST_F(CubinCache, KernelsCompiledTogetherAreEachFiledUnderTheirOwnSource) {
+  // Four kernels of one shape (one entry name), one repeated: NVRTC runs
+  // once per program, every kernel finds its renamed entry in its cubin,
+  // the kernels of a program share its modules.
+  const std::vector<Kernel> kernels = {gelu_kernel(1.0), gelu_kernel(2.0), gelu_kernel(3.0), gelu_kernel(2.0),
+                                       gelu_kernel(4.0)};
+  std::vector<CudaKernelRequest> requests;
+  for (const Kernel& kernel : kernels) requests.push_back({&kernel, default_launch_config(kernel)});
+  const CudaKernelCacheCounts start = cuda_kernel_cache_counts();
+  const std::vector<CudaKernelResult> first = compile_cuda_kernels(requests, kArch, 4);
+  const CudaKernelCacheCounts compiled = cuda_kernel_cache_counts();
+  const size_t per_program = kernels_per_program(4);
+  EXPECT_EQ(compiled.compiled - start.compiled, 4) << "the repeat compiles once";
+  EXPECT_EQ(compiled.programs - start.programs, static_cast<int64_t>((4 + per_program - 1) / per_program));
+  EXPECT_EQ(compiled.memory_hits - start.memory_hits, 1) << "the repeat";
+  ASSERT_EQ(first.size(), kernels.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    ASSERT_TRUE(first[i].kernel) << i << ": " << first[i].error;
+    const CudaKernel& k = *first[i].kernel;
+    EXPECT_TRUE(is_elf(k.cubin));
+    EXPECT_TRUE(is_program_entry_of(k.source.scalar.name, generate_cuda_source(kernels[i]).scalar.name));
+    EXPECT_TRUE(defines(k.cubin, k.source.scalar.name)) << k.source.scalar.name;
+    if (!k.source.vector.name.empty()) EXPECT_TRUE(defines(k.cubin, k.source.vector.name));
+    EXPECT_EQ(k.source.text, generate_cuda_source(kernels[i]).text) << "the kernel keeps its own text";
+    EXPECT_EQ(first[i].compiled_now, i != 3);
+  }
+  EXPECT_EQ(first[3].kernel.get(), first[1].kernel.get());
+  if (per_program > 1) {
+    EXPECT_EQ(first[0].kernel->modules.get(), first[1].kernel->modules.get()) << "one program, one module";
+    EXPECT_NE(first[0].kernel->source.scalar.name, first[1].kernel->source.scalar.name);
+  }
+
+  // A new process: every kernel from the disk under its own source's key,
+  // with the entry name of its program; no NVRTC.
+  clear_cuda_kernel_memory_cache();
+  const std::vector<CudaKernelResult> again = compile_cuda_kernels(requests, kArch, 4);
+  const CudaKernelCacheCounts read = cuda_kernel_cache_counts();
+  EXPECT_EQ(read.compiled, compiled.compiled);
+  EXPECT_EQ(read.disk_hits - compiled.disk_hits, 4);
+  for (size_t i = 0; i < again.size(); ++i) {
+    ASSERT_TRUE(again[i].kernel) << again[i].error;
+    EXPECT_FALSE(again[i].compiled_now);
+    EXPECT_EQ(again[i].kernel->cubin, first[i].kernel->cubin);
+    EXPECT_EQ(again[i].kernel->source.scalar.name, first[i].kernel->source.scalar.name);
+    EXPECT_EQ(again[i].kernel->source.vector.name, first[i].kernel->source.vector.name);
+  }
+  if (per_program > 1) EXPECT_EQ(again[0].kernel->modules.get(), again[1].kernel->modules.get());
+
+  // One kernel alone through compile_cuda_cached: the program's cubin.
+  clear_cuda_kernel_memory_cache();
+  bool compiled_now = true;
+  const auto alone = compile_cuda_cached(kernels[1], kArch, &compiled_now);
+  EXPECT_FALSE(compiled_now);
+  EXPECT_EQ(alone->source.scalar.name, first[1].kernel->source.scalar.name);
+
+  // cached_cubin looks entries up by their own names: a program's cubin is
+  // no hit there, and the kernel compiles alone.
+  const CudaSource source = generate_cuda_source(kernels[1]);
+  CubinOrigin origin = CubinOrigin::Disk;
+  const std::string own = cached_cubin(source.text, source.scalar.name, kArch, &origin);
+  if (per_program > 1) {
+    EXPECT_EQ(origin, CubinOrigin::Compiled);
+    EXPECT_TRUE(defines(own, source.scalar.name));
+  }
+}
+
+TEST_F(CubinCache, OneKernelPerProgramCompilesAsBefore) {
+  // A single kernel's program is its own source: the cubin and the entry
+  // name cached_cubin would make.
+  const Kernel kernel = gelu_kernel(5.0);
+  const CudaSource source = generate_cuda_source(kernel);
+  const std::vector<CudaKernelResult> results =
+      compile_cuda_kernels({CudaKernelRequest{&kernel, default_launch_config(kernel)}}, kArch, 1);
+  ASSERT_TRUE(results[0].kernel) << results[0].error;
+  EXPECT_EQ(results[0].kernel->source.scalar.name, source.scalar.name);
+  CubinOrigin origin = CubinOrigin::Compiled;
+  EXPECT_EQ(cached_cubin(source.text, source.scalar.name, kArch, &origin), results[0].kernel->cubin);
+  EXPECT_EQ(origin, CubinOrigin::Disk);
+}
+
+TEST(KernelsPerProgram, KeepsEveryWorkerBusyAndCapsPrograms) {
+  EXPECT_EQ(kernels_per_program(0), 1u);
+  EXPECT_EQ(kernels_per_program(1), 1u);
+  EXPECT_GE(kernels_per_program(1000), kernels_per_program(10));
+  EXPECT_LE(kernels_per_program(100000), 8u) << "KILN_NVRTC_KERNELS_PER_PROGRAM unset: at most 8";
 }
 
 }  // namespace
