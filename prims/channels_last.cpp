@@ -30,9 +30,11 @@ namespace kiln::prims {
 // channels-last and the next convolution's input needs no copy.
 // Where the traced layout must hold, a clone restores it: the graph's
 // outputs (the caller sees eager's strides) and the tensors other torch
-// calls read (their result metas were traced for those layouts; a pooling
-// call between convolutions costs a copy back, which fuses into the kernel
-// making its input). A clone whose traced result had another layout than
+// calls read (their result metas were traced for those layouts). Torch's
+// 2-d poolings are the exception: their kernels follow the input's memory
+// format (checked on CPU for each; CUDA's do the same), so a channels-last
+// map goes in as it is and their 4-d results are channels-last, where a
+// ResNet stem's max pool used to cost a copy back and one forth. A clone whose traced result had another layout than
 // its input (a decomposition's explicit contiguous copy) keeps making that
 // layout, and is dropped where its input has that layout now (ConvNeXt's
 // permuted channels-last maps are contiguous rows already).
@@ -54,6 +56,16 @@ using graph::TensorMeta;
 
 bool is_conv2d(const PrimNode& node) {
   return node.prim == Prim::Extern && node.attrs.target_name == "F.conv2d";
+}
+
+// Torch's 2-d poolings, whose CPU and CUDA kernels follow their input's
+// memory format: a channels-last map in, channels-last results out (a max
+// pool's indices too), so the plan hands them the map as it is.
+bool is_pool2d(const PrimNode& node) {
+  if (node.prim != Prim::Extern) return false;
+  const std::string& name = node.attrs.target_name;
+  return name == "F.max_pool2d" || name == "F.avg_pool2d" || name == "F.adaptive_max_pool2d" ||
+         name == "F.adaptive_avg_pool2d";
 }
 
 // The value an extern argument names, or -1.
@@ -116,6 +128,8 @@ class Planner {
       for (const PrimNode& node : old_.nodes()) {
         if (is_conv2d(node)) {
           convolution(node);
+        } else if (is_pool2d(node) && pools_channels_last(node)) {
+          pool(node);
         } else if (node.prim == Prim::Extern) {
           other_call(node);
         } else if (!reads_changed(node)) {
@@ -204,6 +218,31 @@ class Planner {
       metas.push_back(std::move(meta));
     }
     ++plan_.convolutions;
+    add_extern(node, reading, metas);
+  }
+
+  // Whether a pooling reads a map the plan made channels-last (and writes
+  // none of its arguments).
+  bool pools_channels_last(const PrimNode& node) const {
+    const int x = arg_value(node.attrs.extern_args, 0);
+    return x >= 0 && old_.value(x).meta.sizes.size() == 4 && changed(x) &&
+           suggests_channels_last(plan_.graph.value(map_[x]).meta) && !extern_writes_arguments(node.attrs);
+  }
+
+  // A pooling of a channels-last map: its 4-d results channels-last too;
+  // any other changed value it reads gets its traced layout back.
+  void pool(const PrimNode& node) {
+    std::vector<int> reading = map_;
+    const int x = arg_value(node.attrs.extern_args, 0);
+    for (int id : node_reads(node)) {
+      if (id != x && changed(id)) reading[id] = restored(id);
+    }
+    std::vector<TensorMeta> metas;
+    for (int id : node.outputs) {
+      TensorMeta meta = old_.value(id).meta;
+      if (meta.sizes.size() == 4) meta.strides = strides_for(meta.sizes, MemoryFormat::ChannelsLast);
+      metas.push_back(std::move(meta));
+    }
     add_extern(node, reading, metas);
   }
 

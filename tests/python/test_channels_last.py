@@ -44,11 +44,14 @@ class ConvInputs(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.layouts = []
+        self.pools = []  # whether each max pool's input is channels-last
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name == "convolution":
             self.layouts.append(channels_last(args[0], args[1]))
+        elif name.startswith("max_pool2d") and "backward" not in name:
+            self.pools.append(channels_last(args[0]))
         elif name == "convolution_backward":
             self.layouts.append(channels_last(args[0], args[1], args[2]))
         return func(*args, **(kwargs or {}))
@@ -94,6 +97,8 @@ def test_inference_runs_every_convolution_channels_last_and_equals_eager():
             assert_same(compiled(x), want)
     assert kiln.stats()["channels_last_convolutions"] == 5, kiln.stats()
     assert seen.layouts == [True] * 5, seen.layouts
+    # The max pool between convolutions takes the channels-last map as it is.
+    assert seen.pools == [True], seen.pools
 
 
 def test_training_gradients_equal_eager():

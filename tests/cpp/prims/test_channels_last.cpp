@@ -78,15 +78,15 @@ TEST(ChannelsLast, OtherCallsReadTheirTracedLayoutsAndRedundantCopiesGo) {
   // A decomposition's explicit contiguous copy of a permuted map (a layer
   // norm's rows): contiguous already once the map is channels-last.
   const int rows = b.clone(b.permute(c, {0, 2, 3, 1}), MemoryFormat::Contiguous);
-  test::PyRef pool = test::eval("torch.nn.functional.max_pool2d");
-  const int pooled = b.extern_call(pool.get(), "F.max_pool2d",
+  test::PyRef pixel_shuffle = test::eval("torch.nn.functional.pixel_shuffle");
+  const int pooled = b.extern_call(pixel_shuffle.get(), "F.pixel_shuffle",
                                    {graph::Arg::of_node(c), graph::Arg::of_constant(test::eval("2").get())}, {},
-                                   {f32({2, 4, 3, 3})}, /*pure=*/true, /*fresh=*/true)[0];
+                                   {f32({2, 1, 12, 12})}, /*pure=*/true, /*fresh=*/true)[0];
   graph.set_outputs({b.unary(Prim::Abs, rows), pooled});
   std::string why;
   const std::optional<ChannelsLastPlan> plan = plan_channels_last(graph, &why);
   ASSERT_TRUE(plan) << why;
-  // x and w in, and the pooling call's input back to contiguous; the rows'
+  // x and w in, and the torch call's input back to contiguous; the rows'
   // copy is dropped.
   EXPECT_EQ(plan->copies, 3);
   EXPECT_EQ(kiln::test::count_prims(plan->graph, Prim::Clone), 3);
@@ -95,6 +95,53 @@ TEST(ChannelsLast, OtherCallsReadTheirTracedLayoutsAndRedundantCopiesGo) {
   EXPECT_EQ(read.strides, graph::contiguous_strides(read.sizes));
   kiln::test::expect_same_results(graph, plan->graph, {"torch.randn(2, 3, 8, 8)", "torch.randn(4, 3, 3, 3)"},
                             /*exact=*/false);
+}
+
+TEST(ChannelsLast, PoolingsTakeChannelsLastMapsAsTheyAre) {
+  // conv -> max pool (with indices) -> conv, an average pool of the result
+  // returned: the pools read the channels-last maps without a copy, their
+  // results are channels-last, and only the returned value is restored.
+  for (const bool indices : {false, true}) {
+    PrimGraph graph;
+    PrimBuilder b(graph);
+    const int x = graph.add_input(f32({2, 3, 9, 9}));
+    const int w = graph.add_input(f32({4, 3, 3, 3}));
+    const int w2 = graph.add_input(f32({5, 4, 1, 1}));
+    const int c = conv2d(graph, x, w);
+    test::PyRef max_pool = test::eval("torch.nn.functional.max_pool2d");
+    std::vector<std::pair<std::string, graph::Arg>> kwargs;
+    if (indices) kwargs.emplace_back("return_indices", graph::Arg::of_constant(test::eval("True").get()));
+    std::vector<graph::TensorMeta> metas = {f32({2, 4, 2, 2})};
+    if (indices) {
+      graph::TensorMeta index = f32({2, 4, 2, 2});
+      index.dtype = graph::DType::Int64;
+      metas.push_back(index);
+    }
+    const std::vector<int> pooled =
+        b.extern_call(max_pool.get(), "F.max_pool2d",
+                      {graph::Arg::of_node(c), graph::Arg::of_constant(test::eval("3").get())}, kwargs, metas,
+                      /*pure=*/true, /*fresh=*/true);
+    const int c2 = conv2d(graph, b.unary(Prim::Abs, pooled[0]), w2);
+    test::PyRef avg_pool = test::eval("torch.nn.functional.adaptive_avg_pool2d");
+    const int averaged =
+        b.extern_call(avg_pool.get(), "F.adaptive_avg_pool2d",
+                      {graph::Arg::of_node(c2), graph::Arg::of_constant(test::eval("(1, 2)").get())}, {},
+                      {f32({2, 5, 1, 2})}, /*pure=*/true, /*fresh=*/true)[0];
+    graph.set_outputs(indices ? std::vector<int>{averaged, pooled[1]} : std::vector<int>{averaged});
+    std::string why;
+    const std::optional<ChannelsLastPlan> plan = plan_channels_last(graph, &why);
+    ASSERT_TRUE(plan) << why;
+    for (const PrimNode& node : plan->graph.nodes()) {
+      if (node.prim != Prim::Extern || node.attrs.target_name == "F.conv2d") continue;
+      EXPECT_TRUE(channels_last(plan->graph, node.attrs.extern_args[0].node)) << node.attrs.target_name;
+      for (int out : node.outputs) EXPECT_TRUE(channels_last(plan->graph, out)) << node.attrs.target_name;
+    }
+    // x, w, w2 in; the returned average (and indices) back.
+    EXPECT_EQ(plan->copies, indices ? 5 : 4);
+    std::vector<std::string> inputs = {"torch.randn(2, 3, 9, 9)", "torch.randn(4, 3, 3, 3)",
+                                       "torch.randn(5, 4, 1, 1)"};
+    kiln::test::expect_same_results(graph, plan->graph, inputs, /*exact=*/false);
+  }
 }
 
 TEST(ChannelsLast, GraphsItCannotLayOutAreRefusedWithTheReason) {
