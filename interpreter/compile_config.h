@@ -167,6 +167,7 @@ class ContextDepthScope {
   X(kernel_buffers_reused)    \
   X(cuda_kernels_compiled)    \
   X(cuda_kernel_cache_hits_disk) \
+  X(cuda_nvrtc_programs)      \
   X(gemm_kernels)             \
   X(cuda_graphs_captured)     \
   X(kernels_autotuned)        \

@@ -47,6 +47,7 @@ void count_kernels(const CacheCounts& before, const inductor::FusedGraph& fused)
       after.cpu.disk_rejected - before.cpu.disk_rejected + after.cuda.disk_rejected - before.cuda.disk_rejected;
   s.cuda_kernels_compiled += after.cuda.compiled - before.cuda.compiled;
   s.cuda_kernel_cache_hits_disk += after.cuda.disk_hits - before.cuda.disk_hits;
+  s.cuda_nvrtc_programs += after.cuda.programs - before.cuda.programs;
   s.kernel_buffers_reused += fused.reused_buffers;
   s.gemm_kernels += fused.gemms;
 }

@@ -124,3 +124,38 @@ def test_damaged_cubins_are_recompiled_and_rewritten(tmp_path, damage):
     assert {name: (cache / name).read_bytes() for name in names} == good, "rewritten whole"
     third, _ = run_model(env)
     assert third["cuda_kernel_cache_hits_disk"] == len(names) and third["cuda_kernels_compiled"] == 0, third
+
+
+# Six reductions of six differently shaped inputs: six kernels, compiled a
+# few to an NVRTC program (Note [Kernels compiled together]).
+SIX_KERNELS = textwrap.dedent("""
+    import json
+    import torch
+    import kiln
+    kiln.config.cuda_kernels = True
+    torch.manual_seed(0)
+
+    def f(*xs):
+        return [torch.tanh(x * (i + 2)).sum(-1) for i, x in enumerate(xs)]
+
+    xs = [torch.randn(32 + i, 64 + 8 * i, device="cuda") for i in range(6)]
+    got = kiln.compile(f, backend="inductor")(*xs)
+    for g, w in zip(got, f(*xs)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    print(json.dumps(kiln.stats()))
+""")
+
+
+def test_kernels_compiled_together_load_from_the_disk_in_a_new_process(tmp_path):
+    # One NVRTC worker's worth of parallelism (in process): the six kernels
+    # go three to a program; a second process loads each from its own entry.
+    env = environment(KILN_CACHE_DIR=str(tmp_path), KILN_NVRTC_WORKERS="0")
+    first = json.loads(subprocess.run([sys.executable, "-c", SIX_KERNELS], env=env, capture_output=True, text=True,
+                                      timeout=300, check=True).stdout.strip().splitlines()[-1])
+    assert first["cuda_kernels_compiled"] == 6, first
+    assert first["cuda_nvrtc_programs"] == 2, first
+    assert len(cubins(tmp_path)) == 6
+    second = json.loads(subprocess.run([sys.executable, "-c", SIX_KERNELS], env=env, capture_output=True, text=True,
+                                       timeout=300, check=True).stdout.strip().splitlines()[-1])
+    assert second["cuda_kernels_compiled"] == 0 and second["cuda_nvrtc_programs"] == 0, second
+    assert second["cuda_kernel_cache_hits_disk"] == 6, second
