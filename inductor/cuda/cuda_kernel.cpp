@@ -152,7 +152,7 @@ class KernelBatch {
   std::vector<CudaSource> sources_;
   std::vector<CudaKernelResult> out_;
   std::vector<std::shared_ptr<CudaKernel>> made_;  // per request: compiled or read here
-  std::vector<bool> from_nvrtc_;
+  std::vector<char> from_nvrtc_;  // per request; not vector<bool>: threads write neighbours
 };
 
 // A kernel of `cubin`, sharing `modules` with the other kernels of its
@@ -196,14 +196,14 @@ void KernelBatch::compile_program(const std::vector<size_t>& members) {
     const size_t i = members[j];
     store_cubin(sources_[i].text, arch_, StoredCubin{cubin, renamed[j].scalar.name}, ms);
     made_[i] = make(std::move(renamed[j]), cubin, modules);
-    from_nvrtc_[i] = true;
+    from_nvrtc_[i] = 1;
   }
 }
 
 std::vector<CudaKernelResult> KernelBatch::run(size_t threads) {
   MemoryCache& cache = memory_cache();
   made_.assign(requests_.size(), nullptr);
-  from_nvrtc_.assign(requests_.size(), false);
+  from_nvrtc_.assign(requests_.size(), 0);
   // The first request of each source missing from the memory cache; a
   // repeat (identical layers) takes the first's kernel.
   std::vector<size_t> misses;
