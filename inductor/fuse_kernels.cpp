@@ -3,7 +3,6 @@
 #include <structmember.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <set>
@@ -33,6 +32,7 @@
 #include "prims/subgraph.h"
 #include "runtime/aten_bridge.h"
 #include "base/log.h"
+#include "base/parallel_for.h"
 #include "base/stopwatch.h"
 #include "base/py_ref.h"
 
@@ -315,19 +315,7 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
     nameless.name.clear();
     (seen.emplace(format_kernel(nameless), i).second ? firsts : repeats).push_back(i);
   }
-  const size_t threads = std::min(firsts.size(), compile_threads());
-  if (threads <= 1) {
-    for (size_t i : firsts) compile(i);
-  } else {
-    std::atomic<size_t> next{0};
-    std::vector<std::thread> workers;
-    for (size_t t = 0; t < threads; ++t) {
-      workers.emplace_back([&] {
-        for (size_t k = next++; k < firsts.size(); k = next++) compile(firsts[k]);
-      });
-    }
-    for (std::thread& worker : workers) worker.join();
-  }
+  base::parallel_for(firsts.size(), compile_threads(), [&](size_t k) { compile(firsts[k]); });
   for (size_t i : repeats) compile(i);
   return out;
 }

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
-#include <thread>
 #include <unordered_map>
 
 #include "inductor/cuda/cubin_cache.h"
@@ -13,6 +12,7 @@
 #include "inductor/cuda/nvrtc_workers.h"
 #include "inductor/kernel_manifest.h"
 #include "base/log.h"
+#include "base/parallel_for.h"
 #include "base/stopwatch.h"
 
 namespace kiln::inductor::cuda {
@@ -264,19 +264,7 @@ std::vector<CudaKernelResult> KernelBatch::run(size_t threads) {
   for (size_t k = 0; k < to_compile.size(); k += per_program) {
     programs.emplace_back(to_compile.begin() + k, to_compile.begin() + std::min(to_compile.size(), k + per_program));
   }
-  const size_t workers = std::min(programs.size(), std::max<size_t>(threads, 1));
-  if (workers <= 1) {
-    for (const std::vector<size_t>& program : programs) compile_program(program);
-  } else {
-    std::atomic<size_t> next{0};
-    std::vector<std::thread> pool;
-    for (size_t t = 0; t < workers; ++t) {
-      pool.emplace_back([&] {
-        for (size_t p = next++; p < programs.size(); p = next++) compile_program(programs[p]);
-      });
-    }
-    for (std::thread& thread : pool) thread.join();
-  }
+  base::parallel_for(programs.size(), threads, [&](size_t p) { compile_program(programs[p]); });
   // Into the memory cache: a kernel another call put there first wins (its
   // NVRTC run or disk read here is still counted by the cubin cache).
   {
