@@ -9,6 +9,7 @@
 #include <string>
 
 #include "inductor/kernel_ir.h"
+#include "inductor/reduction_split.h"
 
 namespace kiln::inductor::cpu {
 
@@ -18,7 +19,9 @@ namespace kiln::inductor::cpu {
 // data[0 .. inputs) are the inputs' element pointers, then data[inputs ..
 // inputs + outputs) the outputs'; each input's Kernel offset (elements) is
 // added to its pointer. sizes[0 .. rank) is the iteration space and must
-// equal Kernel::sizes (sizes and strides are compiled in as constants). A
+// equal Kernel::sizes; the words after them are the strides Note [Run-time
+// outer layout] has the code read (fill_abi_sizes). Every other size and
+// stride is compiled in as a constant. A
 // call computes the points whose index in parallel_dim(kernel) lies in
 // [begin, end), every other dim whole; calls over disjoint ranges may run
 // at once on several threads (run_cpu_kernel splits large kernels so, Note
@@ -52,6 +55,32 @@ struct CpuKernel {
 
 // True when this build can compile kernels (built with LLVM 16).
 bool cpu_codegen_available();
+
+// How many leading dims of a kernel its code reads the sizes of, and the
+// operands' strides along, from the ABI's sizes at run time (Note
+// [Run-time outer layout]): one compiled kernel serves every kernel that
+// differs from it only there.
+struct RuntimeOuterDims {
+  int sizes = 0;    // sizes[d] for d < sizes
+  int strides = 0;  // per operand k (inputs, then outputs), its stride along d < strides
+};
+
+// The run-time dims of `kernel`, split as `split` (split_reduction's plan).
+RuntimeOuterDims runtime_outer_dims(const Kernel& kernel, const ReductionSplit& split);
+RuntimeOuterDims runtime_outer_dims(const Kernel& kernel);
+
+// Words of the ABI's sizes array for `kernel` with `dims`: the iteration
+// space, then the run-time strides (Note [Run-time outer layout]).
+size_t abi_size_words(const Kernel& kernel, const RuntimeOuterDims& dims);
+
+// Writes those words into `words` (abi_size_words of them).
+void fill_abi_sizes(const Kernel& kernel, const RuntimeOuterDims& dims, int64_t* words);
+
+// Everything about `kernel` that decides its machine code, as text (the
+// kernel cache's key text): format_kernel without the name, the run-time
+// sizes and nonzero strides written -1, the outputs' tensor shapes (which
+// only the runner reads) left out when any dim is run-time.
+std::string kernel_code_text(const Kernel& kernel);
 
 // Compiles `kernel` for the host CPU. Throws CodegenError.
 CpuKernel compile_cpu_kernel(const Kernel& kernel, bool keep_ir = false);

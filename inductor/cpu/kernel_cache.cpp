@@ -28,7 +28,8 @@ namespace kiln::inductor::cpu {
 // LLVM's version; whether glibc's libmvec was found (kernels call its vector
 // functions only when it was); and last the kernel's kind ("kernel" for
 // Kernel IR, "gemm" for the generated matrix products) and text
-// (format_kernel with the name left out, format_gemm_spec). Two processes of one kiln build on one machine compute the
+// (kernel_code_text: format_kernel with the name left out, Note [Run-time
+// outer size]; format_gemm_spec). Two processes of one kiln build on one machine compute the
 // same key for the same kernel; anything that may change the machine code
 // changes the key. The memory cache uses the same keys, so identical
 // kernels of one process (the 64 layers of a model) compile once.
@@ -175,18 +176,12 @@ Sha256Digest text_cache_key(const std::string& kind, const std::string& text) {
 
 }  // namespace
 
-Sha256Digest kernel_cache_key(const Kernel& kernel) {
-  Kernel unnamed = kernel;
-  unnamed.name = "";
-  return text_cache_key("kernel", format_kernel(unnamed));
-}
+Sha256Digest kernel_cache_key(const Kernel& kernel) { return text_cache_key("kernel", kernel_code_text(kernel)); }
 
 CpuKernel compile_cached(const Kernel& kernel, KernelSource* source) {
   // Without LLVM there is nothing to key or load; this throws the usual error.
   if (!cpu_codegen_available()) return compile_cpu_kernel(kernel);
-  Kernel unnamed = kernel;
-  unnamed.name = "";
-  const std::string text = format_kernel(unnamed);
+  const std::string text = kernel_code_text(kernel);
   if (kernel_manifest_on()) record_kernel("kernel", text, [&kernel] { return kernel_ir_text(kernel); });
   return compile_cached_text("kernel", text, kernel.name,
                              [&kernel] { return compile_cpu_kernel(kernel); }, source);

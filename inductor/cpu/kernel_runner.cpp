@@ -101,10 +101,18 @@ void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* cons
     call_split_kernel(compiled, kernel, split, data, threads);
     return;
   }
+  // The sizes array, with the strides the code reads at run time (Note
+  // [Run-time outer layout]): on the stack for all but the widest kernels.
+  const RuntimeOuterDims outer = runtime_outer_dims(kernel, split);
+  const size_t words = abi_size_words(kernel, outer);
+  int64_t small[64];
+  std::vector<int64_t> large(words > 64 ? words : 0);
+  int64_t* sizes = words > 64 ? large.data() : small;
+  fill_abi_sizes(kernel, outer, sizes);
   const int dim = parallel_dim(kernel);
   const int64_t extent = dim < 0 ? 1 : kernel.sizes[dim];
   if (numel < kParallelMinElements || threads <= 1 || extent <= 1) {
-    compiled.fn(data, kernel.sizes.data(), 0, extent);
+    compiled.fn(data, sizes, 0, extent);
     return;
   }
   // Four ranges per thread, taken as threads come free, so one slowed by
@@ -116,7 +124,7 @@ void call_cpu_kernel(const CpuKernel& compiled, const Kernel& kernel, char* cons
   chunks = (extent + step - 1) / step;
   parallel_run(static_cast<int>(chunks), threads, [&](int chunk) {
     const int64_t begin = chunk * step;
-    compiled.fn(data, kernel.sizes.data(), begin, std::min(extent, begin + step));
+    compiled.fn(data, sizes, begin, std::min(extent, begin + step));
   });
 }
 

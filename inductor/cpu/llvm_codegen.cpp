@@ -156,6 +156,8 @@ class Codegen {
   llvm::IRBuilder<> builder_;
   std::vector<Value*> bases_;  // per operand: its first element
   std::vector<Value*> sizes_;  // per dim
+  RuntimeOuterDims outer_;     // dims read at run time (Note [Run-time outer layout])
+  std::vector<std::vector<Value*>> outer_strides_;  // per pointer operand, per outer dim: null for stride 0
   llvm::MDNode* loads_noalias_ = nullptr;
   std::vector<llvm::MDNode*> store_scope_, store_noalias_;  // per output
   Value* begin_ = nullptr;
@@ -549,9 +551,13 @@ std::vector<Value*> Codegen::advance(const std::vector<Value*>& offsets, size_t 
   std::vector<Value*> inner(offsets.size());
   for (size_t k = 0; k < offsets.size(); ++k) {
     const int64_t stride = operand_stride(k, d);
-    inner[k] = stride == 0 ? offsets[k]
-                           : builder_.CreateAdd(offsets[k], builder_.CreateMul(i, builder_.getInt64(stride), "", false, true),
-                                                "", false, true);
+    if (stride == 0) {
+      inner[k] = offsets[k];
+      continue;
+    }
+    Value* step = k < outer_strides_.size() && static_cast<int>(d) < outer_.strides ? outer_strides_[k][d]
+                                                                                   : builder_.getInt64(stride);
+    inner[k] = builder_.CreateAdd(offsets[k], builder_.CreateMul(i, step, "", false, true), "", false, true);
   }
   return inner;
 }
@@ -1106,13 +1112,26 @@ void Codegen::emit(const std::string& name) {
     index_operand_[id] = static_cast<int>(operands + index_exprs_.size());
     index_exprs_.push_back(static_cast<int>(id));
   }
-  // Sizes are compiled in (the ABI's sizes must equal them).
-  for (int64_t size : kernel_.sizes) sizes_.push_back(builder_.getInt64(size));
+  // Sizes and strides are compiled in (the ABI's sizes must equal them),
+  // but for the outer dims' (Note [Run-time outer layout]).
+  split_ = split_reduction(kernel_);
+  outer_ = runtime_outer_dims(kernel_, split_);
+  llvm::Argument* words = function->getArg(1);
+  auto word = [&](size_t w) -> Value* { return builder_.CreateLoad(i64, builder_.CreateConstInBoundsGEP1_64(i64, words, w)); };
+  for (size_t d = 0; d < kernel_.sizes.size(); ++d) {
+    sizes_.push_back(static_cast<int>(d) < outer_.sizes ? word(d) : builder_.getInt64(kernel_.sizes[d]));
+  }
+  outer_strides_.assign(operands, {});
+  for (size_t k = 0; k < operands; ++k) {
+    for (int d = 0; d < outer_.strides; ++d) {
+      outer_strides_[k].push_back(operand_stride(k, d) == 0 ? nullptr
+                                                            : word(kernel_.sizes.size() + k * outer_.strides + d));
+    }
+  }
   stage_ = expr_stages(kernel_);
   varies_ = expr_varies(kernel_);
   phases_ = 0;
   for (int s : stage_) phases_ = std::max(phases_, s);
-  split_ = split_reduction(kernel_);
   plan_stash();
   lanes_.assign(kernel_.exprs.size(), nullptr);
   if (tile_dim(kernel_) >= 0) {
@@ -1168,29 +1187,6 @@ std::string kernel_ir_text(const Kernel& kernel) {
   return emit_ir_text("kiln_kernel", [&](llvm::LLVMContext& context, llvm::Module& module) {
     Codegen(kernel, context, module).emit("kiln_kernel");
   });
-}
-
-CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
-                     bool keep_ir) {
-  JitModulePtr handle(new JitModule());
-  handle->context = std::make_unique<llvm::LLVMContext>();
-  handle->module = std::make_unique<llvm::Module>(symbol, *handle->context);
-  CpuKernel result;
-  try {
-    emit(*handle->context, *handle->module);
-    if (keep_ir) {
-      llvm::raw_string_ostream ir(result.llvm_ir);
-      handle->module->print(ir, nullptr);
-    }
-    JitResult compiled = jit_compile(std::move(handle), symbol, keep_ir);
-    result.fn = reinterpret_cast<CpuKernelFn>(compiled.address);
-    result.optimized_llvm_ir = std::move(compiled.optimized_ir);
-    result.symbol = symbol;
-    result.object = std::move(compiled.object);
-  } catch (const JitError& error) {
-    throw CodegenError(error.what());
-  }
-  return result;
 }
 
 }  // namespace kiln::inductor::cpu

@@ -218,4 +218,27 @@ std::string emit_ir_text(const std::string& symbol,
   return text;
 }
 
+CpuKernel jit_kernel(const std::string& symbol, const std::function<void(llvm::LLVMContext&, llvm::Module&)>& emit,
+                     bool keep_ir) {
+  JitModulePtr handle(new JitModule());
+  handle->context = std::make_unique<llvm::LLVMContext>();
+  handle->module = std::make_unique<llvm::Module>(symbol, *handle->context);
+  CpuKernel result;
+  try {
+    emit(*handle->context, *handle->module);
+    if (keep_ir) {
+      llvm::raw_string_ostream ir(result.llvm_ir);
+      handle->module->print(ir, nullptr);
+    }
+    JitResult compiled = jit_compile(std::move(handle), symbol, keep_ir);
+    result.fn = reinterpret_cast<CpuKernelFn>(compiled.address);
+    result.optimized_llvm_ir = std::move(compiled.optimized_ir);
+    result.symbol = symbol;
+    result.object = std::move(compiled.object);
+  } catch (const JitError& error) {
+    throw CodegenError(error.what());
+  }
+  return result;
+}
+
 }  // namespace kiln::inductor::cpu
