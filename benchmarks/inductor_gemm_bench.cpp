@@ -79,7 +79,7 @@ struct Setup {
     spec = *made;
     compiled = inductor::cpu::compile_gemm_cached(spec);
     bool compiled_now = false;
-    node = inductor::make_gemm_call(am, bm, inductor::MatmulPolicy::Kiln, &compiled_now);
+    node = inductor::make_gemm_call(am, bm, inductor::MatmulPolicy::Kiln, false, &compiled_now);
     ok = static_cast<bool>(node);
   }
 };

@@ -418,12 +418,13 @@ std::optional<std::vector<int>> unit_order(const prims::PrimGraph& graph, const 
 // nodes]) and returns its value, or -1 when the generated kernel does not
 // apply or does not compile (logged; the node is then copied as it is).
 int gemm_node(prims::PrimGraph& out, const prims::PrimGraph& graph, const prims::PrimNode& node,
-              const std::vector<int>& map, MatmulPolicy policy, int* compiled) {
+              const std::vector<int>& map, const KernelTargets& targets, int* compiled) {
   const int a = node.args.at(0).value, b = node.args.at(1).value;
   PyRef call;
   bool compiled_now = false;
   try {
-    call = make_gemm_call(graph.value(a).meta, graph.value(b).meta, policy, &compiled_now);
+    call = make_gemm_call(graph.value(a).meta, graph.value(b).meta, targets.cpu_matmul, targets.gemm_rows_at_run_time,
+                          &compiled_now);
   } catch (const std::exception& e) {
     KILN_LOG(prims, "matmul left to torch: " << e.what());
     return -1;
@@ -715,7 +716,7 @@ FusedGraph emit_kernel_graph(const KernelPlan& plan, const std::vector<LoweredKe
     }
     const prims::PrimNode& node = graph.node(node_of_unit[unit]);
     if (on_cpu && node.prim == prims::Prim::Matmul && targets.cpu_matmul != MatmulPolicy::Aten) {
-      const int made = gemm_node(*out.graph, graph, node, map, targets.cpu_matmul, &out.compiled);
+      const int made = gemm_node(*out.graph, graph, node, map, targets, &out.compiled);
       if (made >= 0) {
         map[node.outputs[0]] = made;
         ++out.gemms;

@@ -36,6 +36,7 @@ struct KernelTargets {
   bool autotune = false;
   std::function<void()> autotuned;
   MatmulPolicy cpu_matmul = MatmulPolicy::Auto;  // who computes CPU matmul nodes (Note [GEMM nodes])
+  bool gemm_rows_at_run_time = false;             // Note [GEMM rows at run time]
 };
 
 // Inductor's passes, in the order the compile pipeline runs them

@@ -215,11 +215,12 @@ std::optional<MatmulPolicy> matmul_policy_from_name(const std::string& name) {
 }
 
 PyRef make_gemm_call(const graph::TensorMeta& a, const graph::TensorMeta& b, MatmulPolicy policy,
-                     bool* compiled_now) {
+                     bool rows_at_run_time, bool* compiled_now) {
   *compiled_now = false;
   if (policy == MatmulPolicy::Aten) return PyRef();
-  const std::optional<cpu::GemmSpec> spec = cpu::make_gemm_spec(a, b);
+  std::optional<cpu::GemmSpec> spec = cpu::make_gemm_spec(a, b);
   if (!spec) return PyRef();
+  spec->rows_at_run_time = rows_at_run_time;
   auto node = std::make_shared<GemmNode>();
   node->spec = *spec;
   node->key = cpu::format_gemm_spec(*spec);

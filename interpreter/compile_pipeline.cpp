@@ -64,6 +64,7 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   targets.autotune = settings.autotune;
   targets.autotuned = [] { stats().kernels_autotuned++; };
   targets.cpu_matmul = settings.cpu_matmul;
+  targets.gemm_rows_at_run_time = settings.size_instance;
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);
@@ -106,8 +107,10 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
     const std::string refusal = size_instance_refusal(graph);
     if (refusal.empty()) {
       KILN_LOG(dynamic, name << ": symbolic sizes, compiled per size");
-      return size_instance_executor(graph, name, [backend, settings](const graph::Graph& g, const std::string& what) {
-        return compile_resolved(g, backend, settings, what);
+      Settings instance = settings;
+      instance.size_instance = true;
+      return size_instance_executor(graph, name, [backend, instance](const graph::Graph& g, const std::string& what) {
+        return compile_resolved(g, backend, instance, what);
       });
     }
     KILN_LOG(dynamic, name << ": symbolic sizes, not compiled per size: " << refusal);

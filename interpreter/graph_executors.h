@@ -34,6 +34,10 @@ struct Settings {
   // Compiled inside DistributedDataParallel's forward: its bucket size, by
   // which training graphs are cut (Note [Gradient buckets]); 0 otherwise.
   int64_t gradient_bucket_bytes = 0;
+  // One size of a graph with symbolic sizes (Note [Size instances]): its
+  // GEMMs read m at run time (Note [GEMM rows at run time]), a slower
+  // compile that every later size reuses.
+  bool size_instance = false;
 };
 
 // `config`'s settings, with the process-wide kiln.config now for the rest.

@@ -27,11 +27,27 @@ namespace kiln::inductor::cpu {
 // vector when n is at most a vector (attention's 16-wide heads), so no
 // vector of padding is computed. Depth blocks after the first add into C.
 // The row and column edges (m % mr rows, n % nr columns) are constants, so
-// their tiles are functions of their own with masked stores; padding
+// their tiles are functions of their own with masked stores (Note [GEMM
+// rows at run time]: a tile for every row count then); padding
 // columns are zero in the packed panel, so a narrow tile computes nothing
 // from beyond B. K = 0 stores zeros. Each element of C is summed in k
 // order by one task, so results do not depend on the thread count. A is
 // not packed: on these sizes the rows stay in L1/L2.
+
+// Note [GEMM rows at run time]
+// A graph with symbolic sizes is compiled once per size (Note [Size
+// instances]); its linear layers' products differ between sizes only in m
+// (batch x length rows of activations against a fixed weight). A spec with
+// rows_at_run_time compiles a kernel that reads m, the rows of a task (mb)
+// and the tasks of a batch (m_blocks) from its sizes argument
+// (gemm_row_words, computed by plan_gemm for the call's m), and has a
+// short-rows tile for every count 1 .. mr-1 where the constant kernel has
+// the one m % mr needs, picked per block by a switch. Its cache key leaves
+// m out (gemm_code_text), so one compile serves every m; everything else
+// (n, k, strides, batch dims, the mr x nr tile, kc and nc, which m does
+// not decide) stays constant. The "auto" policy still times each m
+// (format_gemm_spec keeps m and says rows@run): which of the generated
+// kernel and at::matmul is faster depends on it.
 
 namespace {
 
@@ -138,8 +154,18 @@ std::string format_gemm_spec(const GemmSpec& spec) {
     out << " b";
     write_list(out, spec.b_batch);
   }
+  if (spec.rows_at_run_time) out << " rows@run";
   return out.str();
 }
+
+std::string gemm_code_text(const GemmSpec& spec) {
+  if (!spec.rows_at_run_time) return format_gemm_spec(spec);
+  GemmSpec code = spec;
+  code.m = -1;
+  return format_gemm_spec(code);
+}
+
+GemmRowWords gemm_row_words(const GemmSpec& spec, const GemmPlan& plan) { return {{spec.m, plan.mb, plan.m_blocks}}; }
 
 int64_t gemm_batch_count(const GemmSpec& spec) {
   int64_t count = 1;
@@ -177,7 +203,7 @@ GemmPlan plan_gemm(const GemmSpec& spec) {
 }
 
 CpuKernel compile_gemm_cached(const GemmSpec& spec, KernelSource* source) {
-  const std::string text = format_gemm_spec(spec);
+  const std::string text = gemm_code_text(spec);
   if (kernel_manifest_on()) record_kernel("gemm", text, [&spec] { return gemm_ir_text(spec); });
   return compile_cached_text("gemm", text, "gemm", [&spec] { return compile_gemm(spec); },
                              source);
@@ -188,11 +214,12 @@ void call_gemm(const CpuKernel& compiled, const GemmSpec& spec, const char* a, c
   const GemmPlan plan = plan_gemm(spec);
   if (plan.tasks == 0 || spec.n == 0) return;
   char* data[] = {const_cast<char*>(a), const_cast<char*>(b), c};
+  const GemmRowWords rows = gemm_row_words(spec, plan);
   if (threads <= 1 || plan.tasks <= 1 || gemm_flops(spec) < kGemmParallelMinFlops) {
-    compiled.fn(data, nullptr, 0, plan.tasks);
+    compiled.fn(data, rows.words, 0, plan.tasks);
     return;
   }
-  parallel_run(static_cast<int>(plan.tasks), threads, [&](int task) { compiled.fn(data, nullptr, task, task + 1); });
+  parallel_run(static_cast<int>(plan.tasks), threads, [&](int task) { compiled.fn(data, rows.words, task, task + 1); });
 }
 
 GemmCounts gemm_counts() {

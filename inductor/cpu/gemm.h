@@ -30,6 +30,9 @@ struct GemmSpec {
   int64_t m = 0, n = 0, k = 0;
   int64_t a_row = 0, a_col = 0;
   int64_t b_row = 0, b_col = 0;
+  // The kernel reads m and the row blocking from its sizes argument (Note
+  // [GEMM rows at run time]): one kernel for every m of this spec's shape.
+  bool rows_at_run_time = false;
 };
 
 // How a spec's kernel splits its work (plan_gemm; the code generator and
@@ -51,8 +54,19 @@ struct GemmPlan {
 // when the generated kernel does not handle them (another dtype or device).
 std::optional<GemmSpec> make_gemm_spec(const graph::TensorMeta& a, const graph::TensorMeta& b);
 
-// The spec as text: the kernel cache's key and the log's name for it.
+// The spec as text: the log's name for it and the "auto" policy's key.
 std::string format_gemm_spec(const GemmSpec& spec);
+
+// What decides the spec's machine code, as text (the kernel cache's key):
+// format_gemm_spec, with m left out where rows_at_run_time.
+std::string gemm_code_text(const GemmSpec& spec);
+
+// The sizes argument of a call of the spec's kernel: m, the rows of a
+// task and the tasks of a batch (read where rows_at_run_time).
+struct GemmRowWords {
+  int64_t words[3];
+};
+GemmRowWords gemm_row_words(const GemmSpec& spec, const GemmPlan& plan);
 
 // The spec's blocking for this host (its vector width).
 GemmPlan plan_gemm(const GemmSpec& spec);
@@ -64,8 +78,9 @@ int64_t gemm_batch_count(const GemmSpec& spec);
 int64_t gemm_flops(const GemmSpec& spec);
 
 // Compiles the spec's kernel for the host CPU (llvm_gemm.cpp). Its ABI is
-// CpuKernelFn's: data = {A, B, C} element pointers, sizes unused, [begin,
-// end) a range of plan_gemm's tasks. Throws CodegenError (also in builds
+// CpuKernelFn's: data = {A, B, C} element pointers, sizes gemm_row_words
+// (read only where rows_at_run_time), [begin, end) a range of plan_gemm's
+// tasks. Throws CodegenError (also in builds
 // without LLVM).
 CpuKernel compile_gemm(const GemmSpec& spec, bool keep_ir = false);
 

@@ -289,20 +289,31 @@ void GemmCodegen::emit(const std::string& symbol) {
   function->addParamAttr(0, llvm::Attribute::NoCapture);
   function->addParamAttr(0, llvm::Attribute::ReadOnly);
   const int64_t mr = plan_.mr, nr = plan_.nr;
-  const int64_t rows_left = spec_.m % mr;   // rows of the last row tile, 0 when none is short
   const int64_t columns_left = spec_.n % nr;
+  const bool any_rows = spec_.rows_at_run_time;  // Note [GEMM rows at run time]
+  // Short-row tiles by row count (1 .. mr-1): the one m % mr needs, or all.
+  std::vector<Function*> tile_rows(static_cast<size_t>(mr), nullptr), tile_corner(static_cast<size_t>(mr), nullptr);
+  for (int64_t r = 1; r < mr; ++r) {
+    if (!any_rows && r != spec_.m % mr) continue;
+    tile_rows[r] = tile_function(r, nr);
+    if (columns_left) tile_corner[r] = tile_function(r, columns_left);
+  }
   Function* pack = pack_function();
   Function* tile_full = tile_function(mr, nr);
-  Function* tile_rows = rows_left ? tile_function(rows_left, nr) : nullptr;
   Function* tile_columns = columns_left ? tile_function(mr, columns_left) : nullptr;
-  Function* tile_corner = rows_left && columns_left ? tile_function(rows_left, columns_left) : nullptr;
 
   auto args = function->arg_begin();
   Value* data = &*args++;
-  ++args;  // sizes: unused (everything is a constant)
+  Value* words = &*args++;  // gemm_row_words: read only with rows at run time
   Value* begin = &*args++;
   Value* end = &*args++;
   builder_.SetInsertPoint(BasicBlock::Create(context_, "entry", function));
+  auto word = [&](int64_t w) -> Value* {
+    return builder_.CreateLoad(i64_type, builder_.CreateConstInBoundsGEP1_64(i64_type, words, w));
+  };
+  Value* m = any_rows ? word(0) : i64(spec_.m);
+  Value* mb = any_rows ? word(1) : i64(plan_.mb);
+  Value* m_blocks = any_rows ? word(2) : i64(plan_.m_blocks);
   Value* a0 = builder_.CreateLoad(ptr, builder_.CreateConstInBoundsGEP1_64(ptr, data, 0));
   Value* b0 = builder_.CreateLoad(ptr, builder_.CreateConstInBoundsGEP1_64(ptr, data, 1));
   Value* c0 = builder_.CreateLoad(ptr, builder_.CreateConstInBoundsGEP1_64(ptr, data, 2));
@@ -311,8 +322,8 @@ void GemmCodegen::emit(const std::string& symbol) {
   const int64_t k_blocks = std::max<int64_t>(1, (spec_.k + plan_.kc - 1) / plan_.kc);
 
   loop(begin, end, 1, [&](Value* task) {
-    Value* batch = builder_.CreateUDiv(task, i64(plan_.m_blocks));
-    Value* block = builder_.CreateURem(task, i64(plan_.m_blocks));
+    Value* batch = builder_.CreateUDiv(task, m_blocks);
+    Value* block = builder_.CreateURem(task, m_blocks);
     // The batch's operands: its index split over the batch dims, innermost last.
     Value* rest = batch;
     Value* a_offset = i64(0);
@@ -325,13 +336,14 @@ void GemmCodegen::emit(const std::string& symbol) {
     }
     Value* a = at(a0, a_offset);
     Value* b = at(b0, b_offset);
-    Value* c = at(c0, builder_.CreateMul(batch, i64(spec_.m * spec_.n)));
-    Value* m0 = builder_.CreateMul(block, i64(plan_.mb));
-    Value* rows = builder_.CreateSelect(builder_.CreateICmpSLT(builder_.CreateSub(i64(spec_.m), m0), i64(plan_.mb)),
-                                        builder_.CreateSub(i64(spec_.m), m0), i64(plan_.mb));
+    Value* c = at(c0, builder_.CreateMul(batch, builder_.CreateMul(m, i64(spec_.n))));
+    Value* m0 = builder_.CreateMul(block, mb);
+    Value* rows = builder_.CreateSelect(builder_.CreateICmpSLT(builder_.CreateSub(m, m0), mb),
+                                        builder_.CreateSub(m, m0), mb);
     Value* row_tiles = builder_.CreateUDiv(rows, i64(mr));
     // A block's rows are a multiple of mr except the last block's.
-    Value* short_rows = builder_.CreateICmpNE(builder_.CreateURem(rows, i64(mr)), i64(0));
+    Value* rows_left = builder_.CreateURem(rows, i64(mr));
+    Value* short_rows = builder_.CreateICmpNE(rows_left, i64(0));
     loop(i64(0), i64(spec_.n), plan_.nc, [&](Value* j0) {
       Value* columns = builder_.CreateSub(i64(spec_.n), j0);
       columns = builder_.CreateSelect(builder_.CreateICmpSLT(columns, i64(plan_.nc)), columns, i64(plan_.nc));
@@ -346,7 +358,7 @@ void GemmCodegen::emit(const std::string& symbol) {
         builder_.CreateCall(pack, {b_block, buffer, depth, columns});
         Value* accumulate = builder_.CreateICmpNE(kb, i64(0));
         // One column panel against every row tile of the block.
-        auto panel_pass = [&](Value* p, Function* full_rows, Function* short_tile) {
+        auto panel_pass = [&](Value* p, Function* full_rows, const std::vector<Function*>& short_tiles) {
           Value* panel = at(buffer, builder_.CreateMul(builder_.CreateMul(p, depth), i64(nr)));
           Value* j = builder_.CreateAdd(j0, builder_.CreateMul(p, i64(nr)));
           auto tile_at = [&](Value* i, Function* tile) {
@@ -358,9 +370,24 @@ void GemmCodegen::emit(const std::string& symbol) {
           loop(i64(0), row_tiles, 1, [&](Value* t) {
             tile_at(builder_.CreateAdd(m0, builder_.CreateMul(t, i64(mr))), full_rows);
           });
-          if (short_tile != nullptr) {
-            when(short_rows, [&] { tile_at(builder_.CreateAdd(m0, builder_.CreateMul(row_tiles, i64(mr))), short_tile); });
+          Value* last = builder_.CreateAdd(m0, builder_.CreateMul(row_tiles, i64(mr)));
+          if (!any_rows) {
+            Function* short_tile = short_tiles[spec_.m % mr];
+            if (short_tile != nullptr) when(short_rows, [&] { tile_at(last, short_tile); });
+            return;
           }
+          // The short tile of this block's row count, whatever m is.
+          Function* function = builder_.GetInsertBlock()->getParent();
+          BasicBlock* done = BasicBlock::Create(context_, "rows_done", function);
+          llvm::SwitchInst* pick = builder_.CreateSwitch(rows_left, done, static_cast<unsigned>(mr - 1));
+          for (int64_t r = 1; r < mr; ++r) {
+            BasicBlock* tile = BasicBlock::Create(context_, "rows" + std::to_string(r), function);
+            pick->addCase(builder_.getInt64(static_cast<uint64_t>(r)), tile);
+            builder_.SetInsertPoint(tile);
+            tile_at(last, short_tiles[r]);
+            builder_.CreateBr(done);
+          }
+          builder_.SetInsertPoint(done);
         };
         loop(i64(0), panels, 1, [&](Value* p) { panel_pass(p, tile_full, tile_rows); });
         if (tile_columns != nullptr) {

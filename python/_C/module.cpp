@@ -397,6 +397,11 @@ PyObject* py_clear_matmul_choices(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_clear_kernel_memory_cache(PyObject*, PyObject*) {
+  kiln::inductor::cpu::clear_kernel_memory_cache();
+  Py_RETURN_NONE;
+}
+
 PyObject* py_set_cuda_kernels(PyObject*, PyObject* arg) {
   const int enabled = PyObject_IsTrue(arg);
   if (enabled < 0) return nullptr;
@@ -597,6 +602,8 @@ PyMethodDef module_methods[] = {
     {"set_conv_layout", py_set_conv_layout, METH_O, "Sets where convolutions run channels-last: auto, channels_last or keep."},
     {"get_conv_layout", py_get_conv_layout, METH_NOARGS, "Where convolutions run channels-last: auto, channels_last or keep."},
     {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
+    {"clear_kernel_memory_cache", py_clear_kernel_memory_cache, METH_NOARGS,
+     "Forgets the CPU kernel cache's memory entries: the next compile of each goes to the disk (tests)."},
     {"set_cuda_kernels", py_set_cuda_kernels, METH_O, "Turns NVRTC kernels for inductor on or off."},
     {"get_cuda_kernels", py_get_cuda_kernels, METH_NOARGS, "Whether inductor compiles CUDA kernels."},
     {"set_parameter_kernel_cache", py_set_parameter_kernel_cache, METH_O,

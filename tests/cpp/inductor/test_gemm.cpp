@@ -53,12 +53,16 @@ graph::TensorMeta meta_of(const PyRef& tensor) {
 }
 
 // Runs the generated kernel for a @ b on `threads` threads; the result tensor.
-PyRef run_gemm(const PyRef& a, const PyRef& b, int threads, GemmSpec* spec_out = nullptr) {
-  const std::optional<GemmSpec> spec = make_gemm_spec(meta_of(a), meta_of(b));
+// With `rows_at_run_time`, the kernel that reads m when called (Note
+// [GEMM rows at run time]); *source says where the cache found it.
+PyRef run_gemm(const PyRef& a, const PyRef& b, int threads, GemmSpec* spec_out = nullptr, bool rows_at_run_time = false,
+               KernelSource* source = nullptr) {
+  std::optional<GemmSpec> spec = make_gemm_spec(meta_of(a), meta_of(b));
   EXPECT_TRUE(spec.has_value());
   if (!spec) return PyRef();
+  spec->rows_at_run_time = rows_at_run_time;
   if (spec_out) *spec_out = *spec;
-  const CpuKernel compiled = compile_gemm_cached(*spec);
+  const CpuKernel compiled = compile_gemm_cached(*spec, source);
   PyRef ns = scope();
   PyDict_SetItemString(ns.get(), "_a", a.get());
   PyDict_SetItemString(ns.get(), "_b", b.get());
@@ -74,13 +78,14 @@ PyRef run_gemm(const PyRef& a, const PyRef& b, int threads, GemmSpec* spec_out =
 
 // Checks the kernel for `a_expr` @ `b_expr` against torch, on 1 and 2
 // threads (which must agree bit for bit).
-void check(const std::string& a_expr, const std::string& b_expr) {
+void check(const std::string& a_expr, const std::string& b_expr, bool rows_at_run_time = false,
+           KernelSource* source = nullptr) {
   SCOPED_TRACE(a_expr + " @ " + b_expr);
   PyRef a = make(a_expr), b = make(b_expr);
   ASSERT_TRUE(a && b);
   GemmSpec spec;
-  PyRef one = run_gemm(a, b, 1, &spec);
-  PyRef two = run_gemm(a, b, 2);
+  PyRef one = run_gemm(a, b, 1, &spec, rows_at_run_time, source);
+  PyRef two = run_gemm(a, b, 2, nullptr, rows_at_run_time);
   ASSERT_TRUE(one && two);
   PyRef ns = scope();
   PyDict_SetItemString(ns.get(), "_a", a.get());
@@ -202,6 +207,53 @@ TEST(Gemm, CountsAndCache) {
   EXPECT_EQ(one.fn, two.fn);
 }
 
+TEST(Gemm, RowsAtRunTimeServeEveryM) {
+  KILN_REQUIRE_LLVM();
+  clear_kernel_memory_cache();
+  // Wide (6-row tiles, corner tiles where n % nr), narrow (8-row tiles),
+  // float64, B transposed, B broadcast over a batch (folded into m).
+  struct Shape {
+    std::string a, b;  // a with {m} for the rows
+  };
+  const std::vector<Shape> shapes = {
+      {"torch.randn({m}, 40)", "torch.randn(40, 70)"},
+      {"torch.randn({m}, 24)", "torch.randn(24, 8)"},
+      {"torch.randn({m}, 33).double()", "torch.randn(33, 19).double()"},
+      {"torch.randn({m}, 64)", "torch.randn(192, 64).t()"},
+      {"torch.randn(2, {m}, 32)", "torch.randn(32, 48)"},
+  };
+  for (const Shape& shape : shapes) {
+    std::string first_key;
+    // (m = 1 normalizes A's row stride to 0: another kernel, checked too.)
+    std::string one = shape.a;
+    one.replace(one.find("{m}"), 3, "1");
+    check(one, shape.b, /*rows_at_run_time=*/true);
+    for (int m : {7, 5, 6, 8, 13, 72, 73, 150, 301}) {
+      std::string a = shape.a;
+      a.replace(a.find("{m}"), 3, std::to_string(m));
+      KernelSource source = KernelSource::Compiled;
+      check(a, shape.b, /*rows_at_run_time=*/true, &source);
+      const std::optional<GemmSpec> spec = make_gemm_spec(meta_of(make(a)), meta_of(make(shape.b)));
+      ASSERT_TRUE(spec.has_value());
+      GemmSpec run_time = *spec;
+      run_time.rows_at_run_time = true;
+      EXPECT_NE(format_gemm_spec(run_time).find("rows@run"), std::string::npos);
+      // One compile for the shape: every later m is a memory hit.
+      if (first_key.empty()) {
+        first_key = gemm_code_text(run_time);
+      } else {
+        EXPECT_EQ(gemm_code_text(run_time), first_key);
+        EXPECT_EQ(source, KernelSource::Memory) << a;
+      }
+    }
+  }
+  // A constant-m kernel keeps m in its key.
+  const std::optional<GemmSpec> fixed = make_gemm_spec(meta_of(make("torch.randn(9, 10)")), meta_of(make("torch.randn(10, 11)")));
+  ASSERT_TRUE(fixed.has_value());
+  EXPECT_EQ(gemm_code_text(*fixed), format_gemm_spec(*fixed));
+  EXPECT_NE(gemm_code_text(*fixed).find("m9 "), std::string::npos);
+}
+
 TEST(Gemm, VectorizedTileInIr) {
   KILN_REQUIRE_LLVM();
   const std::optional<GemmSpec> spec = make_gemm_spec(meta_of(make("torch.randn(128, 32)")), meta_of(make("torch.randn(32, 96)")));
@@ -218,7 +270,7 @@ TEST(Gemm, NodeRunsTheKernelAndSendsOtherLayoutsToTorch) {
   PyRef a = make("torch.randn(6, 5)"), b = make("torch.randn(5, 4)");
   PyRef at = make("torch.randn(5, 6).t()");
   bool compiled_now = false;
-  PyRef call = make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Kiln, &compiled_now);
+  PyRef call = make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Kiln, false, &compiled_now);
   ASSERT_TRUE(call) << test::take_error();
   PyRef ns = scope();
   for (PyObject* left : {a.get(), at.get()}) {
@@ -240,8 +292,8 @@ TEST(Gemm, NodeRunsTheKernelAndSendsOtherLayoutsToTorch) {
   }
   // Not a float32/float64 CPU product: no node.
   EXPECT_FALSE(make_gemm_call(meta_of(make("torch.ones(2, 2, dtype=torch.int32)")),
-                              meta_of(make("torch.ones(2, 2, dtype=torch.int32)")), MatmulPolicy::Kiln, &compiled_now));
-  EXPECT_FALSE(make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Aten, &compiled_now));
+                              meta_of(make("torch.ones(2, 2, dtype=torch.int32)")), MatmulPolicy::Kiln, false, &compiled_now));
+  EXPECT_FALSE(make_gemm_call(meta_of(a), meta_of(b), MatmulPolicy::Aten, false, &compiled_now));
 }
 
 }  // namespace

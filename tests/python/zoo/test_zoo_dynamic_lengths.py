@@ -40,6 +40,35 @@ def test_forward_at_varying_lengths(name):
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.skipif(not kiln._C.cpu_kernels_available(), reason="compiles CPU kernels: needs kiln built with LLVM")
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
+def test_later_lengths_compile_no_kernels(name):
+    # Their kernels differ between lengths only in outer loops and GEMM rows
+    # (Note [Run-time outer layout], Note [GEMM rows at run time]): the
+    # first instance compiles the kernels every later length runs.
+    model, (tokens,), _ = build(name)
+    model.eval()
+    kiln._C.clear_kernel_memory_cache()  # earlier tests compiled these kernels
+    compiled = kiln.compile(model)
+    with torch.no_grad():
+        for i, length in enumerate([12, 40, 60, 14, 21, 33]):
+            ids = torch.randint(0, 100, (tokens.shape[0], length))
+            got, want = tensors_of(compiled(ids)), tensors_of(model(ids))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            if i == 1:
+                after_first_instance = kiln.stats()
+    s = kiln.stats()
+
+    def made(stats):  # compiled now, or loaded from a disk cache of another process
+        return stats["kernels_compiled"] + stats["kernel_cache_hits_disk"]
+
+    assert made(after_first_instance) > 0, after_first_instance
+    assert made(s) == made(after_first_instance), s
+    assert s["size_instances"] == 5 and s["eager_runs"] == 0 and s["prim_fallbacks"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
 def test_training_with_labels_at_varying_batch_sizes():
     # GPT2LMHeadModel's loss from labels= calls logger.warning_once
     # (Note [Deferred logging]): no graph break, no recompile per call.
