@@ -115,6 +115,13 @@ def test_training_gradients_equal_eager():
         (logits.square().sum() + fmap.sum()).backward()
     assert kiln.stats()["channels_last_convolutions"] == 5, kiln.stats()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        if name == "stem.bias":
+            # A bias feeding a training-mode batch norm has gradient 0: what
+            # either side holds is the rounding of sums of terms up to ~70
+            # (bn's gradients), ~1e-5 on the GPU, where eager channels-last
+            # differs from eager by as much (H200, fp32 cuDNN).
+            assert p.grad.abs().max() < 1e-4 and q.grad.abs().max() < 1e-4, (p.grad, q.grad)
+            continue
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
     torch.testing.assert_close(model.bn.running_var, reference.bn.running_var)
