@@ -4,6 +4,8 @@
 
 #include "inductor/cpu/cpu_kernel.h"
 
+#include <algorithm>
+
 namespace kiln::inductor::cpu {
 
 // Note [Run-time outer layout]
