@@ -153,6 +153,7 @@ JointGraph build_joint_graph(const prims::PrimGraph& forward, const std::vector<
   joint.graph = forward;
   joint.forward_input_count = static_cast<int>(forward.inputs().size());
   joint.forward_outputs = forward.outputs();
+  joint.forward_node_count = static_cast<int>(forward.nodes().size());
   const std::vector<bool> needs_grad = values_requiring_grad(forward, requires_grad);
   // A write into a tensor on a gradient path changes that path after the
   // fact (w[0] = 0.5 zeroes w[0]'s gradient), and a write of a value that

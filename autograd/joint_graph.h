@@ -14,6 +14,7 @@ struct JointGraph {
   prims::PrimGraph graph;
   int forward_input_count = 0;       // graph.inputs()[0..n) are the forward's inputs
   std::vector<int> forward_outputs;  // value ids of the forward's outputs
+  int forward_node_count = 0;        // graph.nodes()[0..n) are the forward's nodes, the rest the backward's
   // Per forward output: the graph input carrying its gradient, or -1 when
   // the output carries none (integer results, outputs not needing grad).
   std::vector<int> grad_inputs;

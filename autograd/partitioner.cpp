@@ -188,6 +188,54 @@ std::vector<bool> values_near_writes(const prims::PrimGraph& g) {
   return pinned;
 }
 
+// Note [Checkpointed regions]
+// Values made inside torch.utils.checkpoint's function carry the call's id
+// (PrimValue::checkpoint; Note [Traced checkpoints] in tracer/
+// trace_checkpoint.cpp). Eagerly none of those the function alone reads is
+// kept for the backward: the backward runs the function again. So such an
+// *internal* value may not be saved (its edge costs infinity: the cut
+// passes through the region's inputs and results, or values before them)
+// and the backward recomputes it, matmuls and reductions included. A
+// region's results are pinned to the forward, as eagerly the function's
+// results are its caller's values: recomputing them would pull the
+// recomputation of one region into every later one (a stack of checkpointed
+// blocks recomputed wholly from the model's input, each block's values
+// alive from the start of the backward). What cannot be made again stays
+// pinned too, and saved: random draws (eager's
+// preserve_rng_state draws the same numbers again; keeping them gives the
+// same numbers), externs not marked pure, values near writes. The backward
+// makes each recomputed value just before its first use, so a region's
+// values live while its own gradients are computed, not from the start of
+// the backward.
+
+// A forward node computing `prim` that the backward may run again when it
+// lies in a checkpointed region.
+bool recomputable_in_region(const prims::PrimNode& node) {
+  const prims::Family family = prims::prim_info(node.prim).family;
+  if (family == prims::Family::Random) return false;
+  if (family == prims::Family::Extern) return node.attrs.extern_pure;
+  return true;
+}
+
+// Per value of the joint graph: made by a forward node inside a
+// checkpointed region and read by no forward node outside it, nor returned.
+std::vector<bool> internal_to_regions(const JointGraph& joint) {
+  const prims::PrimGraph& g = joint.graph;
+  std::vector<bool> internal(g.values().size(), false);
+  for (int n = 0; n < joint.forward_node_count; ++n) {
+    for (int id : g.node(n).outputs) internal[id] = g.value(id).checkpoint >= 0;
+  }
+  for (int n = 0; n < joint.forward_node_count; ++n) {
+    const prims::PrimNode& node = g.node(n);
+    const int region = node.outputs.empty() ? -1 : g.value(node.outputs[0]).checkpoint;
+    for (int id : prims::node_reads(node)) {
+      if (g.value(id).checkpoint != region) internal[id] = false;
+    }
+  }
+  for (int id : joint.forward_outputs) internal[id] = false;
+  return internal;
+}
+
 }  // namespace
 
 Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
@@ -197,12 +245,14 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   std::vector<bool> forward(count, false);
   for (int i = 0; i < joint.forward_input_count; ++i) forward[g.inputs()[i]] = true;
   std::vector<bool> pinned(count, false);  // must be computed by the forward
+  const std::vector<bool> internal = internal_to_regions(joint);  // Note [Checkpointed regions]
   for (const prims::PrimNode& node : g.nodes()) {
     bool all = true;
     for (int id : prims::node_reads(node)) all = all && forward[id];
     for (int id : node.outputs) {
       forward[id] = all;
-      pinned[id] = all && !recomputable(node.prim);
+      const bool region_result = !internal[id] && g.value(id).checkpoint >= 0;
+      pinned[id] = all && (internal[id] ? !recomputable_in_region(node) : region_result || !recomputable(node.prim));
     }
   }
   for (int id : joint.forward_outputs) pinned[id] = true;
@@ -234,7 +284,8 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     auto out = [](int v) { return 3 + 2 * v; };
     for (int v = 0; v < count; ++v) {
       if (!forward[v]) continue;
-      flow.add_edge(in(v), out(v), std::max<int64_t>(1, prims::value_bytes(g.value(v).meta)));
+      const bool never_saved = internal[v] && !pinned[v];
+      flow.add_edge(in(v), out(v), never_saved ? kInfinity : std::max<int64_t>(1, prims::value_bytes(g.value(v).meta)));
       if (pinned[v] || g.value(v).node < 0) flow.add_edge(source, in(v), kInfinity);
       if (needed[v]) flow.add_edge(out(v), sink, kInfinity);
     }
@@ -299,7 +350,8 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     bool reads_grad = false;
     for (int id : prims::node_reads(node)) reads_grad = reads_grad || from_grads[id];
     for (int id : node.outputs) from_grads[id] = reads_grad;
-    late[n] = !reads_grad && recomputable(node.prim);
+    const bool region_value = !node.outputs.empty() && bwd.value(node.outputs[0]).checkpoint >= 0;
+    late[n] = !reads_grad && (region_value ? recomputable_in_region(node) : recomputable(node.prim));
   }
   if (prims::PrimGraph sunk; prims::sink_to_first_use(bwd, late, &sunk)) result.backward = std::move(sunk);
   for (size_t i = 0; i < joint.input_grads.size(); ++i) {

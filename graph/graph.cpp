@@ -65,7 +65,7 @@ Node::Node(Node&& other) noexcept
       input_name(std::move(other.input_name)), input_source(other.input_source),
       metas(std::move(other.metas)), symbolic_sizes(std::move(other.symbolic_sizes)),
       returns_tuple(other.returns_tuple), autocast_implicit(other.autocast_implicit),
-      fresh_result(other.fresh_result) {
+      fresh_result(other.fresh_result), checkpoint(other.checkpoint) {
   other.target = nullptr;
 }
 
@@ -104,8 +104,15 @@ int Graph::add_call(std::string target_name, PyObject* target, std::vector<Arg> 
   node.target = target;
   node.args = std::move(args);
   node.kwargs = std::move(kwargs);
+  node.checkpoint = open_checkpoint_;
   nodes_.push_back(std::move(node));
   return nodes_.back().id;
+}
+
+int Graph::begin_checkpoint() {
+  const int previous = open_checkpoint_;
+  if (previous < 0) open_checkpoint_ = checkpoint_count_++;
+  return previous;
 }
 
 void Graph::truncate(int size) {

@@ -66,6 +66,11 @@ struct Node {
   // A torch call whose tensor result shares storage with none of the
   // tensors it was passed (Note [Fresh results] in tracer/trace_state.cpp).
   bool fresh_result = false;
+  // The torch.utils.checkpoint call whose function made this node (an id
+  // per call in the graph), or -1: the backward recomputes such values
+  // rather than saving them (Note [Checkpointed regions] in
+  // autograd/partitioner.cpp).
+  int checkpoint = -1;
 
   Node() = default;
   Node(const Node&) = delete;
@@ -102,7 +107,16 @@ class Graph {
   // Drops every node with id >= size (a trace backing out of an instruction).
   void truncate(int size);
 
+  // Calls added from now until end_checkpoint are the function of one
+  // torch.utils.checkpoint call (Node::checkpoint); a call nested in an
+  // open one joins it. Returns what end_checkpoint restores.
+  int begin_checkpoint();
+  // Closes the region begin_checkpoint opened; `previous` is its result.
+  void end_checkpoint(int previous) { open_checkpoint_ = previous; }
+
  private:
+  int open_checkpoint_ = -1;
+  int checkpoint_count_ = 0;
   std::vector<Node> nodes_;
   std::vector<int> inputs_;
   Arg output_;

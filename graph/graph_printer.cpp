@@ -91,6 +91,7 @@ std::string format_graph(const Graph& graph) {
       out << ")";
     }
     print_metas(out, node);
+    if (node.checkpoint >= 0) out << " checkpoint " << node.checkpoint;
     out << "\n";
   }
   out << "return ";

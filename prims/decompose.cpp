@@ -340,8 +340,21 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
     values[id] = {out.graph->add_input(meta)};
   }
   bool grad_mode = grad_enabled;
+  // Values a call makes inside a checkpointed region carry its id (Note
+  // [Checkpointed regions] in autograd/partitioner.cpp), however the call
+  // leaves the loop body.
+  struct RegionMark {
+    PrimGraph& graph;
+    const int first;
+    const int region;
+    ~RegionMark() {
+      if (region < 0) return;
+      for (int v = first; v < static_cast<int>(graph.values().size()); ++v) graph.mark_checkpoint(v, region);
+    }
+  };
   for (const Node& node : nodes) {
     if (node.kind != NodeKind::Call || is_skipped(node.id)) continue;
+    RegionMark mark{*out.graph, static_cast<int>(out.graph->values().size()), node.checkpoint};
     // Autocast's casts are nodes of their own (Note [Explicit autocast
     // casts]): entering and leaving it means nothing to prims.
     if (node.target_name == "kiln.enter_autocast" || node.target_name == "kiln.exit_autocast") continue;

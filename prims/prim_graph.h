@@ -93,6 +93,9 @@ struct PrimValue {
   // Computed where torch's grad mode was off (torch.no_grad() inside the
   // traced code): carries no gradient, whatever its inputs carry.
   bool grad_stopped = false;
+  // Made inside torch.utils.checkpoint's function (the traced call's id,
+  // graph::Node::checkpoint), or -1: Note [Checkpointed regions].
+  int checkpoint = -1;
 };
 
 // One application of a prim.
@@ -123,6 +126,9 @@ class PrimGraph {
     values_[id].grad_stopped = true;
     values_[id].meta.requires_grad = false;
   }
+
+  // Marks value `id` as made inside checkpointed region `region`.
+  void mark_checkpoint(int id, int region) { values_[id].checkpoint = region; }
 
   // Sets value `id`'s strides along its size-1 dims, which address nothing,
   // to `strides` (torch's, as Tensor.stride() reports them); the other

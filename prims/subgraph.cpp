@@ -31,6 +31,7 @@ std::vector<int> copy_node(PrimGraph& into, const PrimGraph& from, const PrimNod
   std::vector<int> made = into.add_node(node.prim, std::move(args), std::move(attrs), metas);
   for (size_t i = 0; i < made.size(); ++i) {
     if (from.value(node.outputs[i]).grad_stopped) into.stop_grad(made[i]);
+    into.mark_checkpoint(made[i], from.value(node.outputs[i]).checkpoint);
   }
   return made;
 }

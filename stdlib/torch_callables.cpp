@@ -176,6 +176,11 @@ CallableInfo classify_callable(PyObject* callable) {
     info.name = "torch.amp." + name;
     return info;
   }
+  if (module == "torch.utils.checkpoint" && name == "checkpoint") {
+    info.kind = CallableClass::Checkpoint;
+    info.name = "torch.utils.checkpoint.checkpoint";
+    return info;
+  }
   if (name == "is_grad_enabled" && is_attr_of(api->torch, name, callable)) {
     info.kind = CallableClass::GradModeQuery;
     info.name = "torch.is_grad_enabled";

@@ -19,6 +19,7 @@ enum class CallableClass {
   AutocastEnter,  // torch.amp._enter_autocast(*args): opens an autocast block, returns it
   AutocastLeave,  // torch.amp._exit_autocast(block): closes the block _enter_autocast opened
   TorchFunctionQuery,  // torch._C._has_torch_function*(...): Note [Torch function queries]
+  Checkpoint,  // torch.utils.checkpoint.checkpoint: its function traced (Note [Traced checkpoints])
 };
 
 struct CallableInfo {

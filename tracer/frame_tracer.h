@@ -95,6 +95,9 @@ class FrameTracer {
   std::vector<ValuePtr> unpack(const ValuePtr& value, int count);
 
   // Call kinds (trace_calls.cpp).
+  // torch.utils.checkpoint.checkpoint(fn, *args, **kwargs): fn traced as a
+  // checkpointed region (trace_checkpoint.cpp, Note [Traced checkpoints]).
+  ValuePtr call_checkpoint(std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr call_tensor_method(const ValuePtr& method, std::vector<ValuePtr> args, KwArgs kwargs);
   // Builtins, std-module callables and container methods (trace_stdlib.cpp).
   ValuePtr call_modelled(const ValuePtr& callee, std::vector<ValuePtr> args, KwArgs kwargs);

@@ -244,6 +244,9 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
           no_torch_function_overrides(args)) {
         return state_.wrap_unguarded(Py_False);
       }
+      if (info.kind == stdlib::CallableClass::Checkpoint) {
+        return call_checkpoint(std::move(args), std::move(kwargs));
+      }
       if (info.kind == stdlib::CallableClass::GradModeQuery) {
         // The mode at this point of the trace: the mode on entry (guarded for
         // every graph) changed by the traced grad-mode blocks so far.

@@ -895,12 +895,13 @@ def test_saved_tensor_hooks_active_while_tracing_see_only_real_tensors(backend):
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_checkpointed_blocks_recompute_through_their_compiled_graphs(backend):
-    # torch.utils.checkpoint without reentrancy inside a compiled call: the
-    # blocks' frames are compiled, so the backward's recomputation must run
-    # the same graphs and save the same tensors (Note [Recomputed
+    # torch.utils.checkpoint without reentrancy run by torch inside a
+    # compiled call (context_fn is not traced, Note [Traced checkpoints]):
+    # the blocks' frames are compiled, so the backward's recomputation must
+    # run the same graphs and save the same tensors (Note [Recomputed
     # forwards]); it raised CheckpointError when it ran eagerly. Two steps,
     # the second on cached graphs; gradients equal eager's.
-    from torch.utils.checkpoint import checkpoint
+    from torch.utils.checkpoint import checkpoint, noop_context_fn
     torch.manual_seed(0)
 
     class Block(nn.Module):
@@ -918,7 +919,7 @@ def test_checkpointed_blocks_recompute_through_their_compiled_graphs(backend):
 
         def forward(self, x):
             for block in self.blocks:
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=False, context_fn=noop_context_fn)
             return x.square().sum()
 
     model = Net()
