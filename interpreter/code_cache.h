@@ -49,6 +49,7 @@ struct CodeCache {
   DynamicState& dynamic_state(uint64_t config_id);
   uint64_t pruned_epoch = 0;  // dead_config_epoch() when last pruned
   bool skip = false;        // never traced (torch's or kiln's own code)
+  bool untraced_below = false;  // nothing it runs is traced (Note [Imports run untraced])
   bool limit_logged = false;
 };
 

@@ -437,6 +437,25 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   return entry;
 }
 
+// Note [Imports run untraced]
+// A compiled call can import a module for the first time (a library's lazy
+// import inside a function; torch importing torch._dynamo, and with it
+// sympy, on a checkpoint's first call). The module bodies are never traced
+// (not functions), but every function they run was: dataclass-made
+// methods, typing helpers, import hooks, thousands of frames whose traces
+// failed or broke, seconds of a first call, none of it model code. Import
+// machinery's frames therefore run with no compile context, and so does
+// everything below them; the module's functions called later from model
+// code are traced as usual.
+bool is_import_machinery(PyCodeObject* code) {
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!file) {
+    PyErr_Clear();
+    return false;
+  }
+  return std::strncmp(file, "<frozen importlib._bootstrap", 28) == 0;
+}
+
 PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   const CompileConfig* config = current_config();
   if (!config || throwflag || !kiln_frame_is_fresh_call(frame) || stance() == Stance::ForceEager) {
@@ -449,10 +468,11 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     cache = code_cache(code, true);
     if (!cache) return kiln_eval_frame_default(tstate, frame, throwflag);
     cache->skip = is_skipped_file(code);
+    cache->untraced_below = is_import_machinery(code);
   }
   // torch.compiler.disable holds for everything the marked function runs:
   // its frame, and those it calls, run with no compile context.
-  if (tracer::is_disabled_code(code)) {
+  if (cache->untraced_below || tracer::is_disabled_code(code)) {
     ConfigScope disabled(nullptr);
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }

@@ -87,6 +87,48 @@ def test_import_of_a_module_not_loaded_yet_breaks_and_runs_it(tmp_path):
         sys.modules.pop("kiln_never_loaded_module", None)
 
 
+NEW_MODULE_BODY = textwrap.dedent("""
+    import dataclasses
+
+    def helper(n):
+        return [i * 2 for i in range(n)]
+
+    @dataclasses.dataclass
+    class Config:
+        width: int = 3
+
+    TABLE = helper(5)
+    OFFSET = Config().width + TABLE[1]
+
+    def shift(x):
+        return x + OFFSET
+""")
+
+
+def imports_a_module_with_functions(x):
+    import kiln_module_with_functions as m
+    return m.shift(x) * 2
+
+
+def test_a_first_import_runs_its_module_untraced(tmp_path):
+    # Note [Imports run untraced]: the functions a module's body runs (its
+    # own helpers, the dataclass methods made for it) are not traced; the
+    # module's function called from the compiled code afterwards is.
+    (tmp_path / "kiln_module_with_functions.py").write_text(NEW_MODULE_BODY)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        x = torch.randn(2)
+        compiled = kiln.compile(imports_a_module_with_functions)
+        torch.testing.assert_close(compiled(x), (x + 5) * 2)
+        s = stats()
+        assert (s["traces"], s["unsupported"]) == (2, 0), s  # the frame before the import, and after it
+        torch.testing.assert_close(compiled(x), (x + 5) * 2)
+        assert stats()["traces"] == 2
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("kiln_module_with_functions", None)
+
+
 def builds_mappings(x, pairs):
     a = dict(k=x, j=2)
     b = dict(pairs, extra=x * 2)
