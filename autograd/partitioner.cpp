@@ -218,21 +218,46 @@ bool recomputable_in_region(const prims::PrimNode& node) {
 }
 
 // Per value of the joint graph: made by a forward node inside a
-// checkpointed region and read by no forward node outside it, nor returned.
+// checkpointed region and read by no forward node outside it, nor returned;
+// or made by a backward node from such values of one region and the
+// forward's inputs alone (the transposed bf16 weight a matmul's input
+// gradient reads: saved, it kept a cast weight per layer that eager
+// checkpointing makes again).
 std::vector<bool> internal_to_regions(const JointGraph& joint) {
   const prims::PrimGraph& g = joint.graph;
   std::vector<bool> internal(g.values().size(), false);
+  std::vector<int> region(g.values().size(), -1);
   for (int n = 0; n < joint.forward_node_count; ++n) {
-    for (int id : g.node(n).outputs) internal[id] = g.value(id).checkpoint >= 0;
+    for (int id : g.node(n).outputs) {
+      region[id] = g.value(id).checkpoint;
+      internal[id] = region[id] >= 0;
+    }
   }
   for (int n = 0; n < joint.forward_node_count; ++n) {
     const prims::PrimNode& node = g.node(n);
-    const int region = node.outputs.empty() ? -1 : g.value(node.outputs[0]).checkpoint;
+    const int made_in = node.outputs.empty() ? -1 : region[node.outputs[0]];
     for (int id : prims::node_reads(node)) {
-      if (g.value(id).checkpoint != region) internal[id] = false;
+      if (region[id] != made_in) internal[id] = false;
     }
   }
   for (int id : joint.forward_outputs) internal[id] = false;
+  std::vector<bool> forward_input(g.values().size(), false);
+  for (int i = 0; i < joint.forward_input_count; ++i) forward_input[g.inputs()[i]] = true;
+  for (int n = joint.forward_node_count; n < static_cast<int>(g.nodes().size()); ++n) {
+    const prims::PrimNode& node = g.node(n);
+    int made_in = -1;
+    bool inside = !node.outputs.empty();
+    for (int id : prims::node_reads(node)) {
+      if (forward_input[id]) continue;
+      inside = inside && internal[id] && (made_in < 0 || region[id] == made_in);
+      made_in = region[id];
+    }
+    if (!inside || made_in < 0) continue;
+    for (int id : node.outputs) {
+      internal[id] = true;
+      region[id] = made_in;
+    }
+  }
   return internal;
 }
 

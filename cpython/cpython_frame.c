@@ -52,6 +52,8 @@ PyObject* kiln_frame_globals(KilnFrame* frame) { return frame->f_globals; }
 
 PyObject* kiln_frame_builtins(KilnFrame* frame) { return frame->f_builtins; }
 
+int kiln_thread_is_tracing(PyThreadState* tstate) { return tstate->tracing > 0; }
+
 int kiln_frame_is_fresh_call(KilnFrame* frame) {
   PyCodeObject* code = frame->f_code;
   if (frame->owner != FRAME_OWNED_BY_THREAD) return 0;

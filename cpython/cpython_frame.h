@@ -43,6 +43,10 @@ PyObject* kiln_frame_builtins(KilnFrame* frame);
  * running yet (not a generator resuming, not module or class code). */
 int kiln_frame_is_fresh_call(KilnFrame* frame);
 
+/* Nonzero while the thread runs code CPython keeps from tracing: audit
+ * hooks (sys.addaudithook) and sys.settrace/setprofile callbacks. */
+int kiln_thread_is_tracing(PyThreadState* tstate);
+
 /* True when kiln may compute the frame's result without running it and
  * then call kiln_frame_finish_skipped(). False means: run it normally. */
 int kiln_frame_can_skip(PyThreadState* tstate, KilnFrame* frame);

@@ -458,7 +458,14 @@ bool is_import_machinery(PyCodeObject* code) {
 
 PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
   const CompileConfig* config = current_config();
-  if (!config || throwflag || !kiln_frame_is_fresh_call(frame) || stance() == Stance::ForceEager) {
+  // Note [Untraced callbacks]
+  // Audit hooks (filelock installs one on 3.12, and every audited event of
+  // a compiled call, an eager call at a break included, ran it through
+  // here: traced, guarded on its event string) and sys.settrace or
+  // setprofile callbacks run with CPython's tracing flag up: never model
+  // code, they run untraced.
+  if (!config || throwflag || !kiln_frame_is_fresh_call(frame) || stance() == Stance::ForceEager ||
+      kiln_thread_is_tracing(tstate)) {
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   PyCodeObject* code = kiln_frame_code(frame);

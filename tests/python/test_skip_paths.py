@@ -63,3 +63,39 @@ def test_site_packages_libraries_are_traced_even_inside_the_stdlib_directory():
         tol = 1e-3 if x.is_cuda else 1e-4
         torch.testing.assert_close(kiln.compile(model)(x), model(x), rtol=tol, atol=tol)
     assert kiln.stats()["recompiles"] == 0
+
+
+AUDITED = []
+
+
+def _audit_hook(event, args):
+    # Stays registered for the process (audit hooks cannot be removed):
+    # records only while a test fills AUDITED with a marker.
+    if AUDITED and event == "os.listdir":
+        AUDITED.append(event)
+
+
+def lists_a_directory(x, path):
+    import os
+    y = x + 1
+    os.listdir(path)  # not traced: a graph break, run by CPython, audited
+    return y * 2
+
+
+def test_audit_hooks_run_untraced(tmp_path):
+    # Note [Untraced callbacks]: an audit hook runs for every audited event
+    # of a compiled call, and it is nobody's model code.
+    import sys
+    if _audit_hook not in getattr(sys, "_kiln_test_hooks", ()):
+        sys.addaudithook(_audit_hook)
+        sys._kiln_test_hooks = (_audit_hook,)
+    AUDITED.append("marker")
+    try:
+        compiled = kiln.compile(lists_a_directory)
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, str(tmp_path)), (x + 1) * 2)
+        assert AUDITED[1:] == ["os.listdir"]  # the hook ran
+        stats = kiln.stats()
+        assert (stats["traces"], stats["unsupported"]) == (2, 0), stats  # the function and its resumption
+    finally:
+        AUDITED.clear()
