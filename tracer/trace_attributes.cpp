@@ -531,9 +531,13 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
       // In the set's own order, as CPython iterates it.
       std::vector<ValuePtr> items;
       PyRef iter = PyRef::steal(PyObject_GetIter(value->obj.get()));
+      const base::TorchApi* api = base::torch_api();
       while (PyObject* item = PyIter_Next(iter.get())) {
+        PyRef held = PyRef::steal(item);
+        if (PyObject_TypeCheck(item, reinterpret_cast<PyTypeObject*>(api->module_type))) {
+          abort_trace(BreakCode::UnsupportedValue, "iteration over a set holding modules");
+        }
         items.push_back(state_.wrap_unguarded(item));
-        Py_DECREF(item);
       }
       return make_sequence(ValueKind::Iterator, std::move(items));
     }

@@ -2,17 +2,20 @@
 // A Set value holds a private Python set; a change makes a new one, so every
 // name bound to the value sees it, and nothing outside the trace does.
 // Sets reached through a source are read-only here: changing one would be a
-// side effect on the caller's object.
+// side effect on the caller's object. Modules may be members too, by
+// identity (their sources are identity-guarded): nn.Module.named_children
+// deduplicates children through a set (`memo`), which timm's RegNet stages
+// iterate; iterating such a set is not traced.
 #include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
 namespace {
 
-// The Python object of a constant item, or a trace abort.
+// The Python object of a constant or module item, or a trace abort.
 PyObject* constant_item(const ValuePtr& item, const char* what) {
-  if (!item->is(ValueKind::Constant)) {
-    abort_trace(BreakCode::UnsupportedValue,
-                std::string(what) + " holds " + describe_value(*item) + "; sets may hold Python constants only");
+  if (!item->is(ValueKind::Constant) && !item->is(ValueKind::Module)) {
+    abort_trace(BreakCode::UnsupportedValue, std::string(what) + " holds " + describe_value(*item) +
+                                                 "; sets may hold Python constants and modules only");
   }
   return item->obj.get();
 }
@@ -72,7 +75,7 @@ ValuePtr FrameTracer::call_set_method(const ValuePtr& method, const std::vector<
   if (changing && self->source >= 0) abort_trace(BreakCode::SideEffect, "set." + name + "() on a set the caller passed in");
   PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
-    PyRef arg = constant_to_python(args[i]);
+    PyRef arg = args[i]->is(ValueKind::Module) ? args[i]->obj : constant_to_python(args[i]);
     if (!arg) abort_trace(BreakCode::UnsupportedCall, "set." + name + "() of " + describe_value(*args[i]));
     PyTuple_SET_ITEM(call_args.get(), i, arg.release());
   }

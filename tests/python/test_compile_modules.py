@@ -558,3 +558,47 @@ def test_compiled_module_whose_class_overrides_call():
         assert_same(compiled(x), layer(x))
     s = stats()
     assert s["traces"] == 1 and s["unsupported"] == 0, s
+
+
+def test_children_walk_through_a_set_of_modules():
+    # nn.Module.named_children deduplicates through a set of modules (timm's
+    # RegNet stages run `for block in self.children()`): modules are set
+    # members by identity, and a child registered twice runs once.
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            shared = nn.Linear(4, 4)
+            self.a, self.b, self.again = shared, nn.Linear(4, 4), shared
+
+        def forward(self, x):
+            for block in self.children():
+                x = block(x).tanh()
+            seen = {self.a}
+            return x * 2 if self.b in seen else x + (self.a in seen)
+
+    stage = Stage()
+    assert len(list(stage.children())) == 2
+    net = nn.Sequential(nn.Linear(4, 4), stage)  # the stage's frame inlined, as in a model
+    compiled = kiln.compile(net)
+    x = torch.randn(3, 4)
+    assert_same(compiled(x), net(x))
+    s = stats()
+    assert (s["traces"], s["graph_breaks"], s["unsupported"]) == (1, 0, 0), s
+
+
+def test_iterating_a_set_of_modules_breaks_the_graph():
+    # Iteration order of a set of modules follows their ids: not traced.
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            for m in {self.lin}:
+                x = m(x)
+            return x.relu()
+
+    net = Net()
+    x = torch.randn(2, 4)
+    assert_same(kiln.compile(net)(x), net(x))
+    assert stats()["graph_breaks"] + stats()["unsupported"] >= 1
