@@ -123,6 +123,7 @@ ValuePtr FrameTracer::run() {
         snapshot_.locals = locals_;
         snapshot_.graph_size = static_cast<int>(state_.graph().nodes().size());
         snapshot_.mutations = state_.mutations();
+        snapshot_.birth = next_value_birth();
         snapshot_.stores = state_.stores.size();
         // An inlined callee may consume an iterator of this frame (a 3.11
         // comprehension does): a break puts the positions back.
@@ -275,7 +276,18 @@ bool FrameTracer::record_break(TraceAbort& abort) {
     // the try, where the handler could not catch what it raises.
     return refuse("it is inside a try block");
   }
-  if (state_.mutations() != snapshot_.mutations) return refuse("the instruction already changed state");
+  // Note [Changes of new values]
+  // CPython runs the instruction again from the state before it, so a
+  // change the trace made to a value that existed then (a list of the
+  // frame, the caller's dict, a cell) would happen twice, or be lost. A
+  // change to a value the instruction itself made cannot be: running it
+  // again makes that value anew. Inlined library calls build and fill
+  // their own containers all the time (a wrapper's kwargs dict, a config
+  // copied field by field, a set deduplicating children), and counting
+  // those kept transformers' encoder-decoder models from breaking at all.
+  if (state_.changed_older_than(snapshot_.mutations, snapshot_.birth)) {
+    return refuse("the instruction already changed state");
+  }
   if (snapshot_.pc >= instructions_.size() || !breakable_op(instructions_[snapshot_.pc].op)) {
     return refuse("CPython cannot run this instruction on its own");
   }
@@ -739,7 +751,7 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       if (slot->outer_cell) {
         abort_trace(BreakCode::SideEffect, "assignment to enclosing variable '" + local_name(ins.arg) + "'");
       }
-      state_.note_mutation();
+      state_.note_mutation(slot);
       slot->items.assign(1, value);
       return;
     }
@@ -930,7 +942,7 @@ void FrameTracer::step_build(const Instruction& ins) {
     case Op::ListAppend: {
       ValuePtr item = pop();
       ValuePtr& list = top(ins.arg);
-      state_.note_mutation();
+      state_.note_mutation(list);
       list->items.push_back(item);
       return;
     }
@@ -938,7 +950,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       ValuePtr items = pop();
       ValuePtr& list = top(ins.arg);
       std::vector<ValuePtr> unpacked = unpack(items, -1);
-      state_.note_mutation();
+      state_.note_mutation(list);
       list->items.insert(list->items.end(), unpacked.begin(), unpacked.end());
       return;
     }
@@ -954,7 +966,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       if (!update->is(ValueKind::Dict) || !dict->is(ValueKind::Dict)) {
         abort_trace(BreakCode::UnsupportedValue, "dict update with " + describe_value(*update));
       }
-      state_.note_mutation();
+      state_.note_mutation(dict);
       for (size_t i = 0; i < update->items.size(); ++i) {
         dict->keys.push_back(update->keys[i]);
         dict->items.push_back(update->items[i]);
@@ -966,7 +978,7 @@ void FrameTracer::step_build(const Instruction& ins) {
       ValuePtr key = pop();
       ValuePtr& dict = top(ins.arg);
       if (!key->is(ValueKind::Constant)) abort_trace(BreakCode::UnsupportedValue, "dict keys must be constants");
-      state_.note_mutation();
+      state_.note_mutation(dict);
       dict->keys.push_back(key->obj);
       dict->items.push_back(value);
       return;

@@ -241,6 +241,7 @@ class FrameTracer {
     std::vector<ValuePtr> locals;
     int graph_size = 0;
     uint64_t mutations = 0;
+    uint64_t birth = 0;  // values made by the instruction are born after it
     std::vector<std::pair<ValuePtr, size_t>> iterators;  // on the stack, with positions
     size_t stores = 0;
   } snapshot_;

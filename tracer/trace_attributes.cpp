@@ -635,7 +635,7 @@ void FrameTracer::store_subscript(const ValuePtr& container, const ValuePtr& key
     abort_trace(BreakCode::SideEffect, "item assignment on " + describe_value(*container) +
                                            " that the caller can see");
   } else {
-    state_.note_mutation();
+    state_.note_mutation(container);
   }
   if (container->is(ValueKind::List) && PyLong_Check(key->obj.get())) {
     Py_ssize_t i = PyLong_AsSsize_t(key->obj.get());
@@ -686,7 +686,7 @@ void FrameTracer::delete_subscript(const ValuePtr& container, const ValuePtr& ke
   if (container->source >= 0) {
     state_.note_container_write(container);  // the caller's container: written back
   } else {
-    state_.note_mutation();
+    state_.note_mutation(container);
   }
   container->items.erase(container->items.begin() + found);
   if (container->is(ValueKind::Dict)) container->keys.erase(container->keys.begin() + found);

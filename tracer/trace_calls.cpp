@@ -211,6 +211,33 @@ void FrameTracer::step_call(const Instruction& ins) {
   push(call_value(callable, std::move(args), std::move(kwargs)));
 }
 
+// Note [Custom autograd Functions]
+// Cls.apply(*args) of a torch.autograd.Function subclass is one graph node
+// calling it, as a torch op is: inlined, Function.apply reads torch
+// internals no graph holds (the break it made kept Bloom's every MLP out of
+// its graph), and the gradient must be the Function's own backward, not the
+// derivative of its forward. At run time torch runs apply (recording the
+// backward where gradients flow); under kiln's autograd the node's gradient
+// runs apply again under enable_grad and asks torch.autograd.grad, which
+// calls the Function's backward (Note [Extern gradients] in
+// autograd/derivatives_extern.cpp). Its results' metadata comes from
+// running apply on the fakes, so the forward must take meta tensors.
+namespace {
+
+// The function behind torch.autograd.Function.apply (a classmethod).
+PyObject* autograd_function_apply() {
+  static PyObject* apply = [] {
+    PyObject* function_class = base::import_attr("torch.autograd.function", "Function");
+    PyRef bound = function_class ? PyRef::steal(PyObject_GetAttrString(function_class, "apply")) : PyRef();
+    PyObject* func = bound ? PyObject_GetAttrString(bound.get(), "__func__") : nullptr;
+    if (!func) PyErr_Clear();
+    return func;  // kept for the process
+  }();
+  return apply;
+}
+
+}  // namespace
+
 ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr> args,
                                  KwArgs kwargs) {
   switch (callable->kind) {
@@ -289,6 +316,15 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (callable->self && callable->self->is(ValueKind::Module) &&
           callable->obj.get() == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(api->module_type), call_name.get())) {
         return call_module(callable->self, std::move(args), std::move(kwargs), /*base_call=*/true);
+      }
+      if (callable->obj.get() == autograd_function_apply() && callable->self && callable->self->obj &&
+          PyType_Check(callable->self->obj.get())) {
+        // Note [Custom autograd Functions]
+        PyObject* cls = callable->self->obj.get();
+        PyRef apply = PyRef::steal(PyObject_GetAttrString(cls, "apply"));
+        if (!apply) abort_trace(BreakCode::PythonException, take_python_error());
+        return state_.call_torch(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + ".apply", apply.get(),
+                                 args, kwargs, false);
       }
       // A bound method re-fetched by its source reads its function's
       // __closure__ and __defaults__ too (bound methods forward them).
@@ -856,6 +892,7 @@ void FrameTracer::drain(const ValuePtr& iterator) {
   // in-place tensor ops), and no exception the consumer would have caught
   // at a different point.
   const uint64_t mutations = state_.mutations();
+  const uint64_t born = next_value_birth();  // what the generator makes itself it may change (Note [Changes of new values])
   const size_t stores = state_.stores.size();
   const size_t nodes = state_.graph().nodes().size();
   try {
@@ -871,7 +908,7 @@ void FrameTracer::drain(const ValuePtr& iterator) {
     abort_trace(BreakCode::UnsupportedCall,
                 std::string(raised.what()) + " (raised by a generator run ahead of its consumer)");
   }
-  bool writes = state_.mutations() != mutations || state_.stores.size() != stores;
+  bool writes = state_.changed_older_than(mutations, born) || state_.stores.size() != stores;
   for (size_t n = nodes; n < state_.graph().nodes().size() && !writes; ++n) {
     const std::string& name = state_.graph().node(static_cast<int>(n)).target_name;
     writes = TraceState::is_inplace_method(name) || name.rfind("operator.i", 0) == 0 || name == "operator.setitem";

@@ -49,7 +49,7 @@ ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b)
     std::vector<ValuePtr> items = a->items;
     items.insert(items.end(), b->items.begin(), b->items.end());
     if (inplace && a->is(ValueKind::List)) {
-      state_.note_mutation();
+      state_.note_mutation(a);
       a->items = std::move(items);
       return a;
     }

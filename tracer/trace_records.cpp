@@ -490,7 +490,7 @@ void FrameTracer::store_record_attr(const ValuePtr& record, PyObject* name, cons
     abort_trace(BreakCode::UnsupportedAttribute, std::string("assignment to the descriptor ") + type->tp_name + "." +
                                                      PyUnicode_AsUTF8(name));
   }
-  state_.note_mutation();
+  state_.note_mutation(record);
   ValuePtr& attrs = record->attrs;
   const int own = dict_index(*attrs, name);
   if (own >= 0) {
@@ -514,7 +514,7 @@ void FrameTracer::delete_record_attr(const ValuePtr& record, PyObject* name) {
     PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%U'", type->tp_name, name);
     raise_python_error();
   }
-  state_.note_mutation();
+  state_.note_mutation(record);
   attrs->keys.erase(attrs->keys.begin() + own);
   attrs->items.erase(attrs->items.begin() + own);
 }

@@ -60,7 +60,7 @@ void FrameTracer::set_insert(const ValuePtr& set, const std::vector<ValuePtr>& i
       abort_trace(BreakCode::PythonException, take_python_error());
     }
   }
-  state_.note_mutation();
+  state_.note_mutation(set);
   set->obj = std::move(copy);
 }
 
@@ -85,7 +85,7 @@ ValuePtr FrameTracer::call_set_method(const ValuePtr& method, const std::vector<
   PyRef result = bound ? PyRef::steal(PyObject_Call(bound.get(), call_args.get(), nullptr)) : PyRef();
   if (!result) abort_trace(BreakCode::PythonException, "set." + name + "() raised " + take_python_error());
   if (changing) {
-    state_.note_mutation();
+    state_.note_mutation(self);
     self->obj = std::move(target);
   }
   return state_.wrap_unguarded(result.get());

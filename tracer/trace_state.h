@@ -156,10 +156,21 @@ class TraceState {
   // written back to a container the caller passed in).
   graph::Arg lower_contents(const ValuePtr& container);
 
-  // Counts in-place changes of containers and cells, so a graph break can
-  // tell whether an instruction it backs out of already changed state.
-  void note_mutation() { ++mutations_; }
-  uint64_t mutations() const { return mutations_; }
+  // Records an in-place change of a container, cell or record (`changed`;
+  // null when the change has no one target), so a graph break can tell
+  // whether an instruction it backs out of already changed state.
+  void note_mutation(const ValuePtr& changed = nullptr) {
+    mutated_births_.push_back(changed && changed->source < 0 ? changed->birth : 0);
+  }
+  uint64_t mutations() const { return mutated_births_.size(); }
+  // True when a change since mutations() was `since` touched a value made
+  // before `born` (or one the caller passed in): Note [Changes of new values].
+  bool changed_older_than(uint64_t since, uint64_t born) const {
+    for (size_t i = since; i < mutated_births_.size(); ++i) {
+      if (mutated_births_[i] < born) return true;
+    }
+    return false;
+  }
 
   // Emits torch._C._set_grad_enabled(enabled) into the graph and sets the
   // mode for the rest of the trace (fake tensors follow it too).
@@ -233,7 +244,7 @@ class TraceState {
   // Plain objects wrapped through a source, by object: a second source
   // reaching one gets the same value (and guards its identity).
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;
-  uint64_t mutations_ = 0;
+  std::vector<uint64_t> mutated_births_;  // per change: the changed value's birth, 0 when old or unknown
   std::unique_ptr<BreakInfo> break_info_;
   // Autocast was on when the frame was called.
   bool ambient_autocast_ = false;

@@ -16,7 +16,7 @@ class ModelContext final : public stdlib::BuiltinContext {
       abort(BreakCode::UnsupportedCall, "iteration over an endless " + describe_value(*iterable));
     }
     if (iterable->is(ValueKind::Iterator) && iterable->position < iterable->items.size()) {
-      state_.note_mutation();
+      state_.note_mutation(iterable);
     }
     return frame_.unpack(iterable, -1);
   }
@@ -82,7 +82,7 @@ class ModelContext final : public stdlib::BuiltinContext {
     if (target->source >= 0 && (target->is(ValueKind::List) || target->is(ValueKind::Dict))) {
       state_.note_container_write(target);  // written back after the graph
     } else {
-      state_.note_mutation();
+      state_.note_mutation(target);
     }
   }
   std::string take_python_error() override { return tracer::take_python_error(); }

@@ -2,6 +2,13 @@
 
 namespace kiln::tracer {
 
+uint64_t next_value_birth() {
+  // Traces run under the GIL, one at a time per interpreter.
+  static uint64_t births = 0;
+  return ++births;
+}
+
+
 const char* value_kind_name(ValueKind kind) {
   switch (kind) {
 #define KILN_VALUE_NAME(name, doc) \

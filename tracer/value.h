@@ -70,8 +70,15 @@ using ValuePtr = std::shared_ptr<Value>;
 class FrameTracer;
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
+// The birth a value made now gets: values are numbered in the order they are
+// made, across the process (Note [Changes of new values]).
+uint64_t next_value_birth();
+
 struct Value {
   ValueKind kind = ValueKind::Null;
+  // When the value was made (next_value_birth): a graph break backing out
+  // of an instruction ignores changes to values the instruction made.
+  uint64_t birth = next_value_birth();
   int source = -1;  // id in the trace's SourceTable, -1 if made by the trace
   PyRef obj;        // the real object (Constant, Module, Function, callables,
                     // PyModule, Object); Method: the function; StdObject:
