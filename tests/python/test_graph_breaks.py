@@ -263,3 +263,50 @@ def test_object_identity_kept_between_cells_and_stack():
         x = torch.randn(3)
         assert_same(compiled(x), list_in_cell_mutated_across_break(x))
     assert stats()["graph_breaks"] >= 1
+
+
+def _fills_its_own_containers(x):
+    parts = {}
+    parts["a"] = x * 2
+    seen = set()
+    seen.add("a")
+    order = []
+    order.append("a")
+    id(x)  # not traced: the graph breaks
+    return parts["a"] + len(order)
+
+
+def _appends_to_callers_list(x, acc):
+    acc.append(1)
+    id(x)
+    return x + len(acc)
+
+
+def test_changes_to_containers_the_call_made_do_not_block_a_break():
+    # Note [Changes of new values]: the callee fills containers it made
+    # before the untraced call; running the call again remakes them, so the
+    # caller breaks at the call rather than running eagerly.
+    def fn(x):
+        y = x.sin()
+        z = _fills_its_own_containers(y)
+        return z.cos()
+
+    x = torch.randn(4)
+    got = kiln.compile(fn)(x)
+    torch.testing.assert_close(got, fn(x))
+    assert stats()["graph_breaks"] >= 1, stats()  # fn broke at the call; it ran eagerly before
+
+
+def test_changes_to_the_callers_containers_still_block_a_break():
+    # A list that existed before the call: a break would append twice.
+    def fn(x):
+        acc = []
+        y = _appends_to_callers_list(x.sin(), acc)
+        return y, len(acc)
+
+    x = torch.randn(4)
+    got, n = kiln.compile(fn)(x)
+    want, n_want = fn(x)
+    torch.testing.assert_close(got, want)
+    assert n == n_want == 1
+    assert stats()["unsupported"] >= 1  # fn ran eagerly, as it must
