@@ -110,6 +110,11 @@ namespace kiln::cpython {
   X(BeforeWith, "pushes the context manager's __exit__, then __enter__()'s result") \
   X(ReturnGenerator, "generator prologue; the frame resumes with None pushed")   \
   X(YieldValue, "pops the yielded value; resumes with the sent value pushed") \
+  X(GetYieldFromIter, "`yield from`: TOS becomes iter(TOS)")                  \
+  X(Send, "target: where a `yield from` ends; stack [iterator, sent]: "      \
+          "pushes the next item, or at the iterator's end jumps with its "      \
+          "return value in the iterator's slot (3.12's END_SEND then pops "    \
+          "nothing)")                                                         \
   X(PushExcInfo, "handler entry: pops exc, pushes the handled exception, then exc") \
   X(PopExcept, "pops the handled exception to restore")                          \
   X(CheckExcMatch, "pops a type (or tuple); pushes whether TOS (an exception) matches") \

@@ -26,7 +26,7 @@ const ValuePtr& self_of(BuiltinContext& context, const BuiltinCall& call, ValueK
 
 // Position of a constant key in a dict value, or -1.
 int find_key(BuiltinContext& context, const BuiltinCall& call, const Value& dict, const ValuePtr& key) {
-  if (!key->is(ValueKind::Constant)) {
+  if (!tracer::is_key_value(*key)) {
     context.abort(BreakCode::UnsupportedCall, call.name + "() with a non-constant key");
   }
   for (size_t i = 0; i < dict.keys.size(); ++i) {

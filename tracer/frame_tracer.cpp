@@ -397,6 +397,8 @@ void FrameTracer::step(const Instruction& ins) {
     case Op::GetIter:
     case Op::ForIter:
     case Op::EndFor:
+    case Op::GetYieldFromIter:
+    case Op::Send:
       step_jump(ins);
       return;
     case Op::UnaryNegative:
@@ -1080,6 +1082,33 @@ void FrameTracer::step_jump(const Instruction& ins) {
       // Graph breaks happen in the top frame, where a suspended generator
       // could not be handed to CPython: there it runs to its end first.
       push(get_iter(iterable, /*lazy=*/!is_top_));
+      return;
+    }
+    case Op::GetYieldFromIter: {
+      // `yield from` inside a generator the trace runs a step at a time
+      // (Note [Generators]): the delegate is consumed as lazily.
+      ValuePtr iterable = pop();
+      push(iterable->is(ValueKind::Iterator) ? iterable : get_iter(iterable, /*lazy=*/true));
+      return;
+    }
+    case Op::Send: {
+      ValuePtr sent = pop();
+      if (!sent->is(ValueKind::Constant) || sent->obj.get() != Py_None) {
+        abort_trace(BreakCode::UnsupportedOpcode, "send() of a value into a `yield from`");
+      }
+      ValuePtr& iterator = top();
+      if (!iterator->is(ValueKind::Iterator)) {
+        abort_trace(BreakCode::UnsupportedValue, "yield from " + describe_value(*iterator));
+      }
+      const std::shared_ptr<FrameTracer> delegate = iterator->generator;  // next_item drops it at the end
+      if (ValuePtr item = next_item(iterator)) {
+        push(item);
+        return;
+      }
+      // The delegate's return value (a generator's; None for others).
+      ValuePtr returned = delegate ? delegate->returned_value() : nullptr;
+      iterator = returned ? returned : state_.wrap_unguarded(Py_None);
+      jump_to(ins.target);
       return;
     }
     case Op::ForIter: {

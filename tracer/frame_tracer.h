@@ -37,6 +37,9 @@ class FrameTracer {
   ValuePtr resume();
   // Runs to the frame's return; returns the returned value.
   ValuePtr run();
+  // What the frame returned (null before it returns): a generator's return
+  // value is what `yield from` it evaluates to.
+  const ValuePtr& returned_value() const { return return_value_; }
 
   // Calls any value with arguments, as CALL would (used by inlining too).
   ValuePtr call_value(const ValuePtr& callable, std::vector<ValuePtr> args, KwArgs kwargs);

@@ -472,7 +472,9 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
       return out;
     }
   }
-  if (base->is(ValueKind::Dict) && index->is(ValueKind::Constant)) {
+  // An enum member (identity-guarded, its equality native) keys a dict like
+  // a constant: diffusers' attention backend registry.
+  if (base->is(ValueKind::Dict) && is_key_value(*index)) {
     for (size_t i = 0; i < base->keys.size(); ++i) {
       if (PyObject_RichCompareBool(base->keys[i].get(), index->obj.get(), Py_EQ) == 1) return base->items[i];
     }

@@ -180,10 +180,29 @@ bool is_plain_dict(PyObject* obj) {
 // Keys a dict read item by item may have: compared by value with no user
 // code (str, int, bytes; torch.device, which timm's feature hooks key
 // their per-device outputs by).
+// Keys a dict guard can compare cheaply and without running Python code:
+// str, int, bytes, bool, None, torch.device and torch.dtype (diffusers maps
+// dtypes to dtypes), classes (by identity) and enum members (diffusers'
+// attention backend registry; compared by identity, or by their str or int
+// mixin's C equality).
 bool plain_key(PyObject* key) {
   const base::TorchApi* api = base::torch_api();
-  return PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key) ||
-         (api && api->device_type && reinterpret_cast<PyObject*>(Py_TYPE(key)) == api->device_type);
+  if (PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key) || PyBool_Check(key) ||
+      key == Py_None) {
+    return true;
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(key));
+  if (api && (type == api->device_type || type == api->dtype_type)) return true;
+  if (PyType_Check(key) && Py_TYPE(key) == &PyType_Type) return true;
+  static PyObject* enum_type = base::import_attr("enum", "Enum");
+  if (!enum_type || PyObject_IsInstance(key, enum_type) != 1) {
+    PyErr_Clear();
+    return false;
+  }
+  // The equality an enum member's class inherits must come from C.
+  PyRef eq = PyRef::steal(PyObject_GetAttrString(type, "__eq__"));
+  if (!eq) PyErr_Clear();
+  return eq && !PyFunction_Check(eq.get());
 }
 
 // Note [Objects guarded by type]
@@ -441,7 +460,8 @@ ValuePtr TraceState::wrap_dict(PyObject* obj, int source, bool guarded) {
   for (const PyRef& key : keys) {
     if (!plain_key(key.get())) {
       abort_trace(BreakCode::UnsupportedValue,
-                  "dict with a key not str, int, bytes or torch.device: " + py_repr(key.get()));
+                  "dict with a key kiln's guards cannot compare (not str, int, bytes, bool, None, a torch.device "
+                  "or dtype, a class or an enum member): " + py_repr(key.get()));
     }
   }
   if (guarded) guards_->add_dict_keys(source, obj, keys);

@@ -2,6 +2,25 @@
 
 namespace kiln::tracer {
 
+bool is_key_value(const Value& value) {
+  if (value.kind == ValueKind::Constant) return true;
+  if (value.kind != ValueKind::Object || !value.obj) return false;
+  static PyObject* enum_type = [] {
+    PyRef module = PyRef::steal(PyImport_ImportModule("enum"));
+    PyObject* found = module ? PyObject_GetAttrString(module.get(), "Enum") : nullptr;
+    if (!found) PyErr_Clear();
+    return found;  // kept for the process
+  }();
+  PyTypeObject* type = Py_TYPE(value.obj.get());
+  if (!enum_type || !PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(enum_type))) return false;
+  for (const char* name : {"__eq__", "__ne__"}) {  // IntEnum's and str mixins' come from C
+    PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
+    PyObject* found = _PyType_Lookup(type, key.get());
+    if (found && PyFunction_Check(found)) return false;
+  }
+  return true;
+}
+
 uint64_t next_value_birth() {
   // Traces run under the GIL, one at a time per interpreter.
   static uint64_t births = 0;

@@ -70,6 +70,11 @@ using ValuePtr = std::shared_ptr<Value>;
 class FrameTracer;
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
+// True for a value that keys a dict as a constant does: a Constant, or an
+// enum member (an identity-guarded Object) whose equality runs no Python
+// code (diffusers keys its attention backend registry by members).
+bool is_key_value(const Value& value);
+
 // The birth a value made now gets: values are numbered in the order they are
 // made, across the process (Note [Changes of new values]).
 uint64_t next_value_birth();

@@ -4,6 +4,7 @@ a time, interleaved with the consumer as in eager Python; other consumers
 take it whole, and only when running it ahead of them is invisible."""
 from collections.abc import Sequence
 
+import pytest
 import torch
 
 import kiln
@@ -87,3 +88,38 @@ def test_loop_that_stops_early_runs_no_more_of_the_generator():
     seen.clear()
     assert_same(kiln.compile(fn)(x), expected)
     assert seen == eager_seen == [0, 1, 2]
+
+
+def _delegating(n):
+    total = yield from _counting(n)
+    yield total
+
+
+def _counting(n):
+    for i in range(n):
+        yield i * 10
+    return n * 100
+
+
+@pytest.mark.parametrize("inlined", [False, True])
+def test_yield_from_delegates_and_returns(inlined):
+    # `yield from` (GET_YIELD_FROM_ITER, SEND): the delegate's items, then
+    # its return value as the expression's; nn.Module.named_modules recurses
+    # through it.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+        def forward(self, x):
+            for m in self.modules():
+                if isinstance(m, torch.nn.Linear):
+                    x = m(x).tanh()
+            return x + sum(_delegating(3))
+
+    net = Net()
+    model = torch.nn.Sequential(net) if inlined else net
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(kiln.compile(model)(x), model(x))
+    s = kiln.stats()
+    assert (s["traces"], s["graph_breaks"], s["unsupported"]) == (1, 0, 0), s

@@ -12,10 +12,12 @@ import typing
 from collections import Counter, OrderedDict, defaultdict, deque
 
 import pytest
+import enum
+
 import torch
 
 import kiln
-from conftest import stats
+from conftest import assert_same, stats
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
 
@@ -352,3 +354,32 @@ def test_defaultdict_built_in_the_frame(backend, fn, capsys):
             assert g.default_factory is w.default_factory
     if fn is not defaultdict_across_break:
         assert kiln.explain(fn)(ones()).graph_break_count == 0
+
+
+class _Backend(str, enum.Enum):
+    NATIVE = "native"
+    FLASH = "flash"
+
+
+_DTYPE_DOWNCAST = {torch.float64: torch.float32, torch.float32: torch.float32}
+_BACKEND_SCALE = {_Backend.NATIVE: 2.0, _Backend.FLASH: 3.0}
+_SELECTED = _Backend.NATIVE
+
+
+def _keyed_by_dtype_and_enum(x):
+    # diffusers' idioms: a dtype-to-dtype table, a registry keyed by enum members
+    y = x.to(_DTYPE_DOWNCAST[x.dtype])
+    return y * _BACKEND_SCALE[_SELECTED] + _BACKEND_SCALE.get(_Backend.FLASH, 0.0)
+
+
+def test_dicts_keyed_by_dtypes_and_enum_members():
+    x = torch.randn(3, dtype=torch.float64)
+    compiled = kiln.compile(_keyed_by_dtype_and_enum, fullgraph=True)
+    assert_same(compiled(x), _keyed_by_dtype_and_enum(x))
+    global _SELECTED
+    _SELECTED = _Backend.FLASH  # a guarded global: recompiles, reads the new key
+    try:
+        assert_same(compiled(x), _keyed_by_dtype_and_enum(x))
+    finally:
+        _SELECTED = _Backend.NATIVE
+    assert stats()["recompiles"] == 1
