@@ -2,8 +2,11 @@
 """Capture of the zoo models, kiln beside torch.compile on the same torch.
 
     PYTHONPATH=python .venv/bin/python benchmarks/zoo_capture.py [--models hf-gpt2,...] [--train]
+        [--set zoo|library]
 
-For every model of tests/python/zoo/zoo_models.py, one inference call (or,
+For every model of tests/python/zoo/zoo_models.py (or, with --set library,
+of tests/python/zoo/library_models.py: 58 more transformers, timm,
+torchvision and diffusers models), one inference call (or,
 with --train, a forward and backward): graphs and graph breaks kiln makes
 (kiln.explain) and torch.compile's Dynamo makes (torch._dynamo.explain),
 whether the compiled outputs equal eager's, and the first-call time of
@@ -28,7 +31,10 @@ import torch  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.dynamo_backend  # noqa: E402
+import library_models  # noqa: E402
 import zoo_models  # noqa: E402
+
+MODEL_SETS = {"zoo": zoo_models, "library": library_models}
 
 
 def close(a, b):
@@ -43,8 +49,8 @@ def timed_first(step, compiled):
     return out, time.perf_counter() - start
 
 
-def measure(name, train, first_call, front_ends=False):
-    model, args, kwargs = zoo_models.build(name)
+def measure(name, train, first_call, front_ends=False, models=zoo_models):
+    model, args, kwargs = models.build(name)
     if train:
         model = zoo_models.without_randomness(model).train()
     else:
@@ -99,7 +105,8 @@ def measure(name, train, first_call, front_ends=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=",".join(zoo_models.MODELS))
+    ap.add_argument("--set", choices=sorted(MODEL_SETS), default="zoo", help="which models: the zoo, or the wider library set")
+    ap.add_argument("--models", default=None, help="comma-separated names (default: the whole set)")
     ap.add_argument("--train", action="store_true", help="a forward and backward instead of inference")
     ap.add_argument("--front-ends", action="store_true",
                     help="also torch.compile(backend='kiln') and kiln.compile(backend=compile_fx)")
@@ -108,9 +115,10 @@ def main():
     opts = ap.parse_args()
     warnings.filterwarnings("ignore")
     rows = []
-    for name in opts.models.split(","):
+    models = MODEL_SETS[opts.set]
+    for name in (opts.models.split(",") if opts.models else list(models.MODELS)):
         try:
-            rows.append(measure(name, opts.train, opts.first_call, opts.front_ends))
+            rows.append(measure(name, opts.train, opts.first_call, opts.front_ends, models))
         except Exception as exc:  # a model that fails is a row, not the end of the table
             rows.append({"name": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
         print(rows[-1], file=sys.stderr, flush=True)

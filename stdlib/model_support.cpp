@@ -29,7 +29,9 @@ PyRef python_constant(const Value& value) {
       Py_TYPE(value.obj.get())->tp_str == PyType_Type.tp_str) {
     return value.obj;
   }
-  if (value.is(ValueKind::Set)) return PyRef::steal(PySet_New(value.obj.get()));  // a copy
+  if (value.is(ValueKind::Set)) {  // a copy; tensor members (Note [Tensors in sets]) have no object here
+    return value.items.empty() ? PyRef::steal(PySet_New(value.obj.get())) : PyRef();
+  }
   if (value.is(ValueKind::SymInt)) throw tracer::Specialize("a dynamic size is used as a plain Python value");
   const bool tuple = value.is(ValueKind::Tuple);
   if (!tuple && !value.is(ValueKind::List)) return PyRef();

@@ -495,6 +495,10 @@ void FrameTracer::step(const Instruction& ins) {
         push(state_.wrap_unguarded((found != (ins.arg == 1)) ? Py_True : Py_False));
         return;
       }
+      if (item->is(ValueKind::Tensor) && container->is(ValueKind::Set)) {
+        push(state_.wrap_unguarded(set_holds_tensor(container->items, item) != (ins.arg == 1) ? Py_True : Py_False));
+        return;
+      }
       const bool module_in_set = item->is(ValueKind::Module) && container->is(ValueKind::Set);
       if (!item->is(ValueKind::Constant) && !module_in_set) {
         abort_trace(BreakCode::UnsupportedOperator, "'in' with " + describe_value(*item));

@@ -154,6 +154,8 @@ class FrameTracer {
   ValuePtr make_set(const std::vector<ValuePtr>& items);
   void set_insert(const ValuePtr& set, const std::vector<ValuePtr>& items);
   ValuePtr call_set_method(const ValuePtr& method, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // `tensor in set` for a tensor read through a source (Note [Tensors in sets]).
+  bool set_holds_tensor(const std::vector<ValuePtr>& members, const ValuePtr& tensor);
   // Objects of plain Python classes the trace makes (Note [User objects]).
   ValuePtr make_record(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
   ValuePtr record_attr(const ValuePtr& record, PyObject* name);

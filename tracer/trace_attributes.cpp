@@ -530,6 +530,7 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
     case ValueKind::Iterator:
       return value;
     case ValueKind::Set: {
+      if (!value->items.empty()) abort_trace(BreakCode::UnsupportedValue, "iteration over a set holding tensors");
       // In the set's own order, as CPython iterates it.
       std::vector<ValuePtr> items;
       PyRef iter = PyRef::steal(PyObject_GetIter(value->obj.get()));

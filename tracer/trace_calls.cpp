@@ -140,8 +140,8 @@ PyRef value_to_python(const ValuePtr& value) {
     }
     case ValueKind::SymInt:
       throw Specialize("a dynamic size is used as a plain Python value");
-    case ValueKind::Set:
-      return PyRef::steal(PySet_New(value->obj.get()));  // a copy: the value's set never changes
+    case ValueKind::Set:  // a copy: the value's set never changes; tensor members have no object here
+      return value->items.empty() ? PyRef::steal(PySet_New(value->obj.get())) : PyRef();
     default:
       return PyRef();
   }
@@ -150,7 +150,7 @@ PyRef value_to_python(const ValuePtr& value) {
 PyRef constant_to_python(const ValuePtr& value) {
   if (value->is(ValueKind::Constant)) return value->obj;
   if (value->is(ValueKind::SymInt)) throw Specialize("a dynamic size is used as a plain Python value");
-  if (value->is(ValueKind::Set)) return PyRef::steal(PySet_New(value->obj.get()));
+  if (value->is(ValueKind::Set)) return value->items.empty() ? PyRef::steal(PySet_New(value->obj.get())) : PyRef();
   if (value->is(ValueKind::Iterator)) {
     // What is left of it, as a tuple (builtins consume iterators whole).
     std::vector<ValuePtr> rest(value->items.begin() + value->position, value->items.end());

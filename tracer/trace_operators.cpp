@@ -199,7 +199,7 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
     case ValueKind::Dict:
       return !value->items.empty();
     case ValueKind::Set:
-      return PySet_GET_SIZE(value->obj.get()) > 0;
+      return PySet_GET_SIZE(value->obj.get()) > 0 || !value->items.empty();
     case ValueKind::Tensor:
       abort_trace(BreakCode::DataDependent, "branching on the value of a tensor");
     case ValueKind::SymInt: {

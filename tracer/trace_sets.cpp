@@ -11,6 +11,23 @@
 namespace kiln::tracer {
 namespace {
 
+// Note [Tensors in sets]
+// nn.Module._named_members (parameters(), named_parameters(), buffers())
+// deduplicates through a set of tensors, and diffusers' `self.dtype` walks
+// it. A tensor read through a source is a set member by the identity of the
+// real tensor (its address while the trace runs); the members live in the
+// Set value's `items`, beside its constants. A membership test guards what
+// it relied on: a tensor not in the set is a Distinct object from each
+// member (one pair guard per member, so a set holds at most 16 tensors); a
+// tensor reached through a second source that is a member (tied weights)
+// stops the trace, as sameness has no guard. Iterating such a set, copying
+// it or its other methods stop the trace too.
+constexpr size_t kMaxTensorMembers = 16;
+
+bool is_sourced_tensor(const ValuePtr& item) {
+  return item->is(ValueKind::Tensor) && item->source >= 0 && item->tensor_address != 0;
+}
+
 // The Python object of a constant or module item, or a trace abort.
 PyObject* constant_item(const ValuePtr& item, const char* what) {
   if (!item->is(ValueKind::Constant) && !item->is(ValueKind::Module)) {
@@ -43,25 +60,51 @@ bool is_changing_method(const std::string& name) {
 }  // namespace
 
 ValuePtr FrameTracer::make_set(const std::vector<ValuePtr>& items) {
-  PyRef set = PyRef::steal(PySet_New(nullptr));
+  ValuePtr set = make_object(ValueKind::Set, PyRef::steal(PySet_New(nullptr)));
   for (const ValuePtr& item : items) {
-    if (PySet_Add(set.get(), constant_item(item, "a set")) < 0) {
+    if (is_sourced_tensor(item)) {
+      if (!set_holds_tensor(set->items, item)) set->items.push_back(item);
+    } else if (PySet_Add(set->obj.get(), constant_item(item, "a set")) < 0) {
       abort_trace(BreakCode::PythonException, take_python_error());
     }
   }
-  return make_object(ValueKind::Set, std::move(set));
+  return set;
 }
 
 void FrameTracer::set_insert(const ValuePtr& set, const std::vector<ValuePtr>& items) {
   if (set->source >= 0) abort_trace(BreakCode::SideEffect, "changing a set the caller passed in");
   PyRef copy = PyRef::steal(PySet_New(set->obj.get()));
+  std::vector<ValuePtr> tensors = set->items;
   for (const ValuePtr& item : items) {
-    if (PySet_Add(copy.get(), constant_item(item, "a set")) < 0) {
+    if (is_sourced_tensor(item)) {
+      if (!set_holds_tensor(tensors, item)) tensors.push_back(item);
+    } else if (PySet_Add(copy.get(), constant_item(item, "a set")) < 0) {
       abort_trace(BreakCode::PythonException, take_python_error());
     }
   }
   state_.note_mutation(set);
   set->obj = std::move(copy);
+  set->items = std::move(tensors);
+}
+
+bool FrameTracer::set_holds_tensor(const std::vector<ValuePtr>& members, const ValuePtr& tensor) {
+  if (!is_sourced_tensor(tensor)) {
+    abort_trace(BreakCode::UnsupportedValue, "a set test of " + describe_value(*tensor) +
+                                                 ", which the trace did not read through a source");
+  }
+  for (const ValuePtr& member : members) {
+    if (member.get() == tensor.get() || member->source == tensor->source) return true;
+    if (member->tensor_address == tensor->tensor_address) {
+      abort_trace(BreakCode::UnsupportedValue, "a tensor reached through two sources (" +
+                                                   state_.sources().at(member->source).text + ", " +
+                                                   state_.sources().at(tensor->source).text + ") tested in a set");
+    }
+  }
+  if (members.size() >= kMaxTensorMembers) {
+    abort_trace(BreakCode::UnsupportedValue, "a set holding more than 16 tensors");
+  }
+  for (const ValuePtr& member : members) state_.guards().add_distinct({member->source, tensor->source});
+  return false;
 }
 
 ValuePtr FrameTracer::call_set_method(const ValuePtr& method, const std::vector<ValuePtr>& args,
@@ -73,6 +116,11 @@ ValuePtr FrameTracer::call_set_method(const ValuePtr& method, const std::vector<
     abort_trace(BreakCode::UnsupportedCall, "set." + name + "() is not traced");
   }
   if (changing && self->source >= 0) abort_trace(BreakCode::SideEffect, "set." + name + "() on a set the caller passed in");
+  if (name == "add" && args.size() == 1 && is_sourced_tensor(args[0])) {
+    set_insert(self, args);
+    return state_.wrap_unguarded(Py_None);
+  }
+  if (!self->items.empty()) abort_trace(BreakCode::UnsupportedCall, "set." + name + "() of a set holding tensors");
   PyRef call_args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
     PyRef arg = args[i]->is(ValueKind::Module) ? args[i]->obj : constant_to_python(args[i]);

@@ -575,6 +575,7 @@ ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
   auto value = std::make_shared<Value>();
   value->kind = ValueKind::Tensor;
   value->source = source;
+  value->tensor_address = reinterpret_cast<uintptr_t>(tensor);
   // The exact type answers isinstance() (a Parameter is not a plain Tensor).
   value->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(tensor)));
   runtime::read_tensor_meta(tensor, &value->meta);
@@ -631,6 +632,7 @@ Arg TraceState::lower(const ValuePtr& value) {
   switch (value->kind) {
     case ValueKind::Tensor: return Arg::of_node(value->node);
     case ValueKind::Set: {
+      if (!value->items.empty()) abort_trace(BreakCode::UnsupportedValue, "a set holding tensors passed to a graph op");
       // A new set on every run: set(frozenset(...)).
       PyRef frozen = PyRef::steal(PyFrozenSet_New(value->obj.get()));
       std::vector<Arg> args;
@@ -855,7 +857,9 @@ PyRef TraceState::lower_fake(const ValuePtr& value, int point) {
                                         lower_fake(value->items[2], point).get()));
       }
       return PyRef::steal(PyLong_FromLongLong(value->sym_points[point]));
-    case ValueKind::Set: return PyRef::steal(PySet_New(value->obj.get()));
+    case ValueKind::Set:
+      if (!value->items.empty()) abort_trace(BreakCode::UnsupportedValue, "a set holding tensors passed to a graph op");
+      return PyRef::steal(PySet_New(value->obj.get()));
     case ValueKind::Constant: return value->obj;
     case ValueKind::Tuple:
     case ValueKind::List: {

@@ -90,6 +90,9 @@ struct Value {
                     // its type; ContainerMethod: the method's descriptor
   // Tensor
   int node = -1;
+  // A tensor read through a source: the real tensor's address while the
+  // trace runs, its identity in sets (Note [Tensors in sets]); 0 otherwise.
+  uintptr_t tensor_address = 0;
   PyRef fake;  // meta tensor with the same metadata
   graph::TensorMeta meta;
   // Tensor in a trace with dynamic sizes: the fakes at the other sample

@@ -602,3 +602,30 @@ def test_iterating_a_set_of_modules_breaks_the_graph():
     x = torch.randn(2, 4)
     assert_same(kiln.compile(net)(x), net(x))
     assert stats()["graph_breaks"] + stats()["unsupported"] >= 1
+
+
+class _Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        # diffusers' `self.dtype`, then every parameter once (parameters()
+        # deduplicates through a set of tensors: Note [Tensors in sets]).
+        dtype = next(iter(self.parameters())).dtype
+        total = sum(p.sum() for p in self.parameters())
+        return self.b(self.a(x.to(dtype))) + total
+
+
+def test_parameter_walks_through_a_set_of_tensors():
+    model = _Tied()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    assert_same(compiled(x), model(x))
+    s = stats()
+    assert (s["traces"], s["graph_breaks"], s["unsupported"]) == (1, 0, 0), s
+    # Tying a weight makes two sources one tensor: the Distinct guard fails,
+    # and parameters() yields it once, as eagerly.
+    model.b.weight = model.a.weight
+    assert_same(compiled(x), model(x))
+    assert stats()["recompiles"] >= 1
