@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -26,7 +27,11 @@
 // opened O_APPEND, so the processes and threads of one run interleave
 // whole lines. A test whose kernels depend on thread timing (which sizes of
 // a racing call trace static) sets KILN_KERNEL_MANIFEST_PAUSE while it runs
-// (pytest: @pytest.mark.timing_dependent_kernels).
+// (pytest: @pytest.mark.timing_dependent_kernels). The CPU kernels' IR
+// names the host CPU in its function attributes ("target-cpu",
+// "target-features"); those are left out of the code digest, so the
+// manifest is the same on every x86-64 host with the same vector units
+// (each session's fresh machine rewrote every digest before).
 
 namespace kiln::inductor {
 namespace {
@@ -75,9 +80,24 @@ Manifest& manifest() {
   return *m;
 }
 
+// `code` without the host CPU's attribute strings (Note [Kernel replay]).
+std::string without_host_attributes(std::string code) {
+  for (const char* attribute : {"\"target-cpu\"=\"", "\"target-features\"=\""}) {
+    const size_t prefix = std::strlen(attribute);
+    for (size_t at = code.find(attribute); at != std::string::npos; at = code.find(attribute, at)) {
+      const size_t close = code.find('"', at + prefix);
+      if (close == std::string::npos) break;
+      code.erase(at, close + 1 - at);
+    }
+  }
+  return code;
+}
+
 }  // namespace
 
 bool kernel_manifest_on() { return manifest().fd >= 0; }
+
+std::string kernel_code_digest(const std::string& code) { return short_digest(without_host_attributes(code)); }
 
 void record_kernel(const std::string& kind, const std::string& text, const std::function<std::string()>& code) {
   Manifest& m = manifest();
@@ -91,7 +111,7 @@ void record_kernel(const std::string& kind, const std::string& text, const std::
   }
   std::string code_digest = "-";
   try {
-    code_digest = short_digest(code());
+    code_digest = kernel_code_digest(code());
   } catch (const std::exception&) {
     // A kernel its generator refuses is recorded as such; the caller's own
     // compile reports the error.

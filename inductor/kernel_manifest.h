@@ -20,4 +20,8 @@ bool kernel_manifest_on();
 // manifest that cannot be written is reported once on stderr.
 void record_kernel(const std::string& kind, const std::string& text, const std::function<std::string()>& code);
 
+// The digest the manifest records for generated code: the host CPU's
+// attribute strings ("target-cpu", "target-features") left out.
+std::string kernel_code_digest(const std::string& code);
+
 }  // namespace kiln::inductor
