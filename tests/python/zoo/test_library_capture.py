@@ -7,7 +7,7 @@ import torch
 
 import kiln
 from library_models import build as build_model
-from zoo_models import tensors_of
+from zoo_models import build_or_skip, tensors_of
 
 WHOLE = {
     "hf-bloom": "a custom torch.autograd.Function (Note [Custom autograd Functions])",
@@ -20,12 +20,8 @@ WHOLE = {
 
 
 def build(name):
-    """The entry, or a skip naming its library where this machine lacks it
-    (the GPU image has no diffusers)."""
-    try:
-        return build_model(name)
-    except ModuleNotFoundError as missing:
-        pytest.skip(f"{name}: {missing.name} is not installed on this machine")
+    """The entry, or a skip naming its library where this machine lacks it."""
+    return build_or_skip(build_model, name)
 
 
 @pytest.mark.cpu_semantics("library capture: CPU, fp32")

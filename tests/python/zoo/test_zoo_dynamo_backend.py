@@ -6,7 +6,12 @@ import pytest
 import torch
 
 import kiln
-from zoo_models import MODELS, build, tensors_of
+from zoo_models import MODELS, build as build_model, build_or_skip, tensors_of
+
+
+def build(name):
+    """The zoo entry, or a skip naming its library where this machine lacks it."""
+    return build_or_skip(build_model, name)
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")

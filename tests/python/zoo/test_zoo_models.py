@@ -18,17 +18,12 @@ import torch
 
 import kiln
 from conftest import delta, stats
-from zoo_models import MODELS, build as build_model, loss_of, tensors_of, without_randomness
+from zoo_models import MODELS, build as build_model, build_or_skip, loss_of, tensors_of, without_randomness
 
 
 def build(name):
-    """The zoo entry, or a skip naming its library where this machine lacks it
-    (the GPU machine's image has no diffusers; requirements.txt installs it
-    here and in CI, where every entry runs)."""
-    try:
-        return build_model(name)
-    except ModuleNotFoundError as missing:
-        pytest.skip(f"{name}: {missing.name} is not installed on this machine")
+    """The zoo entry, or a skip naming its library where this machine lacks it."""
+    return build_or_skip(build_model, name)
 
 # Graph breaks torch.compile makes in one inference call of each zoo model
 # (torch 2.11, this zoo's configs): kiln may make no more.

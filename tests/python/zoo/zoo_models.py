@@ -156,6 +156,17 @@ def build(name):
     return MODELS[name]()
 
 
+def build_or_skip(make, name):
+    """make(name) for a test, or a pytest skip naming the library this machine
+    lacks (the GPU machine's image has no diffusers; requirements.txt installs
+    every library here and in CI, where every entry runs)."""
+    import pytest
+    try:
+        return make(name)
+    except ModuleNotFoundError as missing:
+        pytest.skip(f"{name}: {missing.name} is not installed on this machine")
+
+
 def tensors_of(output):
     """The tensors of a model output in a stable order (ModelOutput, dict, tuple, cache objects)."""
     if isinstance(output, torch.Tensor):
