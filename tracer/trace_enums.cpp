@@ -5,39 +5,6 @@
 #include "tracer/frame_tracer.h"
 
 namespace kiln::tracer {
-namespace {
-
-// enum.Enum and enum.EnumMeta, looked up once; null if `enum` fails to import.
-PyObject* enum_base() {
-  static PyObject* base = [] {
-    PyRef module = PyRef::steal(PyImport_ImportModule("enum"));
-    PyObject* found = module ? PyObject_GetAttrString(module.get(), "Enum") : nullptr;
-    if (!found) PyErr_Clear();
-    return found;
-  }();
-  return base;
-}
-
-bool is_enum_class(PyObject* obj) {
-  PyObject* base = enum_base();
-  return base && PyType_Check(obj) &&
-         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(obj), reinterpret_cast<PyTypeObject*>(base));
-}
-
-// True when comparing instances of `type` runs no Python code: no class in
-// its MRO defines __eq__/__ne__ in Python (IntEnum's come from int).
-bool native_equality(PyTypeObject* type) {
-  for (const char* name : {"__eq__", "__ne__"}) {
-    PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
-    PyObject* found = _PyType_Lookup(type, key.get());
-    if (found && PyFunction_Check(found)) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-bool is_enum_member(PyObject* obj) { return obj && is_enum_class(reinterpret_cast<PyObject*>(Py_TYPE(obj))); }
 
 ValuePtr FrameTracer::enum_attr(const ValuePtr& base, PyObject* name) {
   PyObject* obj = base->obj.get();

@@ -194,15 +194,7 @@ bool plain_key(PyObject* key) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(key));
   if (api && (type == api->device_type || type == api->dtype_type)) return true;
   if (PyType_Check(key) && Py_TYPE(key) == &PyType_Type) return true;
-  static PyObject* enum_type = base::import_attr("enum", "Enum");
-  if (!enum_type || PyObject_IsInstance(key, enum_type) != 1) {
-    PyErr_Clear();
-    return false;
-  }
-  // The equality an enum member's class inherits must come from C.
-  PyRef eq = PyRef::steal(PyObject_GetAttrString(type, "__eq__"));
-  if (!eq) PyErr_Clear();
-  return eq && !PyFunction_Check(eq.get());
+  return is_enum_member(key) && native_equality(Py_TYPE(key));
 }
 
 // Note [Objects guarded by type]

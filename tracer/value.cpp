@@ -2,23 +2,42 @@
 
 namespace kiln::tracer {
 
-bool is_key_value(const Value& value) {
-  if (value.kind == ValueKind::Constant) return true;
-  if (value.kind != ValueKind::Object || !value.obj) return false;
-  static PyObject* enum_type = [] {
+namespace {
+
+// enum.Enum, looked up once; null if `enum` fails to import.
+PyObject* enum_base() {
+  static PyObject* base = [] {
     PyRef module = PyRef::steal(PyImport_ImportModule("enum"));
     PyObject* found = module ? PyObject_GetAttrString(module.get(), "Enum") : nullptr;
     if (!found) PyErr_Clear();
     return found;  // kept for the process
   }();
-  PyTypeObject* type = Py_TYPE(value.obj.get());
-  if (!enum_type || !PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(enum_type))) return false;
-  for (const char* name : {"__eq__", "__ne__"}) {  // IntEnum's and str mixins' come from C
+  return base;
+}
+
+}  // namespace
+
+bool is_enum_class(PyObject* obj) {
+  PyObject* base = enum_base();
+  return base && PyType_Check(obj) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(obj), reinterpret_cast<PyTypeObject*>(base));
+}
+
+bool is_enum_member(PyObject* obj) { return obj && is_enum_class(reinterpret_cast<PyObject*>(Py_TYPE(obj))); }
+
+bool native_equality(PyTypeObject* type) {
+  for (const char* name : {"__eq__", "__ne__"}) {
     PyRef key = PyRef::steal(PyUnicode_InternFromString(name));
     PyObject* found = _PyType_Lookup(type, key.get());
     if (found && PyFunction_Check(found)) return false;
   }
   return true;
+}
+
+bool is_key_value(const Value& value) {
+  if (value.kind == ValueKind::Constant) return true;
+  return value.kind == ValueKind::Object && is_enum_member(value.obj.get()) &&
+         native_equality(Py_TYPE(value.obj.get()));
 }
 
 uint64_t next_value_birth() {

@@ -70,6 +70,14 @@ using ValuePtr = std::shared_ptr<Value>;
 class FrameTracer;
 using KwArgs = std::vector<std::pair<std::string, ValuePtr>>;
 
+// True for a subclass of enum.Enum (`obj` a class).
+bool is_enum_class(PyObject* obj);
+// True for a member of an enum.Enum subclass.
+bool is_enum_member(PyObject* obj);
+// True when comparing instances of `type` runs no Python code: no class in
+// its MRO defines __eq__/__ne__ in Python (IntEnum's come from int).
+bool native_equality(PyTypeObject* type);
+
 // True for a value that keys a dict as a constant does: a Constant, or an
 // enum member (an identity-guarded Object) whose equality runs no Python
 // code (diffusers keys its attention backend registry by members).
