@@ -14,6 +14,7 @@
 #include "inductor/cpu/gemm.h"
 #include "inductor/cpu/kernel_runner.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/aten_calls.h"
 #include "base/log.h"
 
 namespace kiln::inductor {

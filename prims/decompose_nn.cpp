@@ -387,13 +387,29 @@ std::optional<std::vector<graph::TensorMeta>> fused_attention_metas(PrimBuilder&
 
 // `mask` as the fused kernels take it: contiguous, and a boolean one made
 // additive in the query's dtype, `masked_out` where it is false (torch's
-// call does the same conversion).
-int additive_mask(PrimBuilder& b, int mask, double masked_out, DType query_dtype) {
-  // Read before the graph grows (a reference into its values would not
+// call does the same conversion). With `aligned_rows` (the
+// memory-efficient kernel: Note [Attention bias alignment] in
+// runtime/aten_calls.cpp) rows of a length that is not a multiple of 16
+// are padded to one and read through a slice: the padding is a cat with
+// a fill that the kernel converting a boolean mask reads, so that kernel
+// writes the padded rows and no call pads them again.
+int additive_mask(PrimBuilder& b, int mask, double masked_out, DType query_dtype, bool aligned_rows) {
+  // Copied before the graph grows (a reference into its values would not
   // survive a new node).
-  const DType mask_dtype = b.meta(mask).dtype;
-  if (!is_contiguous(b.meta(mask).sizes, b.meta(mask).strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
-  if (mask_dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), query_dtype);
+  const graph::TensorMeta meta = b.meta(mask);
+  if (!is_contiguous(meta.sizes, meta.strides)) mask = b.clone(mask, MemoryFormat::Contiguous);
+  const int rank = static_cast<int>(meta.sizes.size());
+  const int64_t keys = rank > 0 ? meta.sizes.back() : 0;
+  const bool pad = aligned_rows && rank >= 2 && keys % 16 != 0;
+  if (pad) {
+    std::vector<int64_t> fill_sizes = meta.sizes;
+    fill_sizes.back() = 16 - keys % 16;
+    const Placement where{meta.device_type, meta.device_index, false};
+    const int fill = b.full(fill_sizes, Scalar::of_int(0), meta.dtype, where);
+    mask = b.cat({mask, fill}, rank - 1);
+  }
+  if (meta.dtype == DType::Bool) mask = b.convert(b.where(mask, f(0), f(masked_out)), query_dtype);
+  if (pad) mask = b.slice(mask, rank - 1, 0, keys);
   return mask;
 }
 
@@ -418,7 +434,7 @@ int attention_output(DecomposeCall& c, int q, int k, int value, int mask, long b
                                   graph::Arg::of_constant(causal ? Py_True : Py_False),
                                   graph::Arg::of_constant(scale),
                                   graph::Arg::of_constant(with_lse ? Py_True : Py_False)};
-  const int out = b.extern_call(attention, "kiln._attention.attention", std::move(args), {}, made, /*pure=*/true,
+  const int out = b.extern_call(attention, kAttentionExtern, std::move(args), {}, made, /*pure=*/true,
                                 /*fresh=*/true)[0];
   const graph::TensorMeta& traced = c.traced(0);
   if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(b.meta(out).sizes, b.meta(out).strides)) {
@@ -474,7 +490,7 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
     why = reason;
     return std::nullopt;
   };
-  if (mask >= 0) mask = additive_mask(b, mask, -std::numeric_limits<double>::infinity(), query_dtype);
+  if (mask >= 0) mask = additive_mask(b, mask, -std::numeric_limits<double>::infinity(), query_dtype, false);
   if (c.has_param("enable_gqa") && c.given("enable_gqa") && c.flag("enable_gqa")) {
     // Grouped heads: torch's call repeats each key/value head for its
     // group of query heads (repeat_interleave) before the kernel; so does
@@ -559,7 +575,7 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     // torch's cuDNN path adds 0 where the mask is true, -65504 elsewhere,
     // in the query's dtype; its memory-efficient path -inf.
     const double masked_out = backend == kEfficientBackend ? -std::numeric_limits<double>::infinity() : -65504.0;
-    mask = additive_mask(b, mask, masked_out, b.meta(q).dtype);
+    mask = additive_mask(b, mask, masked_out, b.meta(q).dtype, backend == kEfficientBackend);
   }
   PyObject* scale = c.given("scale") ? c.constant("scale") : Py_None;
   if (!scale) {

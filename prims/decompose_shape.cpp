@@ -304,28 +304,29 @@ std::vector<int> decompose_Split(DecomposeCall& c) {
   return out;
 }
 
-// Tensor.to(dtype): the tensor itself when it already has the dtype.
+// Tensor.to(dtype), to(device), to(device, dtype) and their keywords: a
+// conversion to the traced result's dtype, the tensor itself when it
+// already has it. Only where the traced result stays on the input's device
+// (transformers' masks call `.to(x.device)` on tensors already there); a
+// move to another device, copy=True, memory_format= or a tensor argument
+// stay torch's call.
 std::vector<int> decompose_To(DecomposeCall& c) {
   const int x = c.tensor("input");
-  std::optional<DType> dtype;
-  if (c.rest().size() == 1 && c.rest()[0]->kind == graph::Arg::Kind::Constant && !c.given("dtype")) {
-    PyObject* obj = c.rest()[0]->constant;
-    PyObject* text = PyObject_Str(obj);
-    if (!text) {
-      PyErr_Clear();
-      c.unsupported("to() of an unprintable argument");
+  for (const graph::Arg* arg : c.rest()) {
+    if (arg->kind != graph::Arg::Kind::Constant || !arg->constant) c.unsupported("to() with a tensor or computed argument");
+    const std::string type = Py_TYPE(arg->constant)->tp_name;
+    if (type != "torch.dtype" && type != "torch.device" && !PyUnicode_Check(arg->constant)) {
+      c.unsupported("to() with an argument of type " + type);
     }
-    const std::string s = PyUnicode_AsUTF8(text);
-    Py_DECREF(text);
-    if (std::string(Py_TYPE(obj)->tp_name) != "torch.dtype") c.unsupported("to(" + s + ")");
-    dtype = graph::dtype_from_name(s);
-  } else if (c.rest().empty()) {
-    dtype = c.dtype("dtype");
-  } else {
-    c.unsupported("to() with a device or tensor");
   }
-  if (!dtype || *dtype == DType::Other) c.unsupported("to() without a dtype kiln models");
-  return {to_dtype(c.b, x, *dtype)};
+  if (c.given("copy") && c.flag("copy")) c.unsupported("to(copy=True)");
+  const graph::TensorMeta traced = c.traced(0);
+  const graph::TensorMeta& in = c.b.meta(x);
+  if (traced.device_type != in.device_type || traced.device_index != in.device_index) {
+    c.unsupported("to() another device");
+  }
+  if (traced.dtype == DType::Other) c.unsupported("to() without a dtype kiln models");
+  return {to_dtype(c.b, x, traced.dtype)};
 }
 
 std::vector<int> decompose_Float(DecomposeCall& c) { return {to_dtype(c.b, c.tensor("input"), DType::Float32)}; }

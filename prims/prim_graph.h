@@ -45,6 +45,11 @@ struct PrimArg {
   bool is_value() const { return value >= 0; }
 };
 
+// The target_name of extern calls of kiln._attention.attention (Note
+// [Fused attention kernels] in decompose_nn.cpp), which the prim executor
+// runs from C++.
+inline constexpr char kAttentionExtern[] = "kiln._attention.attention";
+
 // The non-tensor parameters of a node. Each prim reads the fields its
 // builder in prim_builder.h names; the others keep their defaults.
 struct PrimAttrs {

@@ -147,7 +147,7 @@ namespace kiln::prims {
   X(Split, "torch.split(input, split_size_or_sections, dim=0)",                                    \
     "Tensor.split(input, split_size, dim=0)", "torch.chunk(input, chunks, dim=0)",                 \
     "Tensor.chunk(input, chunks, dim=0)", "torch.unbind(input, dim=0)", "Tensor.unbind(input, dim=0)") \
-  X(To, "Tensor.to(input, *args, dtype=None)")                                                                 \
+  X(To, "Tensor.to(input, *args, dtype=None, device=None, non_blocking=False, copy=False)")                  \
   X(Float, "Tensor.float(input)")                                                                  \
   X(Double, "Tensor.double(input)")                                                                \
   X(Half, "Tensor.half(input)")                                                                    \

@@ -6,8 +6,6 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/matmul.h>
-#include <ATen/ops/mm.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
@@ -256,120 +254,6 @@ PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vecto
   }
 }
 
-namespace {
-
-// Note [Padded GEMM dims]
-// cuBLAS runs its fast tensor-core kernels on 16-bit operands only when
-// the matrices' leading dimensions are multiples of 8 elements. GPT-2's LM
-// head ([4096, 768] @ [768, 50257], bf16) otherwise gets an align-1
-// cutlass kernel: 3.3 ms on an H100 against 0.46 ms with the 50257 columns
-// padded to 50264, and its two gradient products 2.5 and 2.2 ms against
-// 0.41 (s15 probe; padding only the result's row stride kept the slow
-// kernel). So a large CUDA product pads, with zeros, each of M, K, N that
-// is the leading dimension of an operand or of the result as they are laid
-// out, multiplies the padded operands (zero rows and columns add nothing),
-// and gives back the M x N corner: copied contiguous when N was padded, a
-// fresh non-view tensor over the padded rows when only M was. Outside
-// autograd only (the copies here record no gradient): kiln's own graphs.
-
-bool column_major(const at::Tensor& m) { return m.stride(0) == 1 && m.stride(1) != 1; }
-
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-// `m` ([rows, cols]) copied into a buffer of [rows_to, cols_to] laid out
-// in `m`'s order, the new rows and columns zero.
-at::Tensor zero_padded(const at::Tensor& m, int64_t rows_to, int64_t cols_to) {
-  if (rows_to == m.size(0) && cols_to == m.size(1)) return m;
-  at::Tensor padded = column_major(m) ? at::empty({cols_to, rows_to}, m.options()).t()
-                                      : at::empty({rows_to, cols_to}, m.options());
-  padded.narrow(0, 0, m.size(0)).narrow(1, 0, m.size(1)).copy_(m);
-  if (rows_to > m.size(0)) padded.narrow(0, m.size(0), rows_to - m.size(0)).zero_();
-  if (cols_to > m.size(1)) padded.narrow(0, 0, m.size(0)).narrow(1, m.size(1), cols_to - m.size(1)).zero_();
-  return padded;
-}
-
-// The element multiple to pad `a @ b` to, or 0 to run it as it is.
-int64_t gemm_padding_multiple(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2 || a.scalar_type() != b.scalar_type()) return 0;
-  if (a.scalar_type() != c10::ScalarType::BFloat16 && a.scalar_type() != c10::ScalarType::Half) return 0;
-  if (at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) return 0;
-  // The copies cost about one pass over the operands; below ~2^28 multiply-
-  // adds the slow kernel's loss is smaller than that.
-  const double work = static_cast<double>(a.size(0)) * static_cast<double>(a.size(1)) * static_cast<double>(b.size(1));
-  if (work < static_cast<double>(int64_t{1} << 28)) return 0;
-  return 8;
-}
-
-at::Tensor matmul_with_padded_dims(const at::Tensor& a, const at::Tensor& b, int64_t multiple) {
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  auto aligned = [&](int64_t d) { return d % multiple == 0; };
-  // The dims that are a leading dimension somewhere: the result's is N.
-  const bool pad_m = !aligned(m) && column_major(a);
-  const bool pad_k = !aligned(k) && (!column_major(a) || column_major(b));
-  const bool pad_n = !aligned(n);
-  if (!pad_m && !pad_k && !pad_n) return at::mm(a, b);
-  const int64_t mp = pad_m ? round_up(m, multiple) : m;
-  const int64_t kp = pad_k ? round_up(k, multiple) : k;
-  const int64_t np = pad_n ? round_up(n, multiple) : n;
-  at::Tensor product = at::mm(zero_padded(a, mp, kp), zero_padded(b, kp, np));
-  if (pad_n) return product.narrow(0, 0, m).narrow(1, 0, n).contiguous();
-  if (!pad_m) return product;
-  at::Tensor rows = at::empty({0}, product.options());
-  rows.set_(product.storage(), 0, {m, n}, {n, 1});
-  return rows;
-}
-
-}  // namespace
-
-PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multiple) {
-  try {
-    return THPVariable_Wrap(matmul_with_padded_dims(THPVariable_Unpack(a), THPVariable_Unpack(b), multiple));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-}
-
-namespace {
-
-// `compute()`'s tensor wrapped for Python, computed with the GIL released;
-// null with a RuntimeError set when torch raises.
-template <typename Compute>
-PyObject* wrap_without_gil(Compute compute) {
-  at::Tensor result;
-  std::string error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
-    result = compute();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  Py_END_ALLOW_THREADS
-  if (!error.empty()) {
-    PyErr_SetString(PyExc_RuntimeError, error.c_str());
-    return nullptr;
-  }
-  return THPVariable_Wrap(std::move(result));
-}
-
-}  // namespace
-
-PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
-  const at::Tensor& input = THPVariable_Unpack(x);
-  const at::Tensor& weight = THPVariable_Unpack(w);
-  const at::Tensor& bias = THPVariable_Unpack(b);
-  return wrap_without_gil([&] { return at::linear(input, weight, bias); });
-}
-
-PyObject* aten_matmul(PyObject* a, PyObject* b) {
-  const at::Tensor& left = THPVariable_Unpack(a);
-  const at::Tensor& right = THPVariable_Unpack(b);
-  return wrap_without_gil([&] {
-    const int64_t multiple = gemm_padding_multiple(left, right);
-    return multiple ? matmul_with_padded_dims(left, right, multiple) : at::matmul(left, right);
-  });
-}
-
 bool current_cuda_stream(int device, void** stream) {
   try {
     if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return false;
@@ -404,46 +288,6 @@ bool plain_tensor(PyObject* obj) {
   PyTypeObject* type = Py_TYPE(obj);
   if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass) && type != parameter_type()) return false;
   return at::impl::PythonTorchFunctionTLS::stack_len() == 0;
-}
-
-PyObject* aten_view(PyObject* x, const ViewCall& call) {
-  const at::Tensor& t = THPVariable_Unpack(x);
-  try {
-    switch (call.op) {
-      case ViewCall::Op::Reshape: return THPVariable_Wrap(t.reshape(call.ints));
-      case ViewCall::Op::View: return THPVariable_Wrap(t.view(call.ints));
-      case ViewCall::Op::Expand: return THPVariable_Wrap(t.expand(call.ints));
-      case ViewCall::Op::Permute: return THPVariable_Wrap(t.permute(call.ints));
-      case ViewCall::Op::Slice: {
-        return THPVariable_Wrap(t.slice(call.dim, call.start, call.end, call.step));
-      }
-      case ViewCall::Op::Squeeze:
-        return THPVariable_Wrap(call.ints.empty() ? t.squeeze() : t.squeeze(call.ints[0]));
-      case ViewCall::Op::Unsqueeze: return THPVariable_Wrap(t.unsqueeze(call.dim));
-      case ViewCall::Op::AsStrided: return THPVariable_Wrap(t.as_strided(call.ints, call.strides, call.offset));
-    }
-  } catch (const std::exception& e) {
-    PyErr_Format(PyExc_RuntimeError, "%s", e.what());
-    return nullptr;
-  }
-  PyErr_SetString(PyExc_RuntimeError, "kiln: unknown view op");
-  return nullptr;
-}
-
-PyObject* aten_fill_slices(PyObject* x, const std::vector<ViewCall>& slices, PyObject* value) {
-  at::Tensor t = THPVariable_Unpack(x);
-  const at::Scalar scalar = PyBool_Check(value)   ? at::Scalar(value == Py_True)
-                            : PyLong_Check(value) ? at::Scalar(static_cast<int64_t>(PyLong_AsLongLong(value)))
-                                                  : at::Scalar(PyFloat_AsDouble(value));
-  if (PyErr_Occurred()) return nullptr;
-  try {
-    for (const ViewCall& slice : slices) t = t.slice(slice.dim, slice.start, slice.end, slice.step);
-    t.fill_(scalar);
-  } catch (const std::exception& e) {
-    PyErr_Format(PyExc_RuntimeError, "%s", e.what());
-    return nullptr;
-  }
-  Py_RETURN_NONE;
 }
 
 PyObject* aten_unit_dim_strides(PyObject* x, const std::vector<int64_t>& strides) {

@@ -82,52 +82,10 @@ PyObject* new_cpu_tensor(const std::vector<int64_t>& sizes, graph::DType dtype);
 PyObject* new_strided_tensor(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                              graph::DType dtype, graph::DeviceType device_type, int device_index);
 
-// at::matmul(a, b), computed with the GIL released; null with a
-// RuntimeError set when torch raises. Preconditions: is_tensor(a), is_tensor(b).
-PyObject* aten_matmul(PyObject* a, PyObject* b);
-
-// at::linear(x, w, b) (torch.nn.functional.linear's op), computed with the
-// GIL released; null with a RuntimeError set when torch raises.
-// Preconditions: is_tensor of all three.
-PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b);
-
-// a @ b of 2-d operands with each of M, K, N that is a leading dimension
-// zero-padded to a multiple of `multiple` elements (Note [Padded GEMM
-// dims]: aten_matmul takes this path for large 16-bit CUDA products), the
-// result contiguous and not a view. Null with a RuntimeError set when torch
-// raises. Preconditions: is_tensor(a), is_tensor(b), multiple > 0.
-PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multiple);
-
 // True when an ATen call from C++ on `obj` does what the Python call
 // would: `obj` is a torch.Tensor or an nn.Parameter (no __torch_function__
 // of its own) and no torch-function mode is active on this thread.
 bool plain_tensor(PyObject* obj);
-
-// A view op the prim executor runs through ATen without Python (Note
-// [Native views] in prim_executor.cpp).
-struct ViewCall {
-  enum class Op : uint8_t { Reshape, View, Expand, Permute, Slice, Squeeze, Unsqueeze, AsStrided };
-  Op op = Op::View;
-  std::vector<int64_t> ints;     // sizes (reshape, view, expand, as_strided); dims (permute, squeeze: 0 or 1)
-  std::vector<int64_t> strides;  // as_strided
-  int64_t dim = 0;               // slice, unsqueeze
-  std::optional<int64_t> start;  // slice
-  std::optional<int64_t> end;    // slice
-  int64_t step = 1;              // slice
-  int64_t offset = 0;            // as_strided
-};
-
-// `call` applied to `x` by ATen's op of that name (autograd records it as
-// the Python call would); null with a RuntimeError set when torch raises.
-// Precondition: is_tensor(x).
-PyObject* aten_view(PyObject* x, const ViewCall& call);
-
-// x[key] = value for a key of slices (the leading dims', in order) and a
-// Python bool, int or float: ATen slice views, then fill_ (autograd
-// records it as Python's setitem would). Py_None, or null with a
-// RuntimeError set when torch raises. Preconditions: is_tensor(x), every
-// call a Slice.
-PyObject* aten_fill_slices(PyObject* x, const std::vector<ViewCall>& slices, PyObject* value);
 
 // `x` (a new reference) with its strides along size-1 dims set to
 // `strides`' (where they differ: a view of x's base when x is a view or

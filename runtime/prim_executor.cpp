@@ -10,6 +10,7 @@
 #include "prims/layout.h"
 #include "prims/type_promotion.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/aten_calls.h"
 #include "runtime/graph_arg_values.h"
 #include "base/log.h"
 #include "base/py_ref.h"
@@ -39,6 +40,12 @@ using prims::ScalarKind;
 // are built once here. A few prims need a second call on the result
 // (`then(result, *then_args)`: uniform_ on a fresh tensor, a reshape after
 // prod). The run loop is the same for every prim.
+namespace {
+// The ATen call a step makes from C++ when its operands are plain tensors
+// (Note [Native views]).
+enum class Native : uint8_t { None, View, Matmul, Linear, Fill, Cat, IndexSelect, Index, Attention };
+}  // namespace
+
 struct PrimExecutor::Step {
   std::string label;         // what KILN_LOGS=perf's run profile calls it
   PyRef callable;
@@ -49,16 +56,17 @@ struct PrimExecutor::Step {
   std::vector<Arg> then_args;
   std::vector<int> outputs;  // 1: the result; > 1: its items; 0: discarded
   std::vector<int> release_after;
-  // Note [Native views]: a view or matmul of plain tensors runs through
-  // ATen from C++; `callable` stays for any other operand.
+  // Note [Native views]: a step of plain tensors that runs through ATen
+  // from C++; `callable` stays for any other operand.
+  Native native = Native::None;
   std::optional<ViewCall> view;
-  bool matmul = false;
-  bool linear = false;  // an extern call of F.linear(x, w, b)
   // An extern call of operator.setitem(x, slices, number): the slices and
   // the number (Note [Native views]).
   std::optional<std::vector<ViewCall>> fill;
   PyRef fill_value;
-  std::vector<int> native_inputs;  // value ids of the native call's operands
+  AttentionCall attention;  // Native::Attention
+  int64_t dim = 0;          // Native::Cat, Native::IndexSelect
+  std::vector<int> native_inputs;  // value ids of the native call's operands (Attention: mask -1 for None)
   // Note [Strides of size-1 dims]: the output's strides, where it has a
   // size-1 dim whose stride torch's op may set otherwise.
   std::optional<std::vector<int64_t>> unit_dim_strides;
@@ -266,6 +274,77 @@ std::optional<std::vector<ViewCall>> slice_key(const Arg& key, const Arg& value,
     slices.push_back(call);
   }
   return slices;
+}
+
+// The tensor and index tensors of an extern x[key] whose key is a tensor
+// or a tuple of tensors, each of rank >= 1 and an integer or bool dtype:
+// Python's indexing is then at::index (advanced indexing; a 0-dim index
+// would select a view instead). Nullopt for any other call.
+std::optional<std::vector<int>> index_key(const prims::PrimGraph& g, const PrimAttrs& a) {
+  static PyObject* getitem = [] {
+    PyObject* module = PyImport_ImportModule("operator");
+    PyObject* fn = module ? PyObject_GetAttrString(module, "getitem") : nullptr;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return fn;  // kept for the process
+  }();
+  if (!getitem || a.target != getitem || !a.extern_kwargs.empty() || a.extern_args.size() != 2 ||
+      a.extern_args[0].kind != Arg::Kind::Node) {
+    return std::nullopt;
+  }
+  const Arg& key = a.extern_args[1];
+  std::vector<const Arg*> items;
+  if (key.kind == Arg::Kind::Tuple) {
+    for (const Arg& item : key.items) items.push_back(&item);
+  } else {
+    items.push_back(&key);
+  }
+  std::vector<int> operands = {a.extern_args[0].node};
+  for (const Arg* item : items) {
+    if (item->kind != Arg::Kind::Node) return std::nullopt;
+    const graph::TensorMeta& meta = g.value(item->node).meta;
+    const bool integral = meta.dtype == graph::DType::Int64 || meta.dtype == graph::DType::Int32 ||
+                          meta.dtype == graph::DType::Bool;
+    if (!integral || meta.sizes.empty()) return std::nullopt;
+    operands.push_back(item->node);
+  }
+  if (items.empty()) return std::nullopt;
+  return operands;
+}
+
+// The call of an extern of kiln._attention.attention (query, key, value,
+// mask or None, backend, is_causal, scale or None, with_lse), read from its
+// constants; nullopt for any other extern or argument shape.
+std::optional<AttentionCall> attention_call(const PrimAttrs& a) {
+  if (a.target_name != prims::kAttentionExtern || !a.extern_kwargs.empty() || a.extern_args.size() != 8) {
+    return std::nullopt;
+  }
+  const std::vector<Arg>& args = a.extern_args;
+  for (int i = 0; i < 3; ++i) {
+    if (args[i].kind != Arg::Kind::Node) return std::nullopt;
+  }
+  for (int i = 4; i < 8; ++i) {
+    if (args[i].kind != Arg::Kind::Constant || !args[i].constant) return std::nullopt;
+  }
+  if (args[3].kind != Arg::Kind::Node && !(args[3].kind == Arg::Kind::Constant && args[3].constant == Py_None)) {
+    return std::nullopt;
+  }
+  PyObject* backend = args[4].constant;
+  PyObject* scale = args[6].constant;
+  if (!PyLong_CheckExact(backend) || !PyBool_Check(args[5].constant) || !PyBool_Check(args[7].constant) ||
+      !(scale == Py_None || PyFloat_CheckExact(scale) || PyLong_CheckExact(scale))) {
+    return std::nullopt;
+  }
+  AttentionCall call;
+  call.backend = static_cast<int>(PyLong_AsLong(backend));
+  call.causal = args[5].constant == Py_True;
+  if (scale != Py_None) call.scale = PyFloat_AsDouble(scale);
+  call.with_lse = args[7].constant == Py_True;
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return call;
 }
 
 Arg constant(PyRef value) {
@@ -613,6 +692,7 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
             unsupported(n, node, "unknown view");
         }
         step.view = std::move(view);
+        step.native = Native::View;
         step.native_inputs = {x};
         break;
       }
@@ -621,12 +701,15 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
         for (size_t i = 0; i < node.args.size(); ++i) tensors.push_back(value_arg(in(i)));
         step.callable = torch_attr("cat");
         step.args = {list_of(std::move(tensors)), int_constant(a.dim)};
+        step.native = Native::Cat;
+        step.dim = a.dim;
+        for (size_t i = 0; i < node.args.size(); ++i) step.native_inputs.push_back(in(i));
         break;
       }
       case Family::Matmul:
         step.callable = torch_attr("matmul");
         step.args = {value_arg(in(0)), value_arg(in(1))};
-        step.matmul = true;
+        step.native = Native::Matmul;
         step.native_inputs = {in(0), in(1)};
         break;
       case Family::Index:
@@ -645,6 +728,9 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
           case Prim::IndexSelect:
             step.callable = torch_attr("index_select");
             step.args = {value_arg(in(0)), int_constant(a.dim), value_arg(in(1))};
+            step.native = Native::IndexSelect;
+            step.dim = a.dim;
+            step.native_inputs = {in(0), in(1)};
             break;
           case Prim::IndexPut: {
             // torch.index_put's binding takes no None entries (1.13); the
@@ -703,14 +789,27 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
             std::all_of(a.extern_args.begin(), a.extern_args.end(),
                         [](const Arg& arg) { return arg.kind == Arg::Kind::Node; }) &&
             a.target == torch_attr("nn.functional.linear").get()) {
-          step.linear = true;  // Note [Native views]
+          step.native = Native::Linear;  // Note [Native views]
           for (const Arg& arg : a.extern_args) step.native_inputs.push_back(arg.node);
+        }
+        if (std::optional<std::vector<int>> operands = index_key(g, a)) {
+          step.native = Native::Index;  // Note [Native views]
+          step.native_inputs = std::move(*operands);
+        }
+        if (std::optional<AttentionCall> call = attention_call(a)) {
+          step.native = Native::Attention;  // Note [Native views]
+          step.attention = *call;
+          for (int i = 0; i < 4; ++i) {
+            const Arg& arg = a.extern_args[i];
+            step.native_inputs.push_back(arg.kind == Arg::Kind::Node ? arg.node : -1);
+          }
         }
         if (a.extern_kwargs.empty() && a.extern_args.size() == 3 && a.extern_args[0].kind == Arg::Kind::Node &&
             a.target == operator_setitem()) {
           step.fill = slice_key(a.extern_args[1], a.extern_args[2],
                                 static_cast<int64_t>(g.value(a.extern_args[0].node).meta.sizes.size()));
           if (step.fill) {
+            step.native = Native::Fill;
             step.fill_value = PyRef::borrow(a.extern_args[2].constant);
             step.native_inputs = {a.extern_args[0].node};
           }
@@ -782,6 +881,33 @@ void PrimExecutor::memoize_nodes(const std::vector<bool>& nodes) {
   }
 }
 
+PyObject* PrimExecutor::run_native(const Step& step, PyObject* const* values) {
+  auto in = [&](size_t i) { return values[step.native_inputs[i]]; };
+  switch (step.native) {
+    case Native::View: return aten_view(in(0), *step.view);
+    case Native::Matmul: return aten_matmul(in(0), in(1));
+    case Native::Linear: return aten_linear(in(0), in(1), in(2));
+    case Native::Fill: return aten_fill_slices(in(0), *step.fill, step.fill_value.get());
+    case Native::IndexSelect: return aten_index_select(in(0), step.dim, in(1));
+    case Native::Cat:
+    case Native::Index: {
+      const size_t first = step.native == Native::Index ? 1 : 0;  // an index's tensor, then its indices
+      const size_t count = step.native_inputs.size() - first;
+      SmallBuffer<16> parts(count);
+      for (size_t i = 0; i < count; ++i) parts.data()[i] = in(first + i);
+      return step.native == Native::Index ? aten_index(in(0), parts.data(), count)
+                                          : aten_cat(parts.data(), count, step.dim);
+    }
+    case Native::Attention: {
+      const int mask = step.native_inputs[3];
+      return aten_attention(in(0), in(1), in(2), mask < 0 ? Py_None : values[mask], step.attention);
+    }
+    case Native::None: break;
+  }
+  PyErr_SetString(PyExc_RuntimeError, "kiln: a step without a native call");
+  return nullptr;
+}
+
 PyObject* PrimExecutor::memoized(size_t step, PyObject* const* values) const {
   const Memo& memo = *memos_[step];
   const std::vector<int>& ids = steps_[step].memo_inputs;
@@ -844,18 +970,13 @@ bool PrimExecutor::execute(PyObject* const* inputs, PyObject** values) const {
     const bool memo = index < memos_.size() && memos_[index];  // Note [Kernels of parameters]
     if (memo) result = memoized(index, values);
     bool handled = result != nullptr;  // a kept result, or a native call below
-    if (!handled && (step.view || step.matmul || step.linear || step.fill)) {
+    if (!handled && step.native != Native::None) {
       bool native = true;  // Note [Native views]
-      for (int id : step.native_inputs) native = native && plain_tensor(values[id]);
+      for (int id : step.native_inputs) native = native && (id < 0 || plain_tensor(values[id]));
       if (native) {
-        PyObject* in[3] = {};  // a view's or fill's 1, a matmul's 2, a linear's 3 operands
-        for (size_t i = 0; i < step.native_inputs.size(); ++i) in[i] = values[step.native_inputs[i]];
-        result = step.view     ? aten_view(in[0], *step.view)
-                 : step.linear ? aten_linear(in[0], in[1], in[2])
-                 : step.fill   ? aten_fill_slices(in[0], *step.fill, step.fill_value.get())
-                               : aten_matmul(in[0], in[1]);
+        result = run_native(step, values);
+        handled = true;
       }
-      handled = native;
     }
     if (!handled) {
       const size_t arg_count = step.args.size();

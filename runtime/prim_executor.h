@@ -68,6 +68,9 @@ class PrimExecutor final : public GraphExecutor {
   // The memoized step's result when its inputs are the parameters it last
   // ran on, unchanged; else null. `inputs` are the step's input values.
   PyObject* memoized(size_t step, PyObject* const* values) const;
+  // The step's result through its ATen call from C++ (Note [Native views]);
+  // null with a Python error set when torch raises.
+  static PyObject* run_native(const Step& step, PyObject* const* values);
   // Records `result` as the memoized step's result for its current inputs.
   void remember(size_t step, PyObject* const* values, PyObject* result) const;
 

@@ -61,12 +61,15 @@ def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse
     if backend_ == EFFICIENT:
         if attn_mask is not None:
             # As torch's own call prepares the bias: rows padded to 16
-            # elements for the kernel's aligned loads, broadcast to
+            # elements for the kernel's aligned loads unless laid out so
+            # already (Note [Attention bias alignment], which the prim
+            # executor's C++ call of this function follows), broadcast to
             # (batch, heads, queries, keys).
-            keys = key.shape[-2]
-            if keys % 16:
-                attn_mask = torch.nn.functional.pad(attn_mask, (0, 16 - keys % 16))[..., :keys]
-            attn_mask = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], keys)
+            strides = attn_mask.stride()
+            if not strides or strides[-1] != 1 or any(s % 16 for s in strides[:-1]):
+                last = attn_mask.shape[-1]
+                attn_mask = torch.nn.functional.pad(attn_mask, (0, 16 - last % 16))[..., :last]
+            attn_mask = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[-2])
         return torch.ops.aten._scaled_dot_product_efficient_attention(
             query, key, value, attn_mask, False, 0.0, is_causal, scale=scale)[0]
     if backend_ == CUDNN:

@@ -10,6 +10,7 @@ import inspect
 import math
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -173,6 +174,25 @@ def assert_same(compiled_out, eager_out, path="out"):
             torch.testing.assert_close(compiled_out, eager_out, msg=lambda m: f"{path}: {m}")
     else:
         assert compiled_out == eager_out, f"{path}: {compiled_out!r} != {eager_out!r}"
+
+
+def python_calls(function_name, fn, *args, file_suffix=""):
+    """fn(*args), and how many Python frames of functions named
+    `function_name` (in files ending with `file_suffix`) ran meanwhile: the
+    calls a compiled call makes into Python, which sys.setprofile sees."""
+    calls = []
+
+    def profiler(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_name == function_name and code.co_filename.endswith(file_suffix):
+            calls.append(1)
+
+    sys.setprofile(profiler)
+    try:
+        result = fn(*args)
+    finally:
+        sys.setprofile(None)
+    return result, len(calls)
 
 
 def stats():

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from conftest import kiln_logs
+from conftest import kiln_logs, python_calls
 
 
 def compile_aot(fn):
@@ -333,6 +333,8 @@ def test_attention_with_dropout_decomposes_with_its_gradient(backend):
     # [Attention on the GPU]). With the identity as values the output is the
     # dropped-out weights themselves, so the mask kiln drew can be read back
     # and eager's attention recomputed with it, gradients included.
+    if backend == "inductor" and not kiln._C.cpu_kernels_available():
+        pytest.skip("this build has no CPU kernels (no LLVM): inductor runs CPU graphs eagerly")
     torch.manual_seed(0)
     q, k = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(2))
     eye = torch.eye(16).expand(2, 3, 16, 16)
@@ -429,6 +431,73 @@ def test_cpu_attention_with_gradients_calls_the_flash_kernel_and_its_backward(ba
         else:
             assert torch.equal(g, w), (g - w).abs().max()
     assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+
+
+@pytest.mark.cpu_semantics("torch's CPU flash attention kernel")
+def test_attention_kernel_runs_from_cpp_on_plain_tensors():
+    # Note [Native views]: the executor calls torch's attention kernel from
+    # C++ (runtime/aten_calls.cpp) where every operand is a plain tensor, and
+    # kiln._attention.attention, the same call, where a torch-function mode
+    # is active; both give eager's values and gradients.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q * 0.5, k, v, is_causal=True).relu()
+
+    want = f(q, k, v)
+    wants = torch.autograd.grad(want.square().sum(), (q, k, v))
+    compiled = kiln.compile(f, backend="aot_eager")
+    compiled(q, k, v)  # compiles
+
+    class Passing(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def under_mode(*args):
+        with Passing():
+            return compiled(*args)
+
+    for run, expected in ((compiled, 0), (under_mode, 1)):
+        got, calls = python_calls("attention", run, q, k, v, file_suffix="_attention.py")
+        assert calls == expected, (run, calls)
+        assert torch.equal(got, want)
+        grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+        for g, w in zip(grads, wants):
+            assert torch.equal(g, w), (g - w).abs().max()
+    assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_advanced_indexing_and_same_device_moves_run_without_python(backend):
+    # transformers' padding masks: mask[batch_idx, kv_idx] with broadcast
+    # index tensors (negative indices too) runs as at::index from C++ (Note
+    # [Native views]) and `.to(x.device)` of a tensor already there is no
+    # call at all (decompose_To); both equal eager. An index out of range is
+    # torch's error, raised from the compiled call.
+    if backend == "inductor" and not kiln._C.cpu_kernels_available():
+        pytest.skip("this build has no CPU kernels (no LLVM): inductor runs CPU graphs eagerly")
+    torch.manual_seed(0)
+    keep = torch.rand(3, 7) < 0.7
+    x = torch.randn(5, 4)
+
+    def f(keep, x, rows):
+        batch = torch.arange(keep.shape[0], device=keep.device)[:, None, None, None]
+        kv = torch.arange(keep.shape[1])[None, None, None, :].to(keep.device)
+        picked = keep[batch, kv].to(x.device) & (kv < 5)
+        return picked, x[rows] * 2, x.to(device=x.device, dtype=torch.float64) + 1
+
+    rows = torch.tensor([0, -1, 2, 2])
+    want = f(keep, x, rows)
+    kiln.reset()
+    compiled = kiln.compile(f, backend=backend)
+    got = compiled(keep, x, rows)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    assert kiln.stats()["graph_breaks"] == 0 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+    with pytest.raises(Exception, match="index out of range in self") as raised:
+        compiled(keep, x, torch.tensor([0, 9, 1, 1]))
+    assert "frame #" not in str(raised.value)  # torch's message, not its C++ backtrace
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

@@ -442,6 +442,39 @@ def test_decode_step_attention_calls_the_memory_efficient_kernel(dtype, mask, ca
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("keys", [33, 48])
+def test_decode_step_bias_is_laid_out_aligned_in_the_graph(keys, capfd):
+    # Note [Attention bias alignment]: the memory-efficient kernel's bias
+    # rows are padded to 16 elements by the graph (the kernel making the
+    # bias writes the padding: a cat with zeros, read through a slice), so
+    # neither the C++ call nor kiln._attention.attention (taken under a
+    # torch-function mode) pads it again; both match eager.
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 1, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 4, keys, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    keep = torch.rand(2, 1, 1, keys, device="cuda") < 0.8
+
+    def f(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep) * 2
+
+    class Passing(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION), torch.no_grad():
+        want = f(q, k, v, keep)
+        compiled = kiln.compile(f, backend="inductor")
+        with kiln_logs("prims"):
+            got = compiled(q, k, v, keep)
+        with Passing():
+            got_python = compiled(q, k, v, keep)
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log, log
+    assert ("cat(" in log) == (keys % 16 != 0), log
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got_python, want, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("grad", [True, False])
 def test_attention_of_head_split_projections_matches_eager(dtype, grad):

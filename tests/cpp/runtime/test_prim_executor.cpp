@@ -12,6 +12,7 @@
 
 #include "prims/prim_builder.h"
 #include "runtime/aten_bridge.h"
+#include "runtime/aten_calls.h"
 #include "base/log.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
