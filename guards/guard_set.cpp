@@ -208,7 +208,7 @@ void GuardSet::add_no_module_hooks(int source) {
   indexed_ = false;
 }
 
-void GuardSet::add_has_attr(int source, PyObject* name, bool present) {
+void GuardSet::add_has_attr(int source, PyObject* name, bool present, bool generic) {
   for (const Guard& guard : guards_) {
     if (guard.kind == GuardKind::HasAttr && guard.source == source &&
         PyUnicode_Compare(guard.expected, name) == 0) {
@@ -216,7 +216,8 @@ void GuardSet::add_has_attr(int source, PyObject* name, bool present) {
     }
   }
   Py_INCREF(name);
-  guards_.push_back({.kind = GuardKind::HasAttr, .source = source, .expected = name, .flag = present});
+  guards_.push_back(
+      {.kind = GuardKind::HasAttr, .source = source, .expected = name, .flag = present, .generic = generic});
   indexed_ = false;
 }
 
@@ -323,6 +324,12 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
     }
     case GuardKind::HasAttr: {
       if (!value) return false;
+      if (guard.generic) {
+        PyObject* attr = PyObject_GenericGetAttr(value, guard.expected);
+        Py_XDECREF(attr);
+        PyErr_Clear();
+        return (attr != nullptr) == guard.flag;
+      }
       const int found = PyObject_HasAttr(value, guard.expected);  // clears any error
       return (found == 1) == guard.flag;
     }
@@ -674,7 +681,10 @@ std::string GuardSet::describe(const Guard& guard) const {
       break;
     case GuardKind::Autocast: out << " " << describe_autocast(guard.autocast); break;
     case GuardKind::NoModuleHooks: break;
-    case GuardKind::HasAttr: out << (guard.flag ? " has " : " lacks ") << base::py_repr(guard.expected); break;
+    case GuardKind::HasAttr:
+      out << (guard.flag ? " has " : " lacks ") << base::py_repr(guard.expected)
+          << (guard.generic ? " (object.__getattribute__)" : "");
+      break;
     case GuardKind::EnvVar:
       out << " os.environ[" << base::py_repr(guard.keys) << "] "
           << (guard.expected ? "== " + base::py_repr(guard.expected) : std::string("unset"));

@@ -62,6 +62,7 @@ struct Guard {
   Py_ssize_t length = 0;       // LengthMatch only
   PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
   bool flag = false;           // GradMode; HasAttr: the attribute is present
+  bool generic = false;        // HasAttr: looked up by object.__getattribute__
   runtime::AutocastState autocast;  // Autocast only
   // SizeRelation: `lhs cmp rhs` is `flag` (Note [Size relations]).
   SizeExpr lhs, rhs;
@@ -97,8 +98,10 @@ class GuardSet {
   void add_no_module_hooks(int source);
   // hasattr(source, name) is `present` (a getattr default or a hasattr the
   // trace relied on; a present attribute that is read is guarded by its
-  // own source).
-  void add_has_attr(int source, PyObject* name, bool present);
+  // own source). With `generic`, through the generic lookup, skipping the
+  // class's own __getattribute__ (Note [Custom getattr]). The first guard
+  // of a source and name stands.
+  void add_has_attr(int source, PyObject* name, bool present, bool generic = false);
   // os.environ.get(name) is `value` (null: the variable is unset).
   void add_env_var(PyObject* name, PyObject* value);
   // `lhs cmp rhs` (Py_LT .. Py_GE over the symbols TensorMatch guards

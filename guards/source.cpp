@@ -77,6 +77,13 @@ int SourceTable::attr(int base, PyObject* name) {
                  .text = at(base).text + "." + py_name(name)});
 }
 
+int SourceTable::generic_attr(int base, PyObject* name) {
+  return intern({.kind = SourceKind::GenericAttr,
+                 .base = base,
+                 .name = name,
+                 .text = "object.__getattribute__(" + at(base).text + ", '" + py_name(name) + "')"});
+}
+
 int SourceTable::dict_item(int base, PyObject* key) {
   return intern({.kind = SourceKind::DictItem,
                  .base = base,
@@ -140,6 +147,11 @@ PyObject* fetch_source(const SourceTable& table, int id, const FrameView& frame,
     }
     case SourceKind::Attr: {
       PyObject* value = PyObject_GetAttr(base, source.name);
+      if (!value) PyErr_Clear();
+      return value;
+    }
+    case SourceKind::GenericAttr: {
+      PyObject* value = PyObject_GenericGetAttr(base, source.name);
       if (!value) PyErr_Clear();
       return value;
     }

@@ -25,6 +25,7 @@ struct FrameView {
   X(GlobalIn, "a name in a given globals dict (inlined functions)") \
   X(ClosureCell, "the contents of the frame function's i-th cell") \
   X(Attr, "getattr(base, name)")                                   \
+  X(GenericAttr, "object.__getattribute__(base, name)")             \
   X(DictItem, "base[key] where base is a dict")                    \
   X(Index, "base[i] where base is a tuple or list")
 
@@ -61,6 +62,9 @@ class SourceTable {
   int global_in(PyObject* globals_dict, PyObject* name);
   int closure_cell(int index, const std::string& var_name);
   int attr(int base, PyObject* name);
+  // The generic lookup, skipping a class's own __getattribute__ (Note
+  // [Custom getattr]): what super().__getattribute__(name) reads.
+  int generic_attr(int base, PyObject* name);
   int dict_item(int base, PyObject* key);
   int index(int base, int position);
 

@@ -135,6 +135,15 @@ ValuePtr isinstance_model(BuiltinContext& context, BuiltinCall& call) {
   return boolean(context, result);
 }
 
+// True when `obj`'s class defines __getattribute__ as a Python function.
+bool has_python_getattribute(PyObject* obj) {
+  PyTypeObject* type = Py_TYPE(obj);
+  if (type->tp_getattro == PyObject_GenericGetAttr) return false;
+  PyRef key = PyRef::steal(PyUnicode_InternFromString("__getattribute__"));
+  PyObject* getattribute = key ? _PyType_Lookup(type, key.get()) : nullptr;
+  return getattribute && PyFunction_Check(getattribute);
+}
+
 // getattr(x, name[, default]) and hasattr(x, name).
 ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
   const bool has = call.name == "hasattr";
@@ -172,6 +181,15 @@ ValuePtr getattr_model(BuiltinContext& context, BuiltinCall& call) {
   // graph: the real object does not hold it yet.
   if (context.pending_attr_store(x, name->obj.get())) return has ? boolean(context, 1) : context.load_attr(x, name->obj.get());
   const int found = PyObject_HasAttr(x->obj.get(), name->obj.get());
+  if (found == 0 && has_python_getattribute(x->obj.get()) && !context.try_load_attr(x, name->obj.get())) {
+    // A missing attribute of an object whose class reads attributes in
+    // Python (transformers' configs): the read traced through that
+    // function failed in the generic lookup, which guards the absence
+    // without running the function again on every call (Note [Custom
+    // getattr]).
+    if (has) return boolean(context, 0);
+    return call.args[2];
+  }
   // What the trace decided on must hold on later calls (an attribute set
   // or deleted between calls changes the branch taken).
   context.guard_has_attr(x, name->obj.get(), found == 1);

@@ -125,6 +125,17 @@ class ValueEmitter {
         emit_source(source.base);
         b_.load_attr(source.name);
         return;
+      case guards::SourceKind::GenericAttr: {
+        static PyObject* generic = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type),
+                                                          "__getattribute__");  // kept for the process
+        if (!generic) fail("object.__getattribute__ is missing");
+        b_.push_null();
+        b_.load_const(generic);
+        emit_source(source.base);
+        b_.load_const(source.name);
+        b_.call(2);
+        return;
+      }
       case guards::SourceKind::DictItem:
         emit_source(source.base);
         b_.load_const(source.name);

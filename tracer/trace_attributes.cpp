@@ -324,10 +324,12 @@ ValuePtr FrameTracer::call_python_special(const ValuePtr& self, const char* name
 // as CPython would call it (__getattribute__ first; __getattr__ only for a
 // name the generic lookup does not find), and super().__getattribute__ /
 // object.__getattribute__ inside it is the generic lookup, read and
-// guarded through the object's source. The guards re-read attributes with
-// getattr, which runs the override again on every call: the overrides kiln
-// meets compute a pure mapping, so the value read agrees. A C-level
-// tp_getattro other than the generic one is not inlined (the trace breaks).
+// guarded through the object's source with the generic lookup too
+// (guards::SourceKind::GenericAttr): a guard reads what the trace's
+// innermost read did without running the override again (an
+// attribute_map-style override computes a mapping from tables the trace
+// read and guarded). A C-level tp_getattro other than the generic one is
+// not inlined (the trace breaks).
 ValuePtr FrameTracer::generic_getattr(const ValuePtr& base, const ValuePtr& name) {
   if (!name->is(ValueKind::Constant) || !PyUnicode_Check(name->obj.get())) {
     abort_trace(BreakCode::UnsupportedAttribute, "object.__getattribute__ with a non-constant name");
@@ -407,15 +409,24 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
     abort_trace(BreakCode::UnsupportedAttribute, where + ": " + type->tp_name +
                                                      " customizes attribute access in C (tp_getattro)");
   }
+  // A generic read (super().__getattribute__ inside a class's own) reads
+  // and is guarded through the generic lookup, so the guards never run
+  // the class's function again (transformers' configs: ~50 Python calls a
+  // decode step's guards made).
+  const bool custom = generic && type->tp_getattro != PyObject_GenericGetAttr;
+  auto source_of = [&](PyObject* attr_name) {
+    return custom ? state_.sources().generic_attr(base->source, attr_name)
+                  : state_.sources().attr(base->source, attr_name);
+  };
   if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
-    return state_.wrap(reinterpret_cast<PyObject*>(type), state_.sources().attr(base->source, name));
+    return state_.wrap(reinterpret_cast<PyObject*>(type), source_of(name));
   }
   if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
     // The instance dict: a dict read (and guarded) item by item, like any
     // dict argument; a write to it is a write to the object.
     PyObject** dict_ptr = _PyObject_GetDictPtr(obj);
     if (dict_ptr && *dict_ptr && PyDict_CheckExact(*dict_ptr)) {
-      return state_.wrap(*dict_ptr, state_.sources().attr(base->source, name));
+      return state_.wrap(*dict_ptr, source_of(name));
     }
   }
   PyObject* class_attr = _PyType_Lookup(type, name);
@@ -431,16 +442,16 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
     if (ValuePtr value = class_descriptor(base, class_attr)) return value;
     abort_trace(BreakCode::UnsupportedAttribute, where + " is a descriptor kiln does not trace yet");
   }
-  PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
+  PyRef value = PyRef::steal(custom ? PyObject_GenericGetAttr(obj, name) : PyObject_GetAttr(obj, name));
   if (!value) {
     // No user code ran: the attribute is missing, and stays so on calls
     // that reuse this trace.
     if (base->source >= 0 && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-      state_.guards().add_has_attr(base->source, name, false);
+      state_.guards().add_has_attr(base->source, name, false, custom);
     }
     raise_python_error();
   }
-  return state_.wrap(value.get(), state_.sources().attr(base->source, name));
+  return state_.wrap(value.get(), source_of(name));
 }
 
 ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {

@@ -5,7 +5,7 @@ __getattr__. kiln inlines them and guards what they read."""
 import torch
 
 import kiln
-from conftest import stats
+from conftest import python_calls, stats
 
 
 class AliasConfig:
@@ -72,3 +72,25 @@ def test_hasattr_sees_a_store_not_yet_written_back():
     got = kiln.compile(hasattr_after_store)(x)
     assert got[0] is True
     torch.testing.assert_close(got[1], x * 2)
+
+
+def test_guards_of_generic_reads_do_not_run_the_custom_getattribute():
+    # Note [Custom getattr]: the reads the trace made through
+    # super().__getattribute__ are guarded through the generic lookup, so a
+    # compiled call runs no Python __getattribute__ for its guards (eager
+    # runs it twice); the guards still see a change behind the alias.
+    cfg = AliasConfig()
+
+    def f(x):
+        return x * cfg.hidden + cfg.flag
+
+    compiled = kiln.compile(f, fullgraph=True)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), f(x))
+    assert python_calls("__getattribute__", f, x)[1] == 2
+    got, calls = python_calls("__getattribute__", compiled, x)
+    torch.testing.assert_close(got, x * 3 + 1)
+    assert calls == 0
+    cfg.n_embd = 7
+    torch.testing.assert_close(compiled(x), x * 7 + 1)
+    assert stats()["recompiles"] == 1
