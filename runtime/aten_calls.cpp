@@ -15,6 +15,7 @@
 #include <ATen/ops/mm.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <stdexcept>
 #include <string>
 
 namespace kiln::runtime {
@@ -101,23 +102,29 @@ PyObject* aten_matmul_with_padded_dims(PyObject* a, PyObject* b, int64_t multipl
 
 namespace {
 
+// Runs `compute()` with the GIL released; false with a RuntimeError set
+// (torch's message) when it throws.
+template <typename Compute>
+bool run_without_gil(Compute compute) {
+  std::string error;
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    compute();
+  } catch (const std::exception& e) {
+    error = error_text(e);
+  }
+  Py_END_ALLOW_THREADS
+  if (error.empty()) return true;
+  PyErr_SetString(PyExc_RuntimeError, error.c_str());
+  return false;
+}
+
 // `compute()`'s tensor wrapped for Python, computed with the GIL released;
 // null with a RuntimeError set when torch raises.
 template <typename Compute>
 PyObject* wrap_without_gil(Compute compute) {
   at::Tensor result;
-  std::string error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
-    result = compute();
-  } catch (const std::exception& e) {
-    error = error_text(e);
-  }
-  Py_END_ALLOW_THREADS
-  if (!error.empty()) {
-    PyErr_SetString(PyExc_RuntimeError, error.c_str());
-    return nullptr;
-  }
+  if (!run_without_gil([&] { result = compute(); })) return nullptr;
   return THPVariable_Wrap(std::move(result));
 }
 
@@ -235,9 +242,7 @@ PyObject* aten_attention(PyObject* query, PyObject* key, PyObject* value, PyObje
   std::optional<at::Tensor> bias;
   if (mask != Py_None) bias = THPVariable_Unpack(mask);
   std::vector<at::Tensor> results;
-  std::string error;
-  Py_BEGIN_ALLOW_THREADS
-  try {
+  const bool ran = run_without_gil([&] {
     if (q.device().is_cpu()) {
       auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, call.causal, bias, call.scale);
       results = {out, lse};
@@ -253,16 +258,11 @@ PyObject* aten_attention(PyObject* query, PyObject* key, PyObject* value, PyObje
       auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, call.causal, false, call.scale);
       results = {std::get<0>(r), std::get<1>(r), std::get<6>(r), std::get<7>(r)};
     } else {
-      error = "kiln: attention backend " + std::to_string(call.backend) + " is none of flash, memory-efficient, cuDNN";
+      throw std::runtime_error("kiln: attention backend " + std::to_string(call.backend) +
+                               " is none of flash, memory-efficient, cuDNN");
     }
-  } catch (const std::exception& e) {
-    error = error_text(e);
-  }
-  Py_END_ALLOW_THREADS
-  if (!error.empty()) {
-    PyErr_SetString(PyExc_RuntimeError, error.c_str());
-    return nullptr;
-  }
+  });
+  if (!ran) return nullptr;
   if (!call.with_lse) return THPVariable_Wrap(std::move(results[0]));
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(results.size()));
   if (!tuple) return nullptr;
