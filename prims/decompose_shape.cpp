@@ -313,7 +313,9 @@ std::vector<int> decompose_Split(DecomposeCall& c) {
 std::vector<int> decompose_To(DecomposeCall& c) {
   const int x = c.tensor("input");
   for (const graph::Arg* arg : c.rest()) {
-    if (arg->kind != graph::Arg::Kind::Constant || !arg->constant) c.unsupported("to() with a tensor or computed argument");
+    if (arg->kind != graph::Arg::Kind::Constant || !arg->constant) {
+      c.unsupported("to() with a tensor or computed argument");
+    }
     const std::string type = Py_TYPE(arg->constant)->tp_name;
     if (type != "torch.dtype" && type != "torch.device" && !PyUnicode_Check(arg->constant)) {
       c.unsupported("to() with an argument of type " + type);
