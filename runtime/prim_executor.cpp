@@ -214,15 +214,18 @@ PyRef torch_attr(const std::string& path) {
   return current;
 }
 
+// operator.<name> (a new reference), or null with no error set.
+PyObject* operator_function(const char* name) {
+  PyObject* module = PyImport_ImportModule("operator");
+  PyObject* fn = module ? PyObject_GetAttrString(module, name) : nullptr;
+  Py_XDECREF(module);
+  PyErr_Clear();
+  return fn;
+}
+
 // operator.setitem, kept for the process.
 PyObject* operator_setitem() {
-  static PyObject* setitem = [] {
-    PyObject* module = PyImport_ImportModule("operator");
-    PyObject* fn = module ? PyObject_GetAttrString(module, "setitem") : nullptr;
-    Py_XDECREF(module);
-    PyErr_Clear();
-    return fn;
-  }();
+  static PyObject* setitem = operator_function("setitem");
   return setitem;
 }
 
@@ -281,13 +284,7 @@ std::optional<std::vector<ViewCall>> slice_key(const Arg& key, const Arg& value,
 // Python's indexing is then at::index (advanced indexing; a 0-dim index
 // would select a view instead). Nullopt for any other call.
 std::optional<std::vector<int>> index_key(const prims::PrimGraph& g, const PrimAttrs& a) {
-  static PyObject* getitem = [] {
-    PyObject* module = PyImport_ImportModule("operator");
-    PyObject* fn = module ? PyObject_GetAttrString(module, "getitem") : nullptr;
-    Py_XDECREF(module);
-    PyErr_Clear();
-    return fn;  // kept for the process
-  }();
+  static PyObject* getitem = operator_function("getitem");  // kept for the process
   if (!getitem || a.target != getitem || !a.extern_kwargs.empty() || a.extern_args.size() != 2 ||
       a.extern_args[0].kind != Arg::Kind::Node) {
     return std::nullopt;
