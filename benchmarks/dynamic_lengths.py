@@ -13,8 +13,8 @@ length 128 with an attention mask (the first two sizes are not 1, so
 size 1 comes after a dynamic graph exists). Pass 1 calls each size once
 (compiles included), pass 2 calls each size again (steady state; best of
 --repeat calls per size). Reports
-compiles (kiln: frame traces and size instances; torch.compile: frames
-Dynamo compiled), whether outputs equal eager (rtol/atol 1e-3 on GPU,
+compiles (kiln: frame traces, size instances and, on CUDA, kernels NVRTC
+compiled; torch.compile: frames Dynamo compiled), whether outputs equal eager (rtol/atol 1e-3 on GPU,
 1e-4 on CPU), pass-1 seconds and the pass-2 geomean of per-length times
 as ratios: kiln dynamic / kiln static, torch.compile / kiln dynamic,
 eager / kiln dynamic. Kiln static gets a cache limit above N so each
@@ -123,9 +123,10 @@ def main():
     lengths, inputs = make_inputs(args.vary, args.lengths, device)
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else platform.processor() or platform.machine()}, "
           f"torch {torch.__version__}, transformers {transformers.__version__}; {args.vary}s {lengths}")
-    print("| model | kiln traces | kiln size instances | kiln eager graphs | tc frames compiled | equal eager "
-          "| pass 1 s: kiln / tc / eager | steady: kiln dyn / kiln static | steady: tc / kiln | steady: eager / kiln |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | kiln traces | kiln size instances | kiln NVRTC kernels | kiln eager graphs | tc frames compiled "
+          "| equal eager | pass 1 s: kiln / tc / eager | steady: kiln dyn / kiln static | steady: tc / kiln "
+          "| steady: eager / kiln |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         model = build(name, device)
         eager_total, eager_steady, expected = run(model, inputs, device, args.repeat)
@@ -149,7 +150,8 @@ def main():
         equal = equal and all(torch.allclose(a, b, rtol=tol, atol=tol) for a, b in zip(tc_outs, expected))
         torch._dynamo.reset()
 
-        print(f"| {name} | {s['traces']} | {s['size_instances']} | {s['prim_fallbacks']} | {frames} | {equal} "
+        print(f"| {name} | {s['traces']} | {s['size_instances']} | {s['cuda_kernels_compiled']} | {s['prim_fallbacks']} "
+              f"| {frames} | {equal} "
               f"| {kiln_total:.1f} / {tc_total:.1f} / {eager_total:.2f} "
               f"| {geomean_ratio(kiln_steady, static_steady):.2f} | {geomean_ratio(tc_steady, kiln_steady):.2f} "
               f"| {geomean_ratio(eager_steady, kiln_steady):.2f} |", flush=True)

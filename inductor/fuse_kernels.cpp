@@ -261,8 +261,10 @@ size_t compile_threads() {
 // threads: NVRTC takes 20-70 ms a kernel, LLVM 10-100 ms, and a training
 // graph has dozens to hundreds; both kernel caches and both compilers are
 // thread-safe (no Python inside; Note [One JIT]). For a CUDA device
-// (`device` >= 0) compile_cuda_kernels groups them into NVRTC programs.
-std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& kernels, int device) {
+// (`device` >= 0) compile_cuda_kernels groups them into NVRTC programs,
+// each kernel written with a run-time layout when `cuda_runtime_layout`.
+std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& kernels, int device,
+                                           bool cuda_runtime_layout) {
   std::vector<CompiledEntry> out(kernels.size());
   if (device >= 0) {
     // CUDA: a few kernels to an NVRTC program (Note [Kernels compiled
@@ -272,7 +274,9 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
     try {
       arch = cuda::device_arch(device);
       for (const LoweredKernel& lowered : kernels) {
-        requests.push_back({&lowered.kernel, cuda::launch_config_for(lowered.kernel)});
+        cuda::LaunchConfig config = cuda::launch_config_for(lowered.kernel);
+        config.runtime_layout = cuda_runtime_layout;
+        requests.push_back({&lowered.kernel, config});
       }
     } catch (const std::exception& e) {
       for (CompiledEntry& entry : out) entry.error = e.what();
@@ -589,7 +593,7 @@ std::vector<LoweredKernel> lower_kernels(KernelPlan* plan) {
 
 CompiledKernels compile_kernels(const KernelPlan& plan, const std::vector<LoweredKernel>& lowered) {
   CompiledKernels out;
-  std::vector<CompiledEntry> compiled = compile_entries(lowered, plan.on_cuda ? plan.device : -1);
+  std::vector<CompiledEntry> compiled = compile_entries(lowered, plan.on_cuda ? plan.device : -1, plan.targets.cuda_runtime_layout);
   for (CompiledEntry& made : compiled) {
     if (!made.entry) {
       KILN_LOG(prims, "kernel group left to the prim executor: " << made.error);

@@ -65,6 +65,7 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   targets.autotuned = [] { stats().kernels_autotuned++; };
   targets.cpu_matmul = settings.cpu_matmul;
   targets.gemm_rows_at_run_time = settings.size_instance;
+  targets.cuda_runtime_layout = settings.size_instance;
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);

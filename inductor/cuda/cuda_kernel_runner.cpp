@@ -121,12 +121,18 @@ PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int 
   const bool vector = use_vector(source, kernel, data);
   void* stream = nullptr;
   if (!current_stream(device, &stream)) return nullptr;
+  // A run-time layout (Note [CUDA run-time layout]): this kernel's words
+  // after the pointers, and a grid for its rows (`source` may have been
+  // written for another kernel of the same text).
+  std::vector<int64_t> words = layout_words(kernel, source);
   std::vector<void*> args;
-  args.reserve(data.size());
+  args.reserve(data.size() + words.size());
   for (char*& pointer : data) args.push_back(&pointer);
+  for (int64_t& word : words) args.push_back(&word);
   try {
     const CudaEntry& entry = vector ? source.vector : source.scalar;
-    launch_function(compiled.function(device, vector), device, entry.grid, entry.block, stream, args.data());
+    const int64_t grid = source.layout_sizes > 0 ? grid_for_rows(entry, kernel_rows(kernel)) : entry.grid;
+    launch_function(compiled.function(device, vector), device, grid, entry.block, stream, args.data());
   } catch (const CudaError& error) {
     PyErr_Format(PyExc_RuntimeError, "kiln CUDA kernel %s: %s", kernel.name.c_str(), error.what());
     return nullptr;

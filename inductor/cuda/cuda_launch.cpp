@@ -108,6 +108,7 @@ std::string format_launch_config(const LaunchConfig& config) {
                      std::to_string(config.rows_per_block) + " items<=" + std::to_string(config.max_items) +
                      " vec=" + std::to_string(config.vector_bytes) + "B";
   if (config.min_blocks_per_sm > 0) text += " minblocks=" + std::to_string(config.min_blocks_per_sm);
+  if (config.runtime_layout) text += " layout=run-time";
   return text;
 }
 

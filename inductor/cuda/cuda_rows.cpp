@@ -52,26 +52,26 @@ std::string Writer::write_rows(const std::string& name, int width) {
     // Lane l of every warp takes row row0 + l, so loads coalesce along the
     // tile dim; the block's loop is uniform (its __syncthreads), and lanes
     // past the last row recompute the last row and store nothing.
-    const std::string rows = std::to_string(rows_);
+    const std::string rows = rows_text();
     text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * 32; row0 < " + rows + "; row0 += (" + idx_ +
             ")gridDim.x * 32) {\n";
     row.code += row.indent + "const bool kiln_valid = row0 + (threadIdx.x & 31) < " + rows + ";\n";
     row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + (threadIdx.x & 31) : " +
-                std::to_string(rows_ - 1) + ";\n";
+                rows_text() + " - 1;\n";
   } else if (guarded_) {
     // Block rows, several a block: rows row0 .. row0 + rpb - 1, one per
     // group of tpr threads.
-    const std::string rows = std::to_string(rows_), rpb = std::to_string(rpb_);
+    const std::string rows = rows_text(), rpb = std::to_string(rpb_);
     const std::string mine = "(threadIdx.x / " + std::to_string(tpr_) + ")";
     text += "  for (" + idx_ + " row0 = (" + idx_ + ")blockIdx.x * " + rpb + "; row0 < " + rows + "; row0 += (" +
             idx_ + ")gridDim.x * " + rpb + ") {\n";
     row.code += row.indent + "const bool kiln_valid = row0 + " + mine + " < " + rows + ";\n";
     row.code += row.indent + "const " + idx_ + " row = kiln_valid ? row0 + " + mine + " : " +
-                std::to_string(rows_ - 1) + ";\n";
+                rows_text() + " - 1;\n";
   } else {
     const std::string first_row = "(" + idx_ + ")blockIdx.x * " + std::to_string(rpb_) +
                                   (rpb_ == 1 ? "" : tpr_ == 1 ? " + threadIdx.x" : " + threadIdx.x / " + std::to_string(tpr_));
-    text += "  for (" + idx_ + " row = " + first_row + "; row < " + std::to_string(rows_) + "; row += (" + idx_ +
+    text += "  for (" + idx_ + " row = " + first_row + "; row < " + rows_text() + "; row += (" + idx_ +
             ")gridDim.x * " + std::to_string(rpb_) + ") {\n";
   }
   row.names.assign(count, "");

@@ -169,7 +169,38 @@ std::string Writer::signature(const std::string& name, int block) const {
     text += std::string(op ? ", " : "") + (input ? "const " : "") + storage_type(dtype(op)) + "* __restrict__ " +
             pointer(op);
   }
-  return text + ") {\n";
+  return text + layout_parameters() + ") {\n" + layout_locals();
+}
+
+std::string Writer::size_text(int d) const {
+  return d < layout_.sizes ? "kiln_n" + std::to_string(d) : std::to_string(k_.sizes[d]);
+}
+
+std::string Writer::rows_text() const { return layout_.sizes > 0 ? "kiln_rows" : std::to_string(rows_); }
+
+std::string Writer::layout_parameters() const {
+  const size_t words = layout_.sizes + operands() * layout_.strides;
+  std::string text;
+  for (size_t w = 0; w < words; ++w) text += ", const long long kiln_a" + std::to_string(w);
+  return text;
+}
+
+std::string Writer::layout_locals() const {
+  if (layout_.sizes == 0) return "";
+  std::string text, rows;
+  size_t word = 0;
+  for (int d = 0; d < layout_.sizes; ++d, ++word) {
+    text += "  const " + idx_ + " kiln_n" + std::to_string(d) + " = (" + idx_ + ")kiln_a" + std::to_string(word) + ";\n";
+  }
+  for (size_t op = 0; op < operands(); ++op) {
+    for (int d = 0; d < layout_.strides; ++d, ++word) {
+      if (strides(op)[d] == 0) continue;  // a broadcast: the constant 0
+      text += "  const " + idx_ + " kiln_st" + std::to_string(op) + "_" + std::to_string(d) + " = (" + idx_ +
+              ")kiln_a" + std::to_string(word) + ";\n";
+    }
+  }
+  for (int d : kept_) rows += (rows.empty() ? "" : " * ") + size_text(d);
+  return text + "  const " + idx_ + " kiln_rows = " + (rows.empty() ? "1" : rows) + ";\n";
 }
 
 std::string Writer::decompose(const std::vector<int>& dims, const std::string& index, const std::string& indent,
@@ -179,7 +210,7 @@ std::string Writer::decompose(const std::vector<int>& dims, const std::string& i
   std::string rest = prefix + "_rest";
   std::string text = indent + idx_ + " " + rest + " = " + index + ";\n";
   for (size_t j = dims.size(); j-- > 1;) {
-    const std::string size = std::to_string(k_.sizes[dims[j]]);
+    const std::string size = size_text(dims[j]);
     text += indent + "const " + idx_ + " " + prefix + std::to_string(dims[j]) + " = " + rest + " % " + size + ";\n";
     text += indent + rest + " /= " + size + ";\n";
   }
@@ -191,6 +222,10 @@ std::string Writer::offset_terms(size_t op, const std::vector<int>& dims, const 
   for (int d : dims) {
     const int64_t stride = strides(op)[d];
     if (stride == 0 || k_.sizes[d] == 1) continue;
+    if (d < layout_.strides) {
+      text += " + " + prefix + std::to_string(d) + " * kiln_st" + std::to_string(op) + "_" + std::to_string(d);
+      continue;
+    }
     text += " + " + prefix + std::to_string(d) + (stride == 1 ? "" : " * " + std::to_string(stride));
   }
   return text;
@@ -309,7 +344,7 @@ std::string Writer::write_vector(const std::string& name, int width) {
   const std::vector<bool> varies = varies_along_lanes();
   std::string text = signature(name, kPointwiseBlock);
   text += "  for (" + idx_ + " q = (" + idx_ + ")blockIdx.x * " + std::to_string(kPointwiseBlock) +
-          " + threadIdx.x; q < " + std::to_string(numel / width) + "; q += (" + idx_ + ")gridDim.x * " +
+          " + threadIdx.x; q < " + (layout_.sizes > 0 ? "kiln_rows / " + w : std::to_string(numel / width)) + "; q += (" + idx_ + ")gridDim.x * " +
           std::to_string(kPointwiseBlock) + ") {\n";
   Scope row;
   row.indent = "    ";
@@ -381,7 +416,9 @@ std::string Writer::write_vector(const std::string& name, int width) {
 
 std::string Writer::entry_name(int tile) const {
   std::string name = k_.reduced.empty() ? "kiln_pointwise" : tile >= 0 ? "kiln_tile" : "kiln_row";
-  for (size_t d = 0; d < k_.sizes.size(); ++d) name += (d == 0 ? "_" : "x") + std::to_string(k_.sizes[d]);
+  for (int d = 0; d < rank(); ++d) {
+    name += (d == 0 ? "_" : "x") + (d < layout_.sizes ? std::string("n") : std::to_string(k_.sizes[d]));
+  }
   return name;
 }
 
@@ -428,16 +465,21 @@ CudaSource Writer::write() {
     const int64_t items = (row_points_ + tpr_ - 1) / tpr_;
     if (items <= config_.max_items) items_ = static_cast<int>(items);
   }
+  if (config_.runtime_layout) layout_ = runtime_layout_dims(k_);
+  out.layout_sizes = layout_.sizes;
+  out.layout_strides = layout_.strides;
   out.text = cuda_prelude();
   out.scalar.name = entry_name(tile);
   out.scalar.block = tpr_ * rpb_;
-  out.scalar.grid = std::min(kMaxGrid, (rows_ + rpb_ - 1) / rpb_);  // split tile rows: rpb_ is 32
+  out.scalar.rows_per_block = rpb_;  // split tile rows: rpb_ is 32
+  out.scalar.grid = grid_for_rows(out.scalar, rows_);
   out.text += "\n" + write_rows(out.scalar.name, 0);
   if (const int width = tile_vector_width(); width > 0) {
     out.vector_width = width;
     out.vector.name = out.scalar.name + "_vec";
     out.vector.block = out.scalar.block;
-    out.vector.grid = std::min(kMaxGrid, (rows_ + kTileLanes * width - 1) / (kTileLanes * width));
+    out.vector.rows_per_block = kTileLanes * width;
+    out.vector.grid = grid_for_rows(out.vector, rows_);
     reduce_names_.assign(k_.exprs.size(), "");
     out.text += "\n" + write_tile_vector(out.vector.name, width);
     return out;
@@ -446,6 +488,7 @@ CudaSource Writer::write() {
     out.vector_width = width;
     out.vector.name = out.scalar.name + "_vec";
     out.vector.block = out.scalar.block;
+    out.vector.rows_per_block = out.scalar.rows_per_block;
     out.vector.grid = out.scalar.grid;
     reduce_names_.assign(k_.exprs.size(), "");
     out.text += "\n" + write_rows(out.vector.name, width);
@@ -456,7 +499,8 @@ CudaSource Writer::write() {
     out.vector_width = width;
     out.vector.name = out.scalar.name + "_vec";
     out.vector.block = kPointwiseBlock;
-    out.vector.grid = std::min(kMaxGrid, (rows_ / width + kPointwiseBlock - 1) / kPointwiseBlock);
+    out.vector.rows_per_block = int64_t{kPointwiseBlock} * width;
+    out.vector.grid = grid_for_rows(out.vector, rows_);
     reduce_names_.assign(k_.exprs.size(), "");
     out.text += "\n" + write_vector(out.vector.name, width);
   }

@@ -39,13 +39,16 @@ class CudaError : public std::runtime_error {
 //   - vector_bytes: 16 or 8 bytes per access of the vector entry (rows or
 //     pointwise points contiguous and aligned), 0 for the scalar entry only;
 //   - min_blocks_per_sm: __launch_bounds__' second argument (0: none),
-//     which caps registers per thread so that many blocks fit an SM.
+//     which caps registers per thread so that many blocks fit an SM;
+//   - runtime_layout: the outer sizes and strides are the entry's scalar
+//     arguments, not constants (Note [CUDA run-time layout]).
 struct LaunchConfig {
   int threads_per_row = 1;
   int rows_per_block = 1;
   int max_items = 0;
   int vector_bytes = 16;
   int min_blocks_per_sm = 0;
+  bool runtime_layout = false;
 
   bool operator==(const LaunchConfig&) const = default;
 };
@@ -55,11 +58,18 @@ struct CudaEntry {
   std::string name;   // extern "C" symbol; "" when the source has no such variant
   int block = 0;      // threads per block
   int64_t grid = 0;   // blocks (every kernel loops over its work grid-stride)
+  int64_t rows_per_block = 1;  // rows a block takes per step of that loop
 };
+
+// The blocks `entry` is launched with for a kernel of `rows` rows (kept
+// points): one per rows_per_block rows, at most 2^20 (the loop strides).
+int64_t grid_for_rows(const CudaEntry& entry, int64_t rows);
 
 // Note [CUDA kernel ABI]
 // Every entry takes one pointer per kernel input (its first element; the
-// Kernel's input offset is compiled in), then one per output, in order.
+// Kernel's input offset is compiled in), then one per output, in order;
+// a source written with a run-time layout then takes its layout words as
+// `long long` scalars (Note [CUDA run-time layout] in cuda_runtime_layout.cpp).
 // `vector` (pointwise kernels, row reductions whose rows are contiguous,
 // and split tile reductions whose tile dim is: Note [Vector tiles]) reads and writes 16 (or 8) bytes per access and may be launched
 // only when the pointer of every operand whose innermost stride is 1 is
@@ -71,10 +81,32 @@ struct CudaSource {
   int vector_width = 0;   // elements per vector access
   bool empty = false;     // no point to compute: nothing is launched
   LaunchConfig config;    // the layout it was written for
+  // Run-time layout: the leading dims whose sizes, and whose strides (per
+  // operand), the entries take as arguments; 0 and 0 when all are constants.
+  int layout_sizes = 0;
+  int layout_strides = 0;
 };
 
-// "tpr=256 rpb=1 items<=16 vec=16B" (and " minblocks=N" when set): a
-// configuration as logs and benchmarks print it.
+// The outer dims `kernel`'s CUDA source reads at run time under a
+// configuration with runtime_layout: {sizes, strides} as in CudaSource.
+struct RuntimeLayoutDims {
+  int sizes = 0;
+  int strides = 0;
+};
+RuntimeLayoutDims runtime_layout_dims(const Kernel& kernel);
+
+// The words a launch of `source` passes after the pointers, for `kernel`
+// (one whose source text is `source`'s): its sizes of dims
+// [0, layout_sizes), then per operand (inputs, then outputs) its strides
+// along dims [0, layout_strides). Empty for a source with constant layout.
+std::vector<int64_t> layout_words(const Kernel& kernel, const CudaSource& source);
+
+// The rows of `kernel` (the product of its kept dims' sizes), which its
+// entries' grids are computed from.
+int64_t kernel_rows(const Kernel& kernel);
+
+// "tpr=256 rpb=1 items<=16 vec=16B" (and " minblocks=N", " layout=run-time"
+// when set): a configuration as logs and benchmarks print it.
 std::string format_launch_config(const LaunchConfig& config);
 
 // The configuration kiln picks for `kernel` by its shape alone (the

@@ -65,6 +65,14 @@ class Writer {
     return op < k_.inputs.size() ? "in" + std::to_string(op) : "out" + std::to_string(op - k_.inputs.size());
   }
 
+  // A dim's size as the code reads it: a constant, or its run-time local
+  // (Note [CUDA run-time layout]); likewise the kernel's rows.
+  std::string size_text(int d) const;
+  std::string rows_text() const;
+  // The run-time layout's scalar parameters, and the locals read from them.
+  std::string layout_parameters() const;
+  std::string layout_locals() const;
+
   std::string value(int id, Context& c);
   std::string compute(int id, Context& c);
   std::string signature(const std::string& name, int block) const;
@@ -102,6 +110,7 @@ class Writer {
   // nothing (`kiln_valid`): split tile rows, and block rows several a block.
   bool guarded_ = false;
   int items_ = 0;  // persistent rows: points per thread; 0: looped
+  RuntimeLayoutDims layout_;  // dims read at run time (Note [CUDA run-time layout])
 };
 
 }  // namespace kiln::inductor::cuda::detail

@@ -624,3 +624,32 @@ def test_an_object_passed_through_keeps_the_kernels():
     torch.testing.assert_close(got, f(x, cache)[0])
     s = kiln.stats()
     assert s["prim_graphs"] == 1 and s["kernels"] >= 1, s
+
+
+def test_new_sizes_of_a_dynamic_graph_compile_no_cuda_kernel():
+    """Note [CUDA run-time layout]: a size instance's kernels take their
+    outer sizes and strides as arguments, so lengths after the first
+    instance reuse its NVRTC kernels (layer norm over the hidden size, a
+    biased GELU, a residual add), each length equal to eager."""
+    torch.manual_seed(0)
+    ln = nn.LayerNorm(64).cuda()
+    w = torch.randn(64, 64, device="cuda") * 0.1
+    b = torch.randn(64, device="cuda")
+
+    def block(x, mask):
+        h = ln(x)
+        return x + F.gelu(h @ w + b) * mask.unsqueeze(-1)
+
+    compiled = kiln.compile(block, backend="inductor")
+    compiled_after = []
+    for n in (16, 24, 40, 33, 17, 40):
+        x = torch.randn(3, n, 64, device="cuda")
+        mask = (torch.rand(3, n, device="cuda") > 0.2).float()
+        torch.testing.assert_close(compiled(x, mask), block(x, mask), rtol=1e-4, atol=1e-5)
+        compiled_after.append(kiln.stats()["cuda_kernels_compiled"])
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["size_instances"] == 4 and s["prim_fallbacks"] == 0, s
+    # The static trace (16) and the first instance (24) compile; 40, 33 and
+    # 17 compile nothing (the second 40 reuses its instance).
+    assert compiled_after[1] > compiled_after[0] > 0, compiled_after
+    assert compiled_after[2:] == [compiled_after[1]] * 4, compiled_after

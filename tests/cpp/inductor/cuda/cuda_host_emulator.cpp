@@ -33,6 +33,7 @@ constexpr const char* kShim = R"(
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 struct kiln_dim3 { unsigned x = 0, y = 1, z = 1; };
@@ -67,8 +68,17 @@ inline unsigned short kiln_host_f2h(float f) {
   std::memcpy(&h, &x, 2);
   return h;
 }
+// A pointer argument is the pointer itself; a scalar (a run-time layout's
+// word) is read through its pointer, as cuLaunchKernel takes it.
+template <typename P> P kiln_arg(void* a) {
+  if constexpr (std::is_pointer_v<P>) {
+    return static_cast<P>(a);
+  } else {
+    return *static_cast<P*>(a);
+  }
+}
 template <typename... P, size_t... I> void kiln_call_with(void (*f)(P...), void** a, std::index_sequence<I...>) {
-  f(static_cast<P>(a[I])...);
+  f(kiln_arg<P>(a[I])...);
 }
 template <typename... P> void kiln_call(void (*f)(P...), void** a) {
   kiln_call_with(f, a, std::index_sequence_for<P...>{});

@@ -29,7 +29,8 @@ class HostKernel {
                                                               std::string* error);
 
   // Runs the vector (or scalar) entry over `grid` blocks of `block`
-  // threads, one block after another; args[i] is the i-th pointer.
+  // threads, one block after another; args[i] is the i-th pointer (a
+  // scalar argument: a pointer to its value).
   void run(bool vector, void** args, unsigned grid, unsigned block) const;
 
  private:

@@ -88,7 +88,14 @@ constexpr const char* kTensors =
     "lnr = torch.rand(300, 1) + 0.5\n"
     "lnw = torch.randn(96)\n"
     // argmax/argmin: ties (first occurrence wins) along both dims.
-    "ties = torch.randint(0, 3, (64, 300)).float()\n";
+    "ties = torch.randint(0, 3, (64, 300)).float()\n"
+    // Run-time layouts: two batch sizes and lengths of one hidden size, a
+    // per-length bias broadcast over the batch, a weight.
+    "ra = torch.randn(6, 7, 40)\n"
+    "rb = torch.randn(3, 11, 40)\n"
+    "za = torch.randn(7, 40)\n"
+    "zb = torch.randn(11, 40)\n"
+    "rw = torch.randn(40)\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -464,6 +471,62 @@ TEST(CudaEmulated, RecomputedKernelOutputs) {
         {1e-5, 1e-4}, 2, Rewrite::RecomputeOutputs);
 }
 
+// A graph of one kernel over named tensors, scheduled and lowered.
+struct OneKernel {
+  std::vector<PyRef> inputs;  // the named tensors, in order
+  std::vector<int> ids;       // their value ids
+  std::vector<int> outs;      // the graph's outputs
+  LoweredKernel lowered;
+};
+
+// Builds the graph `build` makes over the named tensors and lowers its
+// one kernel; false (a failure reported) when it has another number of
+// kernels or they do not compute the graph's outputs in order.
+bool lower_one_kernel(const std::vector<std::string>& names,
+                      const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
+                      OneKernel* out) {
+  PyRef ns = tensors();
+  PrimGraph graph;
+  PrimBuilder builder(graph);
+  for (const std::string& name : names) {
+    out->inputs.push_back(test::item(ns, name.c_str()));
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(out->inputs.back().get(), &meta);
+    out->ids.push_back(graph.add_input(meta));
+  }
+  out->outs = build(builder, out->ids);
+  graph.set_outputs(out->outs);
+  const std::vector<KernelGroup> groups = schedule_kernels(graph);
+  EXPECT_EQ(groups.size(), 1u) << prims::format_prim_graph(graph);
+  if (groups.size() != 1) return false;
+  out->lowered = lower_group(graph, groups[0]);
+  EXPECT_EQ(out->lowered.outputs, out->outs);  // each graph output is a kernel output, in order
+  return out->lowered.outputs == out->outs;
+}
+
+// The kernel's arguments: its inputs' element pointers, then new outputs
+// (filled with 77) appended to `outputs`. False (reported) on failure.
+bool kernel_pointers(const OneKernel& one, std::vector<void*>* pointers, std::vector<PyRef>* outputs) {
+  PyRef ns = tensors();
+  for (int value : one.lowered.inputs) {
+    const auto at = std::find(one.ids.begin(), one.ids.end(), value);
+    EXPECT_NE(at, one.ids.end());
+    if (at == one.ids.end()) return false;
+    pointers->push_back(runtime::tensor_data(one.inputs[at - one.ids.begin()].get()));
+  }
+  const Kernel& kernel = one.lowered.kernel;
+  for (const KernelOutput& out : kernel.outputs) {
+    const std::string make = "torch.empty_strided(" + tuple_text(out.has_tensor_shape ? out.tensor_sizes : kernel.sizes) +
+                             ", " + tuple_text(out.has_tensor_shape ? out.tensor_strides : out.strides) +
+                             ", dtype=torch." + graph::dtype_name(out.dtype) + ").fill_(77)";
+    outputs->push_back(PyRef::steal(PyRun_String(make.c_str(), Py_eval_input, ns.get(), ns.get())));
+    EXPECT_TRUE(outputs->back()) << test::take_error();
+    if (!outputs->back()) return false;
+    pointers->push_back(runtime::tensor_data(outputs->back().get()));
+  }
+  return true;
+}
+
 // Like check, for a graph of one kernel: every launch configuration of
 // launch_candidates (all compiled in one g++ run), scalar and vector
 // entries, each compared with torch. Returns how many configurations ran.
@@ -472,25 +535,9 @@ size_t check_every_candidate(const std::vector<std::string>& names,
                              const std::vector<std::string>& torch_exprs, Tolerance tol) {
   SCOPED_TRACE(torch_exprs.front());
   PyRef ns = tensors();
-  PrimGraph graph;
-  PrimBuilder builder(graph);
-  std::vector<PyRef> inputs;
-  std::vector<int> ids;
-  for (const std::string& name : names) {
-    inputs.push_back(test::item(ns, name.c_str()));
-    graph::TensorMeta meta;
-    runtime::read_tensor_meta(inputs.back().get(), &meta);
-    ids.push_back(graph.add_input(meta));
-  }
-  const std::vector<int> outs = build(builder, ids);
-  graph.set_outputs(outs);
-  const std::vector<KernelGroup> groups = schedule_kernels(graph);
-  EXPECT_EQ(groups.size(), 1u) << prims::format_prim_graph(graph);
-  if (groups.size() != 1) return 0;
-  const LoweredKernel lowered = lower_group(graph, groups[0]);
-  const Kernel& kernel = lowered.kernel;
-  EXPECT_EQ(lowered.outputs, outs);  // each graph output is a kernel output, in order
-  if (lowered.outputs != outs) return 0;
+  OneKernel one;
+  if (!lower_one_kernel(names, build, &one)) return 0;
+  const Kernel& kernel = one.lowered.kernel;
   SCOPED_TRACE(format_kernel(kernel));
   const std::vector<LaunchConfig> candidates = launch_candidates(kernel);
   std::vector<CudaSource> sources;
@@ -506,35 +553,75 @@ size_t check_every_candidate(const std::vector<std::string>& names,
       if (vector && source.vector.name.empty()) continue;
       SCOPED_TRACE(vector ? "vector entry" : "scalar entry");
       std::vector<void*> pointers;
-      for (int value : lowered.inputs) {
-        const auto at = std::find(ids.begin(), ids.end(), value);
-        EXPECT_NE(at, ids.end());
-        if (at == ids.end()) return 0;
-        pointers.push_back(runtime::tensor_data(inputs[at - ids.begin()].get()));
-      }
       std::vector<PyRef> outputs;
-      for (const KernelOutput& out : kernel.outputs) {
-        const std::string make = "torch.empty_strided(" +
-                                 tuple_text(out.has_tensor_shape ? out.tensor_sizes : kernel.sizes) + ", " +
-                                 tuple_text(out.has_tensor_shape ? out.tensor_strides : out.strides) +
-                                 ", dtype=torch." + graph::dtype_name(out.dtype) + ").fill_(77)";
-        outputs.push_back(PyRef::steal(PyRun_String(make.c_str(), Py_eval_input, ns.get(), ns.get())));
-        EXPECT_TRUE(outputs.back()) << test::take_error();
-        if (!outputs.back()) return 0;
-        pointers.push_back(runtime::tensor_data(outputs.back().get()));
-      }
+      if (!kernel_pointers(one, &pointers, &outputs)) return 0;
       // Three blocks at most: with more rows than that, the grid-stride
       // loop and (rows a block > 1) the rows past the last one run too.
       const CudaEntry& entry = vector ? source.vector : source.scalar;
       hosts[c]->run(vector, pointers.data(), static_cast<unsigned>(std::min<int64_t>(entry.grid, 3)),
                     static_cast<unsigned>(entry.block));
-      for (size_t i = 0; i < outs.size(); ++i) {
+      for (size_t i = 0; i < one.outs.size(); ++i) {
         SCOPED_TRACE(torch_exprs[i]);
         expect_close(ns, outputs[i].get(), torch_exprs[i], tol);
       }
     }
   }
   return sources.size();
+}
+
+// Note [CUDA run-time layout]: the graph `build` makes over each set of
+// named tensors (same inner sizes, other outer ones) lowers to one kernel
+// whose run-time-layout source has the same text for every set, and
+// `layout_sizes` run-time sizes; the first set's source, compiled once,
+// then runs every set's kernel (its words, its grid), both entries, each
+// compared with that set's torch expressions.
+void check_one_source_for_all_sizes(
+    const std::vector<std::vector<std::string>>& name_sets,
+    const std::function<std::vector<int>(PrimBuilder&, const std::vector<int>&)>& build,
+    const std::vector<std::vector<std::string>>& torch_exprs, Tolerance tol, int layout_sizes) {
+  SCOPED_TRACE(torch_exprs.front().front());
+  PyRef ns = tensors();
+  std::vector<OneKernel> kernels(name_sets.size());
+  std::vector<CudaSource> sources;
+  for (size_t set = 0; set < name_sets.size(); ++set) {
+    ASSERT_TRUE(lower_one_kernel(name_sets[set], build, &kernels[set]));
+    const Kernel& kernel = kernels[set].lowered.kernel;
+    LaunchConfig config = default_launch_config(kernel);
+    config.runtime_layout = true;
+    sources.push_back(generate_cuda_source(kernel, config));
+    EXPECT_EQ(sources.back().text, sources.front().text) << format_kernel(kernel);
+    // With constants the sources differ: what the test shares is real.
+    if (set > 0) {
+      EXPECT_NE(generate_cuda_source(kernel).text, generate_cuda_source(kernels[0].lowered.kernel).text);
+    }
+  }
+  const CudaSource& source = sources.front();
+  ASSERT_EQ(source.layout_sizes, layout_sizes) << source.text;
+  std::string error;
+  std::unique_ptr<test::HostKernel> host = test::HostKernel::compile(source, &error);
+  ASSERT_TRUE(host) << error << "\n" << source.text;
+  for (size_t set = 0; set < name_sets.size(); ++set) {
+    const Kernel& kernel = kernels[set].lowered.kernel;
+    SCOPED_TRACE(format_kernel(kernel));
+    for (bool vector : {false, true}) {
+      if (vector && source.vector.name.empty()) continue;
+      SCOPED_TRACE(vector ? "vector entry" : "scalar entry");
+      std::vector<void*> pointers;
+      std::vector<PyRef> outputs;
+      ASSERT_TRUE(kernel_pointers(kernels[set], &pointers, &outputs));
+      std::vector<int64_t> words = layout_words(kernel, source);
+      EXPECT_EQ(words.size(), source.layout_sizes + pointers.size() * source.layout_strides);
+      for (int64_t& word : words) pointers.push_back(&word);  // scalars: a pointer to the value, as CUDA takes them
+      const CudaEntry& entry = vector ? source.vector : source.scalar;
+      const int64_t grid = grid_for_rows(entry, kernel_rows(kernel));
+      host->run(vector, pointers.data(), static_cast<unsigned>(std::min<int64_t>(grid, 3)),
+                static_cast<unsigned>(entry.block));
+      for (size_t i = 0; i < kernels[set].outs.size(); ++i) {
+        SCOPED_TRACE(torch_exprs[set][i]);
+        expect_close(ns, outputs[i].get(), torch_exprs[set][i], tol);
+      }
+    }
+  }
 }
 
 // softmax of x over `dim`, as torch decomposes it.
@@ -706,6 +793,38 @@ TEST(CudaEmulated, VarMeanOverOuterDimsWithCorrection) {
           return std::vector<int>{var, mean};
         },
         {"big.var(0)", "big.mean(0)"}, {1e-5, 1e-6});
+}
+
+// Note [CUDA run-time layout]: a pointwise kernel (a per-length bias
+// broadcast over the batch: its zero stride stays a constant) and a
+// softmax over rows of 40 (warp rows, several a block, the last block
+// part full) share one source over [6, 7, 40] and [3, 11, 40]; a reduction
+// with a tile dim keeps its constants.
+TEST(CudaEmulated, RunTimeLayoutsShareOneSourceAcrossSizes) {
+  KILN_REQUIRE_HOST_COMPILER();
+  auto biased = [](PrimBuilder& b, const std::vector<int>& in) {
+    return b.binary(Prim::Add, v(b.binary(Prim::Mul, v(in[0]), v(in[2]))), v(in[1]));
+  };
+  check_one_source_for_all_sizes(
+      {{"ra", "za", "rw"}, {"rb", "zb", "rw"}},
+      [&](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{gelu(b, biased(b, in))}; },
+      {{"torch.nn.functional.gelu(ra * rw + za)"}, {"torch.nn.functional.gelu(rb * rw + zb)"}}, {1e-6, 1e-6}, 3);
+  check_one_source_for_all_sizes(
+      {{"ra", "za", "rw"}, {"rb", "zb", "rw"}},
+      [&](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, biased(b, in), 2)}; },
+      {{"torch.softmax(ra * rw + za, 2)"}, {"torch.softmax(rb * rw + zb, 2)"}}, {1e-5, 1e-6}, 2);
+  for (const char* x : {"ra", "rb"}) {
+    OneKernel one;
+    ASSERT_TRUE(lower_one_kernel(
+        {x}, [](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{b.reduce(Prim::Sum, in[0], {1}, false)}; },
+        &one));
+    LaunchConfig config = default_launch_config(one.lowered.kernel);
+    config.runtime_layout = true;
+    const CudaSource source = generate_cuda_source(one.lowered.kernel, config);
+    EXPECT_GE(tile_dim(one.lowered.kernel), 0);
+    EXPECT_EQ(source.layout_sizes + source.layout_strides, 0) << source.text;
+    EXPECT_EQ(source.text, generate_cuda_source(one.lowered.kernel).text);
+  }
 }
 
 }  // namespace

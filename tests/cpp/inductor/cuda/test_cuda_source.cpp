@@ -329,6 +329,64 @@ TEST(CudaSource, SoftmaxThenLayerNormIsOnePersistentRowKernel) {
   EXPECT_EQ(short_rows[0].scalar.block, 256);
 }
 
+// Note [CUDA run-time layout]: kernels of a size instance take their
+// outer sizes and strides as scalars after the pointers, and compile.
+TEST(CudaSource, RunTimeLayoutsTakeOuterSizesAndStridesAsArguments) {
+  KILN_REQUIRE_NVRTC();
+  auto written = [](const Kernel& kernel) {
+    LaunchConfig config = default_launch_config(kernel);
+    config.runtime_layout = true;
+    CudaSource source = generate_cuda_source(kernel, config);
+    try {
+      EXPECT_GT(compile_cubin(source.text, "sm_90a").size(), 100u);
+    } catch (const CudaError& error) {
+      ADD_FAILURE() << error.what() << "\n" << source.text;
+    }
+    return source;
+  };
+  // bfloat16 [4, 9, 64] * a [9, 1] scale broadcast over dims 0 and 2 (no
+  // dims merge): three sizes, two strides per operand (in0, in1, out0),
+  // the scale's zero one a constant.
+  auto scaled = [](PrimBuilder& b, const std::vector<int>& in) {
+    return std::vector<int>{b.binary(Prim::Mul, v(in[0]), v(in[1]))};
+  };
+  const Kernel pointwise =
+      lowered_kernel({cuda_meta(DType::BFloat16, {4, 9, 64}), cuda_meta(DType::BFloat16, {9, 1})}, scaled);
+  const CudaSource p = written(pointwise);
+  EXPECT_EQ(p.layout_sizes, 3);
+  EXPECT_EQ(p.layout_strides, 2);
+  EXPECT_EQ(p.scalar.name, "kiln_pointwise_nxnxn");
+  EXPECT_TRUE(has(p, "out0, const long long kiln_a0, const long long kiln_a1, const long long kiln_a2, "
+                     "const long long kiln_a3, const long long kiln_a4, const long long kiln_a5, const long long "
+                     "kiln_a6, const long long kiln_a7, const long long kiln_a8) {\n"
+                     "  const int kiln_n0 = (int)kiln_a0;\n"
+                     "  const int kiln_n1 = (int)kiln_a1;\n"
+                     "  const int kiln_n2 = (int)kiln_a2;\n"
+                     "  const int kiln_st0_0 = (int)kiln_a3;\n"
+                     "  const int kiln_st0_1 = (int)kiln_a4;\n"
+                     "  const int kiln_st1_1 = (int)kiln_a6;\n"
+                     "  const int kiln_st2_0 = (int)kiln_a7;\n"
+                     "  const int kiln_st2_1 = (int)kiln_a8;\n"
+                     "  const int kiln_rows = kiln_n0 * kiln_n1 * kiln_n2;\n"))
+      << p.text;
+  EXPECT_TRUE(has(p, "q < kiln_rows / 8;")) << p.text;  // the vector entry: 8 bfloat16s an access
+  EXPECT_TRUE(has(p, "% kiln_n2;")) << p.text;
+  EXPECT_TRUE(has(p, "i0 * kiln_st0_0 + i1 * kiln_st0_1 + i2;")) << p.text;
+  EXPECT_TRUE(has(p, "const int b1 = 0 + i1 * kiln_st1_1;")) << p.text;
+  EXPECT_FALSE(has(p, "kiln_st1_0")) << p.text;
+  const std::vector<int64_t> words = layout_words(pointwise, p);
+  EXPECT_EQ(words, (std::vector<int64_t>{4, 9, 64, 576, 64, 0, 1, 576, 64}));
+  EXPECT_EQ(kernel_rows(pointwise), 4 * 9 * 64);
+  EXPECT_EQ(grid_for_rows(p.vector, kernel_rows(pointwise)), 2);  // 2304 points, 2048 a block
+  // layer_norm's rows over [6, 5, 768] (a block a row): the two kept dims'
+  // sizes and strides are words, the row's 768 points constants.
+  const CudaSource ln = written(lowered_kernel(
+      {cuda_meta(DType::Float32, {30, 768}), cuda_meta(DType::Float32, {768})}, softmax_layer_norm));
+  EXPECT_EQ(ln.layout_sizes, 1);  // [30, 768]: one kept dim
+  EXPECT_TRUE(has(ln, "row < kiln_rows;")) << ln.text;
+  EXPECT_TRUE(has(ln, "for (int k = 0; k < 6; ++k)")) << ln.text;  // 128 threads, 6 points each: constants
+}
+
 // Sums over rows of `points` points (7 rows, float32).
 Kernel row_sum(int64_t points) {
   return lowered_kernel({cuda_meta(DType::Float32, {7, points})}, [](PrimBuilder& b, const std::vector<int>& in) {
