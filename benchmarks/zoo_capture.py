@@ -8,7 +8,8 @@ For every model of tests/python/zoo/zoo_models.py (or, with --set library,
 of tests/python/zoo/library_models.py: 58 more transformers, timm,
 torchvision and diffusers models), one inference call (or,
 with --train, a forward and backward): graphs and graph breaks kiln makes
-(kiln.explain) and torch.compile's Dynamo makes (torch._dynamo.explain),
+(kiln.explain; graphs with ops, as Dynamo counts them, and in parentheses
+every traced frame) and torch.compile's Dynamo makes (torch._dynamo.explain),
 whether the compiled outputs equal eager's, and the first-call time of
 kiln.compile and torch.compile (backend inductor, the default) measured in
 the same process (torch.compile's only with --first-call). With
@@ -92,7 +93,8 @@ def measure(name, train, first_call, front_ends=False, models=zoo_models):
             crossings["inductor_behind_kiln"] = (close(out, expected) and kiln.stats()["prim_fallbacks"] == 0, seconds)
     return {**crossings,
         "name": name,
-        "kiln_graphs": explained.graph_count,
+        "kiln_graphs": explained.op_graph_count,
+        "kiln_frames": explained.graph_count,
         "kiln_breaks": explained.graph_break_count,
         "tc_graphs": dynamo.graph_count,
         "tc_breaks": dynamo.graph_break_count,
@@ -123,14 +125,15 @@ def main():
             rows.append({"name": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
         print(rows[-1], file=sys.stderr, flush=True)
     mode = "training step" if opts.train else "inference"
-    print(f"| model ({mode}) | kiln graphs / breaks | torch.compile graphs / breaks | equal to eager (kiln, tc) "
-          f"| first call kiln | first call torch.compile |")
+    print(f"| model ({mode}) | kiln graphs / breaks (traced frames) | torch.compile graphs / breaks "
+          f"| equal to eager (kiln, tc) | first call kiln | first call torch.compile |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['name']} | error: {r['error']} | | | | |")
             continue
-        print(f"| {r['name']} | {r['kiln_graphs']} / {r['kiln_breaks']} | {r['tc_graphs']} / {r['tc_breaks']} "
+        print(f"| {r['name']} | {r['kiln_graphs']} / {r['kiln_breaks']} ({r['kiln_frames']}) "
+              f"| {r['tc_graphs']} / {r['tc_breaks']} "
               f"| {r['kiln_ok']}, {r['tc_ok']} | {r['kiln_first_s']:.2f} s | {r['tc_first_s']:.2f} s |")
     crossed = [r for r in rows if "kiln_behind_dynamo" in r]
     if crossed:

@@ -19,13 +19,29 @@ class ExplainOutput:
     def graph_break_count(self) -> int:
         return len(self.break_reasons)
 
+    @property
+    def op_graph_count(self) -> int:
+        """Graphs holding at least one op (a node that is no input): what
+        torch._dynamo.explain's graph_count counts, since Dynamo makes no
+        graph for a frame without ops. graph_count counts every traced
+        frame's graph, such as that of a frame which only calls a function
+        that breaks."""
+        return sum(1 for graph in self.graphs if _has_ops(graph))
+
     def __str__(self):
-        lines = [f"graphs: {self.graph_count}", f"graph breaks: {self.graph_break_count}"]
+        lines = [f"graphs: {self.graph_count} ({self.op_graph_count} with ops)",
+                 f"graph breaks: {self.graph_break_count}"]
         lines += [f"  break: {reason}" for reason in self.break_reasons]
         for i, graph in enumerate(self.graphs):
             lines.append(f"--- graph {i} ---")
             lines.append(graph.rstrip())
         return "\n".join(lines)
+
+
+def _has_ops(graph: str) -> bool:
+    """True when the graph text has a node other than an input."""
+    return any(line.startswith("%") and not line.split(" = ", 1)[-1].startswith("input ")
+               for line in graph.splitlines())
 
 
 def _unwrap(fn):

@@ -310,3 +310,25 @@ def test_changes_to_the_callers_containers_still_block_a_break():
     torch.testing.assert_close(got, want)
     assert n == n_want == 1
     assert stats()["unsupported"] >= 1  # fn ran eagerly, as it must
+
+
+def test_explain_counts_graphs_with_ops_apart_from_frames_that_only_call():
+    """A break inside a nested call breaks the caller at the call; frames
+    that only pass the call on trace graphs without ops, which Dynamo's
+    graph_count would not count: op_graph_count leaves them out."""
+    def inner(x):
+        y = x + 1
+        print("inner")
+        return y * 2
+
+    def middle(x):
+        return inner(x)
+
+    def outer(x):
+        return middle(x)
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = kiln.explain(outer)(torch.randn(2))
+    assert out.graph_count > out.op_graph_count, out
+    assert out.op_graph_count == 2, out  # x + 1 before the print, * 2 after it
+    assert "with ops" in str(out)
