@@ -184,10 +184,15 @@ def loss_of(output):
 
 
 def without_randomness(model):
-    """Sets dropout and stochastic-depth probabilities to 0 (for comparing training steps with eager)."""
+    """Sets dropout and stochastic-depth probabilities to 0 (for comparing training steps with eager):
+    dropout modules' p, and float attributes named for dropout that forwards pass to F.dropout
+    (transformers' `self.dropout = config.dropout`, timm's `drop_rate`)."""
     for module in model.modules():
         for attr in ("p", "drop_prob"):
             if isinstance(getattr(module, attr, None), float) and "drop" in type(module).__name__.lower() + attr:
+                setattr(module, attr, 0.0)
+        for attr, value in list(vars(module).items()):
+            if "drop" in attr.lower() and isinstance(value, float) and not isinstance(value, bool):
                 setattr(module, attr, 0.0)
         if type(module).__name__ == "StochasticDepth":
             module.p = 0.0
