@@ -9,6 +9,7 @@
 #include "cpython/bytecode_decoder.h"
 #include "interpreter/call_report.h"
 #include "interpreter/code_cache.h"
+#include "interpreter/dynamic_profile.h"
 #include "interpreter/compile_config.h"
 #include "cpython/cpython_frame.h"
 #include "base/python_warning.h"
@@ -262,14 +263,21 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
                        const guards::FrameView& view, const CompileConfig& config) {
   if (!last.guards) return;
   CodeCache::DynamicState& dynamic = cache->dynamic_state(config.id);
-  bool grew = false;
-  for (const auto& [source, dim] : last.guards->size_changes(view)) {
+  const auto changes = last.guards->size_changes(view);
+  if (changes.empty()) return;
+  const bool automatic = config.dynamic == CompileConfig::Dynamic::Automatic;
+  // The dims an earlier run learned for this code, all at once (Note
+  // [Dynamic profiles]).
+  bool grew = automatic && seed_from_profile(code, &dynamic.dims) > 0;
+  bool learned = false;
+  for (const auto& [source, dim] : changes) {
     if (dynamic.dims.add(source, dim)) {
-      grew = true;
+      grew = learned = true;
       KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
                                         << " changed size; tracing it as dynamic");
     }
   }
+  if (automatic && learned) save_profile(code, dynamic.dims);
   // A fallback (static sizes, dim 0s only) was learned with fewer dynamic
   // dims: with more, the comparison that failed may hold (a mask one longer
   // than a cache that was static then, Note [Shifted sample points]). The

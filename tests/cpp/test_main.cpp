@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   for (int signal : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) sigaction(signal, &action, nullptr);
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new KernelLabel);
+  // Trace counts must not depend on earlier runs (Note [Dynamic profiles]):
+  // the tests run with the user's kernel cache, where profiles would persist.
+  setenv("KILN_DYNAMIC_PROFILES", "0", 0);
   if (start_python(argv[0]) != 0) return 1;
   int result = RUN_ALL_TESTS();
   if (Py_FinalizeEx() < 0 && result == 0) result = 1;

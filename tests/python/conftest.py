@@ -25,6 +25,9 @@ if "KILN_CACHE_DIR" not in os.environ:
     _test_cache_dir = tempfile.mkdtemp(prefix="kiln-test-cache-")
     os.environ["KILN_CACHE_DIR"] = _test_cache_dir
     atexit.register(shutil.rmtree, _test_cache_dir, True)
+# Trace counts must not depend on what earlier processes learned (Note
+# [Dynamic profiles]): tests of the profiles turn them on for themselves.
+os.environ.setdefault("KILN_DYNAMIC_PROFILES", "0")
 
 STAT_KEYS = (
     "traces",
