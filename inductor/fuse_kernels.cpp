@@ -59,6 +59,7 @@ struct KernelEntry {
   Kernel kernel;
   cpu::CpuKernel compiled;
   std::shared_ptr<const cuda::CudaKernel> cuda;  // set for a CUDA kernel
+  std::vector<int64_t> cuda_words;                // its run-time layout words (Note [CUDA run-time layout])
   int device = -1;                                // its CUDA device
   // mode="max-autotune" (Note [CUDA autotuning]): `tuned` is the kernel
   // of the chosen launch configuration once its first launch chose it
@@ -174,7 +175,11 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   }
   // run_cpu_kernel releases the GIL while the kernel runs; a CUDA launch
   // returns at once.
-  PyObject* outputs = cuda_kernel ? cuda::run_cuda_kernel(*cuda_kernel, entry.kernel, entry.device, inputs.data())
+  // A tuned kernel has a constant layout (launch_candidates): no words.
+  static const std::vector<int64_t> no_words;
+  const std::vector<int64_t>& words =
+      cuda_kernel && cuda_kernel->source.layout_sizes > 0 ? entry.cuda_words : no_words;
+  PyObject* outputs = cuda_kernel ? cuda::run_cuda_kernel(*cuda_kernel, entry.kernel, entry.device, inputs.data(), words)
                                   : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
@@ -290,6 +295,7 @@ std::vector<CompiledEntry> compile_entries(const std::vector<LoweredKernel>& ker
       }
       auto entry = std::make_shared<KernelEntry>();
       entry->cuda = std::move(results[i].kernel);
+      entry->cuda_words = std::move(results[i].words);
       entry->device = device;
       entry->kernel = kernels[i].kernel;
       out[i].entry = std::move(entry);

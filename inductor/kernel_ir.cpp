@@ -204,6 +204,12 @@ int Kernel::constant(DType dtype, double value) {
   return add(std::move(e));
 }
 
+int Kernel::size_constant(int64_t value) {
+  const int id = constant(DType::Int64, static_cast<double>(value));
+  exprs[id].size_value = true;
+  return id;
+}
+
 int Kernel::cast(int operand, DType dtype) {
   Expr e;
   e.kind = ExprKind::Cast;

@@ -143,6 +143,11 @@ struct Expr {
   int input = -1;                // Load: index into Kernel::inputs
   double constant = 0;           // Constant of a floating dtype
   int64_t integer = 0;           // Constant of an integer or bool dtype
+  // Constant: a size the lowering read from the graph (a cat's bounds);
+  // CUDA kernels of a size instance take it as an argument (Note [CUDA
+  // run-time layout]). Not part of the kernel's text: CPU kernels compile
+  // it in.
+  bool size_value = false;
   std::vector<int> operands;     // expression ids
   std::vector<int64_t> strides;  // Index: per dim of the iteration space; LoadAt: per operand
 };
@@ -209,6 +214,8 @@ struct Kernel {
   // Shorthands for add(). Binary/Compare operands must share a dtype.
   int load(int input);
   int constant(DType dtype, double value);
+  // An int64 constant that is a size (Expr::size_value).
+  int size_constant(int64_t value);
   int cast(int operand, DType dtype);
   int unary(UnaryOp op, int operand);
   int binary(BinaryOp op, int a, int b);

@@ -668,7 +668,9 @@ int ValueLowering::emit_cat(const PrimNode& node, const IndexMap& map) {
     throw LoweringError("cat: read past its end");
   }
   const int at = index_of(term);
-  auto constant = [&](int64_t v) { return k.constant(DType::Int64, static_cast<double>(v)); };
+  // The pieces' bounds are sizes (Expr::size_value): a cat whose pieces
+  // follow a dynamic length compiles one CUDA kernel for every length.
+  auto constant = [&](int64_t v) { return k.size_constant(v); };
   // Every piece a unit-step slice of one value along the dim (torch.roll):
   // the select picks the index into that value, and one load reads it.
   int source = -1;

@@ -217,6 +217,7 @@ std::vector<CudaKernelResult> KernelBatch::run(size_t threads) {
       continue;
     }
     if (kernel_manifest_on()) record_manifest_entry(*requests_[i].kernel, arch_, requests_[i].config, sources_[i].text);
+    out_[i].words = layout_words(*requests_[i].kernel, sources_[i]);
     std::string key = arch_ + '\n' + sources_[i].text;
     {
       std::lock_guard<std::mutex> lock(cache.mutex);

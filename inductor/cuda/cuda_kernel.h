@@ -79,6 +79,10 @@ struct CudaKernelResult {
   std::shared_ptr<const CudaKernel> kernel;  // null when `error` says why
   bool compiled_now = false;                 // NVRTC ran for it in this call
   std::string error;
+  // What a launch of this request's kernel passes after the pointers
+  // (layout_words of its own source: `kernel` may have been written for
+  // another kernel of the same text). Empty for a constant layout.
+  std::vector<int64_t> words;
 };
 
 // Each request compiled for `arch` as compile_cuda_cached would, but the

@@ -109,7 +109,8 @@ constexpr int kTuneReps = 10;
 
 }  // namespace
 
-PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs) {
+PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs,
+                          const std::vector<int64_t>& words) {
   std::vector<char*> data;
   data.reserve(kernel.inputs.size() + kernel.outputs.size());
   if (!bind_inputs(kernel, device, inputs, &data)) return nullptr;
@@ -124,11 +125,15 @@ PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int 
   // A run-time layout (Note [CUDA run-time layout]): this kernel's words
   // after the pointers, and a grid for its rows (`source` may have been
   // written for another kernel of the same text).
-  std::vector<int64_t> words = layout_words(kernel, source);
+  if (words.size() != layout_word_count(source, kernel)) {
+    PyErr_Format(PyExc_RuntimeError, "kiln CUDA kernel %s: %zu layout words for a source that takes %zu",
+                 kernel.name.c_str(), words.size(), layout_word_count(source, kernel));
+    return nullptr;
+  }
   std::vector<void*> args;
   args.reserve(data.size() + words.size());
   for (char*& pointer : data) args.push_back(&pointer);
-  for (int64_t& word : words) args.push_back(&word);
+  for (const int64_t& word : words) args.push_back(const_cast<int64_t*>(&word));
   try {
     const CudaEntry& entry = vector ? source.vector : source.scalar;
     const int64_t grid = source.layout_sizes > 0 ? grid_for_rows(entry, kernel_rows(kernel)) : entry.grid;

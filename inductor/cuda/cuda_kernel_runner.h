@@ -6,21 +6,27 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "inductor/cuda/cuda_kernel.h"
 #include "inductor/kernel_ir.h"
 
 namespace kiln::inductor::cuda {
 
-// Runs `compiled` (made from `kernel`) on CUDA device `device`: inputs[i]
-// (borrowed) is kernel input i, a tensor of that input's dtype on that
-// device whose storage holds every element the input's strides reach.
+// Runs `compiled` (made from `kernel`, or from another kernel of the same
+// source text) on CUDA device `device`: inputs[i] (borrowed) is kernel
+// input i, a tensor of that input's dtype on that device whose storage
+// holds every element the input's strides reach; `words` are `kernel`'s
+// run-time layout words (CudaKernelResult::words; empty for a constant
+// layout).
 // Returns a new reference to the tuple of outputs (each output's tensor
 // sizes, strides and dtype), or null with a Python error set (TypeError
 // for a wrong input, RuntimeError for a driver failure). The launch is
 // asynchronous, ordered on the current stream like torch's own kernels.
-PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs);
+PyObject* run_cuda_kernel(const CudaKernel& compiled, const Kernel& kernel, int device, PyObject* const* inputs,
+                          const std::vector<int64_t>& words);
 
 // What tune_cuda_kernel chose.
 struct TunedKernel {

@@ -29,7 +29,12 @@ namespace kiln::inductor::cuda {
 // The entries take the words as `long long` scalars after the pointers
 // (sizes of dims [0, layout_sizes), then each operand's strides along
 // [0, layout_strides)) and copy them into locals of the index type at
-// their start. The loop bounds (rows), the row decomposition (divisions
+// their start; then the size constants of the kernel's expressions
+// (Expr::size_value: a cat's bounds, such as the attention bias padded to
+// a multiple of 16 keys, whose mask piece ends at the key length), numbered
+// as the writer first prints them, so kernels of one text number them
+// alike. Their values are per kernel: a launch passes the words computed
+// from its own kernel's source (CudaKernelResult::words), not the shared one's. The loop bounds (rows), the row decomposition (divisions
 // by the sizes) and the operands' offsets read those; the grid is computed
 // at launch from the launched kernel's rows (grid_for_rows), not the
 // source's. Everything the writer decides from sizes is in the text, so
@@ -66,7 +71,14 @@ std::vector<int64_t> layout_words(const Kernel& kernel, const CudaSource& source
   for (const KernelOutput& out : kernel.outputs) {
     for (int d = 0; d < source.layout_strides; ++d) words.push_back(out.strides[d]);
   }
+  for (int id : source.runtime_constants) words.push_back(kernel.exprs.at(id).integer);
   return words;
+}
+
+size_t layout_word_count(const CudaSource& source, const Kernel& kernel) {
+  if (source.layout_sizes == 0 && source.layout_strides == 0) return 0;
+  return source.layout_sizes + (kernel.inputs.size() + kernel.outputs.size()) * source.layout_strides +
+         source.runtime_constants.size();
 }
 
 int64_t kernel_rows(const Kernel& kernel) { return detail::row_shape(kernel).rows; }

@@ -91,13 +91,17 @@ namespace kiln::inductor::cuda {
 
 namespace detail {
 
+// Where each signature takes the size constants' parameters, known only
+// once every entry is written (Writer::write).
+constexpr const char* kSizeConstantsMark = "/*kiln size constants*/";
+
 std::string Writer::value(int id, Context& c) {
   const Expr& e = k_.exprs[id];
   if (e.kind == ExprKind::Reduce) {
     if (reduce_names_[id].empty()) throw CudaError("a reduction read before its phase");
     return reduce_names_[id];
   }
-  if (e.kind == ExprKind::Constant) return constant_text(e);
+  if (e.kind == ExprKind::Constant) return constant_ref(id);
   const bool at_point = c.point != nullptr && (*c.varies)[id];
   Scope& scope = at_point ? *c.point : *c.row;
   if (!scope.names[id].empty()) return scope.names[id];
@@ -127,7 +131,7 @@ std::string Writer::compute(int id, Context& c) {
       const std::string raw = c.load(e.input, at_point, extra);
       return e.dtype == DType::Bool ? "(" + raw + " != 0)" : raw;
     }
-    case ExprKind::Constant: return constant_text(e);
+    case ExprKind::Constant: return constant_ref(id);
     case ExprKind::Cast: return cast_text(operand(0), operand_dtype(0), e.dtype);
     case ExprKind::Unary: return unary_text(static_cast<UnaryOp>(e.op), operand(0), operand_dtype(0));
     case ExprKind::Binary: {
@@ -169,7 +173,17 @@ std::string Writer::signature(const std::string& name, int block) const {
     text += std::string(op ? ", " : "") + (input ? "const " : "") + storage_type(dtype(op)) + "* __restrict__ " +
             pointer(op);
   }
-  return text + layout_parameters() + ") {\n" + layout_locals();
+  return text + layout_parameters() + kSizeConstantsMark + ") {\n" + layout_locals();
+}
+
+std::string Writer::constant_ref(int id) {
+  const Expr& e = k_.exprs[id];
+  if (!e.size_value || layout_.sizes == 0 || is_float(e.dtype)) return constant_text(e);
+  if (constant_param_[id] < 0) {
+    constant_param_[id] = static_cast<int>(runtime_constants_.size());
+    runtime_constants_.push_back(id);
+  }
+  return "kiln_size" + std::to_string(constant_param_[id]);
 }
 
 std::string Writer::size_text(int d) const {
@@ -423,6 +437,18 @@ std::string Writer::entry_name(int tile) const {
 }
 
 CudaSource Writer::write() {
+  CudaSource out = write_entries();
+  std::string parameters;
+  for (size_t n = 0; n < runtime_constants_.size(); ++n) parameters += ", const long long kiln_size" + std::to_string(n);
+  const std::string mark = kSizeConstantsMark;
+  for (size_t at = out.text.find(mark); at != std::string::npos; at = out.text.find(mark, at)) {
+    out.text.replace(at, mark.size(), parameters);
+  }
+  out.runtime_constants = runtime_constants_;
+  return out;
+}
+
+CudaSource Writer::write_entries() {
   const std::string problem = verify(k_);
   if (!problem.empty()) throw CudaError("invalid kernel " + k_.name + ": " + problem);
   for (size_t op = 0; op < operands(); ++op) value_type(dtype(op));  // throws for unsupported dtypes
@@ -466,6 +492,7 @@ CudaSource Writer::write() {
     if (items <= config_.max_items) items_ = static_cast<int>(items);
   }
   if (config_.runtime_layout) layout_ = runtime_layout_dims(k_);
+  constant_param_.assign(k_.exprs.size(), -1);
   out.layout_sizes = layout_.sizes;
   out.layout_strides = layout_.strides;
   out.text = cuda_prelude();

@@ -85,6 +85,10 @@ struct CudaSource {
   // operand), the entries take as arguments; 0 and 0 when all are constants.
   int layout_sizes = 0;
   int layout_strides = 0;
+  // Run-time layout: the kernel's size constants (Expr::size_value) the
+  // entries take after the layout words, as expression ids of the kernel
+  // the source was written for, in parameter order.
+  std::vector<int> runtime_constants;
 };
 
 // The outer dims `kernel`'s CUDA source reads at run time under a
@@ -95,11 +99,16 @@ struct RuntimeLayoutDims {
 };
 RuntimeLayoutDims runtime_layout_dims(const Kernel& kernel);
 
-// The words a launch of `source` passes after the pointers, for `kernel`
-// (one whose source text is `source`'s): its sizes of dims
+// The words a launch of `source` passes after the pointers, for `kernel`,
+// the kernel `source` was written for: its sizes of dims
 // [0, layout_sizes), then per operand (inputs, then outputs) its strides
-// along dims [0, layout_strides). Empty for a source with constant layout.
+// along dims [0, layout_strides), then its runtime_constants' values.
+// Empty for a source with constant layout. Another kernel of the same text
+// launches with its own words, from its own source.
 std::vector<int64_t> layout_words(const Kernel& kernel, const CudaSource& source);
+
+// How many words a launch of `source` passes for `kernel`.
+size_t layout_word_count(const CudaSource& source, const Kernel& kernel);
 
 // The rows of `kernel` (the product of its kept dims' sizes), which its
 // entries' grids are computed from.

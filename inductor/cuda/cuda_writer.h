@@ -72,6 +72,12 @@ class Writer {
   // The run-time layout's scalar parameters, and the locals read from them.
   std::string layout_parameters() const;
   std::string layout_locals() const;
+  // Constant `id` as the code reads it: its literal, or under a run-time
+  // layout a size constant's argument (numbered as first printed).
+  std::string constant_ref(int id);
+  // Every entry and its launch, before the size constants' parameters are
+  // written into the signatures (write() does that last).
+  CudaSource write_entries();
 
   std::string value(int id, Context& c);
   std::string compute(int id, Context& c);
@@ -111,6 +117,8 @@ class Writer {
   bool guarded_ = false;
   int items_ = 0;  // persistent rows: points per thread; 0: looped
   RuntimeLayoutDims layout_;  // dims read at run time (Note [CUDA run-time layout])
+  std::vector<int> runtime_constants_;  // size constants taken as arguments, in parameter order
+  std::vector<int> constant_param_;     // per expression: its parameter, or -1
 };
 
 }  // namespace kiln::inductor::cuda::detail

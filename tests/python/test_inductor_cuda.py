@@ -653,3 +653,28 @@ def test_new_sizes_of_a_dynamic_graph_compile_no_cuda_kernel():
     # 17 compile nothing (the second 40 reuses its instance).
     assert compiled_after[1] > compiled_after[0] > 0, compiled_after
     assert compiled_after[2:] == [compiled_after[1]] * 4, compiled_after
+
+
+def test_decode_steps_share_the_padded_bias_kernel_across_lengths():
+    """Note [CUDA run-time layout]: the bias padded to 16 keys is a cat
+    whose bound is the key length, a size constant taken as an argument, so
+    decoding lengths after the first instance compile no CUDA kernel."""
+    torch.manual_seed(0)
+
+    def step(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep) * 2
+
+    compiled = kiln.compile(step, backend="inductor")
+    compiled_after = []
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION), torch.no_grad():
+        for keys in (21, 33, 35, 38, 45):
+            q = torch.randn(2, 4, 1, 64, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(2, 4, keys, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            keep = torch.rand(2, 1, 1, keys, device="cuda") < 0.8
+            torch.testing.assert_close(compiled(q, k, v, keep), step(q, k, v, keep), rtol=2e-2, atol=2e-2)
+            compiled_after.append(kiln.stats()["cuda_kernels_compiled"])
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["size_instances"] == 4 and s["prim_fallbacks"] == 0, s
+    # 21: static; 33: the first instance; 35, 38, 45 reuse its kernels.
+    assert compiled_after[1] > compiled_after[0], compiled_after
+    assert compiled_after[2:] == [compiled_after[1]] * 3, compiled_after

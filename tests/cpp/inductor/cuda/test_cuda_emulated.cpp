@@ -95,7 +95,12 @@ constexpr const char* kTensors =
     "rb = torch.randn(3, 11, 40)\n"
     "za = torch.randn(7, 40)\n"
     "zb = torch.randn(11, 40)\n"
-    "rw = torch.randn(40)\n";
+    "rw = torch.randn(40)\n"
+    // Boolean masks of 45, 38 and 20 keys (an attention bias padded to a
+    // multiple of 16 keys: Note [Attention bias alignment]).
+    "pm45 = torch.rand(2, 3, 45) > 0.5\n"
+    "pm38 = torch.rand(2, 3, 38) > 0.5\n"
+    "pm20 = torch.rand(2, 3, 20) > 0.5\n";
 
 PyRef tensors() {
   static PyRef* ns = new PyRef(test::exec_module(kTensors));  // leaked: outlives Py_FinalizeEx
@@ -609,8 +614,12 @@ void check_one_source_for_all_sizes(
       std::vector<void*> pointers;
       std::vector<PyRef> outputs;
       ASSERT_TRUE(kernel_pointers(kernels[set], &pointers, &outputs));
-      std::vector<int64_t> words = layout_words(kernel, source);
-      EXPECT_EQ(words.size(), source.layout_sizes + pointers.size() * source.layout_strides);
+      // Its own words: from the source written for it (same text, its own
+      // sizes, strides and size constants).
+      std::vector<int64_t> words = layout_words(kernel, sources[set]);
+      EXPECT_EQ(words.size(), layout_word_count(source, kernel));
+      EXPECT_EQ(words.size(), source.layout_sizes + pointers.size() * source.layout_strides +
+                                  source.runtime_constants.size());
       for (int64_t& word : words) pointers.push_back(&word);  // scalars: a pointer to the value, as CUDA takes them
       const CudaEntry& entry = vector ? source.vector : source.scalar;
       const int64_t grid = grid_for_rows(entry, kernel_rows(kernel));
@@ -813,6 +822,29 @@ TEST(CudaEmulated, RunTimeLayoutsShareOneSourceAcrossSizes) {
       {{"ra", "za", "rw"}, {"rb", "zb", "rw"}},
       [&](PrimBuilder& b, const std::vector<int>& in) { return std::vector<int>{softmax(b, biased(b, in), 2)}; },
       {{"torch.softmax(ra * rw + za, 2)"}, {"torch.softmax(rb * rw + zb, 2)"}}, {1e-5, 1e-6}, 2);
+  // An attention bias padded to a multiple of 16 keys: the mask piece of
+  // the cat ends at the key length, a size constant taken as an argument.
+  auto padded_bias = [](PrimBuilder& b, const std::vector<int>& in) {
+    const int64_t keys = b.meta(in[0]).sizes.back();
+    const int fill = b.full({2, 3, 16 - keys % 16}, Scalar::of_int(0), DType::Bool);
+    return std::vector<int>{b.where(b.cat({in[0], fill}, 2), f(0.0), f(-1e30))};
+  };
+  auto padded_expr = [](const std::string& m) {
+    return "torch.where(torch.cat([" + m + ", torch.zeros(2, 3, 16 - " + m + ".shape[-1] % 16, dtype=torch.bool)], 2), "
+           "0.0, -1e30)";
+  };
+  check_one_source_for_all_sizes({{"pm45"}, {"pm38"}, {"pm20"}}, padded_bias,
+                                 {{padded_expr("pm45")}, {padded_expr("pm38")}, {padded_expr("pm20")}}, {}, 2);
+  {
+    OneKernel one;
+    ASSERT_TRUE(lower_one_kernel({"pm45"}, padded_bias, &one));
+    LaunchConfig config = default_launch_config(one.lowered.kernel);
+    config.runtime_layout = true;
+    const CudaSource source = generate_cuda_source(one.lowered.kernel, config);
+    ASSERT_GE(source.runtime_constants.size(), 2u) << source.text;  // the key length and the last key
+    EXPECT_NE(source.text.find("const long long kiln_size0"), std::string::npos) << source.text;
+    EXPECT_EQ(source.text.find("45LL"), std::string::npos) << source.text;  // no bound compiled in
+  }
   for (const char* x : {"ra", "rb"}) {
     OneKernel one;
     ASSERT_TRUE(lower_one_kernel(

@@ -385,6 +385,19 @@ TEST(CudaSource, RunTimeLayoutsTakeOuterSizesAndStridesAsArguments) {
   EXPECT_EQ(ln.layout_sizes, 1);  // [30, 768]: one kept dim
   EXPECT_TRUE(has(ln, "row < kiln_rows;")) << ln.text;
   EXPECT_TRUE(has(ln, "for (int k = 0; k < 6; ++k)")) << ln.text;  // 128 threads, 6 points each: constants
+  // A cat's bounds (an attention bias padded from 45 to 48 keys) are size
+  // constants: arguments after the layout words, and the source compiles.
+  const Kernel pad = lowered_kernel({cuda_meta(DType::Bool, {2, 3, 45})}, [](PrimBuilder& b, const std::vector<int>& in) {
+    TensorMeta fill_meta = cuda_meta(DType::Bool, {2, 3, 3});
+    const int fill = b.full({2, 3, 3}, Scalar::of_int(0), DType::Bool, {fill_meta.device_type, fill_meta.device_index});
+    return std::vector<int>{b.where(b.cat({in[0], fill}, 2), f(0.0), f(-1e30))};
+  });
+  const CudaSource padded = written(pad);
+  ASSERT_GE(padded.runtime_constants.size(), 2u) << padded.text;
+  EXPECT_TRUE(has(padded, ", const long long kiln_size0")) << padded.text;
+  const std::vector<int64_t> pad_words = layout_words(pad, padded);
+  EXPECT_EQ(pad_words.size(), layout_word_count(padded, pad));
+  EXPECT_NE(std::find(pad_words.end() - padded.runtime_constants.size(), pad_words.end(), 45), pad_words.end());
 }
 
 // Sums over rows of `points` points (7 rows, float32).
