@@ -357,9 +357,10 @@ std::string Writer::write_vector(const std::string& name, int width) {
   // Varying here: along the vector (an input of inner stride 1).
   const std::vector<bool> varies = varies_along_lanes();
   std::string text = signature(name, kPointwiseBlock);
+  const std::string vector_count = layout_.sizes > 0 ? "kiln_rows / " + w : std::to_string(numel / width);
   text += "  for (" + idx_ + " q = (" + idx_ + ")blockIdx.x * " + std::to_string(kPointwiseBlock) +
-          " + threadIdx.x; q < " + (layout_.sizes > 0 ? "kiln_rows / " + w : std::to_string(numel / width)) + "; q += (" + idx_ + ")gridDim.x * " +
-          std::to_string(kPointwiseBlock) + ") {\n";
+          " + threadIdx.x; q < " + vector_count + "; q += (" + idx_ + ")gridDim.x * " + std::to_string(kPointwiseBlock) +
+          ") {\n";
   Scope row;
   row.indent = "    ";
   row.names.assign(count, "");
