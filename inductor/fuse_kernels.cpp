@@ -179,8 +179,9 @@ PyObject* kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, 
   static const std::vector<int64_t> no_words;
   const std::vector<int64_t>& words =
       cuda_kernel && cuda_kernel->source.layout_sizes > 0 ? entry.cuda_words : no_words;
-  PyObject* outputs = cuda_kernel ? cuda::run_cuda_kernel(*cuda_kernel, entry.kernel, entry.device, inputs.data(), words)
-                                  : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
+  PyObject* outputs =
+      cuda_kernel ? cuda::run_cuda_kernel(*cuda_kernel, entry.kernel, entry.device, inputs.data(), words)
+                  : cpu::run_cpu_kernel(entry.compiled, entry.kernel, inputs.data(), 0, reuse.data());
   if (!outputs || PyTuple_GET_SIZE(outputs) != 1) return outputs;
   PyObject* single = PyTuple_GET_ITEM(outputs, 0);
   Py_INCREF(single);
@@ -599,7 +600,8 @@ std::vector<LoweredKernel> lower_kernels(KernelPlan* plan) {
 
 CompiledKernels compile_kernels(const KernelPlan& plan, const std::vector<LoweredKernel>& lowered) {
   CompiledKernels out;
-  std::vector<CompiledEntry> compiled = compile_entries(lowered, plan.on_cuda ? plan.device : -1, plan.targets.cuda_runtime_layout);
+  std::vector<CompiledEntry> compiled =
+      compile_entries(lowered, plan.on_cuda ? plan.device : -1, plan.targets.cuda_runtime_layout);
   for (CompiledEntry& made : compiled) {
     if (!made.entry) {
       KILN_LOG(prims, "kernel group left to the prim executor: " << made.error);
