@@ -3,6 +3,8 @@
 #include <atomic>
 #include <map>
 #include <set>
+#include <string>
+#include <unordered_map>
 #include <mutex>
 #include <vector>
 
@@ -192,6 +194,83 @@ void remap_arg(graph::Arg& arg, const std::vector<int>& new_id, const std::vecto
   for (graph::Arg& item : arg.items) remap_arg(item, new_id, folded);
 }
 
+// Note [Replay memo]
+// A model's layers repeat the same calls at the same sizes (GPT-2's twelve
+// blocks each make the same views, matmuls and attention), and torch's
+// meta kernels cost tens of microseconds a call through Python. So within
+// one replay, a call that makes one tensor is keyed by its target and what
+// its result can depend on (each tensor argument's dtype, sizes, strides
+// and storage offset, ints by value, anything else by identity), and a
+// call whose key was seen before gets a fresh meta tensor of the layout the
+// first one made instead of running. In-place calls (their names end in
+// "_", setitem) and as_strided run every time: they change or read more
+// than a layout; so does a call whose result has a storage offset (a fresh
+// tensor would lose it).
+
+// Appends to `key` what a meta call's result can depend on of `value`;
+// false when the value cannot be keyed (a Python error on reading it).
+bool append_memo_key(PyObject* value, std::string* key) {
+  if (runtime::is_tensor(value)) {
+    graph::TensorMeta meta;
+    runtime::read_tensor_meta(value, &meta);
+    PyRef offset = PyRef::steal(PyObject_CallMethod(value, "storage_offset", nullptr));
+    if (!offset) return false;
+    *key += "T" + graph::format_tensor_meta(meta) + "@" + std::to_string(PyLong_AsLongLong(offset.get())) +
+            (meta.requires_grad ? "g" : "") + ";";
+    return !PyErr_Occurred();
+  }
+  if (PyTuple_Check(value) || PyList_Check(value)) {
+    *key += PyTuple_Check(value) ? "(" : "[";
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
+      if (!append_memo_key(PySequence_Fast_GET_ITEM(value, i), key)) return false;
+    }
+    *key += ")";
+    return true;
+  }
+  if (PyLong_CheckExact(value)) {
+    const long long v = PyLong_AsLongLong(value);
+    if (PyErr_Occurred()) return false;
+    *key += "I" + std::to_string(v) + ";";
+    return true;
+  }
+  *key += "P" + std::to_string(reinterpret_cast<uintptr_t>(value)) + ";";
+  return true;
+}
+
+// True when `tensor` starts at its storage's first element.
+bool storage_offset_is_zero(PyObject* tensor) {
+  PyRef offset = PyRef::steal(PyObject_CallMethod(tensor, "storage_offset", nullptr));
+  if (!offset) {
+    PyErr_Clear();
+    return false;
+  }
+  return PyLong_AsLongLong(offset.get()) == 0;
+}
+
+// The memo key of `node`'s call over the replayed values, "" when the call
+// is not memoized (Note [Replay memo]).
+std::string memo_key(const graph::Node& node, PyObject* const* values) {
+  const std::string& name = node.target_name;
+  if (node.metas.size() != 1 || node.returns_tuple || name.empty() || name.back() == '_' ||
+      name.find("setitem") != std::string::npos || name.find("as_strided") != std::string::npos) {
+    return "";
+  }
+  std::string key = name + "#" + std::to_string(reinterpret_cast<uintptr_t>(node.target)) + "#" +
+                    std::to_string(static_cast<int>(node.metas[0].device_type)) + "|";
+  auto add = [&](const graph::Arg& arg) {
+    PyRef value = PyRef::steal(runtime::materialize_arg(arg, values));
+    return value && append_memo_key(value.get(), &key);
+  };
+  for (const graph::Arg& arg : node.args) {
+    if (!add(arg)) return (PyErr_Clear(), "");
+  }
+  for (const auto& [name_of, arg] : node.kwargs) {
+    key += name_of + "=";
+    if (!add(arg)) return (PyErr_Clear(), "");
+  }
+  return key;
+}
+
 // Restores the thread's grad mode when the replay ends (a graph may switch it).
 struct GradModeScope {
   bool saved = runtime::grad_mode_enabled();
@@ -351,6 +430,8 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
   // traced: its metas are copied, not recomputed (torch's meta kernels
   // cost up to milliseconds a call; a decoding step's graph changes few).
   std::vector<bool> same(n, false);
+  std::unordered_map<std::string, graph::TensorMeta> memo;  // Note [Replay memo]
+  int replayed = 0, memo_hits = 0;
   {
     const GradModeScope grad_mode;
     int next_input = 0;
@@ -374,11 +455,20 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
           value = meta_of(node.metas[0]);
           same[node.id] = value.get() != nullptr;
         } else {
-          value = replay_on_meta(node, raw.data());
+          const std::string key = memo_key(node, raw.data());
+          auto found = key.empty() ? memo.end() : memo.find(key);
+          if (found != memo.end()) {
+            value = meta_of(found->second);
+            ++memo_hits;
+          } else {
+            value = replay_on_meta(node, raw.data());
+            ++replayed;
+          }
           if (value && node.metas.size() == 1 && runtime::is_tensor(value.get())) {
             graph::TensorMeta meta;
             runtime::read_tensor_meta(value.get(), &meta);
             same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
+            if (!key.empty() && found == memo.end() && storage_offset_is_zero(value.get())) memo.emplace(key, meta);
           }
         }
       }
@@ -443,6 +533,8 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
   graph::Arg output = graph.output();
   remap_arg(output, new_id, folded);
   out->set_output(std::move(output));
+  KILN_LOG(dynamic, "size replay: " << replayed << " calls on meta tensors, " << memo_hits
+                                    << " from the replay's memo (Note [Replay memo])");
   return out;
 }
 

@@ -193,3 +193,23 @@ def test_a_graph_the_backend_runs_eagerly_compiles_no_more_sizes(capfd):
     # One instance tried (6) and run eagerly by the backend; 7, 8, 9 compile nothing.
     assert s["traces"] == 1 and s["size_instances"] == 1 and s["prim_fallbacks"] == 1, s
     assert "other sizes run the eager replay without compiling" in capfd.readouterr().err
+
+
+def test_repeated_layers_replay_once_per_layout(capfd):
+    """Note [Replay memo]: the size replay runs each distinct call of a
+    layout once; repeated layers take the first one's layout (fewer meta
+    calls), and every size still equals eager."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8) for _ in range(4)]
+
+    def fn(x):
+        for layer in layers:
+            x = torch.softmax(layer(x).transpose(0, 1), -1).transpose(0, 1) + x
+        return x
+
+    with kiln_logs("dynamic"):
+        s = run_sizes(fn, lambda n: (torch.randn(n, 8),), [4, 6, 9, 11])
+    log = capfd.readouterr().err
+    assert s["traces"] == 2 and s["size_instances"] == 3 and s["prim_fallbacks"] == 0, s
+    hits = [int(line.split(", ")[1].split(" ")[0]) for line in log.splitlines() if "size replay:" in line]
+    assert len(hits) == 3 and all(h > 0 for h in hits), log
