@@ -202,13 +202,16 @@ void remap_arg(graph::Arg& arg, const std::vector<int>& new_id, const std::vecto
 // its result can depend on (each tensor argument's dtype, sizes, strides
 // and storage offset, ints by value, anything else by identity), and a
 // call whose key was seen before gets a fresh meta tensor of the layout the
-// first one made instead of running. In-place calls (their names end in
+// first one made instead of running. Ints, floats, strings and slices key
+// by value (materialized afresh, a temporary's address may be reused);
+// other objects only while something else holds them (dtypes, devices). In-place calls (their names end in
 // "_", setitem) and as_strided run every time: they change or read more
 // than a layout; so does a call whose result has a storage offset (a fresh
 // tensor would lose it).
 
 // Appends to `key` what a meta call's result can depend on of `value`;
-// false when the value cannot be keyed (a Python error on reading it).
+// false when the value cannot be keyed (a Python error on reading it, or a
+// temporary object that only its address would name).
 bool append_memo_key(PyObject* value, std::string* key) {
   if (runtime::is_tensor(value)) {
     graph::TensorMeta meta;
@@ -227,14 +230,26 @@ bool append_memo_key(PyObject* value, std::string* key) {
     *key += ")";
     return true;
   }
-  if (PyLong_CheckExact(value)) {
-    const long long v = PyLong_AsLongLong(value);
-    if (PyErr_Occurred()) return false;
-    *key += "I" + std::to_string(v) + ";";
+  if (PySlice_Check(value)) {
+    auto* slice = reinterpret_cast<PySliceObject*>(value);
+    *key += "S";
+    return append_memo_key(slice->start, key) && append_memo_key(slice->stop, key) &&
+           append_memo_key(slice->step, key);
+  }
+  if (PyLong_CheckExact(value) || PyFloat_CheckExact(value) || PyUnicode_CheckExact(value) || PyBool_Check(value) ||
+      value == Py_None) {
+    // By value: materialize_arg may make these afresh (an address could be
+    // reused by another value).
+    *key += std::string(Py_TYPE(value)->tp_name) + ":" + base::py_repr(value) + ";";
     return true;
   }
-  *key += "P" + std::to_string(reinterpret_cast<uintptr_t>(value)) + ";";
-  return true;
+  // Objects the graph holds for the whole replay (dtypes, devices, memory
+  // formats, callables): by identity.
+  if (Py_REFCNT(value) > 1) {
+    *key += "P" + std::to_string(reinterpret_cast<uintptr_t>(value)) + ";";
+    return true;
+  }
+  return false;  // a temporary of another type: not keyed
 }
 
 // True when `tensor` starts at its storage's first element.
