@@ -209,6 +209,17 @@ void remap_arg(graph::Arg& arg, const std::vector<int>& new_id, const std::vecto
 // than a layout; so does a call whose result has a storage offset (a fresh
 // tensor would lose it).
 
+// `tensor`'s storage offset, -1 when it cannot be read (the error cleared).
+int64_t storage_offset(PyObject* tensor) {
+  PyRef offset = PyRef::steal(PyObject_CallMethod(tensor, "storage_offset", nullptr));
+  const int64_t value = offset ? PyLong_AsLongLong(offset.get()) : -1;
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return -1;
+  }
+  return value;
+}
+
 // Appends to `key` what a meta call's result can depend on of `value`;
 // false when the value cannot be keyed (a Python error on reading it, or a
 // temporary object that only its address would name).
@@ -216,11 +227,10 @@ bool append_memo_key(PyObject* value, std::string* key) {
   if (runtime::is_tensor(value)) {
     graph::TensorMeta meta;
     runtime::read_tensor_meta(value, &meta);
-    PyRef offset = PyRef::steal(PyObject_CallMethod(value, "storage_offset", nullptr));
-    if (!offset) return false;
-    *key += "T" + graph::format_tensor_meta(meta) + "@" + std::to_string(PyLong_AsLongLong(offset.get())) +
-            (meta.requires_grad ? "g" : "") + ";";
-    return !PyErr_Occurred();
+    const int64_t offset = storage_offset(value);
+    if (offset < 0) return false;
+    *key += "T" + graph::format_tensor_meta(meta) + "@" + std::to_string(offset) + (meta.requires_grad ? "g" : "") + ";";
+    return true;
   }
   if (PyTuple_Check(value) || PyList_Check(value)) {
     *key += PyTuple_Check(value) ? "(" : "[";
@@ -250,16 +260,6 @@ bool append_memo_key(PyObject* value, std::string* key) {
     return true;
   }
   return false;  // a temporary of another type: not keyed
-}
-
-// True when `tensor` starts at its storage's first element.
-bool storage_offset_is_zero(PyObject* tensor) {
-  PyRef offset = PyRef::steal(PyObject_CallMethod(tensor, "storage_offset", nullptr));
-  if (!offset) {
-    PyErr_Clear();
-    return false;
-  }
-  return PyLong_AsLongLong(offset.get()) == 0;
 }
 
 // The memo key of `node`'s call over the replayed values, "" when the call
@@ -483,7 +483,7 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
             graph::TensorMeta meta;
             runtime::read_tensor_meta(value.get(), &meta);
             same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
-            if (!key.empty() && found == memo.end() && storage_offset_is_zero(value.get())) memo.emplace(key, meta);
+            if (!key.empty() && found == memo.end() && storage_offset(value.get()) == 0) memo.emplace(key, meta);
           }
         }
       }
