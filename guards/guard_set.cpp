@@ -576,9 +576,9 @@ std::string GuardSet::check_verbose(const FrameView& frame) const {
   return "";
 }
 
-std::vector<std::pair<std::string, int>> GuardSet::size_changes(const FrameView& frame) const {
+std::vector<GuardSet::SizeChange> GuardSet::size_changes(const FrameView& frame) const {
   if (!indexed_) build_index();
-  std::vector<std::pair<std::string, int>> changes;
+  std::vector<SizeChange> changes;
   SourceValues values(sources_.size());
   for (int id = 0; id < sources_.size(); ++id) {
     PyObject* value = fetch_source(sources_, id, frame, values);
@@ -600,12 +600,31 @@ std::vector<std::pair<std::string, int>> GuardSet::size_changes(const FrameView&
       for (size_t d = 0; d < actual.sizes.size(); ++d) {
         const bool dynamic = d < guard.dim_symbols.size() && guard.dim_symbols[d] >= 0;
         if (!dynamic && actual.sizes[d] != expected.sizes[d]) {
-          changes.emplace_back(sources_.at(id).text, static_cast<int>(d));
+          changes.push_back({sources_.at(id).text, static_cast<int>(d), expected.sizes[d], actual.sizes[d]});
         }
       }
     }
   }
   return changes;
+}
+
+std::vector<std::pair<std::string, int>> GuardSet::dynamic_dims() const {
+  std::vector<std::pair<std::string, int>> dims;
+  for (const Guard& guard : guards_) {
+    if (guard.kind != GuardKind::TensorMatch) continue;
+    for (size_t d = 0; d < guard.dim_symbols.size(); ++d) {
+      if (guard.dim_symbols[d] >= 0) dims.emplace_back(sources_.at(guard.source).text, static_cast<int>(d));
+    }
+  }
+  return dims;
+}
+
+std::vector<std::string> GuardSet::tensor_sources() const {
+  std::vector<std::string> texts;
+  for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::TensorMatch) texts.push_back(sources_.at(guard.source).text);
+  }
+  return texts;
 }
 
 std::string GuardSet::explain_dynamic_mismatch(PyObject* value, const Guard& guard,

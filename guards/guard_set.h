@@ -124,10 +124,22 @@ class GuardSet {
   // Explains the first failing guard in words ("" when all hold).
   std::string check_verbose(const FrameView& frame) const;
 
-  // The input dims whose size alone makes a TensorMatch guard fail (same
-  // dtype, device, rank and grad), as (source text, dim): what automatic
-  // dynamic shapes marks dynamic before tracing again.
-  std::vector<std::pair<std::string, int>> size_changes(const FrameView& frame) const;
+  // An input dim whose size alone makes a TensorMatch guard fail (same
+  // dtype, device, rank and grad): what automatic dynamic shapes marks
+  // dynamic before tracing again.
+  struct SizeChange {
+    std::string source;  // source text, "L['x']"
+    int dim = 0;
+    int64_t traced = 0;  // the size the guard expects
+    int64_t now = 0;     // the size the frame has
+  };
+  std::vector<SizeChange> size_changes(const FrameView& frame) const;
+
+  // The (source text, dim) of every dynamic dim the TensorMatch guards bind.
+  std::vector<std::pair<std::string, int>> dynamic_dims() const;
+
+  // The text of every source a TensorMatch guard reads.
+  std::vector<std::string> tensor_sources() const;
 
   // Readable listing, one guard per line, in a stable order.
   std::string format() const;

@@ -1,5 +1,6 @@
 #include "interpreter/frame_hook.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -270,14 +271,25 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
   // [Dynamic profiles]).
   bool grew = automatic && seed_from_profile(code, &dynamic.dims) > 0;
   bool learned = false;
-  for (const auto& [source, dim] : changes) {
-    if (dynamic.dims.add(source, dim)) {
+  for (const auto& change : changes) {
+    if (dynamic.dims.add(change.source, change.dim)) {
       grew = learned = true;
-      KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
+      KILN_LOG(dynamic, code_name(code) << ": " << change.source << " dim " << change.dim
                                         << " changed size; tracing it as dynamic");
     }
   }
   if (automatic && learned) save_profile(code, dynamic.dims);
+  // The next trace only: tensors new to the code that carry a changed size
+  // (Note [Sizes that change together] in tracer/).
+  if (automatic && learned) {
+    for (const auto& change : changes) {
+      for (int64_t size : {change.traced, change.now}) {
+        if (size >= 2) dynamic.dims.changed_sizes.push_back(size);
+      }
+    }
+    dynamic.dims.known_sources = last.guards->tensor_sources();
+    std::sort(dynamic.dims.known_sources.begin(), dynamic.dims.known_sources.end());
+  }
   // A fallback (static sizes, dim 0s only) was learned with fewer dynamic
   // dims: with more, the comparison that failed may hold (a mask one longer
   // than a cache that was static then, Note [Shifted sample points]). The
@@ -287,6 +299,21 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
     dynamic.dims.leading_only = false;
     KILN_LOG(dynamic, code_name(code) << ": more dims changed size; trying all of them as dynamic again");
   }
+}
+
+// The dims a trace made dynamic as changing together with a changed one
+// (Note [Sizes that change together]) are learned like changed dims.
+void learn_dims_that_changed_together(PyCodeObject* code, const guards::GuardSet& guards,
+                                      CodeCache::DynamicState* dynamic) {
+  bool learned = false;
+  for (const auto& [source, dim] : guards.dynamic_dims()) {
+    if (dynamic->dims.add(source, dim)) {
+      learned = true;
+      KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
+                                        << " is new and has a size that changed; traced it as dynamic");
+    }
+  }
+  if (learned) save_profile(code, dynamic->dims);
 }
 
 // Raises kiln.Unsupported for a recorded failure.
@@ -356,6 +383,8 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     dims = dynamic.dims;
     dims.all_arguments = config.dynamic == CompileConfig::Dynamic::Always;
   }
+  dynamic.dims.changed_sizes.clear();  // they speak of this trace only
+  dynamic.dims.known_sources.clear();
   // Dims the user marked (torch._dynamo.mark_dynamic) are dynamic whatever
   // the config says: the mark is the more specific request.
   const std::string marked = tracer::add_marked_dims(code, frame_view(frame), &dims);
@@ -398,6 +427,7 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
       KILN_LOG(dynamic, code_name(code) << ": traced with static sizes: " << result.specialized);
     }
   }
+  if (result.ok && !dims.changed_sizes.empty()) learn_dims_that_changed_together(code, *result.guards, &dynamic);
   auto entry = std::make_shared<CacheEntry>();
   entry->config_id = config.id;
   if (result.ok) {

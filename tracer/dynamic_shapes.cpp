@@ -41,6 +41,36 @@ bool DynamicDims::add(const std::string& source, int dim) {
   return true;
 }
 
+int DynamicDims::changes_together(const std::string& source, const std::vector<int64_t>& sizes) const {
+  if (changed_sizes.empty() || std::binary_search(known_sources.begin(), known_sources.end(), source)) return -1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (std::find(changed_sizes.begin(), changed_sizes.end(), sizes[d]) != changed_sizes.end()) {
+      return static_cast<int>(d);
+    }
+  }
+  return -1;
+}
+
+// Note [Sizes that change together]
+// Automatic dynamic shapes learn a dim from its own change, so a tensor
+// that first reaches a code after a size change is traced static and
+// costs one more trace when its size moves in turn. generate() is the
+// case: its prefill creates the KV cache inside the graph, the first
+// decoding step (input length 16 -> 1) meets the cache as a new input of
+// length 16, static, and the second step (17) traces a third time, as
+// torch.compile without a profile does. Sizes that change at the same
+// recompile usually count one thing (the sequence, the batch), and a
+// tensor built by the call before from that thing carries its size. So
+// the trace after a size change also makes dynamic, in each tensor input
+// the trace before did not read as a tensor (absent, or None then), the
+// outermost dim whose size is one the changed dims had or have now (sizes
+// >= 2; outermost because inner dims are mostly features fixed by
+// weights: a head width may equal a prompt length, as in the zoo's GPT-2,
+// 16 and 16). A wrong guess costs only the attempts with it: if they
+// specialize or break the graph, trace_frame traces again without the
+// guesses, as before. Dims kept are learned like the others (the code
+// cache and its profile list them).
+
 // Note [Shifted sample points]
 // Scaling every symbol at the sample points keeps each size's divisors but
 // not the relations between sizes: generate()'s attention mask is one

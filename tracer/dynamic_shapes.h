@@ -24,11 +24,21 @@ struct DynamicDims {
   // (Note [Shifted sample points]).
   bool shifted_points = false;
 
-  bool empty() const { return dims.empty() && !all_arguments; }
+  // For the trace after a size change only (Note [Sizes that change
+  // together]): the sizes the changed dims had and have now, and the
+  // sources the trace before it read as tensors, sorted.
+  std::vector<int64_t> changed_sizes;
+  std::vector<std::string> known_sources;
+
+  bool empty() const { return dims.empty() && !all_arguments && changed_sizes.empty(); }
   // True when dim `dim` of the tensor at `source` is listed.
   bool contains(const std::string& source, int dim) const;
   // Adds a dim unless listed already; true when it was new.
   bool add(const std::string& source, int dim);
+  // The dim of a tensor at `source` with `sizes` that changes with the
+  // changed dims: the outermost dim whose size is a changed one, when the
+  // trace before read no tensor there; -1 otherwise.
+  int changes_together(const std::string& source, const std::vector<int64_t>& sizes) const;
 };
 
 // Thrown when a dynamic size would have to become a plain Python value (a

@@ -579,11 +579,14 @@ ValuePtr TraceState::wrap_tensor(PyObject* tensor, int source) {
     const guards::Source& where = sources().at(source);
     const bool argument = dynamic_.all_arguments && where.kind == guards::SourceKind::Local;
     const std::vector<int> fixed = static_dims(tensor);
+    const int together = dynamic_.changes_together(where.text, meta.sizes);
     for (size_t d = 0; d < meta.sizes.size(); ++d) {
       int symbol = -1;
       if (dynamic_.leading_only && d != 0) continue;
       if (std::find(fixed.begin(), fixed.end(), static_cast<int>(d)) != fixed.end()) continue;
-      if (meta.sizes[d] >= 2 && (argument || dynamic_.contains(where.text, static_cast<int>(d)))) {
+      const bool listed = argument || together == static_cast<int>(d) ||
+                          dynamic_.contains(where.text, static_cast<int>(d));
+      if (meta.sizes[d] >= 2 && listed) {
         symbol = symbols_.new_symbol(meta.sizes[d]);
       }
       if (symbol >= 0) dim_symbols.resize(meta.sizes.size(), -1);

@@ -94,28 +94,50 @@ int progress(const TraceResult& result) {
   return result.partial->instruction;
 }
 
-}  // namespace
-
-TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
-                        const DynamicDims& dynamic) {
-  if (dynamic.empty()) return trace_once(code, func, frame, dynamic);
-  // Dynamic sizes as asked; if that specializes and several dims were
-  // asked, shifted sample points (Note [Shifted sample points]); then dim
-  // 0s only (the batch); then static sizes.
+// The dynamic dims to try, in order: as asked; if that specializes and
+// several dims were asked, shifted sample points (Note [Shifted sample
+// points]); then dim 0s only (the batch). Static sizes come last.
+std::vector<DynamicDims> attempts_for(const DynamicDims& dynamic) {
   std::vector<DynamicDims> attempts{dynamic};
-  if (!dynamic.shifted_points && (dynamic.all_arguments || dynamic.dims.size() >= 2)) {
+  const bool several = dynamic.all_arguments || dynamic.dims.size() >= 2 || !dynamic.changed_sizes.empty();
+  if (!dynamic.shifted_points && several) {
     attempts.push_back(dynamic);
     attempts.back().shifted_points = true;
   }
   const bool beyond_leading = dynamic.all_arguments ||
       std::any_of(dynamic.dims.begin(), dynamic.dims.end(), [](const auto& d) { return d.second != 0; });
-  if (beyond_leading) {
+  if (beyond_leading && dynamic.changed_sizes.empty()) {
     attempts.push_back(dynamic);
     attempts.back().leading_only = true;
     attempts.back().shifted_points = false;
   }
+  return attempts;
+}
+
+}  // namespace
+
+TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                        const DynamicDims& dynamic) {
+  if (dynamic.empty()) return trace_once(code, func, frame, dynamic);
+  // Dims guessed to change together with a changed one (Note [Sizes that
+  // change together]) are tried first and dropped if they cost anything.
+  std::vector<DynamicDims> attempts;
+  size_t guessed = 0;
+  if (!dynamic.changed_sizes.empty()) {
+    attempts = attempts_for(dynamic);
+    guessed = attempts.size();
+    DynamicDims plain = dynamic;
+    plain.changed_sizes.clear();
+    plain.known_sources.clear();
+    if (!plain.empty()) {
+      for (DynamicDims& attempt : attempts_for(plain)) attempts.push_back(std::move(attempt));
+    }
+  } else {
+    attempts = attempts_for(dynamic);
+  }
   std::string why;
-  for (const DynamicDims& attempt : attempts) {
+  for (size_t a = 0; a < attempts.size(); ++a) {
+    const DynamicDims& attempt = attempts[a];
     try {
       TraceResult result = trace_once(code, func, frame, attempt);
       if (result.ok && !result.partial) {
@@ -124,6 +146,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
         result.shifted_points = attempt.shifted_points;
         return result;
       }
+      if (a < guessed) continue;  // a guess that breaks the graph is no guess to keep
       // Symbolic sizes must never cost a graph: if the static trace gets
       // further, it wins.
       TraceResult fixed = trace_once(code, func, frame, {});
@@ -136,6 +159,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       fixed.specialized = "with dynamic sizes the trace stops earlier: " + result.reason;
       return fixed;
     } catch (const Specialize& specialize) {
+      if (a < guessed) continue;
       why = specialize.what();
       if (!specialize.location.empty()) why += " (" + specialize.location + ")";
     }

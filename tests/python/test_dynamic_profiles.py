@@ -13,7 +13,9 @@ SCRIPT = textwrap.dedent('''
 
     def step(x, cache):
         # A decoding step: the first call has no cache; later calls append
-        # one token to a cache that grows by one each call.
+        # one token to a cache that grows by one each call. The cache starts
+        # 3 long, no size that changed at the first step (4 -> 1), so that
+        # step traces it static (Note [Sizes that change together]).
         if cache is None:
             return x.sum(-1) * 2
         return torch.cat([cache, x], -1).sum(-1) * 2{edit}
@@ -24,7 +26,7 @@ SCRIPT = textwrap.dedent('''
     for _ in range(5):
         got, want = compiled(x, cache), step(x, cache)
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (got, want)
-        cache = x if cache is None else torch.cat([cache, x], -1)
+        cache = torch.randn(1, 3) if cache is None else torch.cat([cache, x], -1)
         x = torch.randn(1, 1)
     print(json.dumps({{"traces": kiln.stats()["traces"]}}))
 ''')

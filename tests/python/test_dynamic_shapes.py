@@ -470,3 +470,60 @@ def test_slice_past_a_buffer_clamps_like_eager():
     # 20 passes the buffer: the guard fails and the clamped slice is traced.
     s = run_sizes(fn, lambda n: (torch.randn(n),), [4, 6, 9, 20, 12, 24])
     assert s["traces"] == 3, s
+
+
+class _Cache:
+    # A KV cache as generate() keeps one: empty until the first call fills it.
+    def __init__(self):
+        self.keys = None
+
+
+def _decode_step(x, cache, w):
+    k = x @ w
+    cache.keys = k if cache.keys is None else torch.cat([cache.keys, k])
+    return torch.softmax(k @ cache.keys.T, -1) @ cache.keys
+
+
+def _decode(fn, prompt, steps, w):
+    cache = _Cache()
+    outs = [fn(prompt, cache, w)]
+    for _ in range(steps):
+        outs.append(fn(outs[-1][-1:] @ w.T, cache, w))
+    return outs
+
+
+def test_a_cache_that_arrives_after_a_size_change_is_traced_dynamic(capfd):
+    # The prefill (length 6) fills the cache; the first decoding step (length
+    # 1) meets it as a new tensor of length 6, the size that just changed,
+    # so it is traced dynamic there and the later steps reuse that graph
+    # (Note [Sizes that change together]).
+    w = torch.randn(4, 8)
+    prompt = torch.randn(6, 4)
+    compiled = kiln.compile(_decode_step, backend="eager")
+    with kiln_logs("dynamic"):
+        outs = _decode(compiled, prompt, 6, w)
+    for got, want in zip(outs, _decode(_decode_step, prompt, 6, w)):
+        assert_same(got, want)
+    s = stats()
+    assert s["traces"] == 2 and s["recompiles"] == 1, s
+    assert "L['cache'].keys dim 0 is new and has a size that changed" in capfd.readouterr().err
+
+
+def _wrong_guess_step(x, table):
+    # A new input whose only dim of the changed size (8) is the one the
+    # matmul needs static: the guess must not cost a graph or a result.
+    return x @ table if table is not None else x.sum(0)
+
+
+def test_a_wrong_guess_of_a_size_that_changed_costs_nothing():
+    compiled = kiln.compile(_wrong_guess_step, backend="eager")
+    table = torch.randn(8, 3)
+    calls = [(torch.randn(5, 8), None), (torch.randn(8, 8), table), (torch.randn(9, 8), table),
+             (torch.randn(12, 8), table)]
+    for args in calls:
+        assert_same(compiled(*args), _wrong_guess_step(*args))
+    # The prefill-like first call is static; the second (5 -> 8 rows) guesses
+    # table's dim 0 (8 rows), which x's 8 columns need equal: that attempt
+    # specializes, the trace keeps table static, and later row counts reuse it.
+    s = stats()
+    assert s["traces"] == 2, s

@@ -688,8 +688,10 @@ TEST(SizeChanges, ListsDimsWhoseSizeAloneChanged) {
   FrameView frame{.localsplus = locals.data()};
   auto changes = g.guards.size_changes(frame);
   ASSERT_EQ(changes.size(), 1u);
-  EXPECT_EQ(changes[0].first, "L['x']");
-  EXPECT_EQ(changes[0].second, 0);
+  EXPECT_EQ(changes[0].source, "L['x']");
+  EXPECT_EQ(changes[0].dim, 0);
+  EXPECT_EQ(changes[0].traced, 4);
+  EXPECT_EQ(changes[0].now, 8);
   PyRef other_dtype = eval("torch.ones(8, 3, dtype=torch.int64)");
   locals = {other_dtype.get()};
   FrameView frame2{.localsplus = locals.data()};
