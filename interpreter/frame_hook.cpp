@@ -302,11 +302,13 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
 }
 
 // The dims a trace made dynamic as changing together with a changed one
-// (Note [Sizes that change together]) are learned like changed dims.
+// (Note [Sizes that change together]) are learned like changed dims;
+// `asked` lists the others the trace was given (learned and marked).
 void learn_dims_that_changed_together(PyCodeObject* code, const guards::GuardSet& guards,
-                                      CodeCache::DynamicState* dynamic) {
+                                      const tracer::DynamicDims& asked, CodeCache::DynamicState* dynamic) {
   bool learned = false;
   for (const auto& [source, dim] : guards.dynamic_dims()) {
+    if (asked.contains(source, dim)) continue;
     if (dynamic->dims.add(source, dim)) {
       learned = true;
       KILN_LOG(dynamic, code_name(code) << ": " << source << " dim " << dim
@@ -427,7 +429,9 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
       KILN_LOG(dynamic, code_name(code) << ": traced with static sizes: " << result.specialized);
     }
   }
-  if (result.ok && !dims.changed_sizes.empty()) learn_dims_that_changed_together(code, *result.guards, &dynamic);
+  if (result.ok && !dims.changed_sizes.empty()) {
+    learn_dims_that_changed_together(code, *result.guards, dims, &dynamic);
+  }
   auto entry = std::make_shared<CacheEntry>();
   entry->config_id = config.id;
   if (result.ok) {
