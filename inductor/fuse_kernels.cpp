@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "inductor/bias_epilogues.h"
+#include "inductor/conv_bias.h"
 #include "inductor/sink_views.h"
 #include "inductor/buffer_plan.h"
 #include "inductor/cpu/cpu_kernel.h"
@@ -475,6 +476,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   // Note [Bias epilogues].
   if (prims::PrimGraph folded; on_cuda && fold_bias_into_matmuls(graph, &folded)) {
     return take(folded, "bias adds folded into linear calls");
+  }
+  // Note [Convolution biases in kernels].
+  if (prims::PrimGraph moved; on_cuda && move_conv_biases_into_kernels(graph, &moved)) {
+    return take(moved, "convolution biases moved into kernels");
   }
   // Note [Two-step outer reductions].
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) return take(split, nullptr);

@@ -1,0 +1,127 @@
+#include "inductor/conv_bias.h"
+
+#include <vector>
+
+#include "prims/extern_writes.h"
+#include "prims/prim_builder.h"
+#include "prims/prim_error.h"
+#include "prims/subgraph.h"
+
+namespace kiln::inductor {
+namespace {
+
+using prims::Prim;
+using prims::PrimArg;
+using prims::PrimGraph;
+using prims::PrimNode;
+
+// Note [Convolution biases in kernels]
+// torch's CUDA convolution adds its bias after cuDNN returns, as a kernel of
+// its own (at::_convolution: output.add_(bias.reshape(...))): one more read
+// and write of the whole output per convolution. In timm's ConvNeXt that is
+// 22 elementwise kernels a step, ~8% of the H100's inference time, where
+// torch.compile calls the convolution without its bias and adds it inside
+// the kernel that reads the output (its layer norm). So on the GPU a
+// convolution with a bias, whose output some prim (a kernel-to-be) reads,
+// becomes the call without bias plus an add of the bias viewed as
+// [1, C, 1, ...]; the scheduler fuses that add into the readers' kernels.
+// Numerics: torch rounds the convolution to its dtype, then adds and rounds
+// again; here the first rounding is the same and the add happens in the
+// reader's float arithmetic (one rounding fewer where it fuses).
+// Convolutions only externs read keep their bias: the add would be a kernel
+// of its own, as in torch.
+
+bool is_convolution(const PrimNode& node) {
+  if (node.prim != Prim::Extern || node.outputs.size() != 1) return false;
+  const std::string& name = node.attrs.target_name;
+  return name == "F.conv1d" || name == "F.conv2d" || name == "F.conv3d";
+}
+
+// Where a convolution's bias is: its third argument or its `bias` keyword.
+const graph::Arg* bias_arg(const PrimNode& node) {
+  if (node.attrs.extern_args.size() > 2) return &node.attrs.extern_args[2];
+  for (const auto& [name, arg] : node.attrs.extern_kwargs) {
+    if (name == "bias") return &arg;
+  }
+  return nullptr;
+}
+
+// True when a prim node other than an extern reads value `id`.
+bool read_by_a_kernel(const PrimGraph& graph, int id) {
+  for (const PrimNode& node : graph.nodes()) {
+    if (node.prim == Prim::Extern) continue;
+    for (int read : prims::node_reads(node)) {
+      if (read == id) return true;
+    }
+  }
+  return false;
+}
+
+// The bias value of a convolution that qualifies, or -1.
+int movable_bias(const PrimGraph& graph, const PrimNode& node) {
+  if (!is_convolution(node)) return -1;
+  const graph::Arg* bias = bias_arg(node);
+  if (bias == nullptr || bias->kind != graph::Arg::Kind::Node) return -1;
+  const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
+  const graph::TensorMeta& b = graph.value(bias->node).meta;
+  if (out.sizes.size() < 3) return -1;
+  if (b.sizes.size() != 1 || b.sizes[0] != out.sizes[1] || b.dtype != out.dtype) return -1;
+  if (!read_by_a_kernel(graph, node.outputs[0])) return -1;
+  return bias->node;
+}
+
+// `arg` with its node refs renumbered by `map`.
+graph::Arg remapped(const graph::Arg& arg, const std::vector<int>& map) {
+  if (arg.kind == graph::Arg::Kind::Node) return graph::Arg::of_node(map[arg.node]);
+  graph::Arg copy = arg;
+  for (graph::Arg& item : copy.items) item = remapped(item, map);
+  return copy;
+}
+
+}  // namespace
+
+bool move_conv_biases_into_kernels(const PrimGraph& graph, PrimGraph* out) {
+  bool any = false;
+  for (const PrimNode& node : graph.nodes()) any = any || movable_bias(graph, node) >= 0;
+  if (!any) return false;
+  PrimGraph result;
+  try {
+    std::vector<int> map = prims::copy_inputs(result, graph);
+    prims::PrimBuilder b(result);
+    for (const PrimNode& node : graph.nodes()) {
+      const int bias = movable_bias(graph, node);
+      if (bias < 0) {
+        prims::copy_node_mapped(result, graph, node, map);
+        continue;
+      }
+      const graph::TensorMeta& meta = graph.value(node.outputs[0]).meta;
+      std::vector<graph::Arg> args;
+      for (const graph::Arg& arg : node.attrs.extern_args) args.push_back(remapped(arg, map));
+      std::vector<std::pair<std::string, graph::Arg>> kwargs;
+      for (const auto& [name, arg] : node.attrs.extern_kwargs) kwargs.emplace_back(name, remapped(arg, map));
+      if (args.size() > 2) {
+        args[2] = graph::Arg::of_constant(Py_None);
+      } else {
+        for (auto& [name, arg] : kwargs) {
+          if (name == "bias") arg = graph::Arg::of_constant(Py_None);
+        }
+      }
+      const int conv = b.extern_call(node.attrs.target, node.attrs.target_name, std::move(args), std::move(kwargs),
+                                     {meta}, node.attrs.extern_pure, node.attrs.extern_fresh).at(0);
+      std::vector<int64_t> channels(meta.sizes.size(), 1);
+      channels[1] = meta.sizes[1];
+      const int along = b.expand(b.view(map[bias], channels), meta.sizes);
+      const int sum = b.binary(Prim::Add, PrimArg::of_value(conv), PrimArg::of_value(along));
+      // Readers were derived from the convolution's layout: the sum must have it.
+      if (result.value(sum).meta.strides != meta.strides) return false;
+      map[node.outputs[0]] = sum;
+    }
+    prims::copy_outputs(result, graph, map);
+  } catch (const prims::PrimError&) {
+    return false;  // a view the meta rules refuse: kept as it is
+  }
+  *out = std::move(result);
+  return true;
+}
+
+}  // namespace kiln::inductor
