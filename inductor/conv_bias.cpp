@@ -29,7 +29,10 @@ using prims::PrimNode;
 // again; here the first rounding is the same and the add happens in the
 // reader's float arithmetic (one rounding fewer where it fuses).
 // Convolutions only externs read keep their bias: the add would be a kernel
-// of its own, as in torch.
+// of its own, as in torch. Inference graphs only (KernelTargets::
+// conv_bias_in_kernels): measured on the H100's ConvNeXt inference rows
+// (0.99x -> 1.09x and 1.00x -> 1.18x torch.compile); a training forward
+// would gain alike in principle but was not measured side by side.
 
 bool is_convolution(const PrimNode& node) {
   if (node.prim != Prim::Extern || node.outputs.size() != 1) return false;

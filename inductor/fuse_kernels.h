@@ -38,6 +38,7 @@ struct KernelTargets {
   MatmulPolicy cpu_matmul = MatmulPolicy::Auto;  // who computes CPU matmul nodes (Note [GEMM nodes])
   bool gemm_rows_at_run_time = false;             // Note [GEMM rows at run time]
   bool cuda_runtime_layout = false;               // Note [CUDA run-time layout]
+  bool conv_bias_in_kernels = false;              // Note [Convolution biases in kernels]
 };
 
 // Inductor's passes, in the order the compile pipeline runs them

@@ -55,7 +55,8 @@ void count_kernels(const CacheCounts& before, const inductor::FusedGraph& fused)
 // Inductor's passes over one prim graph (a forward, a backward, an
 // inference graph): pointwise and reduction groups become compiled kernels
 // for the graph's device (inductor/fuse_kernels.h).
-prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string& name, const Settings& settings) {
+prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string& name, const Settings& settings,
+                               bool inference) {
   const CacheCounts before;
   const base::Stopwatch clock;
   inductor::KernelTargets targets;
@@ -66,6 +67,7 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   targets.cpu_matmul = settings.cpu_matmul;
   targets.gemm_rows_at_run_time = settings.size_instance;
   targets.cuda_runtime_layout = settings.size_instance;
+  targets.conv_bias_in_kernels = inference;
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);
@@ -204,7 +206,7 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         autograd::GraphPass kernel_pass;
         if (kernels) {
           kernel_pass = [settings](const prims::PrimGraph& g, const std::string& what) {
-            return kernel_passes(g, what, settings);
+            return kernel_passes(g, what, settings, /*inference=*/false);
           };
         }
         executor = autograd_executor(name, std::move(*decomposition), kernel_pass, settings, &why);
@@ -215,7 +217,10 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         //    whose replays would not see a kept result go stale.
         std::shared_ptr<prims::PrimGraph> fused;
         try {
-          if (kernels) fused = std::make_shared<prims::PrimGraph>(kernel_passes(*decomposition->graph, name, settings));
+          if (kernels) {
+            fused = std::make_shared<prims::PrimGraph>(
+                kernel_passes(*decomposition->graph, name, settings, /*inference=*/true));
+          }
           const bool keep = kernels && on_cuda(graph) && !settings.cuda_graphs && settings.parameter_kernel_cache;
           executor = inference_executor(std::move(*decomposition), std::move(fused), keep, &why);
         } catch (const std::runtime_error& e) {
