@@ -1,11 +1,13 @@
 #include "interpreter/size_instances.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "base/log.h"
@@ -102,13 +104,6 @@ PyRef meta_of(const graph::TensorMeta& meta) {
   PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
   PyDict_SetItemString(kwargs.get(), "device", device.get());
   return PyRef::steal(PyObject_Call(base::torch_api()->empty_strided, args.get(), kwargs.get()));
-}
-
-// A meta tensor with `tensor`'s sizes, strides and dtype (no data, no grad).
-PyRef meta_twin(PyObject* tensor) {
-  graph::TensorMeta meta;
-  runtime::read_tensor_meta(tensor, &meta);
-  return meta_of(meta);
 }
 
 // True when every value `arg` reads is a tensor whose replayed sizes and
@@ -208,6 +203,15 @@ void remap_arg(graph::Arg& arg, const std::vector<int>& new_id, const std::vecto
 // "_", setitem) and as_strided run every time: they change or read more
 // than a layout; so does a call whose result has a storage offset (a fresh
 // tensor would lose it).
+
+// Note [Lazy replay metas]
+// Most of a decoding step's replay is copies: the inputs' layouts and the
+// nodes whose inputs kept their traced layout (and memo hits). Making each
+// a meta tensor (torch.empty_strided through Python, ~10-20 us) cost more
+// than the few calls that do run (~150 tensors a step of the zoo's GPT-2
+// against ~10 calls). So those stay TensorMeta, and a meta tensor is made
+// only for an argument of a call that runs on the meta device or keys the
+// memo.
 
 // `tensor`'s storage offset, -1 when it cannot be read (the error cleared).
 int64_t storage_offset(PyObject* tensor) {
@@ -445,8 +449,25 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
   // traced: its metas are copied, not recomputed (torch's meta kernels
   // cost up to milliseconds a call; a decoding step's graph changes few).
   std::vector<bool> same(n, false);
+  // Note [Lazy replay metas]: a tensor input's, a copied node's or a memo
+  // hit's layout, made a meta tensor only when a replayed call reads it.
+  std::vector<std::optional<graph::TensorMeta>> lazy(n);
   std::unordered_map<std::string, graph::TensorMeta> memo;  // Note [Replay memo]
-  int replayed = 0, memo_hits = 0;
+  int replayed = 0, memo_hits = 0, materialized = 0;
+  // Gives every node `arg` reads that is only a layout yet its meta tensor.
+  std::function<bool(const graph::Arg&)> materialize = [&](const graph::Arg& arg) {
+    if (arg.kind == graph::Arg::Kind::Node) {
+      if (raw[arg.node] || !lazy[arg.node]) return true;
+      values[arg.node] = meta_of(*lazy[arg.node]);
+      raw[arg.node] = values[arg.node].get();
+      ++materialized;
+      return raw[arg.node] != nullptr;
+    }
+    for (const graph::Arg& item : arg.items) {
+      if (!materialize(item)) return false;
+    }
+    return true;
+  };
   {
     const GradModeScope grad_mode;
     int next_input = 0;
@@ -454,11 +475,14 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
       PyRef value;
       if (node.kind == graph::NodeKind::Input) {
         PyObject* input = inputs[next_input++];
-        value = node.metas.empty() ? PyRef::borrow(input) : meta_twin(input);
-        if (!node.metas.empty()) {
+        if (node.metas.empty()) {
+          value = PyRef::borrow(input);
+        } else {
           graph::TensorMeta meta;
           runtime::read_tensor_meta(input, &meta);
           same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
+          lazy[node.id] = std::move(meta);
+          continue;
         }
       } else if (skipped_in_replay(node)) {
         value = PyRef::borrow(Py_None);
@@ -467,24 +491,32 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
         for (const graph::Arg& arg : node.args) unchanged = unchanged && reads_unchanged(arg, same);
         for (const auto& kw : node.kwargs) unchanged = unchanged && reads_unchanged(kw.second, same);
         if (unchanged) {
-          value = meta_of(node.metas[0]);
-          same[node.id] = value.get() != nullptr;
+          lazy[node.id] = node.metas[0];
+          same[node.id] = true;
+          continue;
+        }
+        bool ready = true;
+        for (const graph::Arg& arg : node.args) ready = ready && materialize(arg);
+        for (const auto& kw : node.kwargs) ready = ready && materialize(kw.second);
+        const std::string key = ready ? memo_key(node, raw.data()) : "";
+        auto found = key.empty() ? memo.end() : memo.find(key);
+        if (!ready) {
+          // meta_of failed: its error is reported below.
+        } else if (found != memo.end()) {
+          ++memo_hits;
+          same[node.id] = found->second.sizes == node.metas[0].sizes &&
+                          found->second.strides == node.metas[0].strides;
+          lazy[node.id] = found->second;
+          continue;
         } else {
-          const std::string key = memo_key(node, raw.data());
-          auto found = key.empty() ? memo.end() : memo.find(key);
-          if (found != memo.end()) {
-            value = meta_of(found->second);
-            ++memo_hits;
-          } else {
-            value = replay_on_meta(node, raw.data());
-            ++replayed;
-          }
-          if (value && node.metas.size() == 1 && runtime::is_tensor(value.get())) {
-            graph::TensorMeta meta;
-            runtime::read_tensor_meta(value.get(), &meta);
-            same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
-            if (!key.empty() && found == memo.end() && storage_offset(value.get()) == 0) memo.emplace(key, meta);
-          }
+          value = replay_on_meta(node, raw.data());
+          ++replayed;
+        }
+        if (value && node.metas.size() == 1 && runtime::is_tensor(value.get())) {
+          graph::TensorMeta meta;
+          runtime::read_tensor_meta(value.get(), &meta);
+          same[node.id] = meta.sizes == node.metas[0].sizes && meta.strides == node.metas[0].strides;
+          if (!key.empty() && storage_offset(value.get()) == 0) memo.emplace(key, meta);
         }
       }
       if (!value) {
@@ -514,7 +546,7 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
     PyObject* value = raw[node.id];
     // A size computation (x.size(1), n * 64, a slice's bounds): its value
     // at these sizes.
-    if (node.metas.empty() && (PyLong_CheckExact(value) || PySlice_Check(value))) {
+    if (node.metas.empty() && value && (PyLong_CheckExact(value) || PySlice_Check(value))) {
       folded[node.id] = values[node.id];
       continue;
     }
@@ -529,6 +561,13 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
     made.autocast_implicit = node.autocast_implicit;
     made.fresh_result = node.fresh_result;
     if (node.metas.empty()) continue;
+    if (lazy[node.id]) {
+      graph::TensorMeta meta = node.metas[0];
+      meta.sizes = lazy[node.id]->sizes;
+      meta.strides = lazy[node.id]->strides;
+      made.metas.push_back(std::move(meta));
+      continue;
+    }
     const std::vector<PyObject*> tensors = result_tensors(value);
     if (tensors.size() != node.metas.size()) {
       *why = "node %" + std::to_string(node.id) + " (" + node.target_name + ") makes " +
@@ -549,7 +588,8 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
   remap_arg(output, new_id, folded);
   out->set_output(std::move(output));
   KILN_LOG(dynamic, "size replay: " << replayed << " calls on meta tensors, " << memo_hits
-                                    << " from the replay's memo (Note [Replay memo])");
+                                    << " from the replay's memo (Note [Replay memo]), " << materialized
+                                    << " layouts made meta tensors (Note [Lazy replay metas])");
   return out;
 }
 

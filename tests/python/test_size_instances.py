@@ -213,3 +213,24 @@ def test_repeated_layers_replay_once_per_layout(capfd):
     assert s["traces"] == 2 and s["size_instances"] == 3 and s["prim_fallbacks"] == 0, s
     hits = [int(line.split(", ")[1].split(" ")[0]) for line in log.splitlines() if "size replay:" in line]
     assert len(hits) == 3 and all(h > 0 for h in hits), log
+
+
+def test_layouts_that_stay_are_not_made_meta_tensors(capfd):
+    """Note [Lazy replay metas]: the weight's chain keeps its traced layout
+    at every size, so the replay copies it without making meta tensors;
+    only the arguments of the calls that run (the matmul's two) are made."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+
+    def fn(x):
+        v = w
+        for k in range(10):
+            v = (v * 0.5 + k).tanh()
+        return x @ v
+
+    with kiln_logs("dynamic"):
+        s = run_sizes(fn, lambda n: (torch.randn(n, 8),), [4, 6, 9, 11])
+    log = capfd.readouterr().err
+    assert s["traces"] == 2 and s["size_instances"] == 3 and s["prim_fallbacks"] == 0, s
+    made = [int(line.split(", ")[2].split(" ")[0]) for line in log.splitlines() if "size replay:" in line]
+    assert made and all(m <= 2 for m in made), log
