@@ -49,19 +49,18 @@ const graph::Arg* bias_arg(const PrimNode& node) {
   return nullptr;
 }
 
-// True when a prim node other than an extern reads value `id`.
-bool read_by_a_kernel(const PrimGraph& graph, int id) {
+// Per value: a prim node other than an extern reads it.
+std::vector<bool> read_by_kernels(const PrimGraph& graph) {
+  std::vector<bool> read(graph.values().size(), false);
   for (const PrimNode& node : graph.nodes()) {
     if (node.prim == Prim::Extern) continue;
-    for (int read : prims::node_reads(node)) {
-      if (read == id) return true;
-    }
+    for (int id : prims::node_reads(node)) read[id] = true;
   }
-  return false;
+  return read;
 }
 
 // The bias value of a convolution that qualifies, or -1.
-int movable_bias(const PrimGraph& graph, const PrimNode& node) {
+int movable_bias(const PrimGraph& graph, const PrimNode& node, const std::vector<bool>& kernel_read) {
   if (!is_convolution(node)) return -1;
   const graph::Arg* bias = bias_arg(node);
   if (bias == nullptr || bias->kind != graph::Arg::Kind::Node) return -1;
@@ -69,7 +68,7 @@ int movable_bias(const PrimGraph& graph, const PrimNode& node) {
   const graph::TensorMeta& b = graph.value(bias->node).meta;
   if (out.sizes.size() < 3) return -1;
   if (b.sizes.size() != 1 || b.sizes[0] != out.sizes[1] || b.dtype != out.dtype) return -1;
-  if (!read_by_a_kernel(graph, node.outputs[0])) return -1;
+  if (!kernel_read[node.outputs[0]]) return -1;
   return bias->node;
 }
 
@@ -84,15 +83,16 @@ graph::Arg remapped(const graph::Arg& arg, const std::vector<int>& map) {
 }  // namespace
 
 bool move_conv_biases_into_kernels(const PrimGraph& graph, PrimGraph* out) {
+  const std::vector<bool> kernel_read = read_by_kernels(graph);
   bool any = false;
-  for (const PrimNode& node : graph.nodes()) any = any || movable_bias(graph, node) >= 0;
+  for (const PrimNode& node : graph.nodes()) any = any || movable_bias(graph, node, kernel_read) >= 0;
   if (!any) return false;
   PrimGraph result;
   try {
     std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder b(result);
     for (const PrimNode& node : graph.nodes()) {
-      const int bias = movable_bias(graph, node);
+      const int bias = movable_bias(graph, node, kernel_read);
       if (bias < 0) {
         prims::copy_node_mapped(result, graph, node, map);
         continue;
