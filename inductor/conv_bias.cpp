@@ -1,5 +1,7 @@
 #include "inductor/conv_bias.h"
 
+#include "inductor/conv_bias_placement.h"
+
 #include <vector>
 
 #include "prims/extern_writes.h"
@@ -29,10 +31,12 @@ using prims::PrimNode;
 // again; here the first rounding is the same and the add happens in the
 // reader's float arithmetic (one rounding fewer where it fuses).
 // Convolutions only externs read keep their bias: the add would be a kernel
-// of its own, as in torch. Inference graphs only (KernelTargets::
-// conv_bias_in_kernels): measured on the H100's ConvNeXt inference rows
-// (0.99x -> 1.09x and 1.00x -> 1.18x torch.compile); a training forward
-// would gain alike in principle but was not measured side by side.
+// of its own, as in torch. By default CUDA inference graphs only
+// (kiln.config.conv_bias "auto", KernelTargets::conv_bias_in_kernels):
+// measured on the H100's ConvNeXt inference rows (0.99x -> 1.09x and
+// 1.00x -> 1.18x torch.compile); a training forward would gain alike in
+// principle but was not measured side by side ("kernels" applies it to
+// every graph, CPU ones too, which is how the tests run it).
 
 bool is_convolution(const PrimNode& node) {
   if (node.prim != Prim::Extern || node.outputs.size() != 1) return false;
@@ -81,6 +85,23 @@ graph::Arg remapped(const graph::Arg& arg, const std::vector<int>& map) {
 }
 
 }  // namespace
+
+const char* conv_bias_name(ConvBiasPlacement placement) {
+  switch (placement) {
+    case ConvBiasPlacement::Auto: return "auto";
+    case ConvBiasPlacement::Kernels: return "kernels";
+    case ConvBiasPlacement::Convolution: return "convolution";
+  }
+  return "auto";
+}
+
+std::optional<ConvBiasPlacement> conv_bias_from_name(const std::string& name) {
+  for (ConvBiasPlacement placement :
+       {ConvBiasPlacement::Auto, ConvBiasPlacement::Kernels, ConvBiasPlacement::Convolution}) {
+    if (name == conv_bias_name(placement)) return placement;
+  }
+  return std::nullopt;
+}
 
 bool move_conv_biases_into_kernels(const PrimGraph& graph, PrimGraph* out) {
   const std::vector<bool> kernel_read = read_by_kernels(graph);

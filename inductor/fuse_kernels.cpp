@@ -478,7 +478,8 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
     return take(folded, "bias adds folded into linear calls");
   }
   // Note [Convolution biases in kernels].
-  if (prims::PrimGraph moved; on_cuda && targets.conv_bias_in_kernels && move_conv_biases_into_kernels(graph, &moved)) {
+  if (prims::PrimGraph moved; (on_cuda || targets.cpu) && targets.conv_bias_in_kernels &&
+                                 move_conv_biases_into_kernels(graph, &moved)) {
     return take(moved, "convolution biases moved into kernels");
   }
   // Note [Two-step outer reductions].

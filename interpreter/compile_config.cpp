@@ -19,6 +19,7 @@ std::atomic<bool> g_parameter_kernel_cache{true};
 std::atomic<bool> g_constant_subgraphs{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 std::atomic<prims::ConvLayout> g_conv_layout{prims::ConvLayout::Auto};
+std::atomic<inductor::ConvBiasPlacement> g_conv_bias{inductor::ConvBiasPlacement::Auto};
 
 std::mutex g_dead_mutex;
 std::unordered_set<uint64_t> g_dead_configs;
@@ -103,6 +104,10 @@ void set_cpu_matmul(inductor::MatmulPolicy policy) { g_cpu_matmul = policy; }
 prims::ConvLayout conv_layout() { return g_conv_layout; }
 
 void set_conv_layout(prims::ConvLayout layout) { g_conv_layout = layout; }
+
+inductor::ConvBiasPlacement conv_bias() { return g_conv_bias; }
+
+void set_conv_bias(inductor::ConvBiasPlacement placement) { g_conv_bias = placement; }
 
 bool cuda_kernels() { return g_cuda_kernels; }
 

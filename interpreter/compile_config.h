@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "inductor/conv_bias_placement.h"
 #include "inductor/matmul_policy.h"
 #include "prims/conv_layout.h"
 #include "base/py_ref.h"
@@ -34,6 +35,7 @@ struct SettingOverrides {
   std::optional<bool> constant_subgraphs;
   std::optional<inductor::MatmulPolicy> cpu_matmul;
   std::optional<prims::ConvLayout> conv_layout;
+  std::optional<inductor::ConvBiasPlacement> conv_bias;
 };
 
 // One kiln.compile() call's settings. Cache entries are tagged with the id,
@@ -206,6 +208,13 @@ void set_cpu_matmul(inductor::MatmulPolicy policy);
 prims::ConvLayout conv_layout();
 // Sets conv_layout() for graphs compiled from now on.
 void set_conv_layout(prims::ConvLayout layout);
+
+// Which graphs add their convolutions' biases in kiln's kernels
+// (kiln.config.conv_bias, default Auto: CUDA inference graphs; Note
+// [Convolution biases in kernels] in inductor/conv_bias.cpp).
+inductor::ConvBiasPlacement conv_bias();
+// Sets conv_bias() for graphs compiled from now on.
+void set_conv_bias(inductor::ConvBiasPlacement placement);
 
 // Whether backend "inductor" compiles graphs whose tensors are all on one
 // CUDA device to CUDA kernels through NVRTC (kiln.config.cuda_kernels, on

@@ -56,7 +56,7 @@ void count_kernels(const CacheCounts& before, const inductor::FusedGraph& fused)
 // inference graph): pointwise and reduction groups become compiled kernels
 // for the graph's device (inductor/fuse_kernels.h).
 prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string& name, const Settings& settings,
-                               bool inference) {
+                               bool conv_bias_in_kernels) {
   const CacheCounts before;
   const base::Stopwatch clock;
   inductor::KernelTargets targets;
@@ -67,7 +67,7 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   targets.cpu_matmul = settings.cpu_matmul;
   targets.gemm_rows_at_run_time = settings.size_instance;
   targets.cuda_runtime_layout = settings.size_instance;
-  targets.conv_bias_in_kernels = inference;
+  targets.conv_bias_in_kernels = conv_bias_in_kernels;
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);
@@ -205,8 +205,10 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         //    kernel passes run on each forward and backward graph.
         autograd::GraphPass kernel_pass;
         if (kernels) {
-          kernel_pass = [settings](const prims::PrimGraph& g, const std::string& what) {
-            return kernel_passes(g, what, settings, /*inference=*/false);
+          // Note [Convolution biases in kernels]: training graphs only when asked.
+          const bool conv_bias = settings.conv_bias == inductor::ConvBiasPlacement::Kernels;
+          kernel_pass = [settings, conv_bias](const prims::PrimGraph& g, const std::string& what) {
+            return kernel_passes(g, what, settings, conv_bias);
           };
         }
         executor = autograd_executor(name, std::move(*decomposition), kernel_pass, settings, &why);
@@ -218,8 +220,9 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         std::shared_ptr<prims::PrimGraph> fused;
         try {
           if (kernels) {
-            fused = std::make_shared<prims::PrimGraph>(
-                kernel_passes(*decomposition->graph, name, settings, /*inference=*/true));
+            const bool conv_bias = settings.conv_bias == inductor::ConvBiasPlacement::Kernels ||
+                                   (settings.conv_bias == inductor::ConvBiasPlacement::Auto && on_cuda(graph));
+            fused = std::make_shared<prims::PrimGraph>(kernel_passes(*decomposition->graph, name, settings, conv_bias));
           }
           const bool keep = kernels && on_cuda(graph) && !settings.cuda_graphs && settings.parameter_kernel_cache;
           executor = inference_executor(std::move(*decomposition), std::move(fused), keep, &why);

@@ -125,6 +125,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.constant_subgraphs = config.settings.constant_subgraphs.value_or(constant_subgraphs());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
   s.conv_layout = config.settings.conv_layout.value_or(conv_layout());
+  s.conv_bias = config.settings.conv_bias.value_or(conv_bias());
   s.gradient_bucket_bytes = active_ddp_bucket_bytes();
   return s;
 }

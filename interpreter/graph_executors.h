@@ -11,6 +11,7 @@
 
 #include "autograd/function_bridge.h"
 #include "graph/graph.h"
+#include "inductor/conv_bias_placement.h"
 #include "inductor/matmul_policy.h"
 #include "interpreter/compile_config.h"
 #include "prims/decompose.h"
@@ -31,6 +32,7 @@ struct Settings {
   bool constant_subgraphs = true;
   inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
   prims::ConvLayout conv_layout = prims::ConvLayout::Auto;
+  inductor::ConvBiasPlacement conv_bias = inductor::ConvBiasPlacement::Auto;
   // Compiled inside DistributedDataParallel's forward: its bucket size, by
   // which training graphs are cut (Note [Gradient buckets]); 0 otherwise.
   int64_t gradient_bucket_bytes = 0;

@@ -186,6 +186,10 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
                                        ? kiln::prims::conv_layout_from_name(PyUnicode_AsUTF8(value))
                                        : std::nullopt) {
       out->conv_layout = *layout;
+    } else if (const auto placement = name == "conv_bias" && PyUnicode_Check(value)
+                                          ? kiln::inductor::conv_bias_from_name(PyUnicode_AsUTF8(value))
+                                          : std::nullopt) {
+      out->conv_bias = *placement;
     } else {
       PyErr_Format(PyExc_ValueError, "options: bad setting %R: %R", key, value);
       return false;
@@ -390,6 +394,21 @@ PyObject* py_set_conv_layout(PyObject*, PyObject* arg) {
 
 PyObject* py_get_conv_layout(PyObject*, PyObject*) {
   return PyUnicode_FromString(kiln::prims::conv_layout_name(kiln::interpreter::conv_layout()));
+}
+
+PyObject* py_set_conv_bias(PyObject*, PyObject* arg) {
+  const char* name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : nullptr;
+  const auto placement = name ? kiln::inductor::conv_bias_from_name(name) : std::nullopt;
+  if (!placement) {
+    PyErr_SetString(PyExc_ValueError, "conv_bias must be \"auto\", \"kernels\" or \"convolution\"");
+    return nullptr;
+  }
+  kiln::interpreter::set_conv_bias(*placement);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_conv_bias(PyObject*, PyObject*) {
+  return PyUnicode_FromString(kiln::inductor::conv_bias_name(kiln::interpreter::conv_bias()));
 }
 
 PyObject* py_clear_matmul_choices(PyObject*, PyObject*) {
@@ -601,6 +620,8 @@ PyMethodDef module_methods[] = {
     {"get_cpu_matmul", py_get_cpu_matmul, METH_NOARGS, "Who computes CPU matmuls: auto, kiln or aten."},
     {"set_conv_layout", py_set_conv_layout, METH_O, "Sets where convolutions run channels-last: auto, channels_last or keep."},
     {"get_conv_layout", py_get_conv_layout, METH_NOARGS, "Where convolutions run channels-last: auto, channels_last or keep."},
+    {"set_conv_bias", py_set_conv_bias, METH_O, "Sets which graphs add convolution biases in kernels: auto, kernels or convolution."},
+    {"get_conv_bias", py_get_conv_bias, METH_NOARGS, "Which graphs add convolution biases in kernels: auto, kernels or convolution."},
     {"clear_matmul_choices", py_clear_matmul_choices, METH_NOARGS, "Forgets the auto policy's GEMM timings."},
     {"clear_kernel_memory_cache", py_clear_kernel_memory_cache, METH_NOARGS,
      "Forgets the CPU kernel cache's memory entries: the next compile of each goes to the disk (tests)."},

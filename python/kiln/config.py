@@ -71,6 +71,22 @@ class _Config(_types.ModuleType):
         _C.set_conv_layout(value)
 
     @property
+    def conv_bias(self) -> str:
+        """Which graphs of backend="inductor" call their convolutions without
+        the bias and add it in the kernel that reads the result (as
+        torch.compile does; torch's CUDA convolution adds it in a kernel of
+        its own): "auto" (default: inference graphs on CUDA), "kernels"
+        (every graph: CUDA training graphs, CPU ones) or "convolution" (the
+        call adds it). Read when a graph is compiled."""
+        return _C.get_conv_bias()
+
+    @conv_bias.setter
+    def conv_bias(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"conv_bias must be a str, got {type(value).__name__}")
+        _C.set_conv_bias(value)
+
+    @property
     def cuda_kernels(self) -> bool:
         """backend="inductor" decomposes graphs whose tensors are all on one
         CUDA device into prims and compiles their fused pointwise and

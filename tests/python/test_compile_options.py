@@ -48,10 +48,12 @@ def test_torch_option_names_mean_their_modes():
 
 
 @pytest.mark.parametrize("options, error, match", [
-    ({"epilogue_fusion": True}, ValueError, r"unknown options \['epilogue_fusion'\]; valid: constant_subgraphs, conv_layout, cpu_kernels"),
+    ({"epilogue_fusion": True}, ValueError,
+     r"unknown options \['epilogue_fusion'\]; valid: constant_subgraphs, conv_bias, conv_layout, cpu_kernels"),
     ({"cpu_kernels": 1}, TypeError, r"options\['cpu_kernels'\] must be a bool, got int"),
     ({"cpu_matmul": "blas"}, ValueError, r"'auto', 'kiln' or 'aten', got 'blas'"),
     ({"conv_layout": "nhwc"}, ValueError, r"'auto', 'channels_last' or 'keep', got 'nhwc'"),
+    ({"conv_bias": "epilogue"}, ValueError, r"'auto', 'kernels' or 'convolution', got 'epilogue'"),
     ({"max_autotune": True, "triton.cudagraphs": True}, ValueError, "two modes"),
     ([("cpu_kernels", True)], TypeError, "options must be a dict"),
 ])
