@@ -1,9 +1,8 @@
 #include "inductor/conv_bias.h"
 
-#include "inductor/conv_bias_placement.h"
-
 #include <vector>
 
+#include "inductor/conv_bias_placement.h"
 #include "prims/extern_writes.h"
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
@@ -44,13 +43,15 @@ bool is_convolution(const PrimNode& node) {
   return name == "F.conv1d" || name == "F.conv2d" || name == "F.conv3d";
 }
 
-// Where a convolution's bias is: its third argument or its `bias` keyword.
-const graph::Arg* bias_arg(const PrimNode& node) {
-  if (node.attrs.extern_args.size() > 2) return &node.attrs.extern_args[2];
-  for (const auto& [name, arg] : node.attrs.extern_kwargs) {
+// Where a convolution's bias is: its third argument or its `bias` keyword
+// (`Attrs`: PrimAttrs, const or not).
+template <typename Attrs>
+auto* bias_arg(Attrs& attrs) {
+  if (attrs.extern_args.size() > 2) return &attrs.extern_args[2];
+  for (auto& [name, arg] : attrs.extern_kwargs) {
     if (name == "bias") return &arg;
   }
-  return nullptr;
+  return static_cast<decltype(&attrs.extern_args[0])>(nullptr);
 }
 
 // Per value: a prim node other than an extern reads it.
@@ -66,7 +67,7 @@ std::vector<bool> read_by_kernels(const PrimGraph& graph) {
 // The bias value of a convolution that qualifies, or -1.
 int movable_bias(const PrimGraph& graph, const PrimNode& node, const std::vector<bool>& kernel_read) {
   if (!is_convolution(node)) return -1;
-  const graph::Arg* bias = bias_arg(node);
+  const graph::Arg* bias = bias_arg(node.attrs);
   if (bias == nullptr || bias->kind != graph::Arg::Kind::Node) return -1;
   const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
   const graph::TensorMeta& b = graph.value(bias->node).meta;
@@ -74,14 +75,6 @@ int movable_bias(const PrimGraph& graph, const PrimNode& node, const std::vector
   if (b.sizes.size() != 1 || b.sizes[0] != out.sizes[1] || b.dtype != out.dtype) return -1;
   if (!kernel_read[node.outputs[0]]) return -1;
   return bias->node;
-}
-
-// `arg` with its node refs renumbered by `map`.
-graph::Arg remapped(const graph::Arg& arg, const std::vector<int>& map) {
-  if (arg.kind == graph::Arg::Kind::Node) return graph::Arg::of_node(map[arg.node]);
-  graph::Arg copy = arg;
-  for (graph::Arg& item : copy.items) item = remapped(item, map);
-  return copy;
 }
 
 }  // namespace
@@ -105,39 +98,35 @@ std::optional<ConvBiasPlacement> conv_bias_from_name(const std::string& name) {
 
 bool move_conv_biases_into_kernels(const PrimGraph& graph, PrimGraph* out) {
   const std::vector<bool> kernel_read = read_by_kernels(graph);
+  std::vector<int> bias_of(graph.nodes().size(), -1);
   bool any = false;
-  for (const PrimNode& node : graph.nodes()) any = any || movable_bias(graph, node, kernel_read) >= 0;
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    bias_of[n] = movable_bias(graph, graph.node(n), kernel_read);
+    any = any || bias_of[n] >= 0;
+  }
   if (!any) return false;
   PrimGraph result;
   try {
     std::vector<int> map = prims::copy_inputs(result, graph);
     prims::PrimBuilder b(result);
-    for (const PrimNode& node : graph.nodes()) {
-      const int bias = movable_bias(graph, node, kernel_read);
-      if (bias < 0) {
+    for (size_t n = 0; n < graph.nodes().size(); ++n) {
+      const PrimNode& node = graph.node(n);
+      if (bias_of[n] < 0) {
         prims::copy_node_mapped(result, graph, node, map);
         continue;
       }
-      const graph::TensorMeta& meta = graph.value(node.outputs[0]).meta;
-      std::vector<graph::Arg> args;
-      for (const graph::Arg& arg : node.attrs.extern_args) args.push_back(remapped(arg, map));
-      std::vector<std::pair<std::string, graph::Arg>> kwargs;
-      for (const auto& [name, arg] : node.attrs.extern_kwargs) kwargs.emplace_back(name, remapped(arg, map));
-      if (args.size() > 2) {
-        args[2] = graph::Arg::of_constant(Py_None);
-      } else {
-        for (auto& [name, arg] : kwargs) {
-          if (name == "bias") arg = graph::Arg::of_constant(Py_None);
-        }
-      }
-      const int conv = b.extern_call(node.attrs.target, node.attrs.target_name, std::move(args), std::move(kwargs),
-                                     {meta}, node.attrs.extern_pure, node.attrs.extern_fresh).at(0);
-      std::vector<int64_t> channels(meta.sizes.size(), 1);
-      channels[1] = meta.sizes[1];
-      const int along = b.expand(b.view(map[bias], channels), meta.sizes);
+      PrimNode unbiased = node;
+      *bias_arg(unbiased.attrs) = graph::Arg::of_constant(Py_None);
+      const int conv = prims::copy_node(result, graph, unbiased, map).at(0);
+      const prims::PrimValue& traced = graph.value(node.outputs[0]);
+      std::vector<int64_t> channels(traced.meta.sizes.size(), 1);
+      channels[1] = traced.meta.sizes[1];
+      const int along = b.expand(b.view(map[bias_of[n]], channels), traced.meta.sizes);
       const int sum = b.binary(Prim::Add, PrimArg::of_value(conv), PrimArg::of_value(along));
       // Readers were derived from the convolution's layout: the sum must have it.
-      if (result.value(sum).meta.strides != meta.strides) return false;
+      if (result.value(sum).meta.strides != traced.meta.strides) return false;
+      if (traced.grad_stopped) result.stop_grad(sum);
+      result.mark_checkpoint(sum, traced.checkpoint);
       map[node.outputs[0]] = sum;
     }
     prims::copy_outputs(result, graph, map);
