@@ -113,6 +113,16 @@ std::optional<SizeExpr> multiply_sizes(const SizeExpr& a, const SizeExpr& b) {
   return out;
 }
 
+std::optional<SizeExpr> divide_sizes_exactly(const SizeExpr& a, int64_t divisor) {
+  if (divisor == 0 || a.constant % divisor != 0) return std::nullopt;
+  SizeExpr out{a.constant / divisor, {}, a.square};
+  for (const auto& [symbol, coeff] : a.terms) {
+    if (coeff % divisor != 0) return std::nullopt;
+    out.terms.emplace_back(symbol, coeff / divisor);
+  }
+  return out;
+}
+
 std::optional<SizeExpr> fit_size_expr(const std::vector<int64_t>& per_point,
                                       const std::vector<int64_t>& symbol_sizes,
                                       const std::vector<bool>& candidates, int64_t offset) {

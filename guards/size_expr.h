@@ -37,6 +37,9 @@ struct SizeExpr {
 std::optional<SizeExpr> add_sizes(const SizeExpr& a, const SizeExpr& b);
 std::optional<SizeExpr> subtract_sizes(const SizeExpr& a, const SizeExpr& b);
 std::optional<SizeExpr> multiply_sizes(const SizeExpr& a, const SizeExpr& b);
+// a / divisor where every coefficient and the constant divide exactly (a
+// view's -1 dim: the numel over the other dims); nothing otherwise.
+std::optional<SizeExpr> divide_sizes_exactly(const SizeExpr& a, int64_t divisor);
 
 // Fits `per_point` (a value at each sample point, where every symbol of
 // base size symbol_sizes[i] is scaled by 1, 2, 3, or, with a nonzero

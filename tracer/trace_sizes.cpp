@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <set>
 
 #include "base/log.h"
 #include "base/torch_api.h"
+#include "guards/guard_set.h"
 #include "guards/size_expr.h"
 #include "runtime/aten_bridge.h"
 #include "tracer/trace_state.h"
@@ -64,7 +66,7 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
     operands.insert(operands.end(), args.begin(), args.end());
     ValuePtr size = make_symint(std::move(per_point), "Tensor." + name, target.get(), std::move(operands), nullptr);
     if (name == "size" && args.size() == 1 && args[0]->is(ValueKind::Constant) && is_int(args[0]->obj.get())) {
-      size->sym_expr = input_dim_size(tensor, PyLong_AsLongLong(args[0]->obj.get()));
+      size->sym_expr = exact_dim_size(tensor, PyLong_AsLongLong(args[0]->obj.get()));
     }
     return size;
   }
@@ -88,7 +90,7 @@ ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
       PyRef dim = PyRef::steal(PyLong_FromSsize_t(i));
       items.push_back(make_symint(std::move(per_point), std::string("Tensor.") + method, target.get(),
                                   {tensor, wrap_unguarded(dim.get())}, nullptr));
-      if (sizes) items.back()->sym_expr = input_dim_size(tensor, i);
+      if (sizes) items.back()->sym_expr = exact_dim_size(tensor, i);
     }
     ValuePtr sizes_value = make_sequence(ValueKind::Tuple, std::move(items));
     if (!PyTuple_CheckExact(results[0].get())) {
@@ -185,20 +187,155 @@ std::optional<guards::SizeExpr> TraceState::composed_size(const std::string& op_
   return std::nullopt;
 }
 
-std::optional<guards::SizeExpr> TraceState::input_dim_size(const ValuePtr& tensor, int64_t dim) const {
+namespace {
+
+// Note [Exact dims through shape rules]
+// A comparison of sizes becomes a guard only where both sides have an
+// exact expression (Note [Size relations]); a dim fitted from the sample
+// points is none under shifted points, which cannot tell s0 from s1 + 1
+// when the two differ by one (Note [Shifted sample points]). Library code
+// reshapes and converts a tensor before reading its sizes: transformers'
+// GPT-2 views the attention mask as (batch, -1), the mask utilities turn
+// it to bool, then compare its length with the KV cache's. So the result
+// of a call with a shape rule carries exact dim expressions computed from
+// its arguments' (Value::dim_exprs), and x.size(d) of it is exact too:
+//   - ops that return their first argument's shape whatever the sizes:
+//     conversions (to, bool, float, ...), copies (contiguous, clone,
+//     detach), elementwise functions of one tensor, *_like factories, and
+//     elementwise operators whose other operands are Python numbers;
+//   - view and reshape: each given size's expression (a constant, or a
+//     SymInt's exact one), and a -1 dim the numel's over the others'
+//     product where that is a constant dividing it exactly.
+// Each rule's expressions are checked against the result's sizes at every
+// sample point; a dim that disagrees (a rule applied where it does not
+// hold) gets none, as without a rule.
+bool keeps_shape(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Tensor.to", "Tensor.type", "Tensor.type_as", "Tensor.bool", "Tensor.byte", "Tensor.char",
+      "Tensor.short", "Tensor.int", "Tensor.long", "Tensor.half", "Tensor.bfloat16", "Tensor.float",
+      "Tensor.double", "Tensor.cpu", "Tensor.cuda", "Tensor.contiguous", "Tensor.clone", "torch.clone",
+      "Tensor.detach", "torch.detach", "Tensor.__invert__", "operator.invert", "operator.inv",
+      "operator.neg", "Tensor.neg", "torch.neg", "Tensor.logical_not", "torch.logical_not", "Tensor.abs",
+      "torch.abs", "torch.ones_like", "torch.zeros_like", "torch.empty_like", "torch.full_like",
+      "torch.rand_like", "torch.randn_like"};
+  return ops.count(op) > 0;
+}
+
+// Elementwise operators that keep their tensor operand's shape when every
+// other operand is a Python number.
+bool keeps_shape_with_numbers(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "operator.add", "operator.sub", "operator.mul", "operator.truediv", "operator.floordiv",
+      "operator.mod", "operator.pow", "operator.eq", "operator.ne", "operator.lt", "operator.le",
+      "operator.gt", "operator.ge", "operator.and_", "operator.or_", "operator.xor"};
+  return ops.count(op) > 0;
+}
+
+bool is_view_or_reshape(const std::string& op) {
+  return op == "Tensor.view" || op == "Tensor.reshape" || op == "torch.reshape";
+}
+
+bool is_number(const ValuePtr& value) {
+  return value->is(ValueKind::Constant) && (PyLong_Check(value->obj.get()) || PyFloat_Check(value->obj.get())) &&
+         !PyBool_Check(value->obj.get());
+}
+
+}  // namespace
+
+std::optional<guards::SizeExpr> TraceState::exact_dim_size(const ValuePtr& tensor, int64_t dim) const {
   if (!tensor->is(ValueKind::Tensor) || tensor->node < 0) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(tensor->meta.sizes.size());
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) return std::nullopt;
+  if (!tensor->dim_exprs.empty()) return tensor->dim_exprs[dim];
   const graph::Node& node = graph_->node(tensor->node);
-  if (node.kind != graph::NodeKind::Input || node.symbolic_sizes.empty()) return std::nullopt;
-  const std::vector<std::string>& dims = node.symbolic_sizes[0];
-  if (dim < 0) dim += static_cast<int64_t>(dims.size());
-  if (dim < 0 || dim >= static_cast<int64_t>(dims.size())) return std::nullopt;
-  const std::string& name = dims[dim];
+  if (node.kind != graph::NodeKind::Input) return std::nullopt;
+  if (node.symbolic_sizes.empty() || node.symbolic_sizes[0].size() != tensor->meta.sizes.size() ||
+      node.symbolic_sizes[0][dim].empty()) {
+    return guards::SizeExpr::of_constant(tensor->meta.sizes[dim]);
+  }
+  const std::string& name = node.symbolic_sizes[0][dim];
   // An input's symbolic dim is named "s<k>" exactly (wrap_tensor).
   if (name.size() < 2 || name[0] != 's') return std::nullopt;
   for (size_t i = 1; i < name.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(name[i]))) return std::nullopt;
   }
   return guards::SizeExpr::of_symbol(std::atoi(name.c_str() + 1));
+}
+
+void TraceState::apply_shape_rule(const std::string& name, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                                  const ValuePtr& result) const {
+  if (args.empty() || !args[0]->is(ValueKind::Tensor) || !result->is(ValueKind::Tensor)) return;
+  const ValuePtr& input = args[0];
+  const size_t rank = result->meta.sizes.size();
+  std::vector<std::optional<guards::SizeExpr>> dims(rank);
+  const bool with_numbers = keeps_shape_with_numbers(name) && kwargs.empty() &&
+                            std::all_of(args.begin() + 1, args.end(), is_number);
+  if (keeps_shape(name) || with_numbers) {
+    if (input->meta.sizes != result->meta.sizes) return;
+    for (size_t d = 0; d < rank; ++d) dims[d] = exact_dim_size(input, static_cast<int64_t>(d));
+  } else if (is_view_or_reshape(name) && kwargs.empty() && args.size() >= 2) {
+    std::vector<ValuePtr> shape(args.begin() + 1, args.end());
+    if (shape.size() == 1 && (shape[0]->is(ValueKind::Tuple) || shape[0]->is(ValueKind::List))) {
+      shape = shape[0]->items;
+    }
+    if (shape.size() != rank) return;
+    // The numel's expression: the product of the input's dims, one of them
+    // at most symbolic.
+    std::optional<guards::SizeExpr> numel = guards::SizeExpr::of_constant(1);
+    for (size_t d = 0; d < input->meta.sizes.size() && numel; ++d) {
+      const std::optional<guards::SizeExpr> e = exact_dim_size(input, static_cast<int64_t>(d));
+      numel = e ? guards::multiply_sizes(*numel, *e) : std::nullopt;
+    }
+    int inferred = -1;
+    std::optional<guards::SizeExpr> others = guards::SizeExpr::of_constant(1);
+    for (size_t d = 0; d < rank; ++d) {
+      const ValuePtr& item = shape[d];
+      if (item->is(ValueKind::Constant) && is_int(item->obj.get()) && PyLong_AsLongLong(item->obj.get()) == -1) {
+        inferred = static_cast<int>(d);
+        continue;
+      }
+      if (item->is(ValueKind::Constant) && is_int(item->obj.get())) {
+        dims[d] = guards::SizeExpr::of_constant(PyLong_AsLongLong(item->obj.get()));
+      } else if (item->is(ValueKind::SymInt) && !item->sym_slice) {
+        dims[d] = item->sym_expr;
+      }
+      others = dims[d] && others ? guards::multiply_sizes(*others, *dims[d]) : std::nullopt;
+    }
+    if (inferred >= 0 && numel && others && others->is_constant()) {
+      dims[inferred] = guards::divide_sizes_exactly(*numel, others->constant);
+    }
+  } else {
+    return;
+  }
+  // The expressions must give the result's sizes at every sample point.
+  const int npoints = std::min<int>(points_, 1 + static_cast<int>(result->alt_fakes.size()));
+  std::vector<int64_t> at(guards::kMaxGuardSymbols, 0);
+  for (int p = 0; p < npoints; ++p) {
+    TensorMeta meta;
+    if (p == 0) {
+      meta = result->meta;
+    } else {
+      runtime::read_tensor_meta(result->alt_fakes[p - 1].get(), &meta);
+    }
+    for (int k = 0; k < symbols_.count() && k < guards::kMaxGuardSymbols; ++k) {
+      at[k] = symbols_.at_point(symbols_.sizes()[k], p);
+    }
+    for (size_t d = 0; d < rank && d < meta.sizes.size(); ++d) {
+      if (!dims[d] || dims[d]->max_symbol() >= guards::kMaxGuardSymbols) {
+        dims[d].reset();
+        continue;
+      }
+      if (dims[d]->eval(at.data()) != meta.sizes[d]) {
+        KILN_LOG(dynamic, name << "'s dim " << d << " is not " << dims[d]->text() << " at sample point " << p
+                               << ": no exact expression");
+        dims[d].reset();
+      }
+    }
+  }
+  if (std::any_of(dims.begin(), dims.end(), [](const auto& e) { return e.has_value(); })) {
+    result->dim_exprs = std::move(dims);
+  }
 }
 
 void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const {

@@ -1058,7 +1058,10 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     graph_->node(node).fresh_result = fresh;
     ValuePtr value = wrap_result(node, out, device_type, device_index);
     graph_->node(node).metas.push_back(value->meta);
-    if (dynamic) attach_points(value, results, node);
+    if (dynamic) {
+      attach_points(value, results, node);
+      apply_shape_rule(name, args, kwargs, value);
+    }
     if (value->meta.requires_grad && is_inplace_method(name) && !args.empty()) mark_requires_grad(args[0]);
     return value;
   }

@@ -105,8 +105,14 @@ class TraceState {
   // A constant's or SymInt's expression: exact where known, else fitted
   // from its sample points (Note [Size relations]).
   std::optional<guards::SizeExpr> size_expr_of(const ValuePtr& value) const;
-  // s<k> when dim `dim` of `tensor` is a graph input's symbolic dim.
-  std::optional<guards::SizeExpr> input_dim_size(const ValuePtr& tensor, int64_t dim) const;
+  // The exact expression of dim `dim` of `tensor`: s<k> for a graph
+  // input's symbolic dim, a constant for a static one, or what a shape
+  // rule gave a call's result (Note [Exact dims through shape rules]).
+  std::optional<guards::SizeExpr> exact_dim_size(const ValuePtr& tensor, int64_t dim) const;
+  // Sets `result`'s dim_exprs from the shape rule of `name` where it has
+  // one, checked against the result's sizes at every sample point.
+  void apply_shape_rule(const std::string& name, const std::vector<ValuePtr>& args, const KwArgs& kwargs,
+                        const ValuePtr& result) const;
   // Marks the symbols `value` (a SymInt) derives from: the symbolic dims
   // its Tensor.size calls read, through its arithmetic.
   void note_sym_sources(const ValuePtr& value, std::vector<bool>* symbols) const;

@@ -115,6 +115,10 @@ struct Value {
   // SymInt: the size as an exact expression of the symbols, where the
   // tracer knows it (Note [Size relations] in guards/size_expr.cpp).
   std::optional<guards::SizeExpr> sym_expr;
+  // Tensor made by a call in a dynamic trace: each dim's exact expression
+  // where a shape rule gives it (Note [Exact dims through shape rules] in
+  // trace_sizes.cpp); empty when no rule applied.
+  std::vector<std::optional<guards::SizeExpr>> dim_exprs;
   // SymInt: a slice whose bounds (`items`: start, stop, step) involve
   // SymInts, built at run time by calling `obj` (slice); it has no
   // sym_points and is no int (only a subscript's key).

@@ -433,6 +433,39 @@ def test_sizes_linked_by_an_offset_stay_dynamic(backend, capfd):
     assert_same(compiled(*args), _kv_step(*args))
 
 
+def _padded_mask_step(mask, cache):
+    # transformers' mask utilities: the mask viewed as (batch, -1) and
+    # turned to bool, its length compared with the cache's.
+    mask = mask.view(cache.shape[0], -1).to(torch.bool)
+    kv_length = cache.shape[1] + 1
+    if (padding := kv_length - mask.shape[-1]) > 0:
+        mask = F.pad(mask, (0, padding))
+    if mask.shape[-1] > kv_length:
+        mask = mask[:, :kv_length]
+    return cache.sum(-1) * 2, mask.float().sum(-1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_sizes_of_converted_and_viewed_inputs_stay_exact(backend, capfd):
+    # The mask's length is compared with the cache's after a view and a
+    # conversion; at shifted points a fitted dim could not tell s0 from
+    # s1 + 1 and the frame specialized at every length (Note [Exact dims
+    # through shape rules]).
+    compiled = kiln.compile(_padded_mask_step, backend=backend)
+    with kiln_logs("dynamic"):
+        for length in [16, 17, 18, 19, 23, 30]:
+            args = (torch.ones(length + 1), torch.randn(1, length, 4))
+            assert_same(compiled(*args), _padded_mask_step(*args))
+    s = stats()
+    assert s["traces"] == 2 and s["cache_hits"] == 4, s
+    err = capfd.readouterr().err
+    assert "shifted sample points" in err and "size relation s0 > s1+1 is False: guarded" in err, err
+    # A mask two longer than the cache takes the slicing branch: a new
+    # trace, equal to eager.
+    args = (torch.ones(12), torch.randn(1, 10, 4))
+    assert_same(compiled(*args), _padded_mask_step(*args))
+
+
 class _Positions(torch.nn.Module):
     # BERT's embeddings: a fixed buffer of positions sliced by the length.
     def __init__(self):

@@ -75,6 +75,16 @@ TEST(SizeExpr, ComposesLinearSizesExactly) {
   EXPECT_EQ(multiply_sizes(SizeExpr::of_symbol(1), SizeExpr::of_constant(64))->text(), "64*s1");
 }
 
+TEST(SizeExpr, DividesOnlyExactly) {
+  // A view's -1 dim: numel 4*s0+8 over 4 is s0+2; over 8 it is not exact.
+  const SizeExpr numel = *add_sizes(*multiply_sizes(SizeExpr::of_symbol(0), SizeExpr::of_constant(4)),
+                                    SizeExpr::of_constant(8));
+  EXPECT_EQ(divide_sizes_exactly(numel, 4)->text(), "s0+2");
+  EXPECT_FALSE(divide_sizes_exactly(numel, 8));
+  EXPECT_FALSE(divide_sizes_exactly(numel, 0));
+  EXPECT_EQ(divide_sizes_exactly(*multiply_sizes(SizeExpr::of_symbol(1), SizeExpr::of_symbol(1)), 1)->text(), "s1**2");
+}
+
 TEST(SizeExpr, ComparesAsPython) {
   EXPECT_TRUE(compare_sizes(Py_GT, 5, 4));
   EXPECT_FALSE(compare_sizes(Py_LE, 5, 4));

@@ -96,21 +96,33 @@ def test_training_with_labels_at_varying_batch_sizes():
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("wrapped", [False, True], ids=["forward", "wrapped-forward"])
 @pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
-def test_generate_keeps_its_traces_across_calls(name):
+def test_generate_keeps_its_traces_across_calls(name, wrapped):
     # Each generate() call makes a new DynamicCache (Note [Objects guarded
     # by type]) and its attention mask is one longer than the cache (Note
     # [Shifted sample points]): two traces (prefill; the first decoding
     # step, whose new KV cache carries the length that changed and so is
     # traced dynamic: Note [Sizes that change together]), none added by
-    # later calls.
+    # later calls. A forward wrapped in a (*args, **kwargs) function (a
+    # timing or logging wrapper) makes generate() pass the mask and cache
+    # as keywords of a frame that views the mask as (batch, -1) and turns
+    # it to bool before comparing its length with the cache's: those dims
+    # stay exact (Note [Exact dims through shape rules]).
     import copy
 
     model, (tokens,), _ = build(name)
     model.eval()
     compiled_model = copy.deepcopy(model)
     kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
-    compiled_model.forward = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    compiled = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    if wrapped:
+        def forward(*args, **kwargs):
+            return compiled(*args, **kwargs)
+
+        compiled_model.forward = forward
+    else:
+        compiled_model.forward = compiled
     ids = tokens[:1, :8]
     kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=10, min_new_tokens=10, do_sample=False,
                   pad_token_id=0)
