@@ -33,6 +33,7 @@ struct SettingOverrides {
   std::optional<bool> cuda_kernels;
   std::optional<bool> parameter_kernel_cache;
   std::optional<bool> constant_subgraphs;
+  std::optional<bool> static_regions;
   std::optional<inductor::MatmulPolicy> cpu_matmul;
   std::optional<prims::ConvLayout> conv_layout;
   std::optional<inductor::ConvBiasPlacement> conv_bias;
@@ -174,6 +175,7 @@ class ContextDepthScope {
   X(cuda_graphs_captured)     \
   X(kernels_autotuned)        \
   X(size_instances)            \
+  X(static_regions)            \
   X(constant_nodes_folded)    \
   X(channels_last_convolutions)
 
@@ -234,6 +236,13 @@ void set_parameter_kernel_cache(bool enabled);
 bool constant_subgraphs();
 // Sets constant_subgraphs() for graphs compiled from now on.
 void set_constant_subgraphs(bool enabled);
+// True when a graph with symbolic sizes whose calls are mostly at static
+// sizes compiles its static regions once and replays the rest eagerly
+// instead of compiling per size (kiln.config.static_regions, on by
+// default; Note [Static regions] in interpreter/static_regions.cpp).
+bool static_regions();
+// Sets static_regions() for graphs compiled from now on.
+void set_static_regions(bool enabled);
 
 // Maximum cache entries per code object and config (kiln.config.cache_size_limit).
 int cache_size_limit();

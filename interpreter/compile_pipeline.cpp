@@ -9,6 +9,7 @@
 #include "inductor/fuse_kernels.h"
 #include "interpreter/graph_executors.h"
 #include "interpreter/size_instances.h"
+#include "interpreter/static_regions.h"
 #include "prims/common_nodes.h"
 #include "prims/channels_last.h"
 #include "prims/constant_subgraphs.h"
@@ -108,6 +109,18 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
   //    instance comes back through this pipeline with static sizes.
   if ((kernels || backend == "aot_eager") && has_symbolic_sizes(graph)) {
     const std::string refusal = size_instance_refusal(graph);
+    // Most of the graph at static sizes (a decoding step): its static
+    // regions compile once, the rest replays (Note [Static regions]).
+    const StaticRegionCount regions = count_static_regions(graph);
+    if (settings.static_regions && static_regions_pay(regions) && !needs_gradients(graph) && grad_leaf_maker(graph) < 0) {
+      KILN_LOG(dynamic, name << ": symbolic sizes in " << regions.eager_calls << " of "
+                             << regions.eager_calls + regions.static_calls << " calls; " << regions.regions
+                             << " static regions compiled once, the rest replayed eagerly");
+      stats().static_regions += regions.regions;
+      return static_regions_executor(graph, name, [backend, settings](const graph::Graph& g, const std::string& what) {
+        return compile_resolved(g, backend, settings, what);
+      });
+    }
     if (refusal.empty()) {
       KILN_LOG(dynamic, name << ": symbolic sizes, compiled per size");
       Settings instance = settings;

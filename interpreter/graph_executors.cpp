@@ -123,6 +123,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.cuda_kernels = config.settings.cuda_kernels.value_or(cuda_kernels());
   s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
   s.constant_subgraphs = config.settings.constant_subgraphs.value_or(constant_subgraphs());
+  s.static_regions = config.settings.static_regions.value_or(static_regions());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
   s.conv_layout = config.settings.conv_layout.value_or(conv_layout());
   s.conv_bias = config.settings.conv_bias.value_or(conv_bias());

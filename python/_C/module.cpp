@@ -175,6 +175,7 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
                                 : name == "cuda_kernels"           ? &out->cuda_kernels
                                 : name == "parameter_kernel_cache" ? &out->parameter_kernel_cache
                                 : name == "constant_subgraphs"     ? &out->constant_subgraphs
+                                : name == "static_regions"         ? &out->static_regions
                                                                    : nullptr;
     if (flag && PyBool_Check(value)) {
       *flag = value == Py_True;
@@ -452,6 +453,17 @@ PyObject* py_get_constant_subgraphs(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::interpreter::constant_subgraphs());
 }
 
+PyObject* py_set_static_regions(PyObject*, PyObject* arg) {
+  const int enabled = PyObject_IsTrue(arg);
+  if (enabled < 0) return nullptr;
+  kiln::interpreter::set_static_regions(enabled == 1);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_static_regions(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::static_regions());
+}
+
 PyObject* py_cuda_kernels_available(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::inductor::cuda_kernels_available());
 }
@@ -635,6 +647,10 @@ PyMethodDef module_methods[] = {
      "Turns running input-independent nodes once per compiled graph on or off."},
     {"get_constant_subgraphs", py_get_constant_subgraphs, METH_NOARGS,
      "Whether compiled graphs run their input-independent nodes once."},
+    {"set_static_regions", py_set_static_regions, METH_O,
+     "Turns compiling the static regions of graphs with symbolic sizes once on or off."},
+    {"get_static_regions", py_get_static_regions, METH_NOARGS,
+     "Whether graphs with symbolic sizes mostly static compile their static regions once."},
     {"cuda_kernels_available", py_cuda_kernels_available, METH_NOARGS, "Whether NVRTC and the CUDA driver can be loaded."},
     {"set_logs", py_set_logs, METH_O, "Enables log channels; returns unknown names."},
     {"allow_in_graph", py_allow_in_graph, METH_O, "Makes calls of a function graph nodes."},

@@ -137,6 +137,22 @@ class _Config(_types.ModuleType):
         _C.set_constant_subgraphs(value)
 
     @property
+    def static_regions(self) -> bool:
+        """A graph with symbolic sizes whose calls mostly work at static
+        sizes (generate()'s decoding step: only the KV cache grows) compiles
+        its static regions once and replays the calls that touch symbolic
+        sizes eagerly, rather than compiling once per size (default True;
+        docs/architecture.md, "Dynamic shapes"). False compiles every such
+        graph per size. Read when a graph is compiled."""
+        return _C.get_static_regions()
+
+    @static_regions.setter
+    def static_regions(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"static_regions must be a bool, got {type(value).__name__}")
+        _C.set_static_regions(value)
+
+    @property
     def experimental_cuda_kernels(self) -> bool:
         """Deprecated name of cuda_kernels (before CUDA kernels were the default)."""
         return self.cuda_kernels
