@@ -11,10 +11,11 @@ weights, 2 layers, width 64), greedy generate() of --tokens new tokens from a 16
 called --calls times per compiler on its own copy of the model: each
 call's milliseconds, whether its tokens equal eager's, and kiln's traces,
 size instances, graph breaks, eager frames and kernels after the calls.
-The first calls carry the compiles (kiln compiles a cache length at its
-second sighting once 8 instances went unused, so its second call compiles
-the lengths the first saw); the last call is the steady state. Prints a
-markdown table.
+The first call carries the compiles (kiln: the prefill's static graph and
+the decoding step's static regions, compiled once, Note [Static regions];
+with kiln.config.static_regions off the step compiles per cache length at
+a length's second sighting, so the second call compiles the lengths the
+first saw); the last call is the steady state. Prints a markdown table.
 """
 import argparse
 import copy

@@ -387,6 +387,38 @@ def test_dynamic_shapes_path_no_leak():
     assert s["traces"] == 2, s
 
 
+def f_decode_step(x, cache, w1, w2):
+    # A token through two projections and a growing cache: static regions
+    # (Note [Static regions]), the cat and the attention replayed eagerly.
+    keys = torch.cat([cache, x], dim=0)
+    h = torch.softmax(x @ keys.t(), dim=-1) @ keys
+    y = torch.tanh(h @ w1) * 2.0 + 1.0
+    return torch.relu(y @ w2) - 0.5, keys
+
+
+def test_static_regions_path_no_leak():
+    w1, w2 = torch.randn(8, 8), torch.randn(8, 8)
+    compiled = kiln.compile(f_decode_step)
+    x = torch.randn(1, 8)
+    caches = [torch.randn(n, 8) for n in (3, 4, 6, 9, 14)]
+    with torch.no_grad():
+        for cache in caches:
+            assert_same(compiled(x, cache, w1, w2), f_decode_step(x, cache, w1, w2))
+    rcs = [sys.getrefcount(c) for c in caches] + [sys.getrefcount(x), sys.getrefcount(w1)]
+    i = [0]
+
+    def step():
+        with torch.no_grad():
+            compiled(x, caches[i[0] % len(caches)], w1, w2)
+        i[0] += 1
+
+    assert_no_growth(step, 3_000)
+    gc.collect()
+    assert [sys.getrefcount(c) for c in caches] + [sys.getrefcount(x), sys.getrefcount(w1)] == rcs
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["static_regions"] == 1 and s["size_instances"] == 0, s
+
+
 class _Scale(torch.nn.Module):
     def __init__(self):
         super().__init__()
