@@ -101,6 +101,42 @@ struct Segment {
   std::vector<int> nodes;
 };
 
+// True when a compiled region would hand on a view of a tensor that a call
+// writes in place: the compiled graph may return a copy where torch
+// returns a view, and the view would miss the write. Per value, the
+// tensors whose storage it may share: itself for an input or a fresh
+// result, else those of the values it reads.
+bool views_written_later(const graph::Graph& graph, const std::vector<Segment>& segments) {
+  std::vector<std::set<int>> roots(graph.nodes().size());
+  std::set<int> written;
+  for (const graph::Node& node : graph.nodes()) {
+    if (node.kind == graph::NodeKind::Input || node.fresh_result) {
+      roots[node.id] = {node.id};
+    } else {
+      for (int read : reads_of(node)) roots[node.id].insert(roots[read].begin(), roots[read].end());
+    }
+    if (!writes_in_place(node)) continue;
+    std::vector<int> targets;
+    if (!node.args.empty()) note_reads(node.args[0], &targets);
+    for (const auto& kw : node.kwargs) {
+      if (kw.first == "out") note_reads(kw.second, &targets);
+    }
+    for (int target : targets) written.insert(roots[target].begin(), roots[target].end());
+  }
+  if (written.empty()) return false;
+  for (const Segment& segment : segments) {
+    if (!segment.compiled) continue;
+    for (int id : segment.nodes) {
+      const graph::Node& node = graph.node(id);
+      if (node.fresh_result) continue;
+      for (int root : roots[id]) {
+        if (written.count(root)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 std::vector<Segment> segments_of(const graph::Graph& graph) {
   // What a region may read: a static tensor whose strides are static too:
   // an input's, a fresh result's, or a view of such tensors only (a slice
@@ -127,6 +163,12 @@ std::vector<Segment> segments_of(const graph::Graph& graph) {
       merged.push_back(std::move(segment));
     }
   }
+  if (views_written_later(graph, merged)) {
+    // One eager segment: no region, so the graph compiles per size.
+    Segment all{false, {}};
+    for (const Segment& segment : merged) all.nodes.insert(all.nodes.end(), segment.nodes.begin(), segment.nodes.end());
+    return {all};
+  }
   return merged;
 }
 
@@ -149,8 +191,11 @@ std::unique_ptr<graph::Graph> segment_graph(const graph::Graph& graph, const Seg
     for (int read : reads_of(graph.node(id))) {
       if (inside.count(read) || ids[read] >= 0) continue;
       const graph::Node& source = graph.node(read);
-      const std::string name = "%" + std::to_string(read);
-      ids[read] = is_tensor_value(source) ? sub->add_input(-1, name, source.metas[0]) : sub->add_object_input(-1, name);
+      // A graph input keeps its source's name for logs; others are "%<id>".
+      const bool input = source.kind == graph::NodeKind::Input;
+      const std::string name = input ? source.input_name : "%" + std::to_string(read);
+      const int from = input ? source.input_source : -1;
+      ids[read] = is_tensor_value(source) ? sub->add_input(from, name, source.metas[0]) : sub->add_object_input(from, name);
       if (is_tensor_value(source) && !source.symbolic_sizes.empty()) {
         sub->node(ids[read]).symbolic_sizes = source.symbolic_sizes;
       }

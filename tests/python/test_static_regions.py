@@ -119,3 +119,26 @@ def test_the_config_setting_turns_them_off():
     assert s["static_regions"] == 0 and s["size_instances"] == 2, s
     with pytest.raises(TypeError, match="static_regions must be a bool"):
         kiln.config.static_regions = "yes"
+
+
+def test_a_view_written_in_place_later_keeps_size_instances(capfd):
+    # The region would hand on v, a view of h, and an eager call writes h in
+    # place afterwards: a compiled graph may return a copy where torch
+    # returns the view, so the graph is compiled per size instead.
+    torch.manual_seed(0)
+    w = torch.randn(4, 4)
+
+    def fn(x, cache):
+        h = (x @ w).tanh() * 2.0 + 1.0
+        v = h.view(-1)
+        keys = torch.cat([cache, x], dim=0)
+        h.add_(keys.sum())
+        return v * 1.0, keys
+
+    compiled = kiln.compile(fn)
+    with torch.no_grad(), kiln_logs("dynamic"):
+        for length in [3, 4, 5, 7]:
+            args = (torch.randn(1, 4), torch.randn(length, 4))
+            assert_same(compiled(*args), fn(*args))
+    log = capfd.readouterr().err
+    assert "static regions" not in log and "compiled per size" in log, log
