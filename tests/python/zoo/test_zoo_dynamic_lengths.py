@@ -2,7 +2,9 @@
 shapes): two traces (static, then dynamic), comparisons of the length
 kept as size-relation guards (Note [Size relations]), every later length
 run by a compiled instance of the dynamic graph (Note [Size instances]),
-never by the eager replay; outputs equal to eager at every length."""
+never by the eager replay, or, for generate()'s decoding step, by its
+static regions compiled once (Note [Static regions]); outputs equal to
+eager at every length."""
 import pytest
 import torch
 
@@ -135,6 +137,35 @@ def test_generate_keeps_its_traces_across_calls(name, wrapped):
     s = kiln.stats()
     assert after_first["traces"] == 2, after_first
     assert s["traces"] == after_first["traces"] and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+    # The decoding step works at static sizes but for the cache's cat,
+    # attention and the mask: its static regions compile once, no length
+    # compiles (Note [Static regions]).
+    if kernels:
+        assert s["static_regions"] > 0 and s["size_instances"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
+def test_batched_generate_with_left_padding(name):
+    # Two prompts, the second left-padded: the mask utilities take their
+    # padding path at every step; two traces, tokens equal to eager.
+    import copy
+
+    model, (tokens,), _ = build(name)
+    model.eval()
+    compiled_model = copy.deepcopy(model)
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled_model.forward = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    ids = tokens[:2, :8].clone()
+    mask = torch.ones_like(ids)
+    ids[1, :3], mask[1, :3] = 0, 0
+    kwargs = dict(attention_mask=mask, max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **kwargs)
+        for _ in range(2):
+            assert torch.equal(compiled_model.generate(ids, **kwargs), want)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
