@@ -225,8 +225,9 @@ std::unique_ptr<graph::Graph> segment_graph(const graph::Graph& graph, const Seg
   return sub;
 }
 
-// A compiled region that checks its tensor inputs' layouts each call and
-// replays the region eagerly where one differs from the traced layout.
+// A compiled region that checks the layouts of its tensor inputs made by
+// earlier stages each call and replays the region eagerly where one
+// differs from the traced layout.
 class CheckedRegion final : public runtime::GraphExecutor {
  public:
   CheckedRegion(const graph::Graph& graph, std::unique_ptr<runtime::GraphExecutor> compiled, std::string name)
@@ -237,7 +238,8 @@ class CheckedRegion final : public runtime::GraphExecutor {
     graph::TensorMeta meta;
     for (size_t i = 0; i < ids.size(); ++i) {
       const graph::Node& input = graph_.node(ids[i]);
-      if (input.metas.empty()) continue;
+      // The frame's guards checked the graph's own inputs already.
+      if (input.metas.empty() || input.input_source >= 0) continue;
       const bool tensor = runtime::is_tensor(inputs[i]);
       if (tensor) {
         runtime::read_tensor_meta(inputs[i], &meta);
