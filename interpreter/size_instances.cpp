@@ -53,7 +53,9 @@ namespace kiln::interpreter {
 // the eager replay at once, rather than failing one compile per size.
 // Kernels generic in the sizes would make instances cheap; until then a
 // size costs one backend compile (a meta replay that copies the metas of
-// nodes whose inputs kept their traced layout, then the backend).
+// nodes whose inputs kept their traced layout, then the backend). A graph
+// whose calls are mostly at static sizes (a decoding step) does not come
+// here: its static regions compile once (Note [Static regions]).
 
 namespace {
 
