@@ -10,6 +10,13 @@ import kiln
 from conftest import assert_same, kiln_logs
 
 
+def _compile(fn, **kwargs):
+    # Without CPU kernels inductor replays CPU graphs through torch;
+    # aot_eager still compiles regions and instances to prims.
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    return kiln.compile(fn, backend="inductor" if kernels else "aot_eager", **kwargs)
+
+
 class _DecodeStep(torch.nn.Module):
     """One token through a layer norm, a projection, attention over a cache
     that grows by the token, and two MLPs: only the cat and the attention
@@ -47,7 +54,7 @@ def test_a_decoding_step_compiles_its_static_regions_once(capfd):
     torch.manual_seed(0)
     step = _DecodeStep().eval()
     with kiln_logs("dynamic"):
-        s = _decode(kiln.compile(step), step, [8, 9, 10, 11, 17, 30, 2])
+        s = _decode(_compile(step), step, [8, 9, 10, 11, 17, 30, 2])
     log = capfd.readouterr().err
     # Static trace, dynamic trace; every later length runs the same stages.
     assert s["traces"] == 2 and s["size_instances"] == 0 and s["eager_runs"] == 0, s
@@ -59,7 +66,7 @@ def test_a_decoding_step_compiles_its_static_regions_once(capfd):
 def test_without_static_regions_each_size_compiles(capfd):
     torch.manual_seed(0)
     step = _DecodeStep().eval()
-    s = _decode(kiln.compile(step, options={"static_regions": False}), step, [8, 9, 10, 11, 17])
+    s = _decode(_compile(step, options={"static_regions": False}), step, [8, 9, 10, 11, 17])
     assert s["traces"] == 2 and s["size_instances"] == 4, s
 
 
@@ -77,7 +84,7 @@ def test_a_region_whose_input_changes_size_replays_eagerly(capfd):
         y = down(F.gelu(up(head))) * 2.0 + 1.0
         return y.tanh() - 0.5, x.sum(1)
 
-    compiled = kiln.compile(fn)
+    compiled = _compile(fn)
     with torch.no_grad(), kiln_logs("dynamic"):
         for length in [12, 13, 14, 15, 5, 20]:
             x = torch.randn(2, length, 4)
@@ -95,7 +102,7 @@ def test_graphs_that_need_gradients_compile_per_size(capfd):
     # its size instances.
     torch.manual_seed(0)
     step = _DecodeStep()
-    compiled = kiln.compile(step)
+    compiled = _compile(step)
     with kiln_logs("dynamic"):
         for length in [8, 9, 10, 11]:
             args = (torch.randn(1, 1, 16), torch.randn(1, length, 16))
@@ -113,7 +120,7 @@ def test_the_config_setting_turns_them_off():
     assert kiln.config.static_regions is True
     kiln.config.static_regions = False
     try:
-        s = _decode(kiln.compile(step), step, [8, 9, 10])
+        s = _decode(_compile(step), step, [8, 9, 10])
     finally:
         kiln.config.static_regions = True
     assert s["static_regions"] == 0 and s["size_instances"] == 2, s
@@ -135,7 +142,7 @@ def test_a_view_written_in_place_later_keeps_size_instances(capfd):
         h.add_(keys.sum())
         return v * 1.0, keys
 
-    compiled = kiln.compile(fn)
+    compiled = _compile(fn)
     with torch.no_grad(), kiln_logs("dynamic"):
         for length in [3, 4, 5, 7]:
             args = (torch.randn(1, 4), torch.randn(length, 4))
