@@ -111,8 +111,8 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
     const std::string refusal = size_instance_refusal(graph);
     // Most of the graph at static sizes (a decoding step): its static
     // regions compile once, the rest replays (Note [Static regions]).
-    const StaticRegionCount regions = count_static_regions(graph);
-    if (settings.static_regions && static_regions_pay(regions) && !needs_gradients(graph) && grad_leaf_maker(graph) < 0) {
+    const StaticRegionCount regions = settings.static_regions ? count_static_regions(graph) : StaticRegionCount{};
+    if (static_regions_pay(regions) && !needs_gradients(graph) && grad_leaf_maker(graph) < 0) {
       KILN_LOG(dynamic, name << ": symbolic sizes in " << regions.eager_calls << " of "
                              << regions.eager_calls + regions.static_calls << " calls; " << regions.regions
                              << " static regions compiled once, the rest replayed eagerly");

@@ -53,9 +53,10 @@ std::optional<OwnMeta> linear(const std::vector<ValuePtr>& args, const KwArgs& k
   return out;
 }
 
-// Unary pointwise ops that keep a float input's dtype, as the tracer names
-// them; their only accepted keyword arguments are the ones listed, at the
-// values that leave the result's metadata alone.
+}  // namespace
+
+// Their only accepted keyword arguments for own_meta are the ones
+// harmless_kwarg lists, at the values that leave the result's metadata alone.
 const std::set<std::string>& unary_float_ops() {
   static const std::set<std::string> names = {
       "F.relu", "torch.relu", "Tensor.relu", "torch.sigmoid", "Tensor.sigmoid", "F.sigmoid",
@@ -65,6 +66,8 @@ const std::set<std::string>& unary_float_ops() {
       "torch.cos", "Tensor.cos", "torch.erf", "Tensor.erf"};
   return names;
 }
+
+namespace {
 
 // A keyword argument that does not change a unary op's result metadata.
 bool harmless_kwarg(const std::string& key, const ValuePtr& value) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct OwnMeta {
   bool requires_grad = false;
   const Value* like = nullptr;  // an argument with the result's dtype (its fake gives the dtype object)
 };
+
+// Unary pointwise ops that keep a float input's dtype (and its shape), as
+// the tracer names them.
+const std::set<std::string>& unary_float_ops();
 
 // The result metadata of `name(*args, **kwargs)` when kiln has its own rule
 // for this case, else nothing. `grad_mode`: whether grad mode is on.

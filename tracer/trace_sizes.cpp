@@ -13,6 +13,7 @@
 #include "guards/guard_set.h"
 #include "guards/size_expr.h"
 #include "runtime/aten_bridge.h"
+#include "tracer/own_metas.h"
 #include "tracer/trace_state.h"
 
 namespace kiln::tracer {
@@ -201,7 +202,8 @@ namespace {
 // its arguments' (Value::dim_exprs), and x.size(d) of it is exact too:
 //   - ops that return their first argument's shape whatever the sizes:
 //     conversions (to, bool, float, ...), copies (contiguous, clone,
-//     detach), elementwise functions of one tensor, *_like factories, and
+//     detach), elementwise functions of one tensor (logical_not, and
+//     Note [Own metas]' unary_float_ops), *_like factories, and
 //     elementwise operators whose other operands are Python numbers;
 //   - view and reshape: each given size's expression (a constant, or a
 //     SymInt's exact one), and a -1 dim the numel's over the others'
@@ -215,10 +217,9 @@ bool keeps_shape(const std::string& op) {
       "Tensor.short", "Tensor.int", "Tensor.long", "Tensor.half", "Tensor.bfloat16", "Tensor.float",
       "Tensor.double", "Tensor.cpu", "Tensor.cuda", "Tensor.contiguous", "Tensor.clone", "torch.clone",
       "Tensor.detach", "torch.detach", "Tensor.__invert__", "operator.invert", "operator.inv",
-      "operator.neg", "Tensor.neg", "torch.neg", "Tensor.logical_not", "torch.logical_not", "Tensor.abs",
-      "torch.abs", "torch.ones_like", "torch.zeros_like", "torch.empty_like", "torch.full_like",
-      "torch.rand_like", "torch.randn_like"};
-  return ops.count(op) > 0;
+      "operator.neg", "Tensor.logical_not", "torch.logical_not", "torch.ones_like", "torch.zeros_like",
+      "torch.empty_like", "torch.full_like", "torch.rand_like", "torch.randn_like"};
+  return ops.count(op) > 0 || unary_float_ops().count(op) > 0;
 }
 
 // Elementwise operators that keep their tensor operand's shape when every
