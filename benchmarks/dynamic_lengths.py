@@ -49,8 +49,15 @@ def build(name, device):
                                          intermediate_size=128, vocab_size=100, max_position_embeddings=512,
                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         model = transformers.BertModel(config)
+    elif name == "t5":
+        # Encoder-decoder: generate() runs the encoder once and hands its
+        # output object to every decoder step (Note [Dict-backed objects]).
+        config = transformers.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                       num_decoder_layers=2, num_heads=4, decoder_start_token_id=0,
+                                       pad_token_id=0, eos_token_id=1, dropout_rate=0.0)
+        model = transformers.T5ForConditionalGeneration(config)
     else:
-        raise SystemExit(f"unknown model {name!r}: gpt2, llama, bert")
+        raise SystemExit(f"unknown model {name!r}: gpt2, llama, bert, t5")
     return model.to(device).eval()
 
 

@@ -156,8 +156,10 @@ PyObject* fetch_source(const SourceTable& table, int id, const FrameView& frame,
       return value;
     }
     case SourceKind::DictItem: {
+      // A dict subclass's own storage, as the trace read it (Note
+      // [Dict-backed objects]): no __getitem__ override or __missing__ runs.
       PyObject* value = nullptr;
-      if (PyDict_CheckExact(base)) {
+      if (PyDict_Check(base)) {
         value = PyDict_GetItemWithError(base, source.name);
         Py_XINCREF(value);
       } else {

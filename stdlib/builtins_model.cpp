@@ -114,7 +114,7 @@ ValuePtr len_model(BuiltinContext& context, BuiltinCall& call) {
     return int_value(context, static_cast<Py_ssize_t>(context.unpack(context.iterate(x)).size()));
   }
   if (ValuePtr n = context.call_python_special(x, "__len__", {})) return n;
-  if (x->is(ValueKind::Record) && x->contents) return int_value(context, static_cast<Py_ssize_t>(x->contents->items.size()));
+  if (x->contents) return int_value(context, static_cast<Py_ssize_t>(x->contents->items.size()));
   return fold(context, call);
 }
 

@@ -468,7 +468,7 @@ void FrameTracer::step(const Instruction& ins) {
         push(state_.wrap_unguarded((truthiness(answer) != (ins.arg == 1)) ? Py_True : Py_False));
         return;
       }
-      if (container->is(ValueKind::Record) && container->contents) container = container->contents;
+      if (container->contents) container = container->contents;  // a Record's or dict-backed Object's items
       bool found = false;
       if ((container->is(ValueKind::Tuple) || container->is(ValueKind::List)) && item->is(ValueKind::Object)) {
         // x in (A, B): identity, then ==, item by item, as CPython does.

@@ -436,6 +436,8 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
     method->func_source = class_entry_source(type, name, class_attr);
     return method;
   }
+  // dict's own methods on a dict-backed object's items (Note [Dict-backed objects]).
+  if (class_attr && base->contents && is_dict_descriptor(class_attr)) return record_method(base, name, class_attr);
   // A __slots__ member reads a field stored in the object: no user code.
   const bool slot_member = class_attr && Py_TYPE(class_attr) == &PyMemberDescr_Type;
   if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr) && !slot_member) {
@@ -524,7 +526,7 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
   // mapping): its own __getitem__, inlined.
   if (is_environ(base)) return read_environ("__getitem__", {index}, {});
   if (ValuePtr item = call_python_special(base, "__getitem__", {index})) return item;
-  if (base->is(ValueKind::Record) && base->contents) return subscript(base->contents, index);
+  if (base->contents) return subscript(base->contents, index);  // Note [Dict-backed objects]
   abort_trace(BreakCode::UnsupportedOperator,
               "subscript of " + describe_value(*base) + " with " + describe_value(*index));
 }
@@ -535,7 +537,7 @@ ValuePtr FrameTracer::get_iter(const ValuePtr& value, bool lazy) {
   if (value->is(ValueKind::Record) || value->is(ValueKind::Object)) {
     // A Python __iter__ (a generator function, as collections.abc.Sequence's).
     if (ValuePtr iterator = call_python_special(value, "__iter__", {})) return get_iter(iterator, lazy);
-    if (value->is(ValueKind::Record) && value->contents) return get_iter(value->contents);
+    if (value->contents) return get_iter(value->contents);
   }
   switch (value->kind) {
     case ValueKind::Iterator:

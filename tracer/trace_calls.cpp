@@ -287,8 +287,9 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return call_tensor_method(callable, std::move(args), std::move(kwargs));
     case ValueKind::ContainerMethod:
       if (is_environ(callable->self)) return read_environ(callable->name, args, kwargs);
-      if (callable->self->is(ValueKind::Record) && callable->self->contents) {
-        // A dict method of a Record (Note [User objects]) acts on its items.
+      if (callable->self->contents) {
+        // A dict method of a Record (Note [User objects]) or of a dict-backed
+        // Object (Note [Dict-backed objects]) acts on its items.
         auto on_contents = std::make_shared<Value>(*callable);
         on_contents->self = callable->self->contents;
         return call_value(on_contents, std::move(args), std::move(kwargs));

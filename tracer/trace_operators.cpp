@@ -214,6 +214,9 @@ bool FrameTracer::truthiness(const ValuePtr& value) {
       if (!sized) return true;
       return !unpack(get_iter(value), -1).empty();
     }
+    case ValueKind::Object:
+      if (!value->contents) abort_trace(BreakCode::UnsupportedValue, "truth value of " + describe_value(*value));
+      [[fallthrough]];  // a dict-backed Object (Note [Dict-backed objects]) reads as a Record does
     case ValueKind::Record: {
       // The class's __bool__ or __len__, else a dict's items, else true.
       if (ValuePtr truth = call_python_special(value, "__bool__", {})) return truthiness(truth);

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "base/class_dict.h"
 #include "base/dict_order.h"
 #include "base/environ.h"
 #include "base/module_attr.h"
@@ -197,6 +198,27 @@ bool plain_key(PyObject* key) {
   return is_enum_member(key) && native_equality(Py_TYPE(key));
 }
 
+// True for `type`, abc.ABCMeta, or a metaclass written in Python over them
+// that leaves making instances and isinstance() to them (transformers'
+// ModelOutput has one that renames __init__ keywords at class creation).
+bool plain_metaclass(PyTypeObject* meta, PyObject* abc_meta) {
+  PyObject* mro = meta->tp_mro;
+  if (!mro || meta->tp_call != PyType_Type.tp_call) return false;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(mro); ++k) {
+    PyObject* klass = PyTuple_GET_ITEM(mro, k);
+    if (klass == reinterpret_cast<PyObject*>(&PyType_Type) || klass == reinterpret_cast<PyObject*>(&PyBaseObject_Type) ||
+        klass == abc_meta) {
+      continue;
+    }
+    auto* type = reinterpret_cast<PyTypeObject*>(klass);
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+    for (const char* name : {"__instancecheck__", "__subclasscheck__", "__call__"}) {
+      if (base::own_class_attr(type, name)) return false;
+    }
+  }
+  return true;
+}
+
 // Note [Objects guarded by type]
 // Library code makes fresh plain objects per call and hands them to the
 // compiled frame: generate() builds a new DynamicCache for every call, a
@@ -210,11 +232,13 @@ bool plain_key(PyObject* key) {
 // reaching the same object (the trace would see two values), or an object
 // kept by what runs after the graph (a deferred logging call's receiver).
 // Plain means every class in its MRO but `object` is defined in Python and
-// its metaclass is `type` or abc.ABCMeta: no C state that attribute guards
+// its metaclass is plain (plain_metaclass): no C state that attribute guards
 // cannot see, no enum member (the tracer compares members on the real
 // objects), and not one of the process-wide singletons the tracer
-// recognises by identity (os.environ, loggers).
-bool is_identity_free(PyObject* obj) {
+// recognises by identity (os.environ, loggers). With `dict_bases`, dict and
+// OrderedDict may stand in the MRO too: their items are C state, which the
+// caller guards as a dict's (Note [Dict-backed objects]).
+bool is_identity_free(PyObject* obj, bool dict_bases = false) {
   // Every class a class statement makes deallocates through CPython's
   // subtype_dealloc; C types (heap types from specs included) have their own.
   static destructor python_class_dealloc = [] {
@@ -230,12 +254,36 @@ bool is_identity_free(PyObject* obj) {
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(mro); ++k) {
     PyTypeObject* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k));
     if (base == &PyBaseObject_Type) continue;
+    if (dict_bases && (base == &PyDict_Type || reinterpret_cast<PyObject*>(base) == base::ordered_dict_type())) continue;
     if (base->tp_dealloc != python_class_dealloc) return false;
-    if (Py_TYPE(base) != &PyType_Type && reinterpret_cast<PyObject*>(Py_TYPE(base)) != abc_meta) return false;
+    if (!plain_metaclass(Py_TYPE(base), abc_meta)) return false;
   }
   static PyObject* logger_type = base::import_attr("logging", "Logger");
   if (logger_type && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(logger_type))) return false;
   return obj != base::environ_object();
+}
+
+// Note [Dict-backed objects]
+// transformers' ModelOutput is a dataclass over OrderedDict: its fields are
+// both instance attributes and dict items, and its Python dunders
+// (__getitem__, to_tuple, __contains__, get) read the items through dict's
+// own methods (keys, items, super().__contains__). An output made in one
+// frame and handed to another (generate() passes the encoder's output to
+// every decoder step; a graph break hands a model's output to the resume
+// function) is such an object from a source. It is an Object guarded by
+// type (Note [Objects guarded by type]) whose items are a Dict value read
+// through the object's source like a dict argument's (`contents`): the
+// DictKeys guard holds its exact type and keys, each item has a guard of
+// its own, and dict's methods, len(), `in`, iteration and subscripts that
+// the class leaves to dict act on those items, as for a Record. The trace
+// does not write them: a store replayed through the class's methods would
+// run code the trace never saw (ModelOutput's update() raises), so an item
+// write breaks the graph. The class must be one whose instances the trace
+// could make (is_record_class: no C state but dict's, no metaclass
+// __call__, no __del__).
+bool is_dict_backed(PyObject* obj) {
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  return PyDict_Check(obj) && !PyDict_CheckExact(obj) && is_record_class(type) && is_identity_free(obj, true);
 }
 
 // A tensor on the meta device with these sizes, strides, dtype and grad.
@@ -427,6 +475,13 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     value = wrapped_objects_[obj];
     pin_identity(value, "a second source reaches the object");
     guards_->add_id_match(source, obj);
+  } else if (guarded && is_dict_backed(obj)) {
+    // Note [Dict-backed objects]: the DictKeys guard holds the exact type.
+    value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
+    value->identity_deferred = true;
+    value->contents = wrap_dict(obj, source, /*guarded=*/true);
+    value->contents->object_items = true;
+    wrapped_objects_[obj] = value;
   } else if (guarded && is_identity_free(obj)) {
     guards_->add_type_match(source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     value = make_object(ValueKind::Object, PyRef::borrow(obj), source);
@@ -522,6 +577,10 @@ void TraceState::pin_identity(const ValuePtr& value, const char* why) {
 // before the instruction CPython runs). The graph returns the stored values
 // after the frame's result.
 void TraceState::note_container_write(const ValuePtr& container) {
+  if (container->object_items) {
+    abort_trace(BreakCode::SideEffect, "a write to the items of an object of a dict subclass the frame was given "
+                                       "(Note [Dict-backed objects]: not replayed through its class's methods)");
+  }
   note_mutation();
   const SideEffect::Kind kind =
       container->is(ValueKind::List) ? SideEffect::Kind::ListContents : SideEffect::Kind::DictContents;

@@ -129,7 +129,7 @@ ValuePtr FrameTracer::super_attr(const ValuePtr& super, PyObject* name) {
         bound->self = receiver;
         return bound;
       }
-      if (record && receiver->contents && is_dict_descriptor(found)) return record_method(receiver, name, found);
+      if (receiver->contents && is_dict_descriptor(found)) return record_method(receiver, name, found);
       if (!record && receiver->is(ValueKind::Object) && receiver->source >= 0 && PyDict_Check(receiver->obj.get()) &&
           is_dict_descriptor(found)) {
         // super().get(k) in a dict subclass the frame reads (a registry):

@@ -147,7 +147,9 @@ struct Value {
   // null once all are known.
   std::shared_ptr<FrameTracer> generator;
   ValuePtr attrs;           // Record: its instance __dict__, a Dict value
-  ValuePtr contents;        // Record of a dict subclass: its items, a Dict value (else null)
+  ValuePtr contents;        // Record, or Object the frame was given (Note [Dict-backed objects]),
+                            // of a dict subclass: its items, a Dict value (else null)
+  bool object_items = false;  // Dict: the items of such an Object, which the trace does not write
   bool outer_cell = false;  // Cell: belongs to a scope the caller can see
   bool grad_enabled = false;  // GradModeContext: mode it sets; GradModeExit: mode it restores
   bool already_set = false;   // GradModeContext: set_grad_enabled() set it when called

@@ -216,3 +216,75 @@ def test_callable_objects_made_or_passed_in():
         return Processor(2.0)(x, shift=1.0) + PROCESSOR(x)
 
     check_compiled(fn, lambda: (torch.randn(3),))
+
+
+# Note [Dict-backed objects]: an object of a dict subclass handed to the
+# compiled frame is guarded by its type and keys, not its identity; its
+# Python dunders read its items through dict's own methods.
+def test_dict_subclass_objects_passed_in_keep_their_trace():
+    def fn(out, x):
+        keys = list(out.keys())
+        first = out[0] + out["logits"] * len(out)
+        extra = out.get("aux", None)
+        return first + x + (0 if extra is None else extra), keys, "aux" in out, [k for k in out], out
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    before = stats()
+    for _ in range(3):  # a fresh object each call, as generate() makes them
+        x = torch.randn(3)
+        obj = Output(logits=torch.randn(3))
+        got, want = compiled(obj, x), fn(obj, x)
+        assert_same(got[:4], want[:4])
+        assert got[4] is obj  # the object itself comes back, not a copy
+    assert delta(before, stats())["traces"] == 1
+    # Another key set is another trace, through the keys guard.
+    obj = Output(logits=torch.randn(3), aux=torch.randn(3))
+    x = torch.randn(3)
+    assert_same(compiled(obj, x)[:4], fn(obj, x)[:4])
+    assert delta(before, stats())["traces"] == 2
+
+
+def _assign_item(out, x):
+    out["logits"] = x * 2
+    return out["logits"] + 1
+
+
+def _update_items(out, x):
+    out.update({"aux": x * 2})  # dict's own update on the object's items
+    return out["aux"] + 1
+
+
+@pytest.mark.parametrize("fn, message", [(_assign_item, "item assignment on Object Output"),
+                                         (_update_items, "items of an object of a dict subclass")],
+                         ids=["setitem", "dict-method"])
+def test_items_of_a_dict_subclass_passed_in_are_not_written(fn, message):
+    # A write would be replayed through the class's own methods, which the
+    # trace never ran (ModelOutput's update() raises): the graph breaks
+    # and the write runs eagerly.
+    obj, want_obj = Output(logits=torch.zeros(3)), Output(logits=torch.zeros(3))
+    x = torch.randn(3)
+    before = stats()
+    assert_same(kiln.compile(fn)(obj, x), fn(want_obj, x))
+    assert list(obj.keys()) == list(want_obj.keys())
+    assert_same(list(obj.values()), list(want_obj.values()))
+    assert delta(before, stats())["graph_breaks"] >= 1
+    with pytest.raises(kiln.Unsupported, match=message):
+        kiln.compile(fn, fullgraph=True)(Output(logits=torch.zeros(3)), x)
+
+
+def test_transformers_model_output_passed_in():
+    # The encoder's output crosses into every decoder step of a
+    # seq2seq generate(): one trace for fresh outputs (their class has a
+    # Python metaclass: plain_metaclass in tracer/trace_state.cpp).
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    def fn(enc, x):
+        return enc[0] * x + len(enc), enc.last_hidden_state.sum(), tuple(enc.keys())
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    before = stats()
+    for _ in range(3):
+        enc = outputs.BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=torch.randn(2, 3))
+        x = torch.randn(2, 3)
+        assert_same(compiled(enc, x), fn(enc, x))
+    assert delta(before, stats())["traces"] == 1 and delta(before, stats())["graph_breaks"] == 0

@@ -145,6 +145,38 @@ def test_generate_keeps_its_traces_across_calls(name, wrapped):
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+def test_seq2seq_generate_hands_the_encoder_output_to_each_step():
+    # T5's generate() runs the encoder once and passes its output object
+    # (a ModelOutput: a dataclass over OrderedDict) to every decoder step,
+    # which reads it through len() and [0]: guarded by its type and keys,
+    # not its identity (Note [Dict-backed objects]), so a second call keeps
+    # the first call's traces. Three traces: the first step (empty cache),
+    # the second (cache length 1, specialized as every size 1 is), then the
+    # dynamic one.
+    import copy
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2,
+                                   num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                                   dropout_rate=0.0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    compiled_model = copy.deepcopy(model)
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled_model.forward = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    ids = torch.randint(2, 100, (1, 12))
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(ids, **kwargs)
+        assert torch.equal(compiled_model.generate(ids, **kwargs), want)
+        after_first = kiln.stats()
+        assert torch.equal(compiled_model.generate(ids, **kwargs), want)
+    s = kiln.stats()
+    assert after_first["traces"] == 3, after_first
+    assert s["traces"] == 3 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
 @pytest.mark.parametrize("name", ["hf-gpt2", "hf-llama"])
 def test_batched_generate_with_left_padding(name):
     # Two prompts, the second left-padded: the mask utilities take their
