@@ -43,6 +43,9 @@ struct CodeCache {
     uint64_t config_id = 0;
     tracer::DynamicDims dims;
     bool static_only = false;  // a trace had to specialize
+    // Dims an earlier run's profile made dynamic that this process has not
+    // seen change (Note [Dynamic profiles]): dropped if they make a trace fall back.
+    std::vector<std::pair<std::string, int>> unseen_profile_dims;
   };
   std::vector<DynamicState> dynamic;
   // The state for a config, created on first use.

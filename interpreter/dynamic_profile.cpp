@@ -35,7 +35,12 @@ namespace kiln::interpreter {
 // kiln.reset() the code learns as without one, so a test's counts do not
 // depend on the tests before it. Only dims are kept, not the fallbacks a
 // trace took (dim 0s only, static): those follow from the dims and are
-// learned again. KILN_DYNAMIC_PROFILES=0, or the disk cache off
+// learned again. A profile can be wrong for this run (written by another
+// use of a code that decorators share, or by older library code): where
+// the trace it seeds falls back, the profile's dims this process has not
+// seen change are dropped (and the file rewritten) instead of the fallback
+// being kept, so the dims that do change are traced dynamic at their next
+// change. KILN_DYNAMIC_PROFILES=0, or the disk cache off
 // (KILN_CACHE_DIR=""), turns profiles off.
 
 namespace {
@@ -113,7 +118,11 @@ int seed_from_profile(PyCodeObject* code, tracer::DynamicDims* dims) {
 
 void save_profile(PyCodeObject* code, const tracer::DynamicDims& dims) {
   const std::string path = profile_path(code);
-  if (path.empty() || dims.dims.empty()) return;
+  if (path.empty()) return;
+  if (dims.dims.empty()) {
+    std::remove(path.c_str());  // nothing left to keep (its dims were dropped)
+    return;
+  }
   const std::string dir = path.substr(0, path.rfind('/'));
   if (const std::string why = inductor::prepare_cache_dir(dir); !why.empty()) {
     KILN_LOG(dynamic, "dynamic profile of " << code_label(code) << " not saved: " << why);

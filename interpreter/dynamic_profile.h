@@ -18,7 +18,8 @@ bool dynamic_profiles_enabled();
 int seed_from_profile(PyCodeObject* code, tracer::DynamicDims* dims);
 
 // Saves `dims` (their sources and dim numbers) as `code`'s profile,
-// replacing the one on disk. Failures are logged, never raised.
+// replacing the one on disk (removing it when `dims` is empty). Failures
+// are logged, never raised.
 void save_profile(PyCodeObject* code, const tracer::DynamicDims& dims);
 
 }  // namespace kiln::interpreter

@@ -269,9 +269,15 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
   const bool automatic = config.dynamic == CompileConfig::Dynamic::Automatic;
   // The dims an earlier run learned for this code, all at once (Note
   // [Dynamic profiles]).
+  const size_t before_profile = dynamic.dims.dims.size();
   bool grew = automatic && seed_from_profile(code, &dynamic.dims) > 0;
+  if (grew) {
+    dynamic.unseen_profile_dims.assign(dynamic.dims.dims.begin() + static_cast<std::ptrdiff_t>(before_profile),
+                                       dynamic.dims.dims.end());
+  }
   bool learned = false;
   for (const auto& change : changes) {
+    std::erase(dynamic.unseen_profile_dims, std::make_pair(change.source, change.dim));
     if (dynamic.dims.add(change.source, change.dim)) {
       grew = learned = true;
       KILN_LOG(dynamic, code_name(code) << ": " << change.source << " dim " << change.dim
@@ -418,7 +424,18 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     dims.shifted_points = true;
     KILN_LOG(dynamic, code_name(code) << ": dynamic sizes traced at shifted sample points; kept for later traces");
   }
-  if (!result.specialized.empty()) {
+  if (!result.specialized.empty() && !cache->dynamic_state(config.id).unseen_profile_dims.empty()) {
+    // The dims an earlier run's profile added and this process never saw
+    // change may be what the trace could not keep (a profile from another
+    // use of the code, or older library code): they are dropped, not the
+    // dims that did change, which the next size change traces dynamic.
+    CodeCache::DynamicState& state = cache->dynamic_state(config.id);
+    for (const auto& dim : state.unseen_profile_dims) std::erase(state.dims.dims, dim);
+    state.unseen_profile_dims.clear();
+    KILN_LOG(dynamic, code_name(code) << ": the trace fell back (" << result.specialized
+                                      << "); dropping the profile's dims this run has not seen change");
+    if (config.dynamic == CompileConfig::Dynamic::Automatic) save_profile(code, state.dims);
+  } else if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.
     CodeCache::DynamicState& state = cache->dynamic_state(config.id);
     if (result.leading_only) {
