@@ -3,7 +3,10 @@
 one process (fp32), on the small configs of tests/python/zoo/zoo_models.py.
 
     PYTHONPATH=python .venv/bin/python benchmarks/zoo_cpu.py [--models hf-gpt2,tv-swin] [--mode infer|train]
-        [--batch 4] [--rounds 3] [--repeat 10] [--constant-subgraphs-off]
+        [--set zoo|library] [--batch 4] [--rounds 3] [--repeat 10] [--constant-subgraphs-off]
+
+--set library takes the models from tests/python/zoo/library_models.py
+(the wider set zoo_capture.py measures; --models then names some of them).
 
 Per model and mode (infer: a forward under no_grad; train: forward,
 backward and an SGD step): the median step time of eager, kiln.compile and
@@ -36,7 +39,10 @@ import torch  # noqa: E402
 import torch._inductor.config  # noqa: E402
 
 import kiln  # noqa: E402
+import library_models  # noqa: E402
 import zoo_models  # noqa: E402
+
+MODEL_SETS = {"zoo": zoo_models, "library": library_models}
 
 torch._inductor.config.cpp.simdlen = 1  # pytorch/pytorch#179135 (tv-swin)
 
@@ -58,8 +64,8 @@ def close(a, b, tol):
                                           for x, y in zip(ta, tb))
 
 
-def run_model(name, mode, batch, rounds, repeat, options):
-    model, args, kwargs = zoo_models.build(name)
+def run_model(name, mode, batch, rounds, repeat, options, model_set="zoo"):
+    model, args, kwargs = MODEL_SETS[model_set].build(name)
     args, kwargs = batched(args, batch), batched(kwargs, batch)
     train = mode == "train"
     model = zoo_models.without_randomness(model).train() if train else model.eval()
@@ -122,7 +128,8 @@ def run_model(name, mode, batch, rounds, repeat, options):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(zoo_models.MODELS))
+    parser.add_argument("--set", choices=sorted(MODEL_SETS), default="zoo")
+    parser.add_argument("--models", default=None, help="comma-separated names (default: the whole set)")
     parser.add_argument("--mode", choices=["infer", "train"], default="infer")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
@@ -138,9 +145,10 @@ def main():
           "| breaks | kiln eager runs | equal eager (kiln / tc) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
-    for name in ns.models.split(","):
+    names = ns.models.split(",") if ns.models else list(MODEL_SETS[ns.set].MODELS)
+    for name in names:
         try:
-            r = run_model(name, ns.mode, ns.batch, ns.rounds, ns.repeat, options)
+            r = run_model(name, ns.mode, ns.batch, ns.rounds, ns.repeat, options, ns.set)
         except Exception as e:  # a row that fails says why; the others still run
             print(f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:160]} |||||||||")
             continue

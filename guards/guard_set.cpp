@@ -240,6 +240,12 @@ void GuardSet::add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& r
   indexed_ = false;
 }
 
+void GuardSet::add_same_object(int a, int b) {
+  if (a == b) return;
+  guards_.push_back({.kind = GuardKind::SameObject, .source = std::max(a, b), .others = {std::min(a, b)}});
+  indexed_ = false;
+}
+
 void GuardSet::add_distinct(std::vector<int> sources) {
   if (sources.size() < 2) return;
   std::sort(sources.begin(), sources.end());
@@ -352,6 +358,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
       }
       return true;
     }
+    case GuardKind::SameObject:
+      return value && value == values.get(guard.others[0]);
   }
   return false;
 }
@@ -366,8 +374,8 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
 // read through (fetched root first, as the full walk would: a base's type
 // guard comes before its attribute is read). When it fails again the
 // check ends there; otherwise the walk runs as always, the sources already
-// fetched kept. A check that holds forgets the guard. A Distinct guard (it
-// reads other sources) and size relations (they need every symbol bound)
+// fetched kept. A check that holds forgets the guard. Distinct and
+// SameObject guards (they read other sources) and size relations (they need every symbol bound)
 // wait for the walk.
 bool GuardSet::last_failure_repeats(const FrameView& frame, SourceValues& values) const {
   const int failed = last_failed_.load(std::memory_order_relaxed);
@@ -384,7 +392,10 @@ bool GuardSet::last_failure_repeats(const FrameView& frame, SourceValues& values
     values.set(id, value);
     if (!value) return true;  // the walk fails on it too
     for (int g : by_source_[id]) {
-      if (guards_[g].kind != GuardKind::Distinct && !holds(guards_[g], value, values, symbols)) return true;
+      const GuardKind kind = guards_[g].kind;
+      if (kind != GuardKind::Distinct && kind != GuardKind::SameObject && !holds(guards_[g], value, values, symbols)) {
+        return true;
+      }
     }
   }
   return false;
@@ -538,6 +549,9 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
       out << " are one object; they were distinct objects when traced";
       break;
     }
+    case GuardKind::SameObject:
+      out << where << " is not " << sources_.at(guard.others[0]).text << ", which it was when traced";
+      break;
   }
   return out.str();
 }
@@ -716,6 +730,9 @@ std::string GuardSet::describe(const Guard& guard) const {
       out << " and";
       for (size_t i = 0; i < guard.others.size(); ++i) out << (i ? ", " : " ") << sources_.at(guard.others[i]).text;
       out << " are distinct objects";
+      break;
+    case GuardKind::SameObject:
+      out << " is " << sources_.at(guard.others[0]).text;
       break;
   }
   return out.str();

@@ -33,7 +33,8 @@ namespace kiln::guards {
   X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
   X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)") \
   X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)") \
-  X(Distinct, "objects pairwise distinct from those at others (objects guarded by type)")
+  X(Distinct, "objects pairwise distinct from those at others (objects guarded by type)") \
+  X(SameObject, "the object at others[0] (one object through two sources, guarded by type)")
 
 enum class GuardKind : uint8_t {
 #define KILN_GUARD_ENUM(name, doc) name,
@@ -67,7 +68,9 @@ struct Guard {
   // SizeRelation: `lhs cmp rhs` is `flag` (Note [Size relations]).
   SizeExpr lhs, rhs;
   int cmp = 0;
-  std::vector<int> others;  // Distinct: the group's other sources, all fetched before `source`
+  // Distinct: the group's other sources; SameObject: the first source. All
+  // are fetched before `source`.
+  std::vector<int> others;
 };
 
 // All guards of one cache entry, with the sources they read.
@@ -111,6 +114,9 @@ class GuardSet {
   // only, Note [Objects guarded by type] in tracer/trace_state.cpp): one
   // guard for the group, checked once all are fetched.
   void add_distinct(std::vector<int> sources);
+  // The two sources hold one object (an object guarded by type reached
+  // through a second source): checked once both are fetched.
+  void add_same_object(int a, int b);
   // Dynamic dims accept size 1 too, as long as every symbol is 1 together
   // (the trace held at that point: Note [The size-one point] in
   // tracer/dynamic_shapes.cpp).

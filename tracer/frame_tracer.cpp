@@ -777,6 +777,7 @@ void FrameTracer::step_load_store(const Instruction& ins) {
     case Op::DeleteAttr: {
       ValuePtr target = pop();
       if (target->is(ValueKind::Record)) return delete_record_attr(target, name_at(ins.arg).get());
+      // Not an object the trace made: its deletion would have to be replayed.
       abort_trace(BreakCode::SideEffect, "deletion of attribute '" +
                                              std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
     }

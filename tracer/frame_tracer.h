@@ -158,7 +158,17 @@ class FrameTracer {
   bool set_holds_tensor(const std::vector<ValuePtr>& members, const ValuePtr& tensor);
   // Objects of plain Python classes the trace makes (Note [User objects]).
   ValuePtr make_record(const ValuePtr& cls, std::vector<ValuePtr> args, KwArgs kwargs);
-  ValuePtr record_attr(const ValuePtr& record, PyObject* name);
+  // `generic`: object.__getattribute__'s lookup, past a Python __getattribute__.
+  ValuePtr record_attr(const ValuePtr& record, PyObject* name, bool generic = false);
+  // copy.deepcopy(value) (Note [Deep copies], trace_copy.cpp).
+  ValuePtr deep_copy(const ValuePtr& value);
+  ValuePtr deep_copy_into(const ValuePtr& value, std::vector<std::pair<const Value*, ValuePtr>>* memo);
+  ValuePtr copy_object(const ValuePtr& value, std::vector<std::pair<const Value*, ValuePtr>>* memo);
+  // A torch.nn module class called with constant arguments, made while
+  // tracing (Note [Torch modules made in forward], trace_calls.cpp).
+  ValuePtr make_torch_module(PyObject* type, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // setattr(x, name, value) / delattr(x, name) with a constant name.
+  ValuePtr call_attribute_builtin(bool store, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // `generic`: object.__setattr__'s store, past a Python __setattr__.
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
   // `del record.name` on an object the trace made: its __dict__ entry goes.

@@ -4,6 +4,7 @@
 #include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
 #include "tracer/frame_tracer.h"
+#include "base/module_attr.h"
 
 namespace kiln::tracer {
 namespace {
@@ -143,6 +144,7 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
           if (!table || !PyDict_Check(table)) continue;
           PyObject* item = PyDict_GetItemWithError(table, name);
           if (!item) continue;
+          if (base->source < 0 && item == Py_None) return state_.wrap_unguarded(item);  // Note [Torch modules made in forward]
           if (base->source < 0) abort_trace(BreakCode::UnsupportedValue, "module without a source");
           int source = state_.sources().dict_item(state_.sources().attr(base->source, store_name.get()), name);
           return state_.wrap(item, source);
@@ -334,8 +336,31 @@ ValuePtr FrameTracer::generic_getattr(const ValuePtr& base, const ValuePtr& name
   if (!name->is(ValueKind::Constant) || !PyUnicode_Check(name->obj.get())) {
     abort_trace(BreakCode::UnsupportedAttribute, "object.__getattribute__ with a non-constant name");
   }
+  if (base->is(ValueKind::Record)) return record_attr(base, name->obj.get(), /*generic=*/true);
   if (!base->is(ValueKind::Object) || base->source < 0) return load_attr(base, name->obj.get());
   return load_object_attr(base, name->obj.get(), /*generic=*/true);
+}
+
+ValuePtr FrameTracer::call_attribute_builtin(bool store, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  const char* what = store ? "setattr" : "delattr";
+  if (args.size() != (store ? 3u : 2u) || !kwargs.empty()) {
+    abort_trace(BreakCode::PythonException,
+                std::string("TypeError: ") + what + "() takes " + (store ? "3" : "2") + " positional arguments");
+  }
+  if (!args[1]->is(ValueKind::Constant) || !PyUnicode_Check(args[1]->obj.get())) {
+    abort_trace(BreakCode::UnsupportedAttribute, std::string(what) + "() with the name " + describe_value(*args[1]));
+  }
+  // The STORE_ATTR / DELETE_ATTR the name spells, with their rules.
+  PyObject* name = args[1]->obj.get();
+  if (store) {
+    store_attr(args[0], name, args[2]);
+  } else if (args[0]->is(ValueKind::Record)) {
+    delete_record_attr(args[0], name);
+  } else {
+    abort_trace(BreakCode::SideEffect, std::string("deletion of attribute '") + PyUnicode_AsUTF8(name) + "' of " +
+                                           describe_value(*args[0]));
+  }
+  return state_.wrap_unguarded(Py_None);
 }
 
 ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, bool generic) {
@@ -347,6 +372,17 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   const std::string attr = PyUnicode_AsUTF8(name);
   const std::string where = std::string(type->tp_name) + "." + attr;
   if (ValuePtr method = logger_method(base, name)) return method;
+  // typing's C objects (`int | None`, `list[int]`) never change: guarded by
+  // identity, what they hold is fixed (a strict dataclass's type
+  // validators read a field type's __args__ and __origin__).
+  static PyObject* union_type = base::import_attr("types", "UnionType");
+  static PyObject* generic_alias = base::import_attr("types", "GenericAlias");
+  const PyObject* exact_type = reinterpret_cast<PyObject*>(type);
+  if (!base->identity_deferred && (exact_type == union_type || exact_type == generic_alias)) {
+    PyRef value = PyRef::steal(PyObject_GetAttr(obj, name));
+    if (!value) raise_python_error();
+    return state_.wrap_unguarded(value.get());
+  }
   // A metaclass that keeps type's attribute lookup (one that only
   // customizes class creation or __setattr__, like transformers'
   // ModelOutput's) reads class attributes as type does, unless it defines

@@ -4,6 +4,8 @@
 
 #include "runtime/aten_bridge.h"
 #include "stdlib/model_registry.h"
+#include "base/class_dict.h"
+#include "base/log.h"
 #include "base/module_attr.h"
 #include "base/torch_api.h"
 #include "stdlib/torch_callables.h"
@@ -305,10 +307,18 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       return call_modelled(callable, std::move(args), std::move(kwargs));
     case ValueKind::StdObject:
       return call_modelled(callable, std::move(args), std::move(kwargs));
-    case ValueKind::Function:
+    case ValueKind::Function: {
       if (is_getenv(callable->obj.get())) return read_environ("get", args, kwargs);
+      static PyObject* deepcopy = base::import_attr("copy", "deepcopy");
+      if (callable->obj.get() == deepcopy) {
+        const bool no_memo = kwargs.empty() && (args.size() == 1 || (args.size() == 2 && args[1]->is(ValueKind::Constant) &&
+                                                                    args[1]->obj.get() == Py_None));
+        if (!no_memo) abort_trace(BreakCode::UnsupportedCall, "copy.deepcopy() with a memo");
+        return deep_copy(args[0]);
+      }
       if (stdlib::find_model(*callable)) return call_modelled(callable, std::move(args), std::move(kwargs));
       return inline_function(callable->obj.get(), callable->source, std::move(args), std::move(kwargs));
+    }
     case ValueKind::Method: {
       // super().__call__(...) in a module class that overrides __call__:
       // nn.Module's own call of the receiver.
@@ -354,6 +364,11 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         abort_trace(BreakCode::UnsupportedFrame, name_of(obj) + "() runs code in the calling frame");
       }
       if (ValuePtr done = call_object_slot(callable, args, kwargs)) return done;
+      static PyObject* setattr_builtin = base::import_attr("builtins", "setattr");
+      static PyObject* delattr_builtin = base::import_attr("builtins", "delattr");
+      if (obj == setattr_builtin || obj == delattr_builtin) {
+        return call_attribute_builtin(obj == setattr_builtin, args, kwargs);
+      }
       if (is_object_getattribute(obj) && kwargs.empty()) {
         // object.__getattribute__(x, name), or bound by super() to x.
         if (callable->self && args.size() == 1) return generic_getattr(callable->self, args[0]);
@@ -380,6 +395,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
       if (!stdlib::find_model(*callable) && is_record_class(obj)) {
         return make_record(callable, std::move(args), std::move(kwargs));
       }
+      if (is_torch_module_class(obj)) return make_torch_module(obj, args, kwargs);
       if (callable->is(ValueKind::Object) && !PyType_Check(obj) && !stdlib::find_model(*callable)) {
         // An instance whose class defines __call__ in Python (diffusers'
         // attention processors): called as CPython would, obj.__call__(...).
@@ -420,6 +436,55 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
     default:
       abort_trace(BreakCode::UnsupportedCall, "call of " + describe_value(*callable));
   }
+}
+
+// Note [Torch modules made in forward]
+// Library forwards make torch's own modules per call: T5 and BART build
+// `CrossEntropyLoss(ignore_index=-100)` for their loss. Their constructors
+// run only torch's code, which records the arguments; so with constant
+// arguments the tracer makes the module while tracing and calls it like
+// any module without a source (what it reads of it are the constants it
+// was made with). A module that then holds a tensor (a class weight) or a
+// submodule is not made so, nor one whose class or a base with its own
+// __init__ is not torch.nn's: the trace breaks at the call.
+bool is_torch_module_class(PyObject* obj) {
+  const base::TorchApi* api = base::torch_api();
+  if (!PyType_Check(obj) || !api || PyObject_IsSubclass(obj, api->module_type) != 1) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(obj)->tp_mro;
+  PyRef init_name = PyRef::steal(PyUnicode_InternFromString("__init__"));
+  for (Py_ssize_t k = 0; mro && k < PyTuple_GET_SIZE(mro); ++k) {
+    auto* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k));
+    if (klass == &PyBaseObject_Type) continue;
+    PyRef module = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(klass), "__module__"));
+    const char* text = module && PyUnicode_Check(module.get()) ? PyUnicode_AsUTF8(module.get()) : nullptr;
+    PyErr_Clear();
+    const bool torch_nn = text && std::string(text).rfind("torch.nn.", 0) == 0;
+    if (k == 0 && !torch_nn) return false;
+    if (!torch_nn && base::own_class_attr(klass, init_name.get())) return false;
+  }
+  return true;
+}
+
+ValuePtr FrameTracer::make_torch_module(PyObject* type, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  const std::string name = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+  ValuePtr module = call_on_constants(type, args, kwargs, name + "() made in the trace with");
+  for (const char* table : {"_parameters", "_buffers", "_modules"}) {
+    PyRef dict = PyRef::steal(PyObject_GetAttrString(module->obj.get(), table));
+    if (!dict || !PyDict_Check(dict.get())) abort_trace(BreakCode::UnsupportedValue, name + " without " + table);
+    Py_ssize_t pos = 0;
+    PyObject *key, *item;
+    while (PyDict_Next(dict.get(), &pos, &key, &item)) {
+      if (item != Py_None) {
+        abort_trace(BreakCode::UnsupportedValue, name + "() made in the trace holds " + table + " entry " +
+                                                     py_repr(key) + " (Note [Torch modules made in forward])");
+      }
+    }
+  }
+  KILN_LOG(graph, "made " << name << " while tracing (Note [Torch modules made in forward])");
+  return module;
 }
 
 ValuePtr FrameTracer::call_on_constants(PyObject* callable, const std::vector<ValuePtr>& args, const KwArgs& kwargs,

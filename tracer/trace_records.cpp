@@ -431,8 +431,19 @@ ValuePtr FrameTracer::record_method(const ValuePtr& record, PyObject* name, PyOb
   return method;
 }
 
-ValuePtr FrameTracer::record_attr(const ValuePtr& record, PyObject* name) {
+ValuePtr FrameTracer::record_attr(const ValuePtr& record, PyObject* name, bool generic) {
   auto* type = reinterpret_cast<PyTypeObject*>(record->tuple_type.get());
+  if (!generic) {
+    // A Python __getattribute__ (a deep copy of a transformers config maps
+    // attribute aliases so); object.__getattribute__ inside it comes back
+    // here as the generic lookup (Note [Custom getattr]).
+    PyRef getattribute_name = intern("__getattribute__");
+    PyObject* getattribute = _PyType_Lookup(type, getattribute_name.get());
+    if (getattribute && PyFunction_Check(getattribute)) {
+      return inline_function(getattribute, class_entry_source(type, getattribute_name.get(), getattribute),
+                             {record, state_.wrap_unguarded(name)}, {});
+    }
+  }
   const std::string attr = PyUnicode_AsUTF8(name);
   if (attr == "__class__") return record->self;
   if (attr == "__dict__") return record->attrs;
@@ -469,7 +480,11 @@ void FrameTracer::store_record_attr(const ValuePtr& record, PyObject* name, cons
   PyObject* class_attr = _PyType_Lookup(type, name);
   if (!generic) {
     if (PyObject* setattr = python_method(type, "__setattr__")) {
-      inline_function(setattr, -1, {record, state_.wrap_unguarded(name), value}, {});
+      // Through the class's dict, so that a closure (a decorator's
+      // __setattr__, huggingface_hub's strict dataclasses) is re-fetched.
+      PyRef setattr_name = intern("__setattr__");
+      inline_function(setattr, class_entry_source(type, setattr_name.get(), setattr),
+                      {record, state_.wrap_unguarded(name), value}, {});
       return;
     }
   }

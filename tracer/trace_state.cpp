@@ -183,9 +183,10 @@ bool is_plain_dict(PyObject* obj) {
 // their per-device outputs by).
 // Keys a dict guard can compare cheaply and without running Python code:
 // str, int, bytes, bool, None, torch.device and torch.dtype (diffusers maps
-// dtypes to dtypes), classes (by identity) and enum members (diffusers'
-// attention backend registry; compared by identity, or by their str or int
-// mixin's C equality).
+// dtypes to dtypes), classes and other objects that compare by identity
+// (typing.Union keys huggingface_hub's validators) and enum members
+// (diffusers' attention backend registry; compared by identity, or by
+// their str or int mixin's C equality).
 bool plain_key(PyObject* key) {
   const base::TorchApi* api = base::torch_api();
   if (PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key) || PyBool_Check(key) ||
@@ -195,6 +196,12 @@ bool plain_key(PyObject* key) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(key));
   if (api && (type == api->device_type || type == api->dtype_type)) return true;
   if (PyType_Check(key) && Py_TYPE(key) == &PyType_Type) return true;
+  // Compared by identity; the guard holds the key, so no tensor or module
+  // (a model kept alive by a guard) keys a dict read so.
+  if (identity_equality(Py_TYPE(key)) && !runtime::is_tensor(key) && api &&
+      PyObject_TypeCheck(key, reinterpret_cast<PyTypeObject*>(api->module_type)) == 0) {
+    return true;
+  }
   return is_enum_member(key) && native_equality(Py_TYPE(key));
 }
 
@@ -283,7 +290,13 @@ bool is_identity_free(PyObject* obj, bool dict_bases = false) {
 // __call__, no __del__).
 bool is_dict_backed(PyObject* obj) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
-  return PyDict_Check(obj) && !PyDict_CheckExact(obj) && is_record_class(type) && is_identity_free(obj, true);
+  if (!PyDict_Check(obj) || PyDict_CheckExact(obj) || !is_record_class(type) || !is_identity_free(obj, true)) {
+    return false;
+  }
+  // The keys guard iterates the object: dict's or OrderedDict's own __iter__.
+  PyRef iter_name = PyRef::steal(PyUnicode_InternFromString("__iter__"));
+  PyObject* iter = _PyType_Lookup(Py_TYPE(obj), iter_name.get());
+  return iter && !PyFunction_Check(iter);
 }
 
 // A tensor on the meta device with these sizes, strides, dtype and grad.
@@ -471,10 +484,16 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
     }
   } else if (guarded && wrapped_objects_.count(obj)) {
     // One object through a second source: one value, so that stores through
-    // either name are seen through the other; both names guarded to it.
+    // either name are seen through the other. An object guarded by type
+    // stays so, the second name guarded to be the first (a resume
+    // function's stack and locals both hold the cache under construction);
+    // else both names are guarded to the object.
     value = wrapped_objects_[obj];
-    pin_identity(value, "a second source reaches the object");
-    guards_->add_id_match(source, obj);
+    if (value->identity_deferred) {
+      guards_->add_same_object(value->source, source);
+    } else {
+      guards_->add_id_match(source, obj);
+    }
   } else if (guarded && is_dict_backed(obj)) {
     // Note [Dict-backed objects]: the DictKeys guard holds the exact type.
     value = make_object(ValueKind::Object, PyRef::borrow(obj), source);

@@ -295,6 +295,9 @@ bool is_dict_descriptor(PyObject* obj);
 // True for a plain Python class whose instances the tracer can model as a
 // Record (Note [User objects] in trace_records.cpp).
 bool is_record_class(PyObject* type);
+// True for a torch.nn module class whose constructors are all torch.nn's
+// (Note [Torch modules made in forward] in trace_calls.cpp).
+bool is_torch_module_class(PyObject* obj);
 // The callable that rebuilds a Record: rebuild_object(cls, attrs, contents).
 PyObject* record_rebuilder();
 // The callable that rebuilds a returned tuple of `type` from a sequence:

@@ -34,10 +34,15 @@ bool native_equality(PyTypeObject* type) {
   return true;
 }
 
+bool identity_equality(PyTypeObject* type) {
+  return type->tp_richcompare == PyBaseObject_Type.tp_richcompare && type->tp_hash == PyBaseObject_Type.tp_hash;
+}
+
 bool is_key_value(const Value& value) {
   if (value.kind == ValueKind::Constant) return true;
-  return value.kind == ValueKind::Object && is_enum_member(value.obj.get()) &&
-         native_equality(Py_TYPE(value.obj.get()));
+  if (value.kind != ValueKind::Object || value.identity_deferred) return false;
+  PyTypeObject* type = Py_TYPE(value.obj.get());
+  return (is_enum_member(value.obj.get()) && native_equality(type)) || identity_equality(type);
 }
 
 uint64_t next_value_birth() {

@@ -78,9 +78,14 @@ bool is_enum_member(PyObject* obj);
 // its MRO defines __eq__/__ne__ in Python (IntEnum's come from int).
 bool native_equality(PyTypeObject* type);
 
+// True when instances of `type` compare and hash by identity (object's own
+// __eq__ and __hash__: classes, typing's special forms).
+bool identity_equality(PyTypeObject* type);
+
 // True for a value that keys a dict as a constant does: a Constant, or an
-// enum member (an identity-guarded Object) whose equality runs no Python
-// code (diffusers keys its attention backend registry by members).
+// identity-guarded Object that is an enum member whose equality runs no
+// Python code (diffusers keys its attention backend registry by members)
+// or compares by identity (huggingface_hub keys validators by typing.Union).
 bool is_key_value(const Value& value);
 
 // The birth a value made now gets: values are numbered in the order they are

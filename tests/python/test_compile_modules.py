@@ -629,3 +629,37 @@ def test_parameter_walks_through_a_set_of_tensors():
     model.b.weight = model.a.weight
     assert_same(compiled(x), model(x))
     assert stats()["recompiles"] >= 1
+
+
+# Note [Torch modules made in forward]: torch's own modules made per call
+# with constant arguments (T5 and BART build their loss so) are made while
+# tracing; one holding a tensor, or of a class with its own constructor
+# outside torch.nn, breaks the graph at the call.
+def test_torch_modules_made_in_forward():
+    def fn(logits, target):
+        loss = nn.CrossEntropyLoss(ignore_index=-100)(logits, target)
+        return nn.GELU(approximate="tanh")(logits).sum() + loss
+
+    compiled = check_compiled(fn, lambda: (torch.randn(4, 5, requires_grad=True), torch.tensor([0, 2, -100, 4])))
+    before = stats()
+    for _ in range(2):
+        compiled(torch.randn(4, 5, requires_grad=True), torch.tensor([1, 2, 3, -100]))
+    assert delta(before, stats())["traces"] == 0
+
+
+class OwnLoss(nn.CrossEntropyLoss):
+    def __init__(self):
+        super().__init__(ignore_index=0)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda logits, target: nn.BatchNorm1d(5)(logits), "holds _parameters entry 'weight'"),
+    (lambda logits, target: nn.CrossEntropyLoss(weight=torch.ones(5))(logits, target),
+     r"CrossEntropyLoss\(\) made in the trace with Tensor"),
+    (lambda logits, target: OwnLoss()(logits, target), "call of Object"),
+], ids=["holding-a-parameter", "given-a-tensor", "own-constructor"])
+def test_modules_made_in_forward_that_break(fn, message):
+    logits, target = torch.randn(4, 5), torch.tensor([0, 2, 1, 4])
+    assert_same(kiln.compile(fn)(logits, target), fn(logits, target))
+    with pytest.raises(kiln.Unsupported, match=message):
+        kiln.compile(fn, fullgraph=True)(logits, target)

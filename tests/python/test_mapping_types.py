@@ -383,3 +383,22 @@ def test_dicts_keyed_by_dtypes_and_enum_members():
     finally:
         _SELECTED = _Backend.NATIVE
     assert stats()["recompiles"] == 1
+
+
+VALIDATORS = {typing.Union: "union", list: "list", typing.Sequence: "sequence"}
+FIELD = int | None
+OPTIONAL = typing.Optional[int]
+
+
+def test_dicts_keyed_by_typing_forms():
+    # huggingface_hub's strict dataclasses pick a validator by a field
+    # type's origin: keys that compare by identity (typing.Union), and the
+    # attributes of typing's C objects (`int | None`), which never change.
+    def fn(x):
+        kind = VALIDATORS.get(typing.get_origin(OPTIONAL))
+        args = typing.get_args(FIELD)
+        return x + len(kind) + len(args)
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    assert_same(compiled(x), fn(x))

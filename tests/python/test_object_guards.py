@@ -132,6 +132,24 @@ def test_one_object_through_two_sources_keeps_their_aliasing():
         assert_same(b_kiln.value, b_eager.value)
 
 
+def test_fresh_objects_through_two_sources_reuse_the_trace():
+    # The same fresh object under two names (a resume function's stack and
+    # locals both hold the cache under construction) is guarded to be one
+    # object (SameObject), not to be the first call's object.
+    def f(x, a, b):
+        a.value = x * 2
+        return b.value + 1
+
+    compiled = kiln.compile(f)
+    before = stats()
+    for _ in range(4):
+        x = torch.randn(3)
+        a_eager, a_kiln = Holder(torch.ones(3)), Holder(torch.ones(3))
+        assert_same(compiled(x, a_kiln, a_kiln), f(x, a_eager, a_eager))
+        assert_same(a_kiln.value, a_eager.value)
+    assert delta(before, stats())["traces"] == 1
+
+
 def test_enum_members_stay_guarded_by_identity():
     def f(x, mode):
         return x + 2 if mode == Mode.ADD else x * 2

@@ -288,3 +288,34 @@ def test_transformers_model_output_passed_in():
         x = torch.randn(2, 3)
         assert_same(compiled(enc, x), fn(enc, x))
     assert delta(before, stats())["traces"] == 1 and delta(before, stats())["graph_breaks"] == 0
+
+
+def test_setattr_and_delattr_builtins():
+    # setattr/delattr with a constant name are the attribute store and
+    # deletion they spell: on an object the trace made, and a store to an
+    # argument replayed after the graph.
+    def fn(x, holder):
+        s = Scaled(x + 1)
+        setattr(s, "extra", x * 2)
+        delattr(s, "factor")
+        setattr(holder, "seen", s.extra.sum())
+        return s.t + getattr(s, "extra"), list(s.__dict__)
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    got_holder, want_holder = Scaled(x), Scaled(x)
+    assert_same(compiled(x, got_holder), fn(x, want_holder))
+    assert_same(got_holder.seen, want_holder.seen)
+
+
+def test_deleting_an_attribute_of_an_argument_breaks_the_graph():
+    def fn(x, holder):
+        delattr(holder, "factor")
+        return x + 1
+
+    x = torch.randn(3)
+    got, want = Scaled(x), Scaled(x)
+    assert_same(kiln.compile(fn)(x, got), fn(x, want))
+    assert vars(got).keys() == vars(want).keys()
+    with pytest.raises(kiln.Unsupported, match="deletion of attribute 'factor'"):
+        kiln.compile(fn, fullgraph=True)(x, Scaled(x))

@@ -649,6 +649,23 @@ TEST(Distinct, HoldsForDifferentObjectsAndFailsWhenTwoAreOne) {
   EXPECT_THAT(guards.format(), HasSubstr("Distinct"));
 }
 
+// One object through two sources (Note [Objects guarded by type]): the
+// later source must hold the earlier one's object, whichever it is.
+TEST(SameObject, HoldsForOneObjectUnderBothNames) {
+  PyRef a = eval("object()"), b = eval("object()");
+  GuardSet guards;
+  const int first = guards.sources().local(0, "a");
+  const int second = guards.sources().local(1, "b");
+  guards.add_type_match(first, reinterpret_cast<PyObject*>(Py_TYPE(a.get())));
+  guards.add_same_object(second, first);
+  EXPECT_TRUE(check_locals(guards, {a.get(), a.get()}));
+  EXPECT_TRUE(check_locals(guards, {b.get(), b.get()}));
+  EXPECT_FALSE(check_locals(guards, {a.get(), b.get()}));
+  EXPECT_FALSE(check_locals(guards, {a.get(), b.get()}));  // the repeated failure, found by the walk
+  EXPECT_THAT(verbose_locals(guards, {a.get(), b.get()}), HasSubstr("L['b'] is not L['a']"));
+  EXPECT_THAT(guards.format(), HasSubstr("SameObject"));
+}
+
 TEST(DynamicTensorMatch, StaticDimsDtypeAndLayoutStillChecked) {
   PyRef traced = eval("torch.ones(4, 3)");
   DynamicGuard g(traced);
