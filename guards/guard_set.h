@@ -111,7 +111,7 @@ class GuardSet {
   // bind) is `result`.
   void add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result);
   // The sources hold pairwise different objects (objects guarded by type
-  // only, Note [Objects guarded by type] in tracer/trace_state.cpp): one
+  // only, Note [Objects guarded by type] in tracer/object_guards.cpp): one
   // guard for the group, checked once all are fetched.
   void add_distinct(std::vector<int> sources);
   // The two sources hold one object (an object guarded by type reached

@@ -1,5 +1,5 @@
 """Plain Python objects are guarded by type, their identity only where the
-trace reads it (Note [Objects guarded by type] in tracer/trace_state.cpp).
+trace reads it (Note [Objects guarded by type] in tracer/object_guards.cpp).
 
 Library code makes fresh objects per call (generate()'s DynamicCache, a
 model output crossing a graph break): such calls must reuse the trace, and

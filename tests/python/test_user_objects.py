@@ -275,7 +275,7 @@ def test_items_of_a_dict_subclass_passed_in_are_not_written(fn, message):
 def test_transformers_model_output_passed_in():
     # The encoder's output crosses into every decoder step of a
     # seq2seq generate(): one trace for fresh outputs (their class has a
-    # Python metaclass: plain_metaclass in tracer/trace_state.cpp).
+    # Python metaclass: plain_metaclass in tracer/object_guards.cpp).
     outputs = pytest.importorskip("transformers.modeling_outputs")
 
     def fn(enc, x):
