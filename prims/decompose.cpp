@@ -201,15 +201,13 @@ PyRef out_of_place_twin(PyObject* target) {
 // True when `value` may share storage with another value of `graph`: it is
 // a view or an extern's result, a view was taken of it, or an extern call
 // saw it (which may have kept a view).
-bool may_alias(const PrimGraph& graph, int value) {
-  const PrimValue& v = graph.value(value);
-  if (v.node < 0) return true;  // a graph input: the caller sees its changes
-  if (prim_info(graph.node(v.node).prim).family == Family::View) return true;
-  // An extern's result may be one of its arguments (operator.iadd returns
-  // the tensor it wrote into), unless the trace saw a new tensor.
-  if (graph.node(v.node).prim == Prim::Extern && !graph.node(v.node).attrs.extern_fresh) return true;
+// True when a node other than `except` may see `value`'s storage: a view
+// of it, or an extern reading it (which may keep or return it); with
+// `any_read`, any node reading it.
+bool read_elsewhere(const PrimGraph& graph, int value, const PrimNode* except, bool any_read) {
   for (const PrimNode& node : graph.nodes()) {
-    const bool view = prim_info(node.prim).family == Family::View;
+    if (&node == except) continue;
+    const bool view = any_read || prim_info(node.prim).family == Family::View;
     for (const PrimArg& arg : node.args) {
       if (view && arg.is_value() && arg.value == value) return true;
     }
@@ -220,6 +218,44 @@ bool may_alias(const PrimGraph& graph, int value) {
     if (std::find(reads.begin(), reads.end(), value) != reads.end()) return true;
   }
   return false;
+}
+
+// A view whose base nothing else reads or names: the reshape back to 3-d
+// that a linear on 3-d input makes of its matmul (Falcon's `mlp_output +=
+// attention_output`). Writing through it changes nothing anyone else can
+// see; `named` lists the values traced nodes stand for (later nodes may
+// read those).
+bool private_view(const PrimGraph& graph, int value, const std::vector<std::vector<int>>& named) {
+  const PrimValue& v = graph.value(value);
+  if (v.node < 0) return false;
+  const PrimNode& view = graph.node(v.node);
+  if (prim_info(view.prim).family != Family::View) return false;
+  int base = -1;
+  for (const PrimArg& arg : view.args) {
+    if (arg.is_value()) {
+      base = arg.value;
+      break;
+    }
+  }
+  if (base < 0 || read_elsewhere(graph, base, &view, /*any_read=*/true)) return false;
+  for (const std::vector<int>& ids : named) {
+    if (std::find(ids.begin(), ids.end(), base) != ids.end()) return false;
+  }
+  const PrimValue& b = graph.value(base);
+  if (b.node < 0) return false;  // a graph input
+  const PrimNode& maker = graph.node(b.node);
+  if (prim_info(maker.prim).family == Family::View) return private_view(graph, base, named);
+  return maker.prim != Prim::Extern || maker.attrs.extern_fresh;
+}
+
+bool may_alias(const PrimGraph& graph, int value, const std::vector<std::vector<int>>& named) {
+  const PrimValue& v = graph.value(value);
+  if (v.node < 0) return true;  // a graph input: the caller sees its changes
+  if (prim_info(graph.node(v.node).prim).family == Family::View && !private_view(graph, value, named)) return true;
+  // An extern's result may be one of its arguments (operator.iadd returns
+  // the tensor it wrote into), unless the trace saw a new tensor.
+  if (graph.node(v.node).prim == Prim::Extern && !graph.node(v.node).attrs.extern_fresh) return true;
+  return read_elsewhere(graph, value, nullptr, /*any_read=*/false);
 }
 
 // Rewrites `call`'s arguments so that an `inplace` parameter of `spelling`
@@ -255,7 +291,7 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
   const int base = node.args[0].node;
   if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
   const int mutated = values[base][0];
-  if (may_alias(b.graph(), mutated)) return {};
+  if (may_alias(b.graph(), mutated, values)) return {};
   Node functional;
   functional.id = node.id;
   functional.kind = NodeKind::Call;

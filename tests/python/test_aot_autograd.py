@@ -139,6 +139,21 @@ class InplaceOps(nn.Module):
         return y
 
 
+class InplaceOnLinear3d(nn.Module):
+    """Falcon's `mlp_output += attention_output`: a linear on 3-d input ends
+    in a view of its matmul, which nothing else reads (Note [In-place ops on
+    intermediates])."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.attn = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y += self.attn(x)
+        return y
+
+
 class BatchNormEval(nn.Module):
     def __init__(self):
         super().__init__()
@@ -303,6 +318,7 @@ CASES = {
                                  lambda o, t: F.mse_loss(o[0], t) + o[1].float().mean() * 0),
     "convnet_batchnorm_train": (ConvNet, make_x((2, 3, 8, 8)), lambda: torch.randint(0, 5, (2,)), ce),
     "inplace_ops_before_backward": (InplaceOps, make_x((5, 8)), lambda: torch.randn(5, 8), mse),
+    "inplace_add_on_a_3d_linear": (InplaceOnLinear3d, make_x((2, 5, 8)), lambda: torch.randn(2, 5, 8), mse),
     "batchnorm_eval": (BatchNormEval, make_x((6, 8)), lambda: torch.randn(6, 8), mse),
     "batchnorm_train_1d": (BatchNormTrain1d, make_x((6, 8)), lambda: torch.randn(6, 8), mse),
     "dropout_eval": (DropoutEval, make_x((6, 8)), lambda: torch.randn(6, 4), mse),
