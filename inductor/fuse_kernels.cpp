@@ -384,7 +384,8 @@ namespace {
 // e.g. batch_norm's running statistics) also keep their order among
 // themselves. Empty when no order exists.
 std::optional<std::vector<int>> unit_order(const prims::PrimGraph& graph, const std::vector<int>& unit_of_node,
-                                           int units, const std::vector<int>& position, bool externs_in_order) {
+                                           int units, const std::vector<int>& position, bool externs_in_order,
+                                           std::vector<int>* stuck = nullptr) {
   std::vector<std::set<int>> deps(units);
   std::vector<std::vector<int>> dependents(units);
   auto depend = [&](int u, int on) {
@@ -422,7 +423,32 @@ std::optional<std::vector<int>> unit_order(const prims::PrimGraph& graph, const 
       if (--waiting[v] == 0) ready.insert({position[v], v});
     }
   }
-  if (static_cast<int>(order.size()) != units) return std::nullopt;
+  if (static_cast<int>(order.size()) != units) {
+    if (stuck) {
+      // One cycle among the units left waiting: follow a waiting
+      // dependency until a unit repeats.
+      std::vector<int> seen_at(units, -1);
+      int u = -1;
+      for (int v = 0; v < units && u < 0; ++v) {
+        if (waiting[v] > 0) u = v;
+      }
+      std::vector<int> path;
+      while (u >= 0 && seen_at[u] < 0) {
+        seen_at[u] = static_cast<int>(path.size());
+        path.push_back(u);
+        int next = -1;
+        for (int d : deps[u]) {
+          if (waiting[d] > 0) {
+            next = d;
+            break;
+          }
+        }
+        u = next;
+      }
+      if (u >= 0) stuck->assign(path.begin() + seen_at[u], path.end());
+    }
+    return std::nullopt;
+  }
   return order;
 }
 
@@ -663,8 +689,44 @@ FusedGraph emit_kernel_graph(const KernelPlan& plan, const std::vector<LoweredKe
     // A kernel would have to run both before and after some extern: keep
     // the data order only (the scheduler guarantees that one exists).
     KILN_LOG(prims, "kernel nodes reorder extern calls");
-    ordered = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false);
-    if (!ordered) throw std::runtime_error("kernel groups form a cycle");
+    std::vector<int> stuck;
+    ordered = unit_order(graph, unit_of_node, units, position, /*externs_in_order=*/false, &stuck);
+    if (!ordered) {
+      // Which units wait on each other, for the report: kernel groups by
+      // their nodes, other units by their node and prim.
+      std::string units_text;
+      for (size_t i = 0; i < stuck.size() && i < 8; ++i) {
+        const int u = stuck[i];
+        if (u < static_cast<int>(kept.size())) {
+          units_text += " [group of nodes %" + std::to_string(kept[u]->nodes.front()) + "..%" +
+                        std::to_string(kept[u]->nodes.back()) + "]";
+        } else {
+          const int n = node_of_unit[u];
+          units_text += " [%" + std::to_string(n) + " " + prims::prim_name(graph.node(n).prim) + "]";
+        }
+      }
+      // And why each waits on the next: a node of it reading a value the
+      // next makes (else an extern ordering edge).
+      std::string why_text;
+      for (size_t i = 0; i < stuck.size(); ++i) {
+        const int u = stuck[i], next = stuck[(i + 1) % stuck.size()];
+        std::string edge = " (extern order)";
+        for (int n = 0; n < node_count && edge == " (extern order)"; ++n) {
+          if (unit_of_node[n] != u) continue;
+          for (int value : node_reads(graph.node(n))) {
+            const int producer = graph.value(value).node;
+            if (producer >= 0 && unit_of_node[producer] == next) {
+              edge = " (%" + std::to_string(n) + " " + prims::prim_name(graph.node(n).prim) + " reads %" +
+                     std::to_string(producer) + " " + prims::prim_name(graph.node(producer).prim) + ")";
+              break;
+            }
+          }
+        }
+        why_text += edge;
+      }
+      throw std::runtime_error("kernel groups form a cycle of " + std::to_string(stuck.size()) +
+                               " units, each waiting on the next:" + units_text + ";" + why_text);
+    }
   }
   const std::vector<int>& order = *ordered;
 
