@@ -397,8 +397,13 @@ class Scheduler {
   // from lower node indices to higher ones, so such a path stays between
   // g's first and last member, except where it enters another group,
   // which it enters whole: a group overlapping the window widens it to
-  // its own first and last member, until none does. A node past the
-  // window reaches only nodes and whole groups past it, so never g.
+  // its own first and last member, until none does. That includes a group
+  // with no member inside the window but members on both sides of it: a
+  // path can leave past the window into it and come back through its
+  // earlier members (hf-mobilebert's backward: a group of nodes 293..412
+  // around one of 376..381 made two kernels wait on each other). A node
+  // past the window then reaches only nodes and whole groups past it, so
+  // never g.
   std::pair<int, int> window(int g) const {
     int lo = *std::min_element(members_[g].begin(), members_[g].end());
     int hi = *std::max_element(members_[g].begin(), members_[g].end());
@@ -429,6 +434,23 @@ class Scheduler {
       } else {
         scan(lo, old_lo - 1);
         scan(old_hi + 1, hi);
+      }
+      // A group not spanned yet has no member in the scanned range; it
+      // straddles the window when it has members on both sides.
+      for (size_t h = 0; h < members_.size(); ++h) {
+        if (spanned_[h] == stamp || members_[h].empty()) continue;
+        bool below = false, above = false;
+        for (int m : members_[h]) {
+          below = below || m < lo;
+          above = above || m > hi;
+        }
+        if (!below || !above) continue;
+        spanned_[h] = stamp;
+        for (int m : members_[h]) {
+          lo = std::min(lo, m);
+          hi = std::max(hi, m);
+        }
+        widened = true;
       }
       if (!widened) return {lo, hi};
     }
