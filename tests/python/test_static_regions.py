@@ -63,6 +63,22 @@ def test_a_decoding_step_compiles_its_static_regions_once(capfd):
     assert "replays eagerly at such sizes" not in log, log
 
 
+def test_perf_log_times_each_stage(capfd):
+    # Note [Executor run profile]: KILN_LOGS=perf shows each stage's host
+    # time by executor, the eager replays between regions included.
+    torch.manual_seed(0)
+    step = _DecodeStep().eval()
+    compiled = _compile(step)
+    _decode(compiled, step, [8, 9, 10])
+    capfd.readouterr()
+    with kiln_logs("perf"):
+        _decode(compiled, step, [11])
+    log = capfd.readouterr().err
+    lines = [line for line in log.splitlines() if "staged run:" in line]
+    assert len(lines) == 1, log
+    assert "; eager " in lines[0] and " us" in lines[0], lines[0]
+
+
 def test_without_static_regions_each_size_compiles(capfd):
     torch.manual_seed(0)
     step = _DecodeStep().eval()
