@@ -1,5 +1,6 @@
 #include "runtime/staged_executor.h"
 
+#include <iomanip>
 #include <sstream>
 
 #include "base/check.h"
@@ -76,8 +77,8 @@ PyObject* StagedExecutor::run(PyObject* const* inputs) const {
     }
   }
   if (profiled) {
-    KILN_LOG(perf, "staged run: " << stages_.size() << " stages, " << std::fixed << run_clock.ms() * 1e3 << " us"
-                                  << profile.str());
+    KILN_LOG(perf, "staged run: " << stages_.size() << " stages, " << std::fixed << std::setprecision(1)
+                                  << run_clock.ms() * 1e3 << " us" << profile.str());
   }
   return materialize_arg(output_, values.data());
 }
