@@ -165,7 +165,7 @@ std::optional<guards::SizeExpr> TraceState::size_expr_of(const ValuePtr& value) 
   const std::vector<int64_t> sampled(value->sym_points.begin(),
                                      value->sym_points.begin() + std::min<size_t>(value->sym_points.size(), SymbolTable::kPoints));
   std::optional<guards::SizeExpr> e = guards::fit_size_expr(sampled, symbols_.sizes(), candidates, symbols_.point_offset());
-  if (e && e->is_constant()) e.reset();
+  if (!e || e->is_constant()) return std::nullopt;
   return e;
 }
 
