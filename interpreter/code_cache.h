@@ -44,7 +44,8 @@ struct CodeCache {
     tracer::DynamicDims dims;
     bool static_only = false;  // a trace had to specialize
     // Dims an earlier run's profile made dynamic that this process has not
-    // seen change (Note [Dynamic profiles]): dropped if they make a trace fall back.
+    // seen change nor kept in a trace (Note [Dynamic profiles]): dropped if
+    // they make a trace fall back.
     std::vector<std::pair<std::string, int>> unseen_profile_dims;
   };
   std::vector<DynamicState> dynamic;

@@ -435,6 +435,10 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
     KILN_LOG(dynamic, code_name(code) << ": the trace fell back (" << result.specialized
                                       << "); dropping the profile's dims this run has not seen change");
     if (config.dynamic == CompileConfig::Dynamic::Automatic) save_profile(code, state.dims);
+  } else if (result.ok && result.specialized.empty()) {
+    // The profile's dims held in a dynamic trace: kept from now on, like
+    // dims seen changing (they cannot fail a guard by changing size).
+    cache->dynamic_state(config.id).unseen_profile_dims.clear();
   } else if (!result.specialized.empty()) {
     // Later traces of this code keep what worked rather than fail the same way.
     CodeCache::DynamicState& state = cache->dynamic_state(config.id);

@@ -198,9 +198,6 @@ PyRef out_of_place_twin(PyObject* target) {
   return twin;
 }
 
-// True when `value` may share storage with another value of `graph`: it is
-// a view or an extern's result, a view was taken of it, or an extern call
-// saw it (which may have kept a view).
 // True when a node other than `except` may see `value`'s storage: a view
 // of it, or an extern reading it (which may keep or return it); with
 // `any_read`, any node reading it.
@@ -248,6 +245,9 @@ bool private_view(const PrimGraph& graph, int value, const std::vector<std::vect
   return maker.prim != Prim::Extern || maker.attrs.extern_fresh;
 }
 
+// True when `value` may share storage with another value of `graph`: it is
+// a view (but a private one) or an extern's result, a view was taken of it,
+// or an extern call saw it (which may have kept a view).
 bool may_alias(const PrimGraph& graph, int value, const std::vector<std::vector<int>>& named) {
   const PrimValue& v = graph.value(value);
   if (v.node < 0) return true;  // a graph input: the caller sees its changes

@@ -774,13 +774,8 @@ void FrameTracer::step_load_store(const Instruction& ins) {
       store_attr(target, name_at(ins.arg).get(), value);
       return;
     }
-    case Op::DeleteAttr: {
-      ValuePtr target = pop();
-      if (target->is(ValueKind::Record)) return delete_record_attr(target, name_at(ins.arg).get());
-      // Not an object the trace made: its deletion would have to be replayed.
-      abort_trace(BreakCode::SideEffect, "deletion of attribute '" +
-                                             std::string(PyUnicode_AsUTF8(name_at(ins.arg).get())) + "'");
-    }
+    case Op::DeleteAttr:
+      return delete_attr(pop(), name_at(ins.arg).get());
     default:
       abort_trace(BreakCode::UnsupportedOpcode, std::string("opcode ") + ins.raw_name);
   }
@@ -851,6 +846,13 @@ void FrameTracer::store_attr(const ValuePtr& target, PyObject* name, const Value
   store.effect.name = PyRef::borrow(name);
   store.value = value;
   state_.stores.push_back(std::move(store));
+}
+
+void FrameTracer::delete_attr(const ValuePtr& target, PyObject* name) {
+  if (target->is(ValueKind::Record)) return delete_record_attr(target, name);
+  // Not an object the trace made: its deletion would have to be replayed.
+  abort_trace(BreakCode::SideEffect, std::string("deletion of attribute '") + PyUnicode_AsUTF8(name) + "' of " +
+                                         describe_value(*target));
 }
 
 ValuePtr FrameTracer::load_global(PyObject* name) {

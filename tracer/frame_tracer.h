@@ -171,6 +171,8 @@ class FrameTracer {
   ValuePtr call_attribute_builtin(bool store, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // `generic`: object.__setattr__'s store, past a Python __setattr__.
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
+  // `del target.name` (DELETE_ATTR, delattr()): on a Record, else a break.
+  void delete_attr(const ValuePtr& target, PyObject* name);
   // `del record.name` on an object the trace made: its __dict__ entry goes.
   void delete_record_attr(const ValuePtr& record, PyObject* name);
   // A dict or OrderedDict method `descriptor` bound to the record's contents.

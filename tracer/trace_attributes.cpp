@@ -144,7 +144,8 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
           if (!table || !PyDict_Check(table)) continue;
           PyObject* item = PyDict_GetItemWithError(table, name);
           if (!item) continue;
-          if (base->source < 0 && item == Py_None) return state_.wrap_unguarded(item);  // Note [Torch modules made in forward]
+          // A module made while tracing holds no tensors (Note [Torch modules made in forward]).
+          if (base->source < 0 && item == Py_None) return state_.wrap_unguarded(item);
           if (base->source < 0) abort_trace(BreakCode::UnsupportedValue, "module without a source");
           int source = state_.sources().dict_item(state_.sources().attr(base->source, store_name.get()), name);
           return state_.wrap(item, source);
@@ -354,11 +355,8 @@ ValuePtr FrameTracer::call_attribute_builtin(bool store, const std::vector<Value
   PyObject* name = args[1]->obj.get();
   if (store) {
     store_attr(args[0], name, args[2]);
-  } else if (args[0]->is(ValueKind::Record)) {
-    delete_record_attr(args[0], name);
   } else {
-    abort_trace(BreakCode::SideEffect, std::string("deletion of attribute '") + PyUnicode_AsUTF8(name) + "' of " +
-                                           describe_value(*args[0]));
+    delete_attr(args[0], name);
   }
   return state_.wrap_unguarded(Py_None);
 }
