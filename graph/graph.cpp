@@ -64,7 +64,7 @@ Node::Node(Node&& other) noexcept
       target(other.target), args(std::move(other.args)), kwargs(std::move(other.kwargs)),
       input_name(std::move(other.input_name)), input_source(other.input_source),
       metas(std::move(other.metas)), symbolic_sizes(std::move(other.symbolic_sizes)),
-      returns_tuple(other.returns_tuple), autocast_implicit(other.autocast_implicit),
+      int_symbol(std::move(other.int_symbol)), returns_tuple(other.returns_tuple), autocast_implicit(other.autocast_implicit),
       fresh_result(other.fresh_result), checkpoint(other.checkpoint) {
   other.target = nullptr;
 }

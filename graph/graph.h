@@ -58,6 +58,9 @@ struct Node {
   // changes with a dynamic input size, "" for static dims; empty when the
   // node has no dynamic dims (Note [Dynamic shapes] in tracer/).
   std::vector<std::vector<std::string>> symbolic_sizes;
+  // Object input that is a dynamic Python int (Note [Dynamic ints] in
+  // tracer/dynamic_shapes.cpp): the symbol it binds ("s2"); "" otherwise.
+  std::string int_symbol;
   bool returns_tuple = false;
   // A call traced under autocast whose casts kiln could not make graph
   // nodes (Note [Explicit autocast casts]): it means its traced dtypes only

@@ -48,7 +48,7 @@ void print_arg(std::ostringstream& out, const Arg& arg) {
 
 void print_metas(std::ostringstream& out, const Node& node) {
   if (node.metas.empty()) {
-    if (node.kind == NodeKind::Input) out << " : object";
+    if (node.kind == NodeKind::Input) out << (node.int_symbol.empty() ? " : object" : " : int " + node.int_symbol);
     return;
   }
   out << " : ";

@@ -99,6 +99,13 @@ void GuardSet::add_tensor_match(int source, const graph::TensorMeta& meta,
   indexed_ = false;
 }
 
+void GuardSet::add_int_symbol(int source, int8_t symbol) {
+  if (has(GuardKind::IntSymbol, source)) return;
+  symbol_count_ = std::max(symbol_count_, symbol + 1);
+  guards_.push_back({.kind = GuardKind::IntSymbol, .source = source, .dim_symbols = {symbol}});
+  indexed_ = false;
+}
+
 void GuardSet::add_type_match(int source, PyObject* type) {
   if (has(GuardKind::TypeMatch, source)) return;
   Py_INCREF(type);
@@ -276,6 +283,16 @@ bool GuardSet::holds(const Guard& guard, PyObject* value, const SourceValues& va
       return runtime::tensor_matches(value, guard.meta);
     case GuardKind::TypeMatch:
       return value && reinterpret_cast<PyObject*>(Py_TYPE(value)) == guard.expected;
+    case GuardKind::IntSymbol: {
+      if (!value || !PyLong_CheckExact(value)) return false;
+      int overflow = 0;
+      const long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
+      if (overflow || n < (admits_size_one_ ? 1 : 2)) return false;
+      int64_t& bound = symbols[guard.dim_symbols[0]];
+      if (bound >= 0) return bound == n;
+      bound = n;
+      return true;
+    }
     case GuardKind::IdMatch:
       return value && value == id_target(guard);
     case GuardKind::ConstantMatch: {
@@ -516,6 +533,19 @@ std::string GuardSet::explain(const Guard& guard, PyObject* value, const int64_t
     case GuardKind::ConstantMatch:
       out << where << " == " << base::py_repr(value) << ", expected " << base::py_repr(guard.expected);
       break;
+    case GuardKind::IntSymbol: {
+      const int symbol = guard.dim_symbols[0];
+      if (!PyLong_CheckExact(value)) {
+        out << where << " is a " << type_name(value) << ", expected an int (dynamic, s" << symbol << ")";
+      } else if (symbols[symbol] >= 0) {
+        out << where << " == " << base::py_repr(value) << ", but s" << symbol << " is " << symbols[symbol]
+            << " in an earlier input (traced as equal sizes)";
+      } else {
+        out << where << " == " << base::py_repr(value) << ", but dynamic int s" << symbol
+            << " was traced for values >= " << (admits_size_one_ ? 1 : 2);
+      }
+      break;
+    }
     case GuardKind::LengthMatch:
       out << where << " has type " << type_name(value) << " and length "
           << PyObject_Length(value) << ", expected "
@@ -598,6 +628,19 @@ std::vector<GuardSet::SizeChange> GuardSet::size_changes(const FrameView& frame)
     PyObject* value = fetch_source(sources_, id, frame, values);
     values.set(id, value);
     if (!value) break;  // later sources may derive from this one
+    if (PyLong_CheckExact(value)) {
+      // An int guarded by value whose value alone changed (Note [Dynamic
+      // ints] in tracer/dynamic_shapes.cpp).
+      for (int g : by_source_[id]) {
+        const Guard& guard = guards_[g];
+        if (guard.kind != GuardKind::ConstantMatch || !PyLong_CheckExact(guard.expected)) continue;
+        int overflow = 0;
+        const long long now = PyLong_AsLongLongAndOverflow(value, &overflow);
+        const long long traced = PyLong_AsLongLongAndOverflow(guard.expected, &overflow);
+        if (!overflow && now != traced) changes.push_back({sources_.at(id).text, -1, traced, now});
+      }
+      continue;
+    }
     if (!runtime::is_tensor(value)) continue;
     for (int g : by_source_[id]) {
       const Guard& guard = guards_[g];
@@ -625,6 +668,7 @@ std::vector<GuardSet::SizeChange> GuardSet::size_changes(const FrameView& frame)
 std::vector<std::pair<std::string, int>> GuardSet::dynamic_dims() const {
   std::vector<std::pair<std::string, int>> dims;
   for (const Guard& guard : guards_) {
+    if (guard.kind == GuardKind::IntSymbol) dims.emplace_back(sources_.at(guard.source).text, -1);
     if (guard.kind != GuardKind::TensorMatch) continue;
     for (size_t d = 0; d < guard.dim_symbols.size(); ++d) {
       if (guard.dim_symbols[d] >= 0) dims.emplace_back(sources_.at(guard.source).text, static_cast<int>(d));
@@ -699,6 +743,9 @@ std::string GuardSet::describe(const Guard& guard) const {
       break;
     }
     case GuardKind::ConstantMatch: out << " " << base::py_repr(guard.expected); break;
+    case GuardKind::IntSymbol:
+      out << " s" << static_cast<int>(guard.dim_symbols[0]) << (admits_size_one_ ? " (an int >= 2, or all 1)" : " (an int >= 2)");
+      break;
     case GuardKind::LengthMatch:
       out << " " << reinterpret_cast<PyTypeObject*>(guard.expected)->tp_name << " len="
           << guard.length;

@@ -33,6 +33,7 @@ namespace kiln::guards {
   X(HasAttr, "an object that has (flag) or lacks (!flag) the attribute named expected") \
   X(EnvVar, "os.environ[keys] is expected, or is unset when expected is null (no source)") \
   X(SizeRelation, "a comparison of sizes the dynamic dims bind has this result (no source)") \
+  X(IntSymbol, "an int (exactly) binding a size symbol, like a dynamic dim: >= 2, or 1 with size one") \
   X(Distinct, "objects pairwise distinct from those at others (objects guarded by type)") \
   X(SameObject, "the object at others[0] (one object through two sources, guarded by type)")
 
@@ -58,7 +59,8 @@ struct Guard {
   // TensorMatch with dynamic dims: per dim, the symbol its size binds (-1:
   // static). Dynamic dims accept any size >= 2 (or 1, see
   // GuardSet::admit_size_one), equal for equal symbols, and the tensor
-  // must be contiguous. Empty: every dim static.
+  // must be contiguous. Empty: every dim static. IntSymbol: the one
+  // symbol the int binds.
   std::vector<int8_t> dim_symbols;
   Py_ssize_t length = 0;       // LengthMatch only
   PyObject* keys = nullptr;    // DictKeys: owned tuple of the keys in iteration order
@@ -107,6 +109,9 @@ class GuardSet {
   void add_has_attr(int source, PyObject* name, bool present, bool generic = false);
   // os.environ.get(name) is `value` (null: the variable is unset).
   void add_env_var(PyObject* name, PyObject* value);
+  // A dynamic Python int (Note [Dynamic ints] in tracer/dynamic_shapes.cpp):
+  // the int at `source` binds `symbol` as a dynamic dim's size would.
+  void add_int_symbol(int source, int8_t symbol);
   // `lhs cmp rhs` (Py_LT .. Py_GE over the symbols TensorMatch guards
   // bind) is `result`.
   void add_size_relation(const SizeExpr& lhs, int cmp, const SizeExpr& rhs, bool result);
@@ -131,17 +136,19 @@ class GuardSet {
   std::string check_verbose(const FrameView& frame) const;
 
   // An input dim whose size alone makes a TensorMatch guard fail (same
-  // dtype, device, rank and grad): what automatic dynamic shapes marks
-  // dynamic before tracing again.
+  // dtype, device, rank and grad), or an int whose value alone fails its
+  // ConstantMatch: what automatic dynamic shapes marks dynamic before
+  // tracing again.
   struct SizeChange {
     std::string source;  // source text, "L['x']"
-    int dim = 0;
+    int dim = 0;         // -1: the int at `source` itself
     int64_t traced = 0;  // the size the guard expects
     int64_t now = 0;     // the size the frame has
   };
   std::vector<SizeChange> size_changes(const FrameView& frame) const;
 
-  // The (source text, dim) of every dynamic dim the TensorMatch guards bind.
+  // The (source text, dim) of every dynamic dim the TensorMatch guards
+  // bind, and (source text, -1) of every int an IntSymbol guard binds.
   std::vector<std::pair<std::string, int>> dynamic_dims() const;
 
   // The text of every source a TensorMatch guard reads.

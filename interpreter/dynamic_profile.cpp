@@ -103,7 +103,7 @@ int seed_from_profile(PyCodeObject* code, tracer::DynamicDims* dims) {
     if (tab == std::string::npos || tab == 0) continue;
     char* end = nullptr;
     const long dim = std::strtol(line.c_str(), &end, 10);
-    if (end != line.c_str() + tab || dim < 0 || dim > 64) continue;
+    if (end != line.c_str() + tab || dim < -1 || dim > 64) continue;  // -1: an int (Note [Dynamic ints])
     const std::string source = line.substr(tab + 1);
     if (dims->add(source, static_cast<int>(dim))) {
       ++added;

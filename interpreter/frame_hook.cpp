@@ -280,8 +280,13 @@ void mark_dynamic_dims(CodeCache* cache, PyCodeObject* code, const CacheEntry& l
     std::erase(dynamic.unseen_profile_dims, std::make_pair(change.source, change.dim));
     if (dynamic.dims.add(change.source, change.dim)) {
       grew = learned = true;
-      KILN_LOG(dynamic, code_name(code) << ": " << change.source << " dim " << change.dim
-                                        << " changed size; tracing it as dynamic");
+      if (change.dim < 0) {
+        KILN_LOG(dynamic, code_name(code) << ": int " << change.source << " changed value (" << change.traced
+                                          << " -> " << change.now << "); tracing it as dynamic");
+      } else {
+        KILN_LOG(dynamic, code_name(code) << ": " << change.source << " dim " << change.dim
+                                          << " changed size; tracing it as dynamic");
+      }
     }
   }
   if (automatic && learned) save_profile(code, dynamic.dims);
@@ -423,6 +428,13 @@ std::shared_ptr<CacheEntry> trace_into_cache(CodeCache* cache, PyCodeObject* cod
   if (tracer::DynamicDims& dims = cache->dynamic_state(config.id).dims; result.shifted_points && !dims.shifted_points) {
     dims.shifted_points = true;
     KILN_LOG(dynamic, code_name(code) << ": dynamic sizes traced at shifted sample points; kept for later traces");
+  }
+  if (result.ints_static) {
+    // Note [Dynamic ints]: the tensor dims held without the ints.
+    tracer::DynamicDims& state_dims = cache->dynamic_state(config.id).dims;
+    state_dims = state_dims.without_ints();
+    KILN_LOG(dynamic, code_name(code) << ": dynamic ints could not stay symbolic; traced them as constants from now on");
+    if (config.dynamic == CompileConfig::Dynamic::Automatic) save_profile(code, state_dims);
   }
   if (!result.specialized.empty() && !cache->dynamic_state(config.id).unseen_profile_dims.empty()) {
     // The dims an earlier run's profile added and this process never saw

@@ -301,7 +301,7 @@ struct GradModeScope {
 // One symbolic dim of an input: the input's position, the dim, its symbol.
 struct SymbolicDim {
   int input = 0;
-  int dim = 0;
+  int dim = 0;  // -1: the input is a dynamic int
   std::string symbol;
 };
 
@@ -320,6 +320,7 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
     const std::vector<int>& inputs = graph.inputs();
     for (size_t k = 0; k < inputs.size(); ++k) {
       const graph::Node& node = graph.node(inputs[k]);
+      if (!node.int_symbol.empty()) dims_.push_back({static_cast<int>(k), -1, node.int_symbol});
       if (node.symbolic_sizes.empty()) continue;
       const std::vector<std::string>& dims = node.symbolic_sizes[0];
       for (size_t d = 0; d < dims.size(); ++d) {
@@ -332,6 +333,10 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
     std::vector<int64_t> key(dims_.size());
     graph::TensorMeta meta;
     for (size_t i = 0; i < dims_.size(); ++i) {
+      if (dims_[i].dim < 0) {
+        key[i] = PyLong_AsLongLong(inputs[dims_[i].input]);  // guarded an exact int in range
+        continue;
+      }
       runtime::read_tensor_meta(inputs[dims_[i].input], &meta);
       key[i] = meta.sizes[dims_[i].dim];
     }
@@ -428,7 +433,7 @@ class SizeInstanceExecutor final : public runtime::GraphExecutor {
 
 bool has_symbolic_sizes(const graph::Graph& graph) {
   for (const graph::Node& node : graph.nodes()) {
-    if (!node.symbolic_sizes.empty()) return true;
+    if (!node.symbolic_sizes.empty() || !node.int_symbol.empty()) return true;
   }
   return false;
 }

@@ -336,7 +336,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   std::vector<bool> used(nodes.size(), false);
   for (const Node& node : nodes) {
     if (is_skipped(node.id)) continue;
-    if (!node.symbolic_sizes.empty()) {
+    if (!node.symbolic_sizes.empty() || !node.int_symbol.empty()) {
       *why = "node %" + std::to_string(node.id) + " has symbolic sizes";
       return std::nullopt;
     }

@@ -66,6 +66,9 @@ class BuiltinContext {
                               const std::vector<ValuePtr>& args, const KwArgs& kwargs) = 0;
   // Wraps an object kiln made or treats as fixed: no source, no guard.
   virtual ValuePtr constant(PyObject* obj) = 0;
+  // fn(*operands) over ints, a dynamic size among them: a SymInt a graph
+  // node computes at run time.
+  virtual ValuePtr size_call(const std::string& name, PyObject* fn, const std::vector<ValuePtr>& operands) = 0;
   // tensor.size(dim): a constant, or a SymInt when the size is dynamic.
   virtual ValuePtr tensor_size(const ValuePtr& tensor, int dim) = 0;
   // Reads a plain data attribute of a real object (one that runs no user

@@ -100,6 +100,51 @@ ValuePtr fold_consuming(BuiltinContext& context, BuiltinCall& call) {
   return fold_constants(context, call.callee->obj.get(), call, true);
 }
 
+// min(a, b, ...) and max(...) of ints with a dynamic size among them
+// (transformers' sliding-window cache: max(cumulative_length - window + 1,
+// 0), Note [Dynamic ints] in tracer/dynamic_shapes.cpp): where every sample
+// point picks the same argument, that argument, the comparisons that chose
+// it guarded; otherwise a SymInt computed at run time.
+ValuePtr min_max_model(BuiltinContext& context, BuiltinCall& call) {
+  bool symbolic = false;
+  for (const ValuePtr& arg : call.args) {
+    const bool is_size = arg->is(ValueKind::SymInt) && !arg->sym_slice;
+    const bool is_int = arg->is(ValueKind::Constant) && PyLong_CheckExact(arg->obj.get());
+    if (!is_size && !is_int) return fold_consuming(context, call);
+    symbolic = symbolic || is_size;
+  }
+  if (!symbolic || call.args.size() < 2 || !call.kwargs.empty()) return fold_consuming(context, call);
+  const bool is_max = call.name == "max";
+  auto at = [](const ValuePtr& v, size_t p) {
+    return v->is(ValueKind::SymInt) ? v->sym_points[std::min(p, v->sym_points.size() - 1)]
+                                    : static_cast<int64_t>(PyLong_AsLongLong(v->obj.get()));
+  };
+  size_t points = 1;
+  for (const ValuePtr& arg : call.args) {
+    if (arg->is(ValueKind::SymInt)) points = std::max(points, arg->sym_points.size());
+  }
+  // The argument each point picks (the first of equal ones, as Python's).
+  size_t chosen = 0;
+  for (size_t p = 0; p < points; ++p) {
+    size_t best = 0;
+    for (size_t i = 1; i < call.args.size(); ++i) {
+      const int64_t x = at(call.args[i], p), b = at(call.args[best], p);
+      if (is_max ? x > b : x < b) best = i;
+    }
+    if (p == 0) chosen = best;
+    if (best != chosen) {
+      return context.size_call(call.name, call.callee->obj.get(), call.args);
+    }
+  }
+  for (size_t i = 0; i < call.args.size(); ++i) {
+    if (i == chosen) continue;
+    // args[i] does not beat the choice (later ones do not equal it either).
+    const int cmp = i < chosen ? (is_max ? Py_LE : Py_GE) : (is_max ? Py_LT : Py_GT);
+    context.truthy(context.compare(cmp, call.args[i], call.args[chosen]));
+  }
+  return call.args[chosen];
+}
+
 ValuePtr len_model(BuiltinContext& context, BuiltinCall& call) {
   expect_args(context, call, 1, 1);
   const ValuePtr& x = call.args[0];
@@ -404,7 +449,7 @@ void register_builtins_model(ModelRegistry& registry) {
       // On constants only: run for real.
       {"int", fold},              {"float", fold},                  {"str", fold},
       {"divmod", fold},           {"range", fold},                  {"slice", fold},
-      {"min", fold_consuming},    {"max", fold_consuming},          {"sorted", fold_consuming},
+      {"min", min_max_model},     {"max", min_max_model},           {"sorted", fold_consuming},
       {"any", fold_consuming},    {"all", fold_consuming},          {"set", fold_consuming},
       {"frozenset", fold_consuming},
   };

@@ -31,12 +31,48 @@ namespace kiln::tracer {
 // dynamic dims of equal size are still two symbols: where the graph needs
 // them equal (x + y), torch raises at run time exactly as eager would.
 
+// Note [Dynamic ints]
+// A Python int the frame reads through a source (an argument, an
+// attribute of an object it was given) is guarded by its value, so code
+// that counts in a Python int recompiles whenever the count moves:
+// transformers' sliding-window cache layers keep `cumulative_length`, the
+// tokens seen so far, and generate() of Mistral or Gemma traced every
+// decoding step until the cache limit. As with tensor dims, an int whose
+// value alone failed a guard (`GuardSet::size_changes`, dim -1) is listed
+// dynamic and the next trace reads it as a SymInt of its own symbol, with
+// exact expression `s_k`, sample values scaled or shifted like a size's,
+// and 1 at the size-one point: comparisons on it become SizeRelation
+// guards, arithmetic becomes graph nodes, a store back to the attribute
+// is a side effect computed by the graph. It is guarded by an IntSymbol
+// guard (an exact int >= 2, or 1 with the other symbols) and is an object
+// input of the graph (`Node::int_symbol`), which size instances key by its
+// value and static regions leave to their eager stages. 0 and 1 stay
+// specialized. An int the dynamic trace cannot keep (a branch whose answer
+// differs between the sample points: a step counter checked `% 10`) is
+// dropped before anything else: the trace is redone with the tensor dims
+// alone and the int is listed static for good (`static_ints`), its values
+// recompiling as before.
+
+bool DynamicDims::has_ints() const {
+  return std::any_of(dims.begin(), dims.end(), [](const auto& d) { return d.second < 0; });
+}
+
+DynamicDims DynamicDims::without_ints() const {
+  DynamicDims out = *this;
+  std::erase_if(out.dims, [](const auto& d) { return d.second < 0; });
+  for (const auto& [source, dim] : dims) {
+    if (dim < 0) out.static_ints.push_back(source);
+  }
+  return out;
+}
+
 bool DynamicDims::contains(const std::string& source, int dim) const {
   return std::find(dims.begin(), dims.end(), std::make_pair(source, dim)) != dims.end();
 }
 
 bool DynamicDims::add(const std::string& source, int dim) {
   if (contains(source, dim)) return false;
+  if (dim < 0 && std::find(static_ints.begin(), static_ints.end(), source) != static_ints.end()) return false;
   dims.emplace_back(source, dim);
   return true;
 }

@@ -12,9 +12,12 @@
 namespace kiln::tracer {
 
 // The input dims a trace should treat as dynamic, named by source text and
-// dim ("L['x']", 0), as the code cache learned them from size changes.
+// dim ("L['x']", 0), as the code cache learned them from size changes; dim
+// -1 names the int at the source (Note [Dynamic ints] in dynamic_shapes.cpp).
 struct DynamicDims {
   std::vector<std::pair<std::string, int>> dims;
+  // Ints a dynamic trace could not keep symbolic: never added again.
+  std::vector<std::string> static_ints;
   // dynamic=True: every dim of every tensor argument of the frame.
   bool all_arguments = false;
   // Only dim 0 of what the fields above name: the fallback when a trace
@@ -31,9 +34,14 @@ struct DynamicDims {
   std::vector<std::string> known_sources;
 
   bool empty() const { return dims.empty() && !all_arguments && changed_sizes.empty(); }
+  // True when some listed dim is an int (dim -1).
+  bool has_ints() const;
+  // These dims without the ints, which are listed static from now on.
+  DynamicDims without_ints() const;
   // True when dim `dim` of the tensor at `source` is listed.
   bool contains(const std::string& source, int dim) const;
-  // Adds a dim unless listed already; true when it was new.
+  // Adds a dim unless listed already (or an int listed static); true when
+  // it was new.
   bool add(const std::string& source, int dim);
   // The dim of a tensor at `source` with `sizes` that changes with the
   // changed dims: the outermost dim whose size is a changed one, when the

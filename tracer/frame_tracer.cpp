@@ -797,10 +797,11 @@ void FrameTracer::store_global(PyObject* name, const ValuePtr& value) {
 namespace {
 
 // A value a replayed store can hand over (Note [Side effects]): what the
-// graph can return (tensors, constants, containers and objects the trace
-// built of them) or what a source fetches again.
+// graph can return (tensors, constants, sizes, containers and objects the
+// trace built of them) or what a source fetches again.
 bool storable(const ValuePtr& value) {
   if (value->source >= 0 || value->is(ValueKind::Tensor) || value->is(ValueKind::Constant)) return true;
+  if (value->is(ValueKind::SymInt)) return !value->sym_slice;  // an int the graph computes
   switch (value->kind) {
     case ValueKind::Tuple:
     case ValueKind::List:

@@ -33,6 +33,27 @@ ValuePtr TraceState::make_symint(std::vector<int64_t> per_point, const std::stri
   return value;
 }
 
+ValuePtr TraceState::wrap_dynamic_int(PyObject* obj, int source) {
+  if (points_ <= 1) return nullptr;
+  const std::string& text = sources().at(source).text;
+  if (!dynamic_.contains(text, -1) || dynamic_.leading_only) return nullptr;
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow || n < 2) return nullptr;  // 0 and 1 stay specialized, as sizes do
+  const int symbol = symbols_.new_symbol(n);
+  if (symbol < 0) return nullptr;
+  std::vector<int64_t> per_point;
+  for (int p = 0; p < points_; ++p) per_point.push_back(symbols_.at_point(n, p));
+  ValuePtr value = make_symint(std::move(per_point), "int", nullptr, {}, nullptr);
+  value->source = source;
+  value->sym_expr = guards::SizeExpr::of_symbol(symbol);
+  guards_->add_int_symbol(source, static_cast<int8_t>(symbol));
+  value->node = graph_->add_object_input(source, text);
+  graph_->node(value->node).int_symbol = "s" + std::to_string(symbol);
+  KILN_LOG(dynamic, text << " = " << n << " is the dynamic int s" << symbol);
+  return value;
+}
+
 ValuePtr TraceState::query_fake(const ValuePtr& tensor, const std::string& name,
                                 const std::vector<ValuePtr>& args, bool attribute) {
   const int npoints = tensor->alt_fakes.empty() ? 1 : points_;
@@ -349,6 +370,12 @@ void TraceState::note_sym_sources(const ValuePtr& value, std::vector<bool>* symb
       if (k < static_cast<int>(symbols->size())) (*symbols)[k] = true;
     }
   };
+  // A dynamic int (Note [Dynamic ints]) is its own symbol.
+  if (value->source >= 0 && value->sym_expr) {
+    for (const auto& [k, c] : value->sym_expr->terms) {
+      if (k < static_cast<int>(symbols->size())) (*symbols)[k] = true;
+    }
+  }
   for (size_t i = 0; i < value->items.size(); ++i) {
     const ValuePtr& item = value->items[i];
     if (item->is(ValueKind::SymInt)) note_sym_sources(item, symbols);

@@ -293,6 +293,8 @@ ValuePtr TraceState::wrap(PyObject* obj, int source) {
                                                    "fixed object) cannot be a graph input");
     }
     value = wrap_tensor(obj, source);
+  } else if (guarded && PyLong_CheckExact(obj) && (value = wrap_dynamic_int(obj, source))) {
+    // a SymInt bound by an IntSymbol guard
   } else if (is_constant_object(obj, *api)) {
     if (guarded) guards_->add_constant_match(source, obj);
     value = make_constant(PyRef::borrow(obj), source);
@@ -751,6 +753,7 @@ graph::Arg TraceState::lower_output(const ValuePtr& value) {
 }
 
 graph::Arg TraceState::lower_output_once(const ValuePtr& value) {
+  if (value->is(ValueKind::SymInt) && value->node >= 0) return Arg::of_node(value->node);  // a dynamic int
   if (value->source >= 0 && !value->is(ValueKind::Tensor) && !value->is(ValueKind::Constant)) {
     int node = graph_->add_object_input(value->source, sources().at(value->source).text);
     return Arg::of_node(node);

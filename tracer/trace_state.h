@@ -211,6 +211,9 @@ class TraceState {
 
  private:
   ValuePtr wrap_tensor(PyObject* tensor, int source);
+  // The int at `source` as a SymInt of its own symbol when the trace has
+  // it dynamic (Note [Dynamic ints] in dynamic_shapes.cpp); null otherwise.
+  ValuePtr wrap_dynamic_int(PyObject* obj, int source);
   // The value's stand-in at sample point `point`: fakes, SymInt values,
   // constants, containers of them.
   PyRef lower_fake(const ValuePtr& value, int point);

@@ -53,6 +53,9 @@ class ModelContext final : public stdlib::BuiltinContext {
   }
   ValuePtr constant(PyObject* obj) override { return state_.wrap_unguarded(obj); }
   ValuePtr tensor_size(const ValuePtr& tensor, int dim) override { return state_.tensor_size(tensor, dim); }
+  ValuePtr size_call(const std::string& name, PyObject* fn, const std::vector<ValuePtr>& operands) override {
+    return state_.sym_arithmetic(name, fn, operands);
+  }
   ValuePtr read_attr(const ValuePtr& base, const char* name) override {
     PyRef attr_name = PyRef::steal(PyUnicode_InternFromString(name));
     PyRef value = PyRef::steal(PyObject_GetAttr(base->obj.get(), attr_name.get()));

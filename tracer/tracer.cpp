@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/log.h"
 #include "runtime/aten_bridge.h"
 #include "tracer/frame_tracer.h"
 
@@ -94,11 +95,16 @@ int progress(const TraceResult& result) {
   return result.partial->instruction;
 }
 
-// The dynamic dims to try, in order: as asked; if that specializes and
-// several dims were asked, shifted sample points (Note [Shifted sample
+// The dynamic dims to try, in order: as asked; without the ints asked; if
+// that specializes and several dims were asked, shifted sample points (Note [Shifted sample
 // points]); then dim 0s only (the batch). Static sizes come last.
 std::vector<DynamicDims> attempts_for(const DynamicDims& dynamic) {
   std::vector<DynamicDims> attempts{dynamic};
+  if (dynamic.has_ints()) {
+    // Dynamic ints go first (Note [Dynamic ints]).
+    for (DynamicDims& attempt : attempts_for(dynamic.without_ints())) attempts.push_back(std::move(attempt));
+    return attempts;
+  }
   const bool several = dynamic.all_arguments || dynamic.dims.size() >= 2 || !dynamic.changed_sizes.empty();
   if (!dynamic.shifted_points && several) {
     attempts.push_back(dynamic);
@@ -143,23 +149,32 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       if (result.ok && !result.partial) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
+        result.ints_static = dynamic.has_ints() && !attempt.has_ints();
         result.shifted_points = attempt.shifted_points;
         return result;
       }
-      if (a < guessed) continue;  // a guess that breaks the graph is no guess to keep
+      if (a < guessed) {  // a guess that breaks the graph is no guess to keep
+        KILN_LOG(dynamic, "a trace with guessed dynamic dims stops early: " << result.reason);
+        continue;
+      }
       // Symbolic sizes must never cost a graph: if the static trace gets
       // further, it wins.
       TraceResult fixed = trace_once(code, func, frame, {});
       if (progress(fixed) <= progress(result)) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
+        result.ints_static = dynamic.has_ints() && !attempt.has_ints();
         result.shifted_points = attempt.shifted_points;
         return result;
       }
       fixed.specialized = "with dynamic sizes the trace stops earlier: " + result.reason;
       return fixed;
     } catch (const Specialize& specialize) {
-      if (a < guessed) continue;
+      if (a < guessed) {
+        KILN_LOG(dynamic, "a trace with guessed dynamic dims specializes: " << specialize.what() << " ("
+                                                                            << specialize.location << ")");
+        continue;
+      }
       why = specialize.what();
       if (!specialize.location.empty()) why += " (" + specialize.location + ")";
     }

@@ -70,6 +70,9 @@ struct TraceResult {
   std::string specialized;
   // With `specialized`: the trace kept dim 0s dynamic (and only those).
   bool leading_only = false;
+  // The trace kept the tensor dims dynamic without the dynamic ints asked
+  // for (Note [Dynamic ints]): later traces list them static.
+  bool ints_static = false;
   // The dynamic trace needed shifted sample points (Note [Shifted sample
   // points]); later traces of the code should start with them.
   bool shifted_points = false;

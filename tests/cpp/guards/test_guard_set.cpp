@@ -716,5 +716,49 @@ TEST(SizeChanges, ListsDimsWhoseSizeAloneChanged) {
   EXPECT_FALSE(PyErr_Occurred());
 }
 
+// Note [Dynamic ints]: an int guarded by value whose value alone changed is
+// a size change of dim -1; bools, floats and other types are not.
+TEST(SizeChanges, ListsIntsWhoseValueAloneChanged) {
+  GuardSet guards;
+  PyRef four = eval("4");
+  guards.add_constant_match(guards.sources().local(0, "n"), four.get());
+  PyRef nine = eval("9"), flag = eval("True"), half = eval("2.5");
+  std::vector<PyObject*> locals = {nine.get()};
+  FrameView frame{.localsplus = locals.data()};
+  auto changes = guards.size_changes(frame);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].source, "L['n']");
+  EXPECT_EQ(changes[0].dim, -1);
+  EXPECT_EQ(changes[0].traced, 4);
+  EXPECT_EQ(changes[0].now, 9);
+  for (PyObject* other : {flag.get(), half.get()}) {
+    locals = {other};
+    FrameView frame2{.localsplus = locals.data()};
+    EXPECT_TRUE(guards.size_changes(frame2).empty());
+  }
+  EXPECT_FALSE(PyErr_Occurred());
+}
+
+// An IntSymbol binds its symbol like a dynamic dim: the same symbol must
+// see the same value, and values below 2 and non-ints miss.
+TEST(IntSymbol, BindsASymbolLikeADynamicDim) {
+  GuardSet guards;
+  guards.add_int_symbol(guards.sources().local(0, "a"), 0);
+  guards.add_int_symbol(guards.sources().local(1, "b"), 0);
+  PyRef five = eval("5"), six = eval("6"), one = eval("1"), flag = eval("True"), big = eval("2**70");
+  EXPECT_TRUE(check_locals(guards, {five.get(), five.get()}));
+  EXPECT_TRUE(check_locals(guards, {six.get(), six.get()}));
+  EXPECT_FALSE(check_locals(guards, {five.get(), six.get()}));
+  EXPECT_THAT(verbose_locals(guards, {five.get(), six.get()}),
+              HasSubstr("L['b'] == 6, but s0 is 5 in an earlier input"));
+  EXPECT_FALSE(check_locals(guards, {one.get(), one.get()}));
+  EXPECT_THAT(verbose_locals(guards, {one.get(), one.get()}), HasSubstr("dynamic int s0 was traced for values >= 2"));
+  EXPECT_FALSE(check_locals(guards, {flag.get(), flag.get()}));
+  EXPECT_THAT(verbose_locals(guards, {flag.get(), flag.get()}), HasSubstr("L['a'] is a bool, expected an int"));
+  EXPECT_FALSE(check_locals(guards, {big.get(), big.get()}));
+  EXPECT_THAT(guards.format(), HasSubstr("IntSymbol L['a'] s0 (an int >= 2)"));
+  EXPECT_FALSE(PyErr_Occurred());
+}
+
 }  // namespace
 }  // namespace kiln::guards

@@ -223,3 +223,32 @@ def test_serving_batch_sizes_compile_twice(name):
     s = kiln.stats()
     assert s["traces"] == 2 and s["recompiles"] == 1 and s["graph_breaks"] == 0, s
     assert s["size_instances"] == 6 and s["prim_fallbacks"] == 0 and s["eager_runs"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+@pytest.mark.parametrize("name", ["hf-mistral", "hf-gemma2", "hf-gemma3"])
+def test_sliding_window_generate_counts_tokens_in_a_dynamic_int(name):
+    # Their cache layers count the tokens seen in a Python int
+    # (`cumulative_length`), which sizes the attention mask: traced as a
+    # dynamic int (Note [Dynamic ints]) rather than one trace per step up to
+    # the cache limit. Two traces, none added by a second call.
+    import copy
+
+    from library_models import build as build_library
+
+    model, args, kwargs = build_library(name)
+    model.eval()
+    compiled_model = copy.deepcopy(model)
+    kernels = kiln._C.cpu_kernels_available() and kiln.config.cpu_kernels
+    compiled_model.forward = kiln.compile(compiled_model.forward, backend="inductor" if kernels else "aot_eager")
+    ids = (args[0] if args else kwargs["input_ids"])[:1, :8]
+    gen = dict(attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+               pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **gen)
+        for _ in range(2):
+            assert torch.equal(compiled_model.generate(ids, **gen), want)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+    if kernels:
+        assert s["static_regions"] > 0, s
