@@ -56,8 +56,15 @@ def build(name, device):
                                        num_decoder_layers=2, num_heads=4, decoder_start_token_id=0,
                                        pad_token_id=0, eos_token_id=1, dropout_rate=0.0)
         model = transformers.T5ForConditionalGeneration(config)
+    elif name == "mistral":
+        # Sliding-window attention: the cache counts tokens in a Python int
+        # (Note [Dynamic ints]).
+        config = transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=128, vocab_size=100,
+                                            max_position_embeddings=512, sliding_window=256)
+        model = transformers.MistralForCausalLM(config)
     else:
-        raise SystemExit(f"unknown model {name!r}: gpt2, llama, bert, t5")
+        raise SystemExit(f"unknown model {name!r}: gpt2, llama, bert, t5, mistral")
     return model.to(device).eval()
 
 

@@ -5,8 +5,9 @@ the model's forward compiled, in one process on one device.
     PYTHONPATH=python .venv/bin/python benchmarks/generate_decode.py [--device cuda] [--models gpt2,llama]
         [--tokens 64] [--calls 4] [--mask] [--no-tc]
 
-For the small GPT-2, Llama and T5 (encoder-decoder: `--models t5`) of
-dynamic_lengths.py (transformers, random weights, 2 layers, width 64),
+For the small GPT-2, Llama, T5 (encoder-decoder: `--models t5`) and
+Mistral (sliding-window cache counting tokens in a Python int: `--models
+mistral`, Note [Dynamic ints]) of dynamic_lengths.py (transformers, random weights, 2 layers, width 64),
 greedy generate() of --tokens new tokens from a 16-token prompt
 (with an all-ones attention_mask under --mask, as a tokenizer gives),
 called --calls times per compiler on its own copy of the model: each
@@ -27,7 +28,7 @@ import torch
 import transformers
 
 import kiln
-from dynamic_lengths import build  # the same small GPT-2, Llama (512 positions) and T5
+from dynamic_lengths import build  # the same small GPT-2, Llama (512 positions), T5 and Mistral
 
 
 def generate(model, ids, args):

@@ -543,6 +543,9 @@ std::unique_ptr<graph::Graph> instantiate_sizes(const graph::Graph& graph, PyObj
       PyObject* input = inputs[next_input++];
       if (node.metas.empty()) {
         new_id[node.id] = out->add_object_input(node.input_source, node.input_name);
+        // A dynamic int is a constant of the instance, like sizes read from
+        // tensors (Note [Dynamic ints]); the input stays, unread.
+        if (!node.int_symbol.empty()) folded[node.id] = PyRef::borrow(input);
       } else {
         graph::TensorMeta meta;
         runtime::read_tensor_meta(input, &meta);

@@ -359,9 +359,11 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
   // Inputs first: a PrimGraph's inputs precede its other values.
   for (int id : traced.inputs()) {
     const Node& node = traced.node(id);
-    if (node.metas.empty() && !used_by_calls[id] && !records_gradients) {
+    if (node.metas.empty() && !used_by_calls[id] && (!records_gradients || !used[id])) {
       // An object the graph only returns (a KV cache object in a model's
-      // output): passed through as a value no prim reads.
+      // output), or one nothing reads (a dynamic int a size instance
+      // folded, Note [Dynamic ints]): passed through as a value no prim
+      // reads.
       graph::TensorMeta passed;
       passed.dtype = graph::DType::Other;
       values[id] = {out.graph->add_input(passed)};

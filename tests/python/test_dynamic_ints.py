@@ -20,6 +20,9 @@ def test_an_int_argument_that_changes_is_traced_once_more(backend):
         assert_same(compiled(x, n), fn(x, n))
     s = stats()
     assert s["traces"] == 2 and s["recompiles"] == 1 and s["eager_runs"] == 0, s
+    if backend != "eager":
+        # each value's instance is compiled with the int a constant
+        assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
 class Counter:
@@ -158,3 +161,24 @@ def test_a_sliding_window_cache_layer_decodes_without_recompiling():
         assert mine.cumulative_length == theirs.cumulative_length
     s = stats()
     assert s["traces"] <= 3 and s["eager_runs"] == 0, s
+
+
+def test_training_with_a_changing_int_compiles_each_value():
+    # A size instance folds the int to a constant and leaves its input
+    # unread, so kiln's autograd takes the instance (no prim fallback).
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    ref = torch.nn.Linear(8, 8)
+    ref.load_state_dict(lin.state_dict())
+
+    def step(layer, x, n):
+        return (layer(x) * n).sum()
+
+    compiled = kiln.compile(step, backend="aot_eager")
+    for n in (3, 4, 5, 6):
+        x = torch.randn(4, 8)
+        compiled(lin, x, n).backward()
+        step(ref, x, n).backward()
+        assert_same(lin.weight.grad, ref.weight.grad)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["prim_fallbacks"] == 0 and s["size_instances"] == 3, s
