@@ -252,3 +252,25 @@ def test_sliding_window_generate_counts_tokens_in_a_dynamic_int(name):
     assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
     if kernels:
         assert s["static_regions"] > 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+def test_denoising_loop_with_int_timesteps_traces_twice():
+    # A scheduler loop passes the UNet a Python int timestep that changes
+    # every step: a dynamic int (Note [Dynamic ints]) from the second
+    # value on, its time embedding replayed between static regions,
+    # rather than a trace per step up to the cache limit.
+    import copy
+
+    from zoo_models import build_or_skip
+
+    model, (sample, _), kwargs = build_or_skip(build, "diffusers-unet2d_condition")
+    model.eval()
+    compiled_model = copy.deepcopy(model)
+    compiled_model.forward = kiln.compile(compiled_model.forward)
+    with torch.no_grad():
+        for t in (999, 979, 959, 939, 919, 899, 879, 859, 839, 819):
+            want = model(sample, t, **kwargs).sample
+            torch.testing.assert_close(compiled_model(sample, t, **kwargs).sample, want, rtol=1e-4, atol=1e-4)
+    s = kiln.stats()
+    assert s["traces"] == 2 and s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
