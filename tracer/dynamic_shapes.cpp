@@ -47,7 +47,13 @@ namespace kiln::tracer {
 // guard (an exact int >= 2, or 1 with the other symbols) and is an object
 // input of the graph (`Node::int_symbol`), which size instances key by its
 // value and static regions leave to their eager stages. 0 and 1 stay
-// specialized. An int the dynamic trace cannot keep (a branch whose answer
+// specialized. A comparison on an int whose answer differs between the
+// sample points (a count of 2000 against a window of 4096: the points
+// 2000, 4000, 6000 straddle it) is guarded with the traced answer rather
+// than specialized, where both sides have exact expressions: the graph
+// holds on the traced side of the threshold, and the first call past it
+// traces the other side once (on tensor sizes alone such a comparison
+// still specializes). An int the dynamic trace cannot keep (a branch whose answer
 // differs between the sample points: a step counter checked `% 10`) is
 // dropped before anything else: the trace is redone with the tensor dims
 // alone and the int is listed static for good (`static_ints`), its values

@@ -42,6 +42,7 @@ ValuePtr TraceState::wrap_dynamic_int(PyObject* obj, int source) {
   if (overflow || n < 2) return nullptr;  // 0 and 1 stay specialized, as sizes do
   const int symbol = symbols_.new_symbol(n);
   if (symbol < 0) return nullptr;
+  int_symbols_.push_back(symbol);
   std::vector<int64_t> per_point;
   for (int p = 0; p < points_; ++p) per_point.push_back(symbols_.at_point(n, p));
   ValuePtr value = make_symint(std::move(per_point), "int", nullptr, {}, nullptr);
@@ -503,10 +504,26 @@ ValuePtr TraceState::sym_compare(int cmp, const ValuePtr& a, const ValuePtr& b) 
   const std::optional<guards::SizeExpr> ea = side(a, &pa);
   const std::optional<guards::SizeExpr> eb = side(b, &pb);
   const bool result = guards::compare_sizes(cmp, pa[0], pb[0]);
-  for (int p = 1; p < SymbolTable::kPoints; ++p) {
-    if (guards::compare_sizes(cmp, pa[p], pb[p]) != result) {
+  bool changes = false;
+  for (int p = 1; p < SymbolTable::kPoints; ++p) changes = changes || guards::compare_sizes(cmp, pa[p], pb[p]) != result;
+  if (changes) {
+    // A threshold on a dynamic int (a sliding window filling up: the
+    // sample points of a count near it fall on both sides) is guarded with
+    // the traced answer: the graph holds on that side, as a trace at a
+    // count past the threshold holds on the other (Note [Dynamic ints]).
+    // On tensor sizes alone the trace specializes.
+    auto on_int = [this](const std::optional<guards::SizeExpr>& e) {
+      if (!e) return false;
+      for (const auto& [k, c] : e->terms) {
+        if (std::find(int_symbols_.begin(), int_symbols_.end(), k) != int_symbols_.end()) return true;
+      }
+      return false;
+    };
+    if (!ea || !eb || !(on_int(ea) || on_int(eb))) {
       throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and changes with the sizes");
     }
+    KILN_LOG(dynamic, "size relation " << ea->text() << " " << op << " " << eb->text()
+                                       << " differs between the sample points; guarded at the traced sizes");
   }
   if (!ea || !eb) {
     throw Specialize(std::string("a comparison of dynamic sizes (") + op + ") decides control flow and no size expression fits " + (!ea ? "its left side" : "its right side"));

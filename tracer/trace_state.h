@@ -237,6 +237,8 @@ class TraceState {
   guards::FrameView frame_;
   DynamicDims dynamic_;
   SymbolTable symbols_;
+  // The symbols dynamic ints bind (Note [Dynamic ints]).
+  std::vector<int> int_symbols_;
   // plan_output_identity: uses of each container in the outputs, and the
   // node that builds each shared one once lowered.
   std::unordered_map<const Value*, int> output_uses_;

@@ -182,3 +182,23 @@ def test_training_with_a_changing_int_compiles_each_value():
         assert_same(lin.weight.grad, ref.weight.grad)
     s = kiln.stats()
     assert s["traces"] == 2 and s["prim_fallbacks"] == 0 and s["size_instances"] == 3, s
+
+
+def test_a_threshold_on_an_int_is_guarded_at_the_traced_count(capfd):
+    # Traced at 9, the sample points (9, 18, 27) fall on both sides of 12:
+    # the answer at 9 is guarded and holds up to 11; 12 traces the other
+    # side once (Note [Dynamic ints]).
+    def fn(x, n):
+        if n >= 12:
+            return x * 2
+        return x + n
+
+    compiled = kiln.compile(fn, backend="eager")
+    with kiln_logs("dynamic"):
+        for n in (8, 9, 10, 11, 12, 13, 20, 100, 10):
+            x = torch.randn(3)
+            assert_same(compiled(x, n), fn(x, n))
+    s = stats()
+    assert s["traces"] == 3 and s["eager_runs"] == 0, s
+    err = capfd.readouterr().err
+    assert "size relation s0 >= 12 differs between the sample points; guarded at the traced sizes" in err, err

@@ -255,6 +255,35 @@ def test_sliding_window_generate_counts_tokens_in_a_dynamic_int(name):
 
 
 @pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
+def test_sliding_window_that_fills_up_during_generate():
+    # A window of 12 and 30 new tokens: the count crosses the window while
+    # decoding. The trace at 8 tokens guards "not full" (its sample points
+    # straddle the window, Note [Dynamic ints]); the first full step traces
+    # once more, the cache then kept as a window-sized slice once more.
+    import copy
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                        num_key_value_heads=2, intermediate_size=128, vocab_size=100,
+                                        sliding_window=12)
+    model = transformers.MistralForCausalLM(config).eval()
+    compiled_model = copy.deepcopy(model)
+    compiled_model.forward = kiln.compile(compiled_model.forward)
+    ids = torch.randint(1, 100, (1, 8))
+    gen = dict(attention_mask=torch.ones_like(ids), max_new_tokens=30, min_new_tokens=30, do_sample=False,
+               pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **gen)
+        assert torch.equal(compiled_model.generate(ids, **gen), want)
+        after_first = kiln.stats()
+        assert torch.equal(compiled_model.generate(ids, **gen), want)
+    s = kiln.stats()
+    assert after_first["traces"] <= 4 and s["traces"] == after_first["traces"], s
+    assert s["graph_breaks"] == 0 and s["eager_runs"] == 0, s
+
+
+@pytest.mark.cpu_semantics("model zoo tier: CPU, fp32")
 def test_denoising_loop_with_int_timesteps_traces_twice():
     # A scheduler loop passes the UNet a Python int timestep that changes
     # every step: a dynamic int (Note [Dynamic ints]) from the second
