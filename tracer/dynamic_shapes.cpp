@@ -47,7 +47,8 @@ namespace kiln::tracer {
 // guard (an exact int >= 2, or 1 with the other symbols) and is an object
 // input of the graph (`Node::int_symbol`), which size instances key by its
 // value and static regions leave to their eager stages. 0 and 1 stay
-// specialized. A comparison on an int whose answer differs between the
+// specialized. dynamic=True makes int arguments dynamic from the first
+// trace, as it does tensor arguments' dims. A comparison on an int whose answer differs between the
 // sample points (a count of 2000 against a window of 4096: the points
 // 2000, 4000, 6000 straddle it) is guarded with the traced answer rather
 // than specialized, where both sides have exact expressions: the graph
@@ -60,11 +61,20 @@ namespace kiln::tracer {
 // recompiling as before.
 
 bool DynamicDims::has_ints() const {
-  return std::any_of(dims.begin(), dims.end(), [](const auto& d) { return d.second < 0; });
+  return (all_arguments && !no_int_arguments) ||
+         std::any_of(dims.begin(), dims.end(), [](const auto& d) { return d.second < 0; });
+}
+
+bool DynamicDims::int_is_dynamic(const std::string& source, bool argument) const {
+  if (leading_only) return false;
+  if (contains(source, -1)) return true;
+  return argument && all_arguments && !no_int_arguments &&
+         std::find(static_ints.begin(), static_ints.end(), source) == static_ints.end();
 }
 
 DynamicDims DynamicDims::without_ints() const {
   DynamicDims out = *this;
+  out.no_int_arguments = true;
   std::erase_if(out.dims, [](const auto& d) { return d.second < 0; });
   for (const auto& [source, dim] : dims) {
     if (dim < 0) out.static_ints.push_back(source);

@@ -18,8 +18,10 @@ struct DynamicDims {
   std::vector<std::pair<std::string, int>> dims;
   // Ints a dynamic trace could not keep symbolic: never added again.
   std::vector<std::string> static_ints;
-  // dynamic=True: every dim of every tensor argument of the frame.
+  // dynamic=True: every dim of every tensor argument of the frame, and
+  // every int argument (Note [Dynamic ints]) unless `no_int_arguments`.
   bool all_arguments = false;
+  bool no_int_arguments = false;
   // Only dim 0 of what the fields above name: the fallback when a trace
   // with every listed dim dynamic had to specialize.
   bool leading_only = false;
@@ -34,8 +36,10 @@ struct DynamicDims {
   std::vector<std::string> known_sources;
 
   bool empty() const { return dims.empty() && !all_arguments && changed_sizes.empty(); }
-  // True when some listed dim is an int (dim -1).
+  // True when some listed dim is an int (dim -1), or int arguments are.
   bool has_ints() const;
+  // True when the int at `source` (an argument when `argument`) is dynamic.
+  bool int_is_dynamic(const std::string& source, bool argument) const;
   // These dims without the ints, which are listed static from now on.
   DynamicDims without_ints() const;
   // True when dim `dim` of the tensor at `source` is listed.
@@ -58,6 +62,9 @@ class Specialize : public std::runtime_error {
   // "file:line" of the innermost traced instruction that specialized (set
   // by the frame loop), for the log line.
   std::string location;
+  // The trace had dynamic ints when it specialized (Note [Dynamic ints]):
+  // without them it may not.
+  bool used_ints = false;
 };
 
 // The symbols of one trace, one per dynamic input dim. Dims never share a

@@ -35,8 +35,9 @@ ValuePtr TraceState::make_symint(std::vector<int64_t> per_point, const std::stri
 
 ValuePtr TraceState::wrap_dynamic_int(PyObject* obj, int source) {
   if (points_ <= 1) return nullptr;
-  const std::string& text = sources().at(source).text;
-  if (!dynamic_.contains(text, -1) || dynamic_.leading_only) return nullptr;
+  const guards::Source& where = sources().at(source);
+  const std::string& text = where.text;
+  if (!dynamic_.int_is_dynamic(text, where.kind == guards::SourceKind::Local)) return nullptr;
   int overflow = 0;
   const long long n = PyLong_AsLongLongAndOverflow(obj, &overflow);
   if (overflow || n < 2) return nullptr;  // 0 and 1 stay specialized, as sizes do

@@ -136,6 +136,8 @@ class TraceState {
   // Number of sample points fakes run at (1 for a static trace), the
   // size-one point included while it holds.
   int points() const { return points_; }
+  // True once the trace read a dynamic int (Note [Dynamic ints]).
+  bool has_int_symbols() const { return !int_symbols_.empty(); }
   // True while the trace holds at the point where every symbol is 1
   // (Note [The size-one point]).
   bool ones_point_holds() const { return points_ > SymbolTable::kPoints; }

@@ -37,7 +37,13 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
       locals[i] = state.wrap(value, state.sources().local(i, name ? name : "?"));
     }
     top.set_locals(std::move(locals));
-    ValuePtr returned = top.run();
+    ValuePtr returned;
+    try {
+      returned = top.run();
+    } catch (Specialize& specialize) {
+      specialize.used_ints = state.has_int_symbols();
+      throw;
+    }
     if (state.break_info()) {
       graph::Arg outputs;
       outputs.kind = graph::Arg::Kind::Tuple;
@@ -101,7 +107,8 @@ int progress(const TraceResult& result) {
 std::vector<DynamicDims> attempts_for(const DynamicDims& dynamic) {
   std::vector<DynamicDims> attempts{dynamic};
   if (dynamic.has_ints()) {
-    // Dynamic ints go first (Note [Dynamic ints]).
+    // Dynamic ints go first (Note [Dynamic ints]); trace_frame skips the
+    // attempt right after when the one with ints had none to drop.
     for (DynamicDims& attempt : attempts_for(dynamic.without_ints())) attempts.push_back(std::move(attempt));
     return attempts;
   }
@@ -142,6 +149,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
     attempts = attempts_for(dynamic);
   }
   std::string why;
+  bool ints_blamed = false;  // a trace with dynamic ints specialized on them
   for (size_t a = 0; a < attempts.size(); ++a) {
     const DynamicDims& attempt = attempts[a];
     try {
@@ -149,7 +157,7 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       if (result.ok && !result.partial) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
-        result.ints_static = dynamic.has_ints() && !attempt.has_ints();
+        result.ints_static = ints_blamed && !attempt.has_ints();
         result.shifted_points = attempt.shifted_points;
         return result;
       }
@@ -163,13 +171,19 @@ TraceResult trace_frame(PyCodeObject* code, PyObject* func, const guards::FrameV
       if (progress(fixed) <= progress(result)) {
         result.specialized = attempt.leading_only ? why : "";
         result.leading_only = attempt.leading_only;
-        result.ints_static = dynamic.has_ints() && !attempt.has_ints();
+        result.ints_static = ints_blamed && !attempt.has_ints();
         result.shifted_points = attempt.shifted_points;
         return result;
       }
       fixed.specialized = "with dynamic sizes the trace stops earlier: " + result.reason;
       return fixed;
     } catch (const Specialize& specialize) {
+      // Without ints, a trace that read none would fail the same way: the
+      // int-free attempt right after is skipped.
+      if (attempt.has_ints() && specialize.used_ints) ints_blamed = true;
+      if (!specialize.used_ints && attempt.has_ints() && a + 1 < attempts.size() && !attempts[a + 1].has_ints()) {
+        ++a;
+      }
       if (a < guessed) {
         KILN_LOG(dynamic, "a trace with guessed dynamic dims specializes: " << specialize.what() << " ("
                                                                             << specialize.location << ")");

@@ -202,3 +202,31 @@ def test_a_threshold_on_an_int_is_guarded_at_the_traced_count(capfd):
     assert s["traces"] == 3 and s["eager_runs"] == 0, s
     err = capfd.readouterr().err
     assert "size relation s0 >= 12 differs between the sample points; guarded at the traced sizes" in err, err
+
+
+def test_dynamic_true_makes_int_arguments_dynamic_from_the_first_trace():
+    def fn(x, n):
+        return x[:n] * n
+
+    compiled = kiln.compile(fn, backend="eager", dynamic=True)
+    for n in (3, 5, 7, 4):
+        x = torch.randn(9, 2)
+        assert_same(compiled(x, n), fn(x, n))
+    s = stats()
+    assert s["traces"] == 1 and s["recompiles"] == 0, s
+
+
+def test_dynamic_true_keeps_tensor_dims_when_an_int_argument_decides_a_branch(capfd):
+    def fn(x, n):
+        if n % 2:
+            return x.sum(0)
+        return x.mean(0)
+
+    compiled = kiln.compile(fn, backend="eager", dynamic=True)
+    with kiln_logs("dynamic"):
+        for rows in (3, 4, 5):
+            x = torch.randn(rows, 2)
+            assert_same(compiled(x, 3), fn(x, 3))
+    err = capfd.readouterr().err
+    assert "dynamic ints could not stay symbolic" in err, err
+    assert stats()["traces"] == 1, stats()
