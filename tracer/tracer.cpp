@@ -101,9 +101,10 @@ int progress(const TraceResult& result) {
   return result.partial->instruction;
 }
 
-// The dynamic dims to try, in order: as asked; without the ints asked; if
-// that specializes and several dims were asked, shifted sample points (Note [Shifted sample
-// points]); then dim 0s only (the batch). Static sizes come last.
+// The dynamic dims to try, in order: as asked; without the ints asked (Note
+// [Dynamic ints]); if that specializes and several dims were asked, shifted
+// sample points (Note [Shifted sample points]); then dim 0s only (the
+// batch). Static sizes come last.
 std::vector<DynamicDims> attempts_for(const DynamicDims& dynamic) {
   std::vector<DynamicDims> attempts{dynamic};
   if (dynamic.has_ints()) {
