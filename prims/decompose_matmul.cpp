@@ -1,5 +1,5 @@
 // Decompositions of matrix products: matmul (with torch's 1-d cases),
-// mm/bmm, addmm and linear.
+// mm/bmm, addmm, baddbmm and linear.
 #include "prims/decompositions.h"
 
 namespace kiln::prims {
@@ -48,13 +48,25 @@ std::vector<int> decompose_Matmul(DecomposeCall& c) {
 
 std::vector<int> decompose_Mm(DecomposeCall& c) { return {c.b.matmul(c.tensor("input"), c.tensor("mat2"))}; }
 
-// addmm = beta * input + alpha * (mat1 @ mat2).
-std::vector<int> decompose_Addmm(DecomposeCall& c) {
-  const int product = scale(c.b, c.b.matmul(c.tensor("mat1"), c.tensor("mat2")), c.number("alpha"));
+namespace {
+
+// beta * input + alpha * (a @ b): addmm, and baddbmm over a batch (Bloom's
+// attention scores: its ALiBi bias plus the scaled product).
+int scaled_product_plus_input(DecomposeCall& c, const char* a, const char* b) {
+  const int product = scale(c.b, c.b.matmul(c.tensor(a), c.tensor(b)), c.number("alpha"));
   const double beta = c.number("beta");
   if (beta == 0) c.unsupported("beta=0 ignores NaN in input");
   const int bias = scale(c.b, c.tensor("input"), beta);
-  return {c.b.binary(Prim::Add, v(bias), v(product))};
+  return c.b.binary(Prim::Add, v(bias), v(product));
+}
+
+}  // namespace
+
+std::vector<int> decompose_Addmm(DecomposeCall& c) { return {scaled_product_plus_input(c, "mat1", "mat2")}; }
+
+std::vector<int> decompose_Baddbmm(DecomposeCall& c) {
+  if (c.rank(c.tensor("batch1")) != 3 || c.rank(c.tensor("batch2")) != 3) c.unsupported("baddbmm of non-3-d batches");
+  return {scaled_product_plus_input(c, "batch1", "batch2")};
 }
 
 // linear(x, W, b) = x @ W^T + b.

@@ -175,6 +175,8 @@ namespace kiln::prims {
     "Tensor.bmm(input, mat2)")                                                                     \
   X(Addmm, "torch.addmm(input, mat1, mat2, *, beta=1, alpha=1)",                                   \
     "Tensor.addmm(input, mat1, mat2, *, beta=1, alpha=1)")                                         \
+  X(Baddbmm, "torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)",                          \
+    "Tensor.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)")                                   \
   X(Linear, "F.linear(input, weight, bias=None)")                                                  \
   /* nn */                                                                                         \
   X(Softmax, "torch.softmax(input, dim, dtype=None)", "Tensor.softmax(input, dim, dtype=None)",    \

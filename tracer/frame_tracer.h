@@ -115,6 +115,10 @@ class FrameTracer {
   ValuePtr inline_function(PyObject* func, int func_source, std::vector<ValuePtr> args,
                            KwArgs kwargs);
   ValuePtr inline_local_function(const ValuePtr& func, std::vector<ValuePtr> args, KwArgs kwargs);
+  // Cls.forward of a custom autograd.Function traced inline where no
+  // gradient can flow through Cls.apply(*args); null where the call stays
+  // one graph node (Note [Custom autograd Functions] in trace_calls.cpp).
+  ValuePtr inline_function_forward(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // Binds arguments and runs the callee's frame.
   struct Callee {
     PyCodeObject* code;

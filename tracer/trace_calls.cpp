@@ -224,6 +224,76 @@ void FrameTracer::step_call(const Instruction& ins) {
 // calls the Function's backward (Note [Extern gradients] in
 // autograd/derivatives_extern.cpp). Its results' metadata comes from
 // running apply on the fakes, so the forward must take meta tensors.
+// Where no gradient can flow through the call (grad mode off, or no tensor
+// argument requiring grad: both guarded), apply is the forward and nothing
+// more, so the forward is inlined like any function, its ctx an object of
+// kiln._autograd.InlinedFunctionContext that drops what would be saved for
+// the backward: Bloom's GeLUFunction, applied in inference too, becomes
+// part of a fused kernel instead of a Python call per layer. A Function
+// with its own setup_context() has a forward without ctx; apply with
+// keywords, or a forward kiln cannot inline, stays the extern.
+namespace {
+
+// True when some tensor in `value` (through tuples, lists and dicts)
+// requires grad.
+bool any_requires_grad(const Value& value) {
+  if (value.is(ValueKind::Tensor)) return value.meta.requires_grad;
+  for (const ValuePtr& item : value.items) {
+    if (item && any_requires_grad(*item)) return true;
+  }
+  return false;
+}
+
+// Cls.forward as a plain function and whether it takes ctx first (no
+// setup_context of its own), or null where it is not a Python function.
+PyRef inlinable_forward(PyObject* cls, bool* takes_ctx) {
+  static PyObject* base_setup = [] {
+    PyObject* function_class = base::import_attr("torch.autograd.function", "Function");
+    PyObject* setup = function_class ? PyObject_GetAttrString(function_class, "setup_context") : nullptr;
+    if (!setup) PyErr_Clear();
+    return setup;  // kept for the process
+  }();
+  PyRef forward = PyRef::steal(PyObject_GetAttrString(cls, "forward"));
+  PyRef setup = PyRef::steal(PyObject_GetAttrString(cls, "setup_context"));
+  if (!forward || !setup || !base_setup) {
+    PyErr_Clear();
+    return PyRef();
+  }
+  if (!PyFunction_Check(forward.get())) return PyRef();
+  *takes_ctx = setup.get() == base_setup;
+  return forward;
+}
+
+}  // namespace
+
+ValuePtr FrameTracer::inline_function_forward(PyObject* cls, const std::vector<ValuePtr>& args,
+                                              const KwArgs& kwargs) {
+  if (!kwargs.empty()) return nullptr;
+  if (runtime::grad_mode_enabled()) {
+    for (const ValuePtr& arg : args) {
+      if (any_requires_grad(*arg)) return nullptr;
+    }
+  }
+  bool takes_ctx = false;
+  PyRef forward = inlinable_forward(cls, &takes_ctx);
+  if (!forward) return nullptr;
+  std::vector<ValuePtr> call_args;
+  if (takes_ctx) {
+    static PyObject* ctx_class = [] {
+      PyObject* found = base::import_attr("kiln._autograd", "InlinedFunctionContext");
+      if (!found) PyErr_Clear();
+      return found;  // kept for the process
+    }();
+    if (!ctx_class) return nullptr;
+    PyRef count = PyRef::steal(PyLong_FromSize_t(args.size()));
+    call_args.push_back(call_value(state_.wrap_unguarded(ctx_class), {state_.wrap_unguarded(count.get())}, {}));
+  }
+  call_args.insert(call_args.end(), args.begin(), args.end());
+  KILN_LOG(graph, reinterpret_cast<PyTypeObject*>(cls)->tp_name
+                      << ".apply: no gradient flows through it; its forward is traced inline");
+  return inline_function(forward.get(), -1, std::move(call_args), {});
+}
+
 namespace {
 
 // The function behind torch.autograd.Function.apply (a classmethod).
@@ -332,6 +402,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
           PyType_Check(callable->self->obj.get())) {
         // Note [Custom autograd Functions]
         PyObject* cls = callable->self->obj.get();
+        if (ValuePtr inlined = inline_function_forward(cls, args, kwargs)) return inlined;
         PyRef apply = PyRef::steal(PyObject_GetAttrString(cls, "apply"));
         if (!apply) abort_trace(BreakCode::PythonException, take_python_error());
         return state_.call_torch(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + ".apply", apply.get(),

@@ -108,3 +108,30 @@ class _NoDoubleBackward(torch.autograd.Function):
                            "create_graph=True) is not supported: kiln's backward graph records no history; "
                            "run that part of the model uncompiled (torch.compiler.disable) to take "
                            "higher-order gradients")
+
+
+class InlinedFunctionContext:
+    """The ctx a custom autograd.Function's forward gets when kiln traces
+    the forward into the graph because no gradient can flow through the
+    call (Note [Custom autograd Functions] in tracer/trace_calls.cpp): what
+    it would save or mark for a backward that never runs is dropped;
+    attributes the forward sets are kept for the forward's own reads."""
+
+    def __init__(self, inputs):
+        self.needs_input_grad = (False,) * inputs
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        pass
+
+    def save_for_forward(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value

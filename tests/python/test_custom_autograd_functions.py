@@ -66,3 +66,75 @@ def test_custom_function_under_no_grad():
         torch.testing.assert_close(kiln.compile(fn)(x, w), fn(x, w))
     s = kiln.stats()
     assert (s["traces"], s["graph_breaks"]) == (1, 0), s
+
+
+def graph_text(fn, *args):
+    """The graph section of a fresh trace's dump."""
+    from kiln import _C
+    _, text = _C.trace_dump(fn, args, {}, False, False)
+    return text.split("--- graph ---")[1].split("--- guards ---")[0]
+
+
+def test_forward_is_inlined_where_no_gradient_flows():
+    # Under no_grad (or with no input requiring grad) apply is the forward:
+    # traced inline, its ctx dropping what the backward would use.
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    with torch.no_grad():
+        text = graph_text(fn, x, w)
+        assert ".apply" not in text and "clamp" in text, text
+    text = graph_text(fn, x, w)  # grad mode on, but nothing requires grad
+    assert ".apply" not in text, text
+    wg = w.clone().requires_grad_()
+    text = graph_text(fn, x, wg)
+    assert "CubedScale.apply" in text and "SplitSigns.apply" in text, text
+
+
+class ScaledByCount(torch.autograd.Function):
+    """Reads ctx state its forward set, and needs_input_grad."""
+
+    @staticmethod
+    def forward(ctx, x, times):
+        ctx.times = times
+        ctx.mark_non_differentiable()
+        ctx.set_materialize_grads(False)
+        flags = ctx.needs_input_grad
+        return x * ctx.times + len(flags)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.times, None
+
+
+class SetupStyle(torch.autograd.Function):
+    """The newer style: forward without ctx, setup_context apart."""
+
+    @staticmethod
+    def forward(x, y):
+        return x * y + 1
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grad * y, grad * x
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_inlined_forwards_compute_what_apply_does(backend):
+    def g(x, y):
+        return ScaledByCount.apply(x, 3) + SetupStyle.apply(x, y)
+
+    x, y = torch.randn(5), torch.randn(5)
+    compiled = kiln.compile(g, backend=backend)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, y), g(x, y))
+    assert ".apply" not in graph_text(g, x, y)
+    # with gradients the Functions' own backwards run
+    xg, yg = x.clone().requires_grad_(), y.clone().requires_grad_()
+    compiled(xg, yg).sum().backward()
+    xe, ye = x.clone().requires_grad_(), y.clone().requires_grad_()
+    g(xe, ye).sum().backward()
+    torch.testing.assert_close([xg.grad, yg.grad], [xe.grad, ye.grad])

@@ -116,6 +116,29 @@ def test_linear_addmm_and_baddbmm_like_forms():
     x, w, bias = torch.randn(10, 33), torch.randn(21, 33), torch.randn(21)
     check(linear, x, w, bias, k=33)
     check(lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=2.0), torch.randn(10, 21), x, w.t(), k=33)
+    kiln.reset()
+    # Bloom's attention scores: a broadcast bias plus a scaled batched product.
+    bias, q, k = torch.randn(6, 1, 9), torch.randn(6, 9, 8), torch.randn(6, 8, 9)
+    check(lambda i, a, b: torch.baddbmm(i, a, b, beta=1.0, alpha=0.25), bias, q, k, k=8)
+    kiln.reset()
+    check(lambda i, a, b: i.baddbmm(a, b, beta=2.0), torch.randn(6, 9, 9), q, k, k=8)
+
+
+def test_baddbmm_gradients_match_eager():
+    bias = torch.randn(6, 1, 9, requires_grad=True)
+    q, k = torch.randn(6, 9, 8, requires_grad=True), torch.randn(6, 8, 9, requires_grad=True)
+
+    def scores(i, a, b):
+        return torch.baddbmm(i, a, b, alpha=0.5).softmax(-1).sum()
+
+    scores(bias, q, k).backward()
+    want = [t.grad.clone() for t in (bias, q, k)]
+    for t in (bias, q, k):
+        t.grad = None
+    kiln.compile(scores, backend="inductor")(bias, q, k).backward()
+    for t, expected in zip((bias, q, k), want):
+        close(t.grad, expected, 9)
+    assert kiln.stats()["prim_fallbacks"] == 0
 
 
 def test_modules_forward_and_gradients_match_eager():
