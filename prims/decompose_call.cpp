@@ -191,20 +191,30 @@ std::vector<int> DecomposeCall::tensors(const char* name) const {
   return out;
 }
 
-bool DecomposeCall::constant_items(const char* name, std::vector<PyObject*>* out) const {
+bool DecomposeCall::constant_items(const char* name, std::vector<base::PyRef>* out) const {
   out->clear();
   Bound bound = lookup(name);
   if (!bound.arg) return false;
   if (bound.arg->kind == Arg::Kind::Tuple) {
     for (const Arg& item : bound.arg->items) {
+      if (item.kind == Arg::Kind::List) {
+        base::PyRef list = base::PyRef::steal(PyList_New(static_cast<Py_ssize_t>(item.items.size())));
+        for (size_t k = 0; k < item.items.size(); ++k) {
+          if (item.items[k].kind != Arg::Kind::Constant) return false;
+          Py_INCREF(item.items[k].constant);
+          PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(k), item.items[k].constant);
+        }
+        out->push_back(std::move(list));
+        continue;
+      }
       if (item.kind != Arg::Kind::Constant) return false;
-      out->push_back(item.constant);
+      out->push_back(base::PyRef::borrow(item.constant));
     }
     return true;
   }
   if (bound.arg->kind == Arg::Kind::Constant && PyTuple_Check(bound.arg->constant)) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound.arg->constant); ++i) {
-      out->push_back(PyTuple_GET_ITEM(bound.arg->constant, i));
+      out->push_back(base::PyRef::borrow(PyTuple_GET_ITEM(bound.arg->constant, i)));
     }
     return true;
   }

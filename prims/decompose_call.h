@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/py_ref.h"
 #include "graph/graph.h"
 #include "prims/prim_builder.h"
 #include "prims/torch_ops.h"
@@ -72,8 +73,9 @@ class DecomposeCall {
   PyObject* constant(const char* name) const;
 
   // The items of a tuple argument whose items are all constants (a tuple
-  // constant, or a tuple the trace built from constants); false otherwise.
-  bool constant_items(const char* name, std::vector<PyObject*>* out) const;
+  // constant, or a tuple the trace built from constants and lists of
+  // constants, those made Python lists); false otherwise.
+  bool constant_items(const char* name, std::vector<base::PyRef>* out) const;
 
   // The traced metadata of the call's i-th result.
   const graph::TensorMeta& traced(size_t i = 0) const;

@@ -153,20 +153,58 @@ int index_rows(DecomposeCall& c, int x, int index) {
 
 }  // namespace
 
+// A list of ints indexing one dim (advanced indexing, alone in the index):
+// the run of consecutive positions it names, as a copy (advanced indexing
+// never returns a view). Falcon splits its fused qkv with
+// fused_qkv[..., [-2], :]; as an extern its gradient reran the indexing in
+// Python. Other lists stay externs.
+namespace {
+
+std::optional<std::pair<int64_t, int64_t>> consecutive_positions(PyObject* list, int64_t size) {
+  const Py_ssize_t n = PyList_GET_SIZE(list);
+  if (n == 0) return std::nullopt;
+  int64_t first = 0;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    PyObject* item = PyList_GET_ITEM(list, k);
+    if (!PyLong_CheckExact(item)) return std::nullopt;
+    int64_t i = PyLong_AsLongLong(item);
+    if (i < 0) i += size;
+    if (i < 0 || i >= size) return std::nullopt;
+    if (k == 0) first = i;
+    if (i != first + k) return std::nullopt;
+  }
+  return std::make_pair(first, first + n);
+}
+
+}  // namespace
+
 // Basic indexing: ints select, slices slice, None adds a dim, Ellipsis
-// skips dims; one integer tensor indexes dim 0. Other tensor and bool
-// indices (advanced indexing) stay externs.
+// skips dims; one integer tensor indexes dim 0, one list of consecutive
+// ints one dim. Other tensor, bool and list indices (advanced indexing)
+// stay externs.
 std::vector<int> decompose_GetItem(DecomposeCall& c) {
   const int x = c.tensor("input");
   if (c.is_tensor("index")) return {index_rows(c, x, c.tensor("index"))};
-  std::vector<PyObject*> items;
-  if (!c.constant_items("index", &items)) {
+  std::vector<base::PyRef> held;
+  if (!c.constant_items("index", &held)) {
     PyObject* index = c.constant("index");
     if (!index) c.unsupported("the index holds a tensor or a computed value");
-    items.push_back(index);
+    held.push_back(base::PyRef::borrow(index));
   }
+  std::vector<PyObject*> items;
+  for (const base::PyRef& item : held) items.push_back(item.get());
   int64_t consumed = 0;
   bool ellipsis = false;
+  int lists = 0;
+  for (PyObject* item : items) lists += PyList_CheckExact(item) ? 1 : 0;
+  if (lists > 1) c.unsupported("two list indices");
+  if (lists == 1) {
+    // An int beside a list is an advanced index too: separated from it by
+    // a slice, their dim moves to the front (x[0, :, [1, 2]]).
+    for (PyObject* item : items) {
+      if (PyLong_Check(item)) c.unsupported("an int index beside a list index");
+    }
+  }
   for (PyObject* item : items) {
     if (item == Py_Ellipsis) {
       if (ellipsis) c.unsupported("two Ellipses");
@@ -196,6 +234,10 @@ std::vector<int> decompose_GetItem(DecomposeCall& c) {
       if (i < 0) i += size;
       if (i < 0 || i >= size) c.unsupported("index out of range");
       value = c.b.squeeze(c.b.slice(value, dim, i, i + 1), {dim});
+    } else if (PyList_CheckExact(item)) {
+      const auto run = consecutive_positions(item, c.b.meta(value).sizes.at(dim));
+      if (!run) c.unsupported("a list index that is not a run of consecutive ints in range");
+      value = c.b.clone(c.b.slice(value, dim++, run->first, run->second, 1));
     } else {
       c.unsupported(std::string("an index of type ") + Py_TYPE(item)->tp_name);
     }

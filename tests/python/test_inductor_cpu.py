@@ -612,3 +612,36 @@ def test_a_kernel_input_arriving_broadcast_is_copied_into_its_compiled_layout():
     want = torch.autograd.grad(fn(x, xs).sum(), [x] + xs)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+def test_list_index_of_consecutive_positions_decomposes():
+    # Falcon splits its fused qkv with fused_qkv[..., [-2], :]: a copy of a
+    # run of positions, decomposed (forward and gradient) rather than an
+    # extern whose gradient reran the indexing in Python.
+    def split(x):
+        return x[..., [-2], :] * 2, x[:, [0, 1]] + 1, x[..., [-1], :].sin()
+
+    x = torch.randn(2, 5, 4, 3, requires_grad=True)
+    compiled = kiln.compile(split, backend="inductor")
+    got, want = compiled(x), split(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    sum(o.sum() for o in got).backward()
+    grad, x.grad = x.grad, None
+    sum(o.sum() for o in want).backward()
+    torch.testing.assert_close(grad, x.grad)
+    assert kiln.stats()["prim_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("index", ["gap", "int_beside", "bools", "reversed"])
+def test_list_indices_torch_reads_otherwise_stay_exact(index):
+    # Lists that are not one run of ints, or an int beside a list (whose
+    # dims torch moves to the front), stay torch calls: results as eager.
+    fns = {
+        "gap": lambda x: x[:, [0, 2]] * 2,
+        "int_beside": lambda x: x[0, :, [1, 2]] * 2,
+        "bools": lambda x: x[:, [True, False, True, False, True]] * 2,
+        "reversed": lambda x: x[:, [1, 0]] * 2,
+    }
+    x = torch.randn(3, 5, 4)
+    torch.testing.assert_close(kiln.compile(fns[index], backend="inductor")(x), fns[index](x))
