@@ -291,7 +291,13 @@ ValuePtr FrameTracer::inline_function_forward(PyObject* cls, const std::vector<V
   call_args.insert(call_args.end(), args.begin(), args.end());
   KILN_LOG(graph, reinterpret_cast<PyTypeObject*>(cls)->tp_name
                       << ".apply: no gradient flows through it; its forward is traced inline");
-  return inline_function(forward.get(), -1, std::move(call_args), {});
+  // apply runs the forward under no_grad: a parameter it reads gets no
+  // gradient through it.
+  const bool grad_mode = runtime::grad_mode_enabled();
+  if (grad_mode) state_.set_grad_mode(false);
+  ValuePtr result = inline_function(forward.get(), -1, std::move(call_args), {});
+  if (grad_mode) state_.set_grad_mode(true);
+  return result;
 }
 
 namespace {

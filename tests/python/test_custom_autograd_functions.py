@@ -138,3 +138,29 @@ def test_inlined_forwards_compute_what_apply_does(backend):
     xe, ye = x.clone().requires_grad_(), y.clone().requires_grad_()
     g(xe, ye).sum().backward()
     torch.testing.assert_close([xg.grad, yg.grad], [xe.grad, ye.grad])
+
+
+SHIFT = torch.nn.Parameter(torch.randn(5))
+
+
+class ShiftedByParameter(torch.autograd.Function):
+    """Reads a parameter its caller does not pass: apply runs the forward
+    under no_grad, so no gradient reaches it through the call."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x + SHIFT
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_inlined_forward_runs_under_no_grad_as_apply_does():
+    def g(x):
+        return ShiftedByParameter.apply(x) * 2
+
+    x = torch.randn(5)
+    got, want = kiln.compile(g, backend="aot_eager")(x), g(x)
+    torch.testing.assert_close(got, want)
+    assert got.requires_grad == want.requires_grad == False
