@@ -234,16 +234,6 @@ void FrameTracer::step_call(const Instruction& ins) {
 // keywords, or a forward kiln cannot inline, stays the extern.
 namespace {
 
-// True when some tensor in `value` (through tuples, lists and dicts)
-// requires grad.
-bool any_requires_grad(const Value& value) {
-  if (value.is(ValueKind::Tensor)) return value.meta.requires_grad;
-  for (const ValuePtr& item : value.items) {
-    if (item && any_requires_grad(*item)) return true;
-  }
-  return false;
-}
-
 // Cls.forward as a plain function and whether it takes ctx first (no
 // setup_context of its own), or null where it is not a Python function.
 PyRef inlinable_forward(PyObject* cls, bool* takes_ctx) {
@@ -269,11 +259,7 @@ PyRef inlinable_forward(PyObject* cls, bool* takes_ctx) {
 ValuePtr FrameTracer::inline_function_forward(PyObject* cls, const std::vector<ValuePtr>& args,
                                               const KwArgs& kwargs) {
   if (!kwargs.empty()) return nullptr;
-  if (runtime::grad_mode_enabled()) {
-    for (const ValuePtr& arg : args) {
-      if (any_requires_grad(*arg)) return nullptr;
-    }
-  }
+  if (runtime::grad_mode_enabled() && any_requires_grad(args)) return nullptr;
   bool takes_ctx = false;
   PyRef forward = inlinable_forward(cls, &takes_ctx);
   if (!forward) return nullptr;

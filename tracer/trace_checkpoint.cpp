@@ -22,16 +22,6 @@ PyObject* constant_keyword(const KwArgs& kwargs, const char* name) {
   return nullptr;
 }
 
-bool any_tensor_requires_grad(const std::vector<ValuePtr>& values) {
-  for (const ValuePtr& value : values) {
-    if (value->is(ValueKind::Tensor) && value->meta.requires_grad) return true;
-    if ((value->is(ValueKind::Tuple) || value->is(ValueKind::List)) && any_tensor_requires_grad(value->items)) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // Closes the region on every way out of the traced call, aborts included.
 class CheckpointRegion {
  public:
@@ -87,7 +77,7 @@ ValuePtr FrameTracer::call_checkpoint(std::vector<ValuePtr> args, KwArgs kwargs)
     fn_kwargs.emplace_back(key, value);
   }
   if (!runtime::grad_mode_enabled()) return call_value(fn, std::move(fn_args), std::move(fn_kwargs));
-  if (use_reentrant && !any_tensor_requires_grad(fn_args)) {
+  if (use_reentrant && !any_requires_grad(fn_args)) {
     abort_trace(BreakCode::UnsupportedCall,
                 what + "(use_reentrant=True) of arguments none of which requires grad: its result has no gradient");
   }

@@ -38,6 +38,16 @@ bool identity_equality(PyTypeObject* type) {
   return type->tp_richcompare == PyBaseObject_Type.tp_richcompare && type->tp_hash == PyBaseObject_Type.tp_hash;
 }
 
+bool any_requires_grad(const std::vector<ValuePtr>& values) {
+  for (const ValuePtr& value : values) {
+    if (!value) continue;
+    if (value->is(ValueKind::Tensor) && value->meta.requires_grad) return true;
+    const bool sequence = value->is(ValueKind::Tuple) || value->is(ValueKind::List);
+    if (sequence && any_requires_grad(value->items)) return true;
+  }
+  return false;
+}
+
 bool is_key_value(const Value& value) {
   if (value.kind == ValueKind::Constant) return true;
   if (value.kind != ValueKind::Object || value.identity_deferred) return false;

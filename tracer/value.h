@@ -88,6 +88,10 @@ bool identity_equality(PyTypeObject* type);
 // or compares by identity (huggingface_hub keys validators by typing.Union).
 bool is_key_value(const Value& value);
 
+// True when some tensor among `values` (through tuples and lists)
+// requires grad.
+bool any_requires_grad(const std::vector<ValuePtr>& values);
+
 // The birth a value made now gets: values are numbered in the order they are
 // made, across the process (Note [Changes of new values]).
 uint64_t next_value_birth();
