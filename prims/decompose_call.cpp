@@ -277,4 +277,29 @@ int scale(PrimBuilder& b, int value, double factor) {
   return b.binary(Prim::Mul, PrimArg::of_value(value), PrimArg::of_scalar(Scalar::of_float(factor)));
 }
 
+std::optional<double> norm_order(DecomposeCall& c, const char* name, size_t dims) {
+  PyObject* ord = c.constant(name);
+  if (ord == nullptr) c.unsupported(std::string(name) + " is not a constant");
+  if (ord == Py_None) return 2.0;
+  if (PyUnicode_Check(ord)) {
+    if (c.text(name) == "fro" && dims <= 2) return 2.0;
+    return std::nullopt;
+  }
+  const double value = c.number(name);
+  if (value == 1.0 || value == 2.0) return value;
+  return std::nullopt;
+}
+
+int vector_norm(PrimBuilder& b, int value, double ord, std::vector<int64_t> dims, bool keepdim) {
+  const int x = to_dtype(b, value, opmath_dtype(b.meta(value).dtype));
+  const PrimArg xv = PrimArg::of_value(x);
+  if (ord == 1.0) return b.reduce(Prim::Sum, b.unary(Prim::Abs, x), std::move(dims), keepdim);
+  const int squares = b.reduce(Prim::Sum, b.binary(Prim::Mul, xv, xv), std::move(dims), keepdim);
+  // sqrt's derivative at 0 is inf (0 * inf = NaN in the backward): both
+  // wheres keep it finite, the gradient 0 there as torch's norm_backward.
+  const int zero = b.binary(Prim::Eq, PrimArg::of_value(squares), PrimArg::of_scalar(Scalar::of_float(0)));
+  const int safe = b.where(zero, PrimArg::of_scalar(Scalar::of_float(1)), PrimArg::of_value(squares));
+  return b.where(zero, PrimArg::of_scalar(Scalar::of_float(0)), PrimArg::of_value(b.unary(Prim::Sqrt, safe)));
+}
+
 }  // namespace kiln::prims

@@ -115,5 +115,13 @@ int mean(PrimBuilder& b, int value, std::vector<int64_t> dims, bool keepdim);
 int softmax(PrimBuilder& b, int value, int64_t dim, bool log);
 // a * scalar, skipping multiplication by 1.
 int scale(PrimBuilder& b, int value, double factor);
+// The vector norm of order `ord` of a DecomposeCall argument: 2 from None or
+// "fro" (with at most two dims), else the number; nullopt for orders the
+// norm decompositions do not model (infinities, 0, others, "nuc").
+std::optional<double> norm_order(DecomposeCall& c, const char* name, size_t dims);
+// The 1- or 2-norm over dims (empty: all), computed and returned in the
+// input's compute dtype (opmath_dtype); a 2-norm's gradient is 0 where the
+// norm is 0, as torch's (not sqrt's NaN).
+int vector_norm(PrimBuilder& b, int value, double ord, std::vector<int64_t> dims, bool keepdim);
 
 }  // namespace kiln::prims

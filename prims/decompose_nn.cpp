@@ -112,6 +112,48 @@ std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
   return {out};
 }
 
+// F.normalize: input / max(norm, eps), the norm in the input's dtype as
+// torch computes it (Note [Norms as prims]).
+std::vector<int> decompose_Normalize(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  if (c.given("out")) c.unsupported("out=");
+  const int x = c.tensor("input");
+  const DType dtype = b.meta(x).dtype;
+  if (!is_floating(dtype)) c.unsupported("normalize of a non-floating tensor");
+  std::vector<int64_t> dims = c.ints("dim");
+  const std::optional<double> ord = norm_order(c, "p", dims.size());
+  if (!ord) c.unsupported("normalize with an order other than 1 or 2");
+  const int norm = to_dtype(b, vector_norm(b, x, *ord, std::move(dims), true), dtype);
+  const int denominator = b.binary(Prim::Maximum, v(norm), f(c.number("eps")));
+  return {b.binary(Prim::Div, v(x), v(denominator))};
+}
+
+// F.rms_norm: x * rsqrt(mean(x^2) + eps) * weight over the last dims, in
+// float32 for 16-bit inputs and cast back to the input's dtype at the end,
+// as torch's CPU kernel (bit-equal for bfloat16); eps defaults to the
+// epsilon of the compute dtype.
+std::vector<int> decompose_RmsNorm(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int input = c.tensor("input");
+  const DType dtype = b.meta(input).dtype;
+  if (!is_floating(dtype)) c.unsupported("rms_norm of a non-floating tensor");
+  const int64_t rank = c.rank(input);
+  const int64_t k = static_cast<int64_t>(c.ints("normalized_shape").size());
+  if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
+  std::vector<int64_t> dims;
+  for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  const DType compute = opmath_dtype(dtype);
+  const double eps = c.given("eps") ? c.number("eps")
+                     : compute == DType::Float64 ? std::numeric_limits<double>::epsilon()
+                                                 : std::numeric_limits<float>::epsilon();
+  const int x = to_dtype(b, input, compute);
+  const int mean_square = mean(b, b.binary(Prim::Mul, v(x), v(x)), dims, true);
+  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(mean_square), f(eps)));
+  int out = b.binary(Prim::Mul, v(x), v(rstd));
+  if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(to_dtype(b, c.tensor("weight"), compute)));
+  return {to_dtype(b, out, dtype)};
+}
+
 // Note [Group norm and global pooling as prims]
 // F.group_norm and F.adaptive_avg_pool2d(x, 1) were externs, so a training
 // step's backward ran each again in Python to get its gradient (Note

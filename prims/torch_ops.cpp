@@ -35,11 +35,13 @@ std::string trim(std::string_view text) {
 PyObject* owner_of(const std::string& prefix) {
   static PyObject* torch = PyImport_ImportModule("torch");
   static PyObject* functional = PyImport_ImportModule("torch.nn.functional");
+  static PyObject* linalg = PyImport_ImportModule("torch.linalg");
   static PyObject* operator_module = PyImport_ImportModule("operator");
   static PyObject* builtins = PyImport_ImportModule("builtins");
   static PyObject* tensor = torch ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
   if (prefix == "torch") return torch;
   if (prefix == "F") return functional;
+  if (prefix == "linalg") return linalg;
   if (prefix == "operator") return operator_module;
   if (prefix == "builtins") return builtins;
   if (prefix == "Tensor") return tensor;

@@ -121,6 +121,9 @@ namespace kiln::prims {
   X(Std, "torch.std(input, dim=None, unbiased=None, keepdim=False, *, correction=None)",           \
     "Tensor.std(input, dim=None, unbiased=None, keepdim=False, *, correction=None)")               \
   X(VarMean, "torch.var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None)")  \
+  X(VectorNorm, "linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None)")     \
+  X(Norm, "torch.norm(input, p='fro', dim=None, keepdim=False, out=None, dtype=None)",               \
+    "Tensor.norm(input, p='fro', dim=None, keepdim=False, dtype=None)")                              \
   /* shapes and views */                                                                           \
   X(View, "Tensor.view(input, *size)")                                                             \
   X(Reshape, "Tensor.reshape(input, *shape)", "torch.reshape(input, shape)")                       \
@@ -186,6 +189,8 @@ namespace kiln::prims {
     "F.log_softmax(input, dim=None, _stacklevel=3, dtype=None)")                                   \
   X(LayerNorm, "F.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05)")         \
   X(GroupNorm, "F.group_norm(input, num_groups, weight=None, bias=None, eps=1e-05)")               \
+  X(RmsNorm, "F.rms_norm(input, normalized_shape, weight=None, eps=None)")                           \
+  X(Normalize, "F.normalize(input, p=2.0, dim=1, eps=1e-12, out=None)")                             \
   X(AdaptiveAvgPool2d, "F.adaptive_avg_pool2d(input, output_size)")                                \
   X(BatchNorm, "F.batch_norm(input, running_mean, running_var, weight=None, bias=None, "           \
                "training=False, momentum=0.1, eps=1e-05)")                                         \

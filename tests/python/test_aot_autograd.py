@@ -500,12 +500,19 @@ def overlapping_and_gapped_slices(x):
     return (x[:, :5] * 2).sum() + x[:, 3:].cos().sum() + (x[:, 1:2] * x[:, 7:8]).sum()
 
 
-@pytest.mark.parametrize("fn", [split_heads, overlapping_and_gapped_slices])
-def test_slice_gradients_are_joined_by_cat(fn, capfd):
-    # Note [Slice gradients joined by cat]: no zero-filled index_put per slice.
+def stepped_slices(x):
+    # Rotary halves (x[..., ::2], x[..., 1::2]), a step past the end, a start inside.
+    return (x[:, ::2] * 2).sum() + x[:, 1::2].sin().sum() + x[:, 1::5].exp().sum() + x[:, 7::4].square().sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("fn", [split_heads, overlapping_and_gapped_slices, stepped_slices])
+def test_slice_gradients_are_joined_by_cat(fn, backend, capfd):
+    # Note [Slice gradients joined by cat]: no zero-filled index_put per
+    # slice; a stepped slice's gradient interleaves zeros by a cat.
     x = torch.randn(3, 12, requires_grad=True)
     xe = x.detach().clone().requires_grad_()
-    compiled = kiln.compile(fn, backend="aot_eager")
+    compiled = kiln.compile(fn, backend=backend)
     with kiln_logs("prims"):
         out = compiled(x)
     log = capfd.readouterr().err

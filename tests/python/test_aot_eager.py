@@ -528,6 +528,59 @@ def test_group_norm_and_global_pooling_decompose_with_their_gradients(backend, d
     assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_decompose_with_their_gradients(backend, dtype, capfd):
+    # Note [Norms as prims]: F.normalize, the norm spellings and F.rms_norm
+    # are prims (no extern rerun in the backward); values as eager's (bit
+    # for bit for rms_norm in bfloat16, as torch's CPU kernel rounds once).
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8, dtype=dtype, requires_grad=True)
+    w = torch.randn(8, dtype=dtype, requires_grad=True)
+
+    def f(x, w):
+        y = F.normalize(x, dim=-1) + F.normalize(x, p=1, dim=1) * x.norm(dim=-1, keepdim=True)
+        y = y * torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True) + torch.norm(x) + x.norm(p=2, dim=0)
+        return y + F.rms_norm(x, (8,), w)
+
+    want = f(x, w)
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend=backend)(x, w)
+    log = capfd.readouterr().err
+    for name in ("F.normalize", "torch.norm", "Tensor.norm", "linalg.vector_norm", "F.rms_norm"):
+        assert f"extern {name}" not in log, log
+    assert kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+    if dtype == torch.bfloat16:
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+        with torch.no_grad():
+            r = lambda x, w: F.rms_norm(x, (8,), w)
+            assert torch.equal(kiln.compile(r, backend=backend)(x, w), r(x, w))
+        return
+    torch.testing.assert_close(got, want)
+    wants = torch.autograd.grad(want.square().sum(), (x, w))
+    grads = torch.autograd.grad(got.square().sum(), (x, w))
+    for g, e in zip(grads, wants):  # sums of squares of sums: float32 rounding of their order
+        torch.testing.assert_close(g, e, rtol=2e-4, atol=2e-4)
+
+
+def test_norm_gradients_at_zero_and_other_orders():
+    # A zero row's 2-norm has gradient 0 in torch (not sqrt's NaN); orders
+    # kiln does not model stay torch's calls, with torch's gradients.
+    x = torch.randn(6, 4)
+    x[2] = 0
+    x.requires_grad_()
+
+    def f(x):
+        return F.normalize(x, dim=1) * 3 + x.norm(dim=1, keepdim=True) + x.norm(p=3, dim=1, keepdim=True)
+
+    got = kiln.compile(f)(x)
+    g, = torch.autograd.grad(got.sum(), x)
+    e, = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(got, f(x))
+    torch.testing.assert_close(g, e)
+    assert torch.isfinite(g).all()
+
+
 def test_adaptive_pooling_to_other_sizes_stays_torchs_call():
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
 
