@@ -192,7 +192,21 @@ std::vector<int> DecomposeCall::tensors(const char* name) const {
 }
 
 bool DecomposeCall::constant_items(const char* name, std::vector<base::PyRef>* out) const {
+  std::vector<int> tensor_values;
+  if (!index_items(name, out, &tensor_values)) return false;
+  for (int value : tensor_values) {
+    if (value >= 0) {
+      out->clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool DecomposeCall::index_items(const char* name, std::vector<base::PyRef>* out,
+                                std::vector<int>* tensor_values) const {
   out->clear();
+  tensor_values->clear();
   Bound bound = lookup(name);
   if (!bound.arg) return false;
   if (bound.arg->kind == Arg::Kind::Tuple) {
@@ -205,16 +219,24 @@ bool DecomposeCall::constant_items(const char* name, std::vector<base::PyRef>* o
           PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(k), item.items[k].constant);
         }
         out->push_back(std::move(list));
+        tensor_values->push_back(-1);
+        continue;
+      }
+      if (item.kind == Arg::Kind::Node) {
+        out->push_back(base::PyRef());
+        tensor_values->push_back(node_value(item.node));
         continue;
       }
       if (item.kind != Arg::Kind::Constant) return false;
       out->push_back(base::PyRef::borrow(item.constant));
+      tensor_values->push_back(-1);
     }
     return true;
   }
   if (bound.arg->kind == Arg::Kind::Constant && PyTuple_Check(bound.arg->constant)) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bound.arg->constant); ++i) {
       out->push_back(base::PyRef::borrow(PyTuple_GET_ITEM(bound.arg->constant, i)));
+      tensor_values->push_back(-1);
     }
     return true;
   }

@@ -76,6 +76,10 @@ class DecomposeCall {
   // constant, or a tuple the trace built from constants and lists of
   // constants, those made Python lists); false otherwise.
   bool constant_items(const char* name, std::vector<base::PyRef>* out) const;
+  // As constant_items, where items may also be tensors of the graph: their
+  // prim values in `tensor_values` (a null PyRef in `out`), -1 beside the
+  // other items.
+  bool index_items(const char* name, std::vector<base::PyRef>* out, std::vector<int>* tensor_values) const;
 
   // The traced metadata of the call's i-th result.
   const graph::TensorMeta& traced(size_t i = 0) const;

@@ -131,24 +131,26 @@ std::vector<int> decompose_Clone(DecomposeCall& c) { return {c.b.clone(c.tensor(
 
 namespace {
 
-// x[index] for one integer tensor index: rows of dim 0 picked by index_select
-// (negative indices count from the end, as torch's indexing reads them).
-// Relative position biases (Swin's table[index]) take this form; as an
+// x[..., index, ...] for one integer tensor index at `dim`: index_select
+// along it (negative indices count from the end, as torch's indexing reads
+// them), the index's shape in place of the dim. Relative position biases
+// take this form (Swin's table[index], LeViT's biases[:, idxs]); as an
 // extern its gradient reran the indexing in Python.
-int index_rows(DecomposeCall& c, int x, int index) {
+int index_dim(DecomposeCall& c, int x, int64_t dim, int index) {
   PrimBuilder& b = c.b;
   const graph::TensorMeta im = b.meta(index);  // copies: new nodes move the metas
   const graph::TensorMeta xm = b.meta(x);
   if (im.dtype != DType::Int64 && im.dtype != DType::Int32) c.unsupported("a tensor index that is not integer");
-  if (xm.sizes.empty()) c.unsupported("a tensor index into a 0-dim tensor");
+  if (dim >= static_cast<int64_t>(xm.sizes.size())) c.unsupported("a tensor index past the last dim");
   const int negative = b.binary(Prim::Lt, PrimArg::of_value(index), PrimArg::of_scalar(Scalar::of_int(0)));
   const int wrapped = b.where(negative,
                               PrimArg::of_value(b.binary(Prim::Add, PrimArg::of_value(index),
-                                                         PrimArg::of_scalar(Scalar::of_int(xm.sizes[0])))),
+                                                         PrimArg::of_scalar(Scalar::of_int(xm.sizes[dim])))),
                               PrimArg::of_value(index));
-  std::vector<int64_t> sizes = im.sizes;
-  sizes.insert(sizes.end(), xm.sizes.begin() + 1, xm.sizes.end());
-  return b.reshape(b.index_select(x, 0, b.reshape(wrapped, {numel(im.sizes)})), sizes);
+  std::vector<int64_t> sizes(xm.sizes.begin(), xm.sizes.begin() + dim);
+  sizes.insert(sizes.end(), im.sizes.begin(), im.sizes.end());
+  sizes.insert(sizes.end(), xm.sizes.begin() + dim + 1, xm.sizes.end());
+  return b.reshape(b.index_select(x, dim, b.reshape(wrapped, {numel(im.sizes)})), sizes);
 }
 
 }  // namespace
@@ -179,30 +181,33 @@ std::optional<std::pair<int64_t, int64_t>> consecutive_positions(PyObject* list,
 }  // namespace
 
 // Basic indexing: ints select, slices slice, None adds a dim, Ellipsis
-// skips dims; one integer tensor indexes dim 0, one list of consecutive
-// ints one dim. Other tensor, bool and list indices (advanced indexing)
-// stay externs.
+// skips dims; one integer tensor or one list of consecutive ints indexes
+// one dim (the only advanced index, so its dims stay in place). Other
+// tensor, bool and list indices (several advanced indices, ints beside
+// one) stay externs.
 std::vector<int> decompose_GetItem(DecomposeCall& c) {
   const int x = c.tensor("input");
-  if (c.is_tensor("index")) return {index_rows(c, x, c.tensor("index"))};
+  if (c.is_tensor("index")) return {index_dim(c, x, 0, c.tensor("index"))};
   std::vector<base::PyRef> held;
-  if (!c.constant_items("index", &held)) {
+  std::vector<int> tensor_values;
+  if (!c.index_items("index", &held, &tensor_values)) {
     PyObject* index = c.constant("index");
-    if (!index) c.unsupported("the index holds a tensor or a computed value");
+    if (!index) c.unsupported("the index holds a computed value");
     held.push_back(base::PyRef::borrow(index));
+    tensor_values.push_back(-1);
   }
   std::vector<PyObject*> items;
   for (const base::PyRef& item : held) items.push_back(item.get());
   int64_t consumed = 0;
   bool ellipsis = false;
-  int lists = 0;
-  for (PyObject* item : items) lists += PyList_CheckExact(item) ? 1 : 0;
-  if (lists > 1) c.unsupported("two list indices");
-  if (lists == 1) {
-    // An int beside a list is an advanced index too: separated from it by
-    // a slice, their dim moves to the front (x[0, :, [1, 2]]).
+  int advanced = 0;
+  for (size_t k = 0; k < items.size(); ++k) advanced += tensor_values[k] >= 0 || PyList_CheckExact(items[k]) ? 1 : 0;
+  if (advanced > 1) c.unsupported("two list or tensor indices");
+  if (advanced == 1) {
+    // An int beside a list or tensor is an advanced index too: separated
+    // from it by a slice, their dims move to the front (x[0, :, [1, 2]]).
     for (PyObject* item : items) {
-      if (PyLong_Check(item)) c.unsupported("an int index beside a list index");
+      if (item && PyLong_Check(item)) c.unsupported("an int index beside a list or tensor index");
     }
   }
   for (PyObject* item : items) {
@@ -217,8 +222,13 @@ std::vector<int> decompose_GetItem(DecomposeCall& c) {
   int64_t dim = 0;
   const int64_t rank = c.rank(x);
   if (consumed > rank) c.unsupported("too many indices");
-  for (PyObject* item : items) {
-    if (item == Py_None) {
+  for (size_t k = 0; k < items.size(); ++k) {
+    PyObject* item = items[k];
+    if (tensor_values[k] >= 0) {
+      const int64_t index_rank = c.rank(tensor_values[k]);
+      value = index_dim(c, value, dim, tensor_values[k]);
+      dim += index_rank;
+    } else if (item == Py_None) {
       value = c.b.unsqueeze(value, dim++);
     } else if (item == Py_Ellipsis) {
       dim += rank - consumed;

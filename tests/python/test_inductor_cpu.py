@@ -648,3 +648,40 @@ def test_list_indices_torch_reads_otherwise_stay_exact(index):
     }
     x = torch.randn(3, 5, 4)
     torch.testing.assert_close(kiln.compile(fns[index], backend="inductor")(x), fns[index](x))
+
+
+def test_one_tensor_index_at_any_dim_decomposes(capfd):
+    # LeViT's attention biases read biases[:, idxs] with a [N, N] index
+    # buffer: an index_select along that dim, the index's shape in its
+    # place (negative indices wrapped), forward and gradient kiln's own.
+    idxs = torch.randint(-9, 9, (6, 6))
+    row = torch.tensor([3, 0, -1, 3])
+
+    def read(b):
+        return b[:, idxs] * 2, b[None, ..., row], b[1:3, torch.tensor(2)] + 1, b[:, row, None].sin()
+
+    b = torch.randn(4, 9, requires_grad=True)
+    compiled = kiln.compile(read, backend="inductor")
+    with kiln_logs("prims"):
+        got = compiled(b)
+    assert "extern operator.getitem" not in capfd.readouterr().err
+    want = read(b)
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
+    grad, = torch.autograd.grad(sum(o.square().sum() for o in got), b)
+    expected, = torch.autograd.grad(sum(o.square().sum() for o in want), b)
+    torch.testing.assert_close(grad, expected)
+    assert kiln.stats()["prim_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("index", ["two_tensors", "int_beside"])
+def test_tensor_indices_torch_reads_otherwise_stay_exact(index):
+    # Two advanced indices broadcast together, an int beside a tensor moves
+    # dims: torch's calls, results and gradients as eager.
+    row = torch.tensor([3, 0, -1, 3])
+    fns = {"two_tensors": lambda b: b[row, row[:1]] * 2, "int_beside": lambda b: b[0, :, row] * 2}
+    b = torch.randn(4, 5, 9, requires_grad=True)
+    got = kiln.compile(fns[index], backend="inductor")(b)
+    want = fns[index](b)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), b)[0], torch.autograd.grad(want.sum(), b)[0])
