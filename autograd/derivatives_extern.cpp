@@ -99,6 +99,7 @@ std::vector<int> extern_inputs(const prims::PrimNode& node) {
 
 std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
                             const std::vector<int>& grads, const std::vector<bool>& needs) {
+  if (std::optional<std::vector<int>> traced = vjp_traced_function(b, view, grads)) return *traced;
   const prims::PrimAttrs& attrs = view.node.attrs;
   std::vector<int> out(view.inputs.size(), -1);
   // Only Python functions are asked: a torch op's attribute lookup may build things.

@@ -1,6 +1,7 @@
 // The per-family halves of vjp() (derivatives.h), one per derivatives_*.cpp.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "autograd/derivatives.h"
@@ -22,6 +23,11 @@ std::vector<int> vjp_matmul(prims::PrimBuilder& b, const NodeView& view,
 // gather, scatter, index_select, index_put.
 std::vector<int> vjp_index(prims::PrimBuilder& b, const NodeView& view,
                            const std::vector<int>& grads, const std::vector<bool>& needs);
+// A custom Function call whose backward the tracer traced: that graph,
+// decomposed (Note [Traced Function backwards]); nullopt for other
+// externs and where the traced backward cannot be used.
+std::optional<std::vector<int>> vjp_traced_function(prims::PrimBuilder& b, const NodeView& view,
+                                                    const std::vector<int>& grads);
 // extern: a backward extern node that asks torch (Note [Extern gradients]).
 std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
                             const std::vector<int>& grads, const std::vector<bool>& needs);

@@ -132,9 +132,10 @@ std::vector<bool> values_requiring_grad(const prims::PrimGraph& forward,
     if (is_non_differentiable(node.prim)) continue;
     bool any = false;
     for (const prims::PrimArg& arg : node.args) any = any || (arg.is_value() && grad[arg.value]);
-    // Extern nodes read their tensors through extern_args.
-    for (const graph::Arg& arg : node.attrs.extern_args) {
-      if (arg.kind == graph::Arg::Kind::Node) any = any || grad[arg.node];
+    // Extern nodes read their tensors through extern_args, tuples and
+    // lists of them included.
+    if (node.prim == prims::Prim::Extern) {
+      for (int id : extern_inputs(node)) any = any || (id >= 0 && grad[id]);
     }
     if (!any) continue;
     for (int id : node.outputs) {

@@ -19,6 +19,11 @@
 namespace kiln::tracer {
 
 // Interprets one frame (the traced function or an inlined callee).
+// How many custom Function classes the tracer refused to trace the
+// backward of (Note [Traced Function backwards]); a trace that refused one
+// is traced again.
+size_t refused_function_count();
+
 class FrameTracer {
  public:
   FrameTracer(TraceState& state, PyCodeObject* code, PyObject* globals, PyObject* func,
@@ -119,6 +124,11 @@ class FrameTracer {
   // gradient can flow through Cls.apply(*args); null where the call stays
   // one graph node (Note [Custom autograd Functions] in trace_calls.cpp).
   ValuePtr inline_function_forward(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
+  // Cls.apply(*args) with gradients flowing: forward and backward traced,
+  // the call one node that carries the backward's graph (Note [Traced
+  // Function backwards] in trace_function_vjp.cpp); null where the call
+  // stays the Function's own node.
+  ValuePtr trace_function_vjp(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // Binds arguments and runs the callee's frame.
   struct Callee {
     PyCodeObject* code;

@@ -231,7 +231,10 @@ void FrameTracer::step_call(const Instruction& ins) {
 // the backward: Bloom's GeLUFunction, applied in inference too, becomes
 // part of a fused kernel instead of a Python call per layer. A Function
 // with its own setup_context() has a forward without ctx; apply with
-// keywords, or a forward kiln cannot inline, stays the extern.
+// keywords, or a forward kiln cannot inline, stays the extern. Where
+// gradients flow, forward and backward are both traced where kiln can
+// (Note [Traced Function backwards] in trace_function_vjp.cpp); the extern
+// above is what is left when it cannot.
 namespace {
 
 // Cls.forward as a plain function and whether it takes ctx first (no
@@ -395,6 +398,7 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
         // Note [Custom autograd Functions]
         PyObject* cls = callable->self->obj.get();
         if (ValuePtr inlined = inline_function_forward(cls, args, kwargs)) return inlined;
+        if (ValuePtr traced = trace_function_vjp(cls, args, kwargs)) return traced;
         PyRef apply = PyRef::steal(PyObject_GetAttrString(cls, "apply"));
         if (!apply) abort_trace(BreakCode::PythonException, take_python_error());
         return state_.call_torch(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + ".apply", apply.get(),

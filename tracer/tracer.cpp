@@ -11,8 +11,8 @@ namespace kiln::tracer {
 namespace {
 
 // One trace with the given dynamic dims; throws Specialize.
-TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
-                       const DynamicDims& dynamic) {
+TraceResult trace_attempt(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                          const DynamicDims& dynamic) {
   TraceResult result;
   // Traced `with torch.no_grad():` blocks switch the real mode while
   // tracing; the frame itself has not run yet, so put it back after.
@@ -91,6 +91,20 @@ TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameVi
   runtime::set_grad_mode(grad_mode);
   PyErr_Restore(saved_type, saved_value, saved_traceback);
   return result;
+}
+
+// trace_attempt, again while a trace stops at a custom Function whose
+// backward kiln cannot trace: the class is refused from then on and its
+// call traced as one node (Note [Traced Function backwards]). Each retry
+// refuses one more class, so this ends.
+TraceResult trace_once(PyCodeObject* code, PyObject* func, const guards::FrameView& frame,
+                       const DynamicDims& dynamic) {
+  for (;;) {
+    const size_t refused = refused_function_count();
+    TraceResult result = trace_attempt(code, func, frame, dynamic);
+    if (refused_function_count() == refused) return result;
+    KILN_LOG(breaks, "retracing with a custom Function's call as one node: " << result.reason);
+  }
 }
 
 // How far a trace got: a whole graph beats a graph break, a later break an

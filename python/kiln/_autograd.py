@@ -135,3 +135,62 @@ class InlinedFunctionContext:
 
     def set_materialize_grads(self, value):
         self.materialize_grads = value
+
+
+class TracedFunctionContext:
+    """The ctx a custom autograd.Function's forward and backward get when
+    kiln traces both into the graph (Note [Traced Function backwards] in
+    tracer/trace_function_vjp.cpp): save_for_backward keeps the tensors for
+    the traced backward to read; what kiln does not model (marking outputs
+    non-differentiable or dirty, unmaterialized gradients) sets `refused`,
+    and the call stays one graph node."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.saved_tensors = ()
+        self.materialize_grads = True
+        self.refused = False
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def save_for_forward(self, *tensors):
+        self.refused = True
+
+    def mark_non_differentiable(self, *tensors):
+        self.refused = True
+
+    def mark_dirty(self, *tensors):
+        self.refused = True
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = value
+        if not value:
+            self.refused = True
+
+
+class TracedFunctionCall:
+    """The graph node of a custom Function call whose forward and backward
+    kiln traced (Note [Traced Function backwards]): called with the traced
+    forward's result, the call's tensor arguments and the values the traced
+    backward reads. Where no gradient is recorded (kiln's compiled forward)
+    it returns the result; where autograd records (a graph torch runs, a
+    gradient through torch), it calls the Function itself, so torch sees
+    the Function and its own backward. `arguments` are the call's
+    arguments, the tensors at `positions` filled in per call; `backward`
+    holds the traced backward graph for kiln's autograd."""
+
+    def __init__(self, cls, arguments, positions, backward):
+        self.cls = cls
+        self.arguments = arguments
+        self.positions = positions
+        self.backward = backward
+        self.__name__ = cls.__name__ + ".apply"
+
+    def __call__(self, result, tensors, saved):
+        if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+            return result
+        args = list(self.arguments)
+        for i, t in zip(self.positions, tensors):
+            args[i] = t
+        return self.cls.apply(*args)

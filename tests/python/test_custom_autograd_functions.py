@@ -1,10 +1,13 @@
 """torch.autograd.Function subclasses called in compiled code: Cls.apply is
 one graph node, and the gradient is the Function's own backward (Note
-[Custom autograd Functions] in tracer/trace_calls.cpp)."""
+[Custom autograd Functions] in tracer/trace_calls.cpp), traced into kiln's
+backward where kiln can (Note [Traced Function backwards] in
+tracer/trace_function_vjp.cpp)."""
 import pytest
 import torch
 
 import kiln
+from conftest import kiln_logs
 
 
 class CubedScale(torch.autograd.Function):
@@ -164,3 +167,182 @@ def test_inlined_forward_runs_under_no_grad_as_apply_does():
     got, want = kiln.compile(g, backend="aot_eager")(x), g(x)
     torch.testing.assert_close(got, want)
     assert got.requires_grad == want.requires_grad == False
+
+
+class TanhGelu(torch.autograd.Function):
+    """Bloom's GeLUFunction: saves its input, a hand-written derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        return g * (0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t))
+
+
+class StraightThrough(torch.autograd.Function):
+    """round() with a gradient autograd would not give (2 * g), a constant
+    argument and ctx state."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return torch.round(x * scale) / scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2, None
+
+
+def traced_both(x, w):
+    h = TanhGelu.apply(x @ w)
+    return StraightThrough.apply(h, 4.0).sum() + CubedScale.apply(h, 0.5).sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_function_backwards_are_traced_into_kilns_backward(backend, capfd):
+    # Forward and backward both traced: the backward graph holds their
+    # gradients as prims, no extern rerunning apply in Python.
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(8, 8, requires_grad=True)
+    want = torch.autograd.grad(traced_both(x, w), (x, w))
+    compiled = kiln.compile(traced_both, backend=backend)
+    with kiln_logs("prims,graph"):
+        loss = compiled(x, w)
+    log = capfd.readouterr().err
+    got = torch.autograd.grad(loss, (x, w))
+    torch.testing.assert_close(got, want)
+    assert "TanhGelu.apply: tracing its forward and backward" in log and "not traced" not in log, log
+    backward = log[log.index("backward graph"):]
+    backward = backward[:backward.index("\n\n")]
+    assert "extern_vjp(" not in backward and ".apply" not in backward, backward
+    assert "tanh(" in backward, backward
+    s = kiln.stats()
+    assert (s["traces"], s["graph_breaks"], s["prim_fallbacks"]) == (1, 0, 0), s
+
+
+class SavedByAttribute(torch.autograd.Function):
+    """Keeps a forward intermediate on ctx instead of saving it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.doubled = x * 2
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.doubled.cos()
+
+
+class MarksOutput(torch.autograd.Function):
+    """Marks its output non-differentiable: torch gives it no gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x.sign()
+        ctx.mark_non_differentiable(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+CALLS = []
+
+
+class RecordsBackward(torch.autograd.Function):
+    """A backward with an effect outside it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        CALLS.append(1)
+        return g * 3
+
+
+@pytest.mark.parametrize("cls", [SavedByAttribute, MarksOutput, RecordsBackward, SplitSigns])
+def test_functions_whose_backward_is_not_traced_stay_their_own_node(cls, capfd):
+    # A backward reading what it did not save, an output marked
+    # non-differentiable, a backward with effects, two outputs: the frame is
+    # traced again with the call as the Function's node, gradients torch's.
+    # (A subclass of its own: the refusal of a class holds for the process.)
+    records = cls is RecordsBackward
+    cls = type(cls.__name__, (cls,), {})
+
+    def g(x):
+        out = cls.apply(x)
+        out = out[0] - out[1] if isinstance(out, tuple) else out
+        return (out * x).sum()
+
+    x = torch.randn(6, requires_grad=True)
+    want = torch.autograd.grad(g(x), x)
+    CALLS.clear()
+    with kiln_logs("graph"):
+        loss = kiln.compile(g)(x)
+    assert CALLS == []  # the backward's effect happens in the backward
+    got = torch.autograd.grad(loss, x)
+    torch.testing.assert_close(got, want)
+    assert CALLS == ([1] if records else [])
+    assert f"{cls.__name__}.apply: backward not traced" in capfd.readouterr().err
+    s = kiln.stats()
+    assert (s["traces"], s["graph_breaks"]) == (1, 0), s
+
+
+class TransposedView(torch.autograd.Function):
+    """Returns a view of its argument taken under apply's no_grad: a graph
+    kiln does not decompose, so torch runs it, calling the Function."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.t() * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g * 3).t() + x * 0
+
+
+class TransposedResult(torch.autograd.Function):
+    """A result laid out transposed: its backward was traced for a gradient
+    in that layout, which the gradient kiln computes does not have."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        y = x * 2
+        return y.t() * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g * 3).t() + x * 0
+
+
+@pytest.mark.parametrize("cls", [TransposedView, TransposedResult])
+def test_traced_backwards_kiln_cannot_use_rerun_the_function(cls, capfd):
+    # Where kiln cannot splice the traced backward in, the call node reruns
+    # the Function through torch (TracedFunctionCall calls apply when
+    # autograd records): torch's values and gradients.
+    def g(x):
+        return (cls.apply(x) * torch.arange(12.0).reshape(4, 3)).sum()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    want = torch.autograd.grad(g(x), x)
+    with kiln_logs("prims,backend"):
+        loss = kiln.compile(g, backend="aot_eager")(x)
+    got = torch.autograd.grad(loss, x)
+    torch.testing.assert_close(got, want)
+    log = capfd.readouterr().err
+    if cls is TransposedResult:
+        assert "TransposedResult.apply: traced backward not used" in log, log
+    else:
+        assert "is a view taken under torch.no_grad()" in log, log
