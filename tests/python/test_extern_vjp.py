@@ -91,3 +91,19 @@ def test_gradients_come_back_in_the_strides_asked():
         assert gx.is_contiguous() and gw.is_contiguous()
         torch.testing.assert_close(gx, ex)
         torch.testing.assert_close(gw, ew)
+
+
+def test_an_extern_reading_tensors_inside_a_list_passes_gradients_on():
+    # torch.einsum(eq, [a, b]) stays a torch call with its tensors inside a
+    # list: its result carries a gradient to both (before, kiln's autograd
+    # looked at top-level arguments only and the result had no grad_fn).
+    import kiln
+
+    def f(a, b):
+        return torch.einsum("ij,jk->ik", [a, b]).sin().sum()
+
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(4, 5, requires_grad=True)
+    want = torch.autograd.grad(f(a, b), (a, b))
+    got = torch.autograd.grad(kiln.compile(f)(a, b), (a, b))
+    torch.testing.assert_close(got, want)
