@@ -144,13 +144,17 @@ ValuePtr FrameTracer::trace_function_vjp(PyObject* cls, const std::vector<ValueP
   if (!any_requires_grad(tensors)) return nullptr;
   const char* name = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
   KILN_LOG(graph, name << ".apply: tracing its forward and backward");
-  const ValuePtr ctx = call_value(state_.wrap_unguarded(ctx_class), {state_.wrap_unguarded(needs.get())}, {});
-  std::vector<ValuePtr> forward_args{ctx};
-  forward_args.insert(forward_args.end(), args.begin(), args.end());
+  ValuePtr ctx;
   ValuePtr result;
-  {
+  try {
+    ctx = call_value(state_.wrap_unguarded(ctx_class), {state_.wrap_unguarded(needs.get())}, {});
+    std::vector<ValuePtr> forward_args{ctx};
+    forward_args.insert(forward_args.end(), args.begin(), args.end());
     NoGradBlock no_grad(state_);  // apply runs the forward under no_grad
     result = inline_function(forward.get(), -1, std::move(forward_args), {});
+  } catch (const TraceAbort& abort) {
+    // The call as the Function's own node needs only apply on the fakes.
+    refuse(cls, std::string("tracing its forward stopped: ") + abort.what());
   }
   if (!result->is(ValueKind::Tensor)) refuse(cls, "its forward returns " + describe_value(*result));
   if (!result->alt_fakes.empty()) refuse(cls, "its result has symbolic sizes");

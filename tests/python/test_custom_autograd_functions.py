@@ -3,6 +3,8 @@ one graph node, and the gradient is the Function's own backward (Note
 [Custom autograd Functions] in tracer/trace_calls.cpp), traced into kiln's
 backward where kiln can (Note [Traced Function backwards] in
 tracer/trace_function_vjp.cpp)."""
+import sys
+
 import pytest
 import torch
 
@@ -268,7 +270,21 @@ class RecordsBackward(torch.autograd.Function):
         return g * 3
 
 
-@pytest.mark.parametrize("cls", [SavedByAttribute, MarksOutput, RecordsBackward, SplitSigns])
+class ReadsItsFrame(torch.autograd.Function):
+    """A forward kiln's tracer does not follow (it reads the calling frame),
+    which runs on meta tensors: as its own node the call needs no more."""
+
+    @staticmethod
+    def forward(ctx, x):
+        sys._getframe()
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+@pytest.mark.parametrize("cls", [SavedByAttribute, MarksOutput, RecordsBackward, SplitSigns, ReadsItsFrame])
 def test_functions_whose_backward_is_not_traced_stay_their_own_node(cls, capfd):
     # A backward reading what it did not save, an output marked
     # non-differentiable, a backward with effects, two outputs: the frame is
