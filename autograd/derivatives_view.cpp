@@ -12,9 +12,13 @@ using prims::Prim;
 
 namespace {
 
-// g written into zeros at the positions the slice read: index_put along the
-// sliced dim with the indices lo, lo + step, ... (lo clamped as the slice
-// clamped it).
+// g written into zeros at the positions the slice read (lo clamped as the
+// slice clamped it), as zeros, g, zeros along the dim: a cat kernels
+// compute where it is read (Note [Cat in kernels]; a roll's gradient is
+// two, summed), not a zero fill and a scatter. A stepped slice's g is
+// first interleaved with zeros, [c] -> [c, 1] beside zeros [c, step - 1]
+// -> [c * step], trimmed to the input's end (no index_put, iota and full
+// per slice: eva02's rotary halves).
 int slice_grad(prims::PrimBuilder& b, int g, const graph::TensorMeta& xm,
                const prims::PrimAttrs& attrs) {
   const int64_t d = attrs.dim;
@@ -25,51 +29,32 @@ int slice_grad(prims::PrimBuilder& b, int g, const graph::TensorMeta& xm,
   if (lo < 0) lo += size;
   lo = std::clamp<int64_t>(lo, 0, size);
   if (lo == 0 && attrs.step == 1 && count == size) return g;
-  if (attrs.step == 1) {
-    // Zeros, g, zeros along the dim: a cat kernels compute where it is
-    // read (Note [Cat in kernels]; a roll's gradient is two, summed), not
-    // a zero fill and a scatter.
-    std::vector<int> pieces;
-    auto zeros = [&](int64_t length) {
-      graph::TensorMeta block = xm;
-      block.sizes[d] = length;
-      return zeros_like(b, block);
-    };
-    if (lo > 0) pieces.push_back(zeros(lo));
-    pieces.push_back(cast_to(b, g, xm.dtype));
-    if (lo + count < size) pieces.push_back(zeros(size - lo - count));
-    return b.cat(pieces, d);
-  }
-  // A stepped slice: g interleaved with zeros, as views and cats kernels
-  // compute where they are read (no zero fill and scatter, which cost an
-  // index_put, an iota and a full per slice: eva02's rotary halves). Along
-  // the dim, g [c] -> [c, 1] beside zeros [c, step - 1] -> [c * step], then
-  // zeros before lo and the span trimmed or padded to the input's size.
-  graph::TensorMeta gm = b.meta(g);
-  const int64_t step = attrs.step;
-  std::vector<int64_t> pair = gm.sizes;
-  pair.insert(pair.begin() + d + 1, 1);
-  graph::TensorMeta gaps = gm;
-  gaps.sizes = pair;
-  gaps.sizes[d + 1] = step - 1;
-  gaps.strides = graph::contiguous_strides(gaps.sizes);
-  gaps.dtype = xm.dtype;
-  const int lanes = b.cat({b.unsqueeze(cast_to(b, g, xm.dtype), d + 1), zeros_like(b, gaps)}, d + 1);
-  std::vector<int64_t> spread = gm.sizes;
-  spread[d] = count * step;
-  int grad = b.reshape(lanes, spread);
-  const int64_t span = std::min(count * step, size - lo);
-  if (span < count * step) grad = b.slice(grad, d, 0, span, 1);
-  std::vector<int> pieces;
-  auto zeros = [&](int64_t length) {
+  // Zeros of the input's dtype with `length` along `dim` of `like`'s sizes.
+  auto zeros = [&](std::vector<int64_t> sizes, int64_t dim, int64_t length) {
     graph::TensorMeta block = xm;
-    block.sizes[d] = length;
+    sizes[dim] = length;
+    block.sizes = std::move(sizes);
+    block.strides = graph::contiguous_strides(block.sizes);
     return zeros_like(b, block);
   };
-  if (lo > 0) pieces.push_back(zeros(lo));
-  pieces.push_back(grad);
-  if (lo + span < size) pieces.push_back(zeros(size - lo - span));
-  return pieces.size() == 1 ? grad : b.cat(pieces, d);
+  int spread = cast_to(b, g, xm.dtype);
+  int64_t span = count;
+  if (attrs.step > 1) {
+    const std::vector<int64_t> sizes = b.meta(g).sizes;
+    std::vector<int64_t> pair = sizes;
+    pair.insert(pair.begin() + d + 1, 1);
+    const int lanes = b.cat({b.unsqueeze(spread, d + 1), zeros(pair, d + 1, attrs.step - 1)}, d + 1);
+    std::vector<int64_t> flat = sizes;
+    flat[d] = count * attrs.step;
+    spread = b.reshape(lanes, flat);
+    span = std::min(count * attrs.step, size - lo);
+    if (span < count * attrs.step) spread = b.slice(spread, d, 0, span, 1);
+  }
+  std::vector<int> pieces;
+  if (lo > 0) pieces.push_back(zeros(xm.sizes, d, lo));
+  pieces.push_back(spread);
+  if (lo + span < size) pieces.push_back(zeros(xm.sizes, d, size - lo - span));
+  return pieces.size() == 1 ? spread : b.cat(pieces, d);
 }
 
 // as_strided addresses its input's storage. The gradient is exact when that

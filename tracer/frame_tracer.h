@@ -23,6 +23,9 @@ namespace kiln::tracer {
 // backward of (Note [Traced Function backwards]); a trace that refused one
 // is traced again.
 size_t refused_function_count();
+// True where a custom Function class has no setup_context of its own: its
+// forward takes ctx first.
+bool function_forward_takes_ctx(PyObject* cls);
 
 class FrameTracer {
  public:

@@ -240,20 +240,13 @@ namespace {
 // Cls.forward as a plain function and whether it takes ctx first (no
 // setup_context of its own), or null where it is not a Python function.
 PyRef inlinable_forward(PyObject* cls, bool* takes_ctx) {
-  static PyObject* base_setup = [] {
-    PyObject* function_class = base::import_attr("torch.autograd.function", "Function");
-    PyObject* setup = function_class ? PyObject_GetAttrString(function_class, "setup_context") : nullptr;
-    if (!setup) PyErr_Clear();
-    return setup;  // kept for the process
-  }();
   PyRef forward = PyRef::steal(PyObject_GetAttrString(cls, "forward"));
-  PyRef setup = PyRef::steal(PyObject_GetAttrString(cls, "setup_context"));
-  if (!forward || !setup || !base_setup) {
+  if (!forward) {
     PyErr_Clear();
     return PyRef();
   }
   if (!PyFunction_Check(forward.get())) return PyRef();
-  *takes_ctx = setup.get() == base_setup;
+  *takes_ctx = function_forward_takes_ctx(cls);
   return forward;
 }
 

@@ -68,19 +68,6 @@ PyRef plain_function(PyObject* cls, const char* name) {
   return PyFunction_Check(fn.get()) ? fn : PyRef();
 }
 
-// True where Cls has no setup_context of its own (its forward takes ctx).
-bool forward_takes_ctx(PyObject* cls) {
-  static PyObject* base_setup = [] {
-    PyObject* function_class = base::import_attr("torch.autograd.function", "Function");
-    PyObject* setup = function_class ? PyObject_GetAttrString(function_class, "setup_context") : nullptr;
-    if (!setup) PyErr_Clear();
-    return setup;  // kept for the process
-  }();
-  PyRef setup = PyRef::steal(PyObject_GetAttrString(cls, "setup_context"));
-  if (!setup) PyErr_Clear();
-  return setup && setup.get() == base_setup;
-}
-
 PyObject* autograd_attr(const char* name) {
   PyObject* found = base::import_attr("kiln._autograd", name);
   if (!found) PyErr_Clear();
@@ -107,11 +94,23 @@ class NoGradBlock {
 
 size_t refused_function_count() { return refused_classes().size(); }
 
+bool function_forward_takes_ctx(PyObject* cls) {
+  static PyObject* base_setup = [] {
+    PyObject* function_class = base::import_attr("torch.autograd.function", "Function");
+    PyObject* setup = function_class ? PyObject_GetAttrString(function_class, "setup_context") : nullptr;
+    if (!setup) PyErr_Clear();
+    return setup;  // kept for the process
+  }();
+  PyRef setup = PyRef::steal(PyObject_GetAttrString(cls, "setup_context"));
+  if (!setup) PyErr_Clear();
+  return setup && base_setup && setup.get() == base_setup;
+}
+
 ValuePtr FrameTracer::trace_function_vjp(PyObject* cls, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
   if (!kwargs.empty() || !runtime::grad_mode_enabled() || refused(cls)) return nullptr;
   PyRef forward = plain_function(cls, "forward");
   PyRef backward = plain_function(cls, "backward");
-  if (!forward || !backward || !forward_takes_ctx(cls)) return nullptr;
+  if (!forward || !backward || !function_forward_takes_ctx(cls)) return nullptr;
   static PyObject* ctx_class = autograd_attr("TracedFunctionContext");
   static PyObject* call_class = autograd_attr("TracedFunctionCall");
   if (!ctx_class || !call_class) return nullptr;
