@@ -35,6 +35,16 @@ int per_channel(PrimBuilder& b, int vec, int64_t rank) {
   return b.reshape(vec, sizes);
 }
 
+// The last dims of `input` that normalized_shape names (layer_norm, rms_norm).
+std::vector<int64_t> normalized_dims(DecomposeCall& c, int input) {
+  const int64_t rank = c.rank(input);
+  const int64_t k = static_cast<int64_t>(c.ints("normalized_shape").size());
+  if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
+  std::vector<int64_t> dims;
+  for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
 // Tensor.copy_, the extern that writes running statistics back.
 PyObject* tensor_copy_() {
   static PyObject* fn = [] {
@@ -72,11 +82,7 @@ std::vector<int> decompose_LayerNorm(DecomposeCall& c) {
   const int input = c.tensor("input");
   const DType dtype = b.meta(input).dtype;
   if (!is_floating(dtype)) c.unsupported("layer_norm of a non-floating tensor");
-  const int64_t rank = c.rank(input);
-  const int64_t k = static_cast<int64_t>(c.ints("normalized_shape").size());
-  if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
-  std::vector<int64_t> dims;
-  for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  const std::vector<int64_t> dims = normalized_dims(c, input);
   // Note [Layer norm over strided rows]
   // On the GPU, rows strided in memory (ConvNeXt's LayerNorm over a permuted
   // NCHW tensor) make kiln's kernel read along the tile dim and store the
@@ -137,11 +143,7 @@ std::vector<int> decompose_RmsNorm(DecomposeCall& c) {
   const int input = c.tensor("input");
   const DType dtype = b.meta(input).dtype;
   if (!is_floating(dtype)) c.unsupported("rms_norm of a non-floating tensor");
-  const int64_t rank = c.rank(input);
-  const int64_t k = static_cast<int64_t>(c.ints("normalized_shape").size());
-  if (k == 0 || k > rank) c.unsupported("normalized_shape rank");
-  std::vector<int64_t> dims;
-  for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+  const std::vector<int64_t> dims = normalized_dims(c, input);
   const DType compute = opmath_dtype(dtype);
   const double eps = c.given("eps") ? c.number("eps")
                      : compute == DType::Float64 ? std::numeric_limits<double>::epsilon()
