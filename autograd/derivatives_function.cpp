@@ -9,6 +9,7 @@
 #include "base/py_ref.h"
 #include "graph/graph.h"
 #include "prims/decompose.h"
+#include "prims/extern_writes.h"
 #include "prims/layout.h"
 #include "prims/subgraph.h"
 
@@ -59,6 +60,14 @@ std::optional<std::vector<int>> vjp_traced_function(prims::PrimBuilder& b, const
   std::optional<prims::Decomposition> decomposed = prims::decompose_graph(*backward, /*grad_enabled=*/false, &why);
   if (!decomposed) return fallback(why);
   const prims::PrimGraph& bwd = *decomposed->graph;
+  // A write torch makes in place into a backward value (an in-place op
+  // kiln could not compute out of place) is not ordered with kiln's reads
+  // of it once spliced in.
+  for (const prims::PrimNode& node : bwd.nodes()) {
+    if (node.prim == prims::Prim::Extern && prims::extern_writes_arguments(node.attrs)) {
+      return fallback("its backward writes in place through " + node.attrs.target_name);
+    }
+  }
   const size_t tensors = attrs.extern_args[1].items.size();
   const size_t saved = attrs.extern_args[2].items.size();
   if (bwd.inputs().size() != 1 + saved || view.inputs.size() != 1 + tensors + saved) {

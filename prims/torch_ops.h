@@ -143,6 +143,12 @@ namespace kiln::prims {
   X(Contiguous, "Tensor.contiguous(input)")                                                        \
   X(Clone, "torch.clone(input)", "Tensor.clone(input)")                                            \
   X(GetItem, "operator.getitem(input, index)", "Tensor.__getitem__(input, index)")                 \
+  X(Gather, "torch.gather(input, dim, index, *, sparse_grad=False)",                               \
+    "Tensor.gather(input, dim, index, *, sparse_grad=False)")                                       \
+  X(IndexSelect, "torch.index_select(input, dim, index)", "Tensor.index_select(input, dim, index)") \
+  X(ScatterAdd, "torch.scatter_add(input, dim, index, src)", "Tensor.scatter_add(input, dim, index, src)") \
+  X(Scatter, "torch.scatter(input, dim, index, src=None, *, value=None, reduce=None)",              \
+    "Tensor.scatter(input, dim, index, src=None, *, value=None, reduce=None)")                      \
   X(Cat, "torch.cat(tensors, dim=0)", "torch.concat(tensors, dim=0)")                              \
   X(Pad, "F.pad(input, pad, mode='constant', value=None)")                                         \
   X(Roll, "torch.roll(input, shifts, dims=None)", "Tensor.roll(input, shifts, dims=None)")         \

@@ -362,3 +362,55 @@ def test_traced_backwards_kiln_cannot_use_rerun_the_function(cls, capfd):
         assert "TransposedResult.apply: traced backward not used" in log, log
     else:
         assert "is a view taken under torch.no_grad()" in log, log
+
+
+class RouterMultiplier(torch.autograd.Function):
+    """PhiMoE's router Function: its backward scatters into a tensor it
+    made, in place (scatter_add_), which kiln computes out of place."""
+
+    @staticmethod
+    def forward(ctx, scores, multiplier, selected, gates, ones):
+        ctx.save_for_backward(multiplier, selected, gates)
+        return multiplier * ones
+
+    @staticmethod
+    def backward(ctx, g):
+        multiplier, selected, gates = ctx.saved_tensors
+        g = g * multiplier
+        grad = gates * g.mul(-1)
+        grad.scatter_add_(dim=-1, index=selected, src=g)
+        return grad, None, None, None, None
+
+
+class DiagonalCleared(torch.autograd.Function):
+    """A backward writing in place through an op kiln keeps as torch's
+    (fill_diagonal_): kiln's autograd reruns the Function instead."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g * 2
+        g.fill_diagonal_(0)
+        return g
+
+
+def test_function_backwards_writing_in_place(capfd):
+    def router(scores):
+        gates = torch.softmax(scores, dim=-1)
+        selected = scores.argmax(dim=-1, keepdim=True)
+        multiplier = gates.gather(dim=-1, index=selected)
+        out = RouterMultiplier.apply(scores, multiplier, selected, gates, torch.ones_like(multiplier))
+        return (out * torch.arange(6.0).reshape(6, 1)).sum() + DiagonalCleared.apply(scores[:4]).sum()
+
+    s = torch.randn(6, 4, requires_grad=True)
+    want = torch.autograd.grad(router(s), s)
+    with kiln_logs("prims"):
+        loss = kiln.compile(router)(s)
+    got = torch.autograd.grad(loss, s)
+    torch.testing.assert_close(got, want)
+    log = capfd.readouterr().err
+    assert "extern Tensor.scatter_add_" not in log and "extern Tensor.gather" not in log, log
+    assert "DiagonalCleared.apply: traced backward not used (its backward writes in place" in log, log

@@ -685,3 +685,39 @@ def test_tensor_indices_torch_reads_otherwise_stay_exact(index):
     want = fns[index](b)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(got.sum(), b)[0], torch.autograd.grad(want.sum(), b)[0])
+
+
+def test_gather_index_select_and_scatters_decompose(capfd):
+    # Their gradients are kiln's (derivatives_index.cpp), not an extern
+    # rerun; in-place scatter_add_ on a fresh value computes out of place.
+    index = torch.tensor([[0, 2], [1, 1], [3, 0]])
+    rows = torch.tensor([2, 0])
+
+    def f(x, y):
+        a = x.gather(1, index) * 2 + torch.gather(x, 1, index)
+        b = torch.index_select(x, 0, rows).sin() + x.index_select(1, rows).sum()
+        c = torch.zeros_like(x).scatter_add(1, index, a) + x.scatter(1, index, 0.5)
+        d = (x * 1).scatter_add_(1, index, y) + torch.scatter(x, 1, index, y)
+        return a.sum() + b.sum() + (c * d).sum()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    y = torch.randn(3, 2, requires_grad=True)
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend="inductor")(x, y)
+    log = capfd.readouterr().err
+    for name in ("gather", "index_select", "scatter_add", "scatter"):
+        assert f"extern Tensor.{name}" not in log and f"extern torch.{name}" not in log, log
+    want = f(x, y)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, (x, y)), torch.autograd.grad(want, (x, y)))
+    assert kiln.stats()["prim_fallbacks"] == 0
+
+
+def test_scatter_with_a_reduce_mode_stays_torchs_call():
+    index = torch.tensor([[0, 2], [1, 1]])
+
+    def f(x, y):
+        return x.scatter(1, index, y, reduce="add") * 2
+
+    x, y = torch.randn(2, 4), torch.randn(2, 2)
+    torch.testing.assert_close(kiln.compile(f, backend="inductor")(x, y), f(x, y))
