@@ -37,10 +37,11 @@ namespace kiln::tracer {
 // traced again with the call as the Function's own node (tracer.cpp).
 namespace {
 
-// Classes whose calls stay the Function's own node (kept for the process).
+// Classes whose calls stay the Function's own node (kept for the process,
+// never destroyed: their references must not drop after Python finalizes).
 std::vector<PyRef>& refused_classes() {
-  static std::vector<PyRef> classes;
-  return classes;
+  static auto* classes = new std::vector<PyRef>();
+  return *classes;
 }
 
 bool refused(PyObject* cls) {

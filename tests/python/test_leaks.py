@@ -444,3 +444,45 @@ def test_training_step_through_kiln_autograd_no_leak():
     assert_no_growth(step, 2_000)
     gc.collect()
     assert sys.getrefcount(x) == rc_x
+
+
+class _Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 + x * 0
+
+
+def test_traced_function_backward_no_leak():
+    # Note [Traced Function backwards]: the call node and the backward graph
+    # it holds live with the compiled graph; a step releases what it made,
+    # and reset frees the node (its capsule) with the graph.
+    def f(x):
+        return _Doubled.apply(x).sin().sum()
+
+    compiled = kiln.compile(f, backend="inductor")
+    x = torch.randn(8, 16, requires_grad=True)
+    rc_x = sys.getrefcount(x)
+
+    def step():
+        x.grad = None
+        compiled(x).backward()
+
+    step()
+    assert kiln.stats()["autograd_graphs"] == 1, kiln.stats()
+    assert_no_growth(step, 2_000)
+    gc.collect()
+    assert sys.getrefcount(x) == rc_x
+    calls = [o for o in gc.get_objects() if type(o).__name__ == "TracedFunctionCall"]
+    assert calls, "the compiled graph holds its TracedFunctionCall"
+    probe = weakref.ref(calls[0]) if hasattr(calls[0], "__weakref__") else None
+    del calls
+    kiln.reset()
+    gc.collect()
+    if probe is not None:
+        assert probe() is None, "reset keeps a TracedFunctionCall alive"
