@@ -42,6 +42,8 @@ bool load(TorchApi* api) {
   api->empty_strided = attr_path(api->torch, "empty_strided");
   api->dtype_type = attr_path(api->torch, "dtype");
   api->device_type = attr_path(api->torch, "device");
+  api->memory_format_type = attr_path(api->torch, "memory_format");
+  api->layout_type = attr_path(api->torch, "layout");
   api->size_type = attr_path(api->torch, "Size");
   api->getitem = PyObject_GetAttrString(api->operator_module, "getitem");
   api->no_grad = attr_path(api->torch, "no_grad");

@@ -19,6 +19,8 @@ struct TorchApi {
   PyObject* empty_strided = nullptr;     // torch.empty_strided
   PyObject* dtype_type = nullptr;        // torch.dtype
   PyObject* device_type = nullptr;       // torch.device
+  PyObject* memory_format_type = nullptr;  // torch.memory_format
+  PyObject* layout_type = nullptr;       // torch.layout
   PyObject* size_type = nullptr;         // torch.Size
   PyObject* operator_module = nullptr;   // operator
   PyObject* getitem = nullptr;           // operator.getitem

@@ -308,6 +308,23 @@ ValuePtr dict_new(BuiltinContext& context, BuiltinCall& call) {
   return dict;
 }
 
+// dict.fromkeys(iterable, value=None): every key (constants) maps to the
+// same value, as in Python (transformers' cache layers start their state
+// dicts so). Bound to a dict subclass it would make that class: not modelled.
+ValuePtr dict_fromkeys(BuiltinContext& context, BuiltinCall& call) {
+  PyObject* bound = call.callee->obj ? PyCFunction_GetSelf(call.callee->obj.get()) : nullptr;
+  if (!PyCFunction_Check(call.callee->obj.get()) || bound != reinterpret_cast<PyObject*>(&PyDict_Type)) {
+    context.abort(BreakCode::UnsupportedCall, "fromkeys of a dict subclass");
+  }
+  if (call.args.empty() || call.args.size() > 2 || !call.kwargs.empty()) {
+    context.abort(BreakCode::PythonException, "TypeError: dict.fromkeys takes an iterable and an optional value");
+  }
+  const ValuePtr value = call.args.size() == 2 ? call.args[1] : context.constant(Py_None);
+  ValuePtr dict = tracer::make_sequence(ValueKind::Dict, {});
+  for (const ValuePtr& key : context.unpack(call.args[0])) put_item(context, call.name, *dict, key, value);
+  return dict;
+}
+
 // defaultdict(factory, ...): a dict whose missing keys the subscript fills
 // by calling factory (FrameTracer::subscript); the rest reads as dict(...).
 ValuePtr defaultdict_new(BuiltinContext& context, BuiltinCall& call) {
@@ -335,6 +352,10 @@ ValuePtr defaultdict_new(BuiltinContext& context, BuiltinCall& call) {
 
 void register_containers_model(ModelRegistry& registry) {
   registry.add("builtins", "dict", dict_new);
+  if (base::PyRef fromkeys = base::PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyDict_Type), "fromkeys"))) {
+    registry.add_object(fromkeys.get(), "dict.fromkeys", dict_fromkeys);
+  }
+  PyErr_Clear();
   if (PyObject* ordered = base::ordered_dict_type()) registry.add_object(ordered, "OrderedDict", dict_new);
   if (PyObject* defaults = base::defaultdict_type()) registry.add_object(defaults, "defaultdict", defaultdict_new);
   struct Entry {

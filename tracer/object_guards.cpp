@@ -33,7 +33,10 @@ bool plain_key(PyObject* key) {
     return true;
   }
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(key));
-  if (api && (type == api->device_type || type == api->dtype_type)) return true;
+  if (api && (type == api->device_type || type == api->dtype_type || type == api->memory_format_type ||
+              type == api->layout_type)) {
+    return true;
+  }
   if (PyType_Check(key) && Py_TYPE(key) == &PyType_Type) return true;
   // Compared by identity; the guard holds the key, so no tensor or module
   // (a model kept alive by a guard) keys a dict read so.

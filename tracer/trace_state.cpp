@@ -45,8 +45,10 @@ bool is_constant_object(PyObject* obj, const base::TorchApi& api) {
     PyErr_Clear();
   }
   if (type == signature_type || type == parameter_type) return true;
-  return type == api.dtype_type || type == api.device_type ||
-         type == reinterpret_cast<PyObject*>(&PySlice_Type) ||
+  // torch's dtypes, devices, memory formats and layouts are immutable
+  // values (torch.contiguous_format passed to empty_like: PhiMoE's router).
+  return type == api.dtype_type || type == api.device_type || type == api.memory_format_type ||
+         type == api.layout_type || type == reinterpret_cast<PyObject*>(&PySlice_Type) ||
          type == reinterpret_cast<PyObject*>(&PyRange_Type) ||
          type == reinterpret_cast<PyObject*>(&PyCode_Type);
 }

@@ -942,3 +942,20 @@ def test_to_the_tensors_own_device_is_traced():
         return x + positions.to(x.device) + (x * 2).to("cpu", torch.float64).to(x.dtype)
 
     check_compiled(fn, lambda: (torch.randn(2, 3),))
+
+
+def test_memory_formats_and_layouts_are_constants():
+    # torch.memory_format and torch.layout values pass to torch calls as
+    # constants (PhiMoE's router: empty_like(..., memory_format=
+    # torch.legacy_contiguous_format) broke its training graph 22 times).
+    def f(x):
+        a = torch.empty_like(x, memory_format=torch.legacy_contiguous_format).fill_(2.0)
+        b = x.contiguous(memory_format=torch.contiguous_format)
+        c = torch.zeros(2, 3, layout=torch.strided)
+        same = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x.t()
+        return a * b + c.sum(), same * 1
+
+    x = torch.randn(2, 3)
+    assert_same(kiln.compile(f)(x), f(x))
+    s = kiln.stats()
+    assert (s["traces"], s["graph_breaks"]) == (1, 0), s

@@ -402,3 +402,38 @@ def test_dicts_keyed_by_typing_forms():
     compiled = kiln.compile(fn, fullgraph=True)
     x = torch.randn(3)
     assert_same(compiled(x), fn(x))
+
+
+class _StateCache:
+    def __init__(self, n):
+        self.states = dict.fromkeys(range(n))
+        self.ready = dict.fromkeys(range(n), False)
+
+
+def test_dict_fromkeys_builds_a_dict_in_the_trace():
+    # transformers' linear-attention cache layers start their state dicts
+    # with dict.fromkeys (RecurrentGemma: 11 graph breaks before).
+    def f(x, n):
+        cache = _StateCache(n)
+        cache.states[0] = x * 2
+        cache.ready[1] = True
+        shared = dict.fromkeys(["a", "b"], [])
+        shared["a"].append(1)  # one value object under every key, as in Python
+        return cache.states[0] + len(shared["b"]), list(cache.ready.items())
+
+    x = torch.randn(3)
+    assert_same(kiln.compile(f)(x, 3), f(x, 3))
+    s = kiln.stats()
+    assert (s["traces"], s["graph_breaks"]) == (1, 0), s
+
+
+def test_dict_fromkeys_of_a_subclass_is_not_modelled():
+    class Named(dict):
+        pass
+
+    def f(x):
+        d = Named.fromkeys(["a"], 2)
+        return x * d["a"], type(d).__name__
+
+    x = torch.randn(3)
+    assert_same(kiln.compile(f)(x), f(x))
