@@ -21,14 +21,18 @@ WHOLE = {
     "hf-t5-generation": "the decoder's cache deep-copies the config (Note [Deep copies]); "
                         "CrossEntropyLoss made in forward (Note [Torch modules made in forward])",
     "hf-bart": "the config copy's strict-dataclass validators: typing.Union keys, `int | None`'s __args__",
+    "hf-phimoe": "torch.memory_format constants (its router's empty_like), a custom Function",
+    "hf-recurrent-gemma": "dict.fromkeys in its cache layers, a custom Function",
 }
 
 # Models whose training step (a loss, a backward) is one graph too, with
 # gradients equal to eager's and no internal error on the way: the
 # encoder-decoders' cache made in forward and loss module made per call,
 # and MobileBERT's backward, whose kernel groups once waited on each other
-# (a group straddling another's scheduling window, inductor/schedule.cpp).
-WHOLE_TRAINING = ["hf-bart", "hf-mobilebert", "hf-t5-generation"]
+# (a group straddling another's scheduling window, inductor/schedule.cpp);
+# Bloom's and RecurrentGemma's custom Functions, forward and backward traced
+# (Note [Traced Function backwards]).
+WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", "hf-t5-generation"]
 
 
 def build(name):
