@@ -614,6 +614,22 @@ def test_a_kernel_input_arriving_broadcast_is_copied_into_its_compiled_layout():
         torch.testing.assert_close(g, w)
 
 
+def assert_getitem_decomposes(fn, x, loss, capfd):
+    """fn(x) compiled with no getitem left a torch call, its results and
+    x's gradient (through sum(loss(o))) as eager's, no prim fallback."""
+    compiled = kiln.compile(fn, backend="inductor")
+    with kiln_logs("prims"):
+        got = compiled(x)
+    assert "extern operator.getitem" not in capfd.readouterr().err
+    want = fn(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    grad, = torch.autograd.grad(sum(loss(o) for o in got), x)
+    expected, = torch.autograd.grad(sum(loss(o) for o in want), x)
+    torch.testing.assert_close(grad, expected)
+    assert kiln.stats()["prim_fallbacks"] == 0
+
+
 def test_list_index_of_consecutive_positions_decomposes(capfd):
     # Falcon splits its fused qkv with fused_qkv[..., [-2], :]: a copy of a
     # run of positions, decomposed (forward and gradient) rather than an
@@ -621,19 +637,7 @@ def test_list_index_of_consecutive_positions_decomposes(capfd):
     def split(x):
         return x[..., [-2], :] * 2, x[:, [0, 1]] + 1, x[..., [-1], :].sin()
 
-    x = torch.randn(2, 5, 4, 3, requires_grad=True)
-    compiled = kiln.compile(split, backend="inductor")
-    with kiln_logs("prims"):
-        got = compiled(x)
-    assert "extern operator.getitem" not in capfd.readouterr().err
-    want = split(x)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
-    sum(o.sum() for o in got).backward()
-    grad, x.grad = x.grad, None
-    sum(o.sum() for o in want).backward()
-    torch.testing.assert_close(grad, x.grad)
-    assert kiln.stats()["prim_fallbacks"] == 0
+    assert_getitem_decomposes(split, torch.randn(2, 5, 4, 3, requires_grad=True), lambda o: o.sum(), capfd)
 
 
 @pytest.mark.parametrize("index", ["gap", "int_beside", "bools", "reversed"])
@@ -660,18 +664,7 @@ def test_one_tensor_index_at_any_dim_decomposes(capfd):
     def read(b):
         return b[:, idxs] * 2, b[None, ..., row], b[1:3, torch.tensor(2)] + 1, b[:, row, None].sin()
 
-    b = torch.randn(4, 9, requires_grad=True)
-    compiled = kiln.compile(read, backend="inductor")
-    with kiln_logs("prims"):
-        got = compiled(b)
-    assert "extern operator.getitem" not in capfd.readouterr().err
-    want = read(b)
-    for x, y in zip(got, want):
-        torch.testing.assert_close(x, y)
-    grad, = torch.autograd.grad(sum(o.square().sum() for o in got), b)
-    expected, = torch.autograd.grad(sum(o.square().sum() for o in want), b)
-    torch.testing.assert_close(grad, expected)
-    assert kiln.stats()["prim_fallbacks"] == 0
+    assert_getitem_decomposes(read, torch.randn(4, 9, requires_grad=True), lambda o: o.square().sum(), capfd)
 
 
 @pytest.mark.parametrize("index", ["two_tensors", "int_beside"])
