@@ -152,6 +152,8 @@ std::string verify_expr(const Kernel& k, int id) {
       const bool bitwise = op == BinaryOp::BitwiseAnd || op == BinaryOp::BitwiseOr ||
                            op == BinaryOp::BitwiseXor;
       if (bitwise && !is_integral(e.dtype)) return why() + "needs integral operands";
+      const bool index = op == BinaryOp::IndexDiv || op == BinaryOp::IndexMod;
+      if (index && e.dtype != DType::Int64) return why() + "needs i64 operands";
       return "";
     }
     case ExprKind::Compare:

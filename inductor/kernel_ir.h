@@ -55,9 +55,9 @@ using graph::DType;
   X(IsNan, "isnan", true)        \
   X(LogicalNot, "logical_not", false)
 
-// Binary operators (operands and result of one dtype):
-// X(enum name, text name, floating only)
-#define KILN_KERNEL_BINARY_OPS(X) \
+// Binary operators (operands and result of one dtype), those of prims
+// of the same name: X(enum name, text name, floating only)
+#define KILN_KERNEL_PRIM_BINARY_OPS(X) \
   X(Add, "add", false)            \
   X(Sub, "sub", false)            \
   X(Mul, "mul", false)            \
@@ -71,6 +71,15 @@ using graph::DType;
   X(BitwiseAnd, "bitwise_and", false) \
   X(BitwiseOr, "bitwise_or", false)   \
   X(BitwiseXor, "bitwise_xor", false)
+
+// Binary operators on int64 indices only, which are never negative (Note
+// [Reshapes in kernels]): quotient and remainder, where truncating and
+// flooring agree.
+#define KILN_KERNEL_INDEX_BINARY_OPS(X) \
+  X(IndexDiv, "index_div", false)       \
+  X(IndexMod, "index_mod", false)
+
+#define KILN_KERNEL_BINARY_OPS(X) KILN_KERNEL_PRIM_BINARY_OPS(X) KILN_KERNEL_INDEX_BINARY_OPS(X)
 
 // Comparisons (operands of one dtype, bool result): X(enum name, text name)
 #define KILN_KERNEL_COMPARE_OPS(X) \

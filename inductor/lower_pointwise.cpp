@@ -33,7 +33,6 @@ std::vector<PointwiseGroup> find_pointwise_groups(const PrimGraph& graph) {
   }
   std::set<int> graph_outputs(graph.outputs().begin(), graph.outputs().end());
   std::vector<int> group_of(node_count, -1);
-  std::vector<bool> leaf_view(node_count, false);
   int groups = 0;
   for (int n = node_count - 1; n >= 0; --n) {
     const PrimNode& node = graph.node(n);
@@ -41,24 +40,16 @@ std::vector<PointwiseGroup> find_pointwise_groups(const PrimGraph& graph) {
       if (!is_elementwise(graph, node)) continue;
       group_of[n] = groups++;
     }
-    if (leaf_view[n]) continue;
     for (const prims::PrimArg& arg : node.args) {
       if (!arg.is_value()) continue;
       const int producer = graph.value(arg.value).node;
       if (producer < 0 || group_of[producer] >= 0 || graph_outputs.count(arg.value)) continue;
       const PrimNode& made_by = graph.node(producer);
-      std::optional<bool> leaf = false;
-      if (is_view_node(made_by)) {
-        leaf = view_needs_leaf_input(graph, made_by);
-        if (!leaf) continue;
-      } else if (!is_elementwise(graph, made_by)) {
-        continue;
-      }
+      if (is_view_node(made_by) ? !view_folds(graph, made_by) : !is_elementwise(graph, made_by)) continue;
       const bool all_inside = std::all_of(users[arg.value].begin(), users[arg.value].end(),
                                           [&](int user) { return group_of[user] == group_of[n]; });
       if (!all_inside) continue;
       group_of[producer] = group_of[n];
-      leaf_view[producer] = *leaf;
     }
   }
   std::vector<PointwiseGroup> result(groups);

@@ -30,7 +30,7 @@ std::optional<BinaryOp> binary_op(Prim prim) {
   switch (prim) {
 #define KILN_BINARY_CASE(name, text, floating) \
   case Prim::name: return BinaryOp::name;
-    KILN_KERNEL_BINARY_OPS(KILN_BINARY_CASE)
+    KILN_KERNEL_PRIM_BINARY_OPS(KILN_BINARY_CASE)
 #undef KILN_BINARY_CASE
     default: return std::nullopt;
   }
@@ -55,20 +55,6 @@ std::vector<int64_t> non_unit(const std::vector<int64_t>& sizes) {
     if (s != 1) kept.push_back(s);
   }
   return kept;
-}
-
-// True when each dim of `in` of size > 1 is the product of consecutive
-// dims of `out` (a view that splits dims and merges none).
-bool only_splits_dims(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
-  size_t o = 0;
-  for (int64_t size : in) {
-    if (size == 0) return false;
-    if (size == 1) continue;
-    int64_t product = 1;
-    while (product < size && o < out.size()) product *= out[o++];
-    if (product != size) return false;
-  }
-  return true;
 }
 
 // True for a view/reshape that only adds or removes size-1 dims.
@@ -144,13 +130,11 @@ bool joins_readers(const PrimGraph& graph, const PrimNode& node) {
   return true;
 }
 
-std::optional<bool> view_needs_leaf_input(const PrimGraph& graph, const PrimNode& node) {
-  if (node.prim != Prim::View && node.prim != Prim::Reshape) return false;
-  if (only_unit_dims_change(graph, node)) return false;
-  const graph::TensorMeta& in = graph.value(node.args[0].value).meta;
-  const std::vector<int64_t>& out = graph.value(node.outputs[0]).meta.sizes;
-  if (!prims::view_strides(in, out)) return std::nullopt;
-  return !only_splits_dims(in.sizes, out);
+bool view_folds(const PrimGraph& graph, const PrimNode& node) {
+  if (node.prim != Prim::View && node.prim != Prim::Reshape) return true;
+  if (only_unit_dims_change(graph, node)) return true;
+  const std::vector<int64_t>& in = graph.value(node.args[0].value).meta.sizes;
+  return std::find(in.begin(), in.end(), 0) == in.end();
 }
 
 
@@ -206,17 +190,21 @@ int ValueLowering::load(int value, const std::vector<int64_t>& strides, int64_t 
     input.strides.assign(out_->kernel.sizes.size(), 0);
     std::vector<int> indices;
     std::vector<int64_t> index_strides;
+    std::vector<std::pair<int, int64_t>> computed;  // (expression, stride)
     for (size_t j = 0; j < map.size(); ++j) {
       offset += map[j].offset * strides[j];
       if (map[j].dim >= 0) input.strides[map[j].dim] += strides[j];
-      if (map[j].expr < 0) continue;
-      const Expr& e = out_->kernel.exprs[map[j].expr];
+      if (map[j].expr >= 0) computed.emplace_back(map[j].expr, strides[j]);
+    }
+    fold_digits(&computed);
+    for (const auto& [expr, stride] : computed) {
+      const Expr& e = out_->kernel.exprs[expr];
       if (e.kind == ExprKind::Index) {  // affine after all: a plain strided load
-        for (size_t d = 0; d < e.strides.size(); ++d) input.strides[d] += e.strides[d] * strides[j];
+        for (size_t d = 0; d < e.strides.size(); ++d) input.strides[d] += e.strides[d] * stride;
         continue;
       }
-      indices.push_back(map[j].expr);
-      index_strides.push_back(strides[j]);
+      indices.push_back(expr);
+      index_strides.push_back(stride);
     }
     input.offset = offset;
     const int index = out_->kernel.add_input(input);
@@ -399,15 +387,12 @@ int ValueLowering::emit_view(const PrimNode& node, const IndexMap& map) {
         break;
       default: {
         if (!only_unit_dims_change(graph_, node)) {
-          if (in_group(input)) {
-            std::optional<IndexMap> split = split_input_map(in, out, map);
-            if (!split) throw LoweringError("a view that merges dims of a computed value");
-            return emit(input, *split);
-          }
-          // Over a kernel input: load through the view's own strides.
-          auto strides = prims::view_strides(in, out.sizes);
-          if (!strides) throw LoweringError("a reshape that copies");
-          return load(input, *strides, 0, map);
+          // Over a kernel input torch can view: load through the view's own strides.
+          auto strides = in_group(input) ? std::nullopt : prims::view_strides(in, out.sizes);
+          if (strides) return load(input, *strides, 0, map);
+          std::optional<IndexMap> in_map = reshape_input_map(in, out, map);
+          if (!in_map) throw LoweringError("a reshape of an empty value");
+          return emit(input, *in_map);
         }
         // squeeze, unsqueeze, view/reshape adding or dropping size-1 dims:
         // match the non-size-1 dims in order; size-1 input dims index 0.
@@ -590,50 +575,152 @@ int ValueLowering::emit_fill(const PrimNode& node) {
   return out_->kernel.add(std::move(e));
 }
 
-// A view splitting each dim of its input into consecutive dims of its
-// own: input dim j's index is the row-major combination of its dims'
-// indices. A combination of plain dims is one Index over the iteration
-// space (loads stay strided, Note [Loads at computed indices] not needed);
-// of computed ones, products and sums.
-std::optional<ValueLowering::IndexMap> ValueLowering::split_input_map(const graph::TensorMeta& in,
-                                                                      const graph::TensorMeta& out,
-                                                                      const IndexMap& map) {
+// Note [Reshapes in kernels]
+// A view or reshape reads its input at indices computed from its own. Its
+// dims and its input's (size-1 dims aside) fall into blocks of equal
+// products; the block's own indices combine row-major into one linear
+// index L (one Index over the iteration space where they are plain dims),
+// and each input dim of the block reads the digit (L / inner) % size, inner
+// the product of the block's input sizes after it (IndexDiv and IndexMod on
+// indices; the last digit needs no quotient, the first no remainder). A
+// block of one input dim (a split) reads L itself, an affine index. So a
+// reshape that merges dims of a computed value folds into the kernel that
+// reads it (eva02's rotary stack-and-flatten, a stepped slice's gradient
+// interleaved by a cat), where before the value went through memory.
+// Digits meet strides at the loads: where a load's strides along a block's
+// digits are in the ratio of their inner products (the dims torch could
+// view as merged), load() folds them back into L times the last digit's
+// stride (fold_digits), so merging a contiguous value stays a strided load
+// that vectorizes; otherwise the load reads at the computed indices.
+std::optional<ValueLowering::IndexMap> ValueLowering::reshape_input_map(const graph::TensorMeta& in,
+                                                                        const graph::TensorMeta& out,
+                                                                        const IndexMap& map) {
   Kernel& k = out_->kernel;
-  IndexMap in_map(in.sizes.size());
-  size_t o = 0;
-  for (size_t j = 0; j < in.sizes.size(); ++j) {
-    if (in.sizes[j] == 0) return std::nullopt;
-    if (in.sizes[j] == 1) continue;
-    const size_t first = o;
-    int64_t product = 1;
-    while (product < in.sizes[j] && o < out.sizes.size()) product *= out.sizes[o++];
-    if (product != in.sizes[j]) return std::nullopt;
-    if (o - first == 1) {
-      in_map[j] = map[first];
-      continue;
+  auto non_unit_dims = [](const std::vector<int64_t>& sizes) {
+    std::vector<size_t> dims;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] != 1) dims.push_back(d);
     }
-    // Row-major over out dims [first, o): the last one moves by 1.
+    return dims;
+  };
+  const std::vector<size_t> in_dims = non_unit_dims(in.sizes);
+  const std::vector<size_t> out_dims = non_unit_dims(out.sizes);
+  for (size_t d : in_dims) {
+    if (in.sizes[d] == 0) return std::nullopt;
+  }
+  IndexMap in_map(in.sizes.size());
+  size_t i = 0, o = 0;
+  while (i < in_dims.size()) {
+    const size_t in_first = i, out_first = o;
+    int64_t in_product = in.sizes[in_dims[i++]], out_product = 1;
+    // Sizes here are at least 2: the products grow until they meet.
+    while (in_product != out_product) {
+      if (out_product < in_product) {
+        if (o == out_dims.size()) return std::nullopt;
+        out_product *= out.sizes[out_dims[o++]];
+      } else {
+        if (i == in_dims.size()) return std::nullopt;
+        in_product *= in.sizes[in_dims[i++]];
+      }
+    }
+    // L: row-major over the block's own dims, the last one moving by 1.
     std::vector<int64_t> strides(k.sizes.size(), 0);
-    IndexTerm term;
+    IndexTerm linear;
     int computed = -1;
     int64_t step = 1;
-    for (size_t q = o; q-- > first;) {
-      const IndexTerm& t = map[q];
-      term.offset += t.offset * step;
+    for (size_t q = o; q-- > out_first;) {
+      const IndexTerm& t = map[out_dims[q]];
+      linear.offset += t.offset * step;
       if (t.dim >= 0) strides[t.dim] += step;
       if (t.expr >= 0) {
         const int scaled = step == 1 ? t.expr
                                      : k.binary(BinaryOp::Mul, t.expr, k.constant(DType::Int64, static_cast<double>(step)));
         computed = computed < 0 ? scaled : k.binary(BinaryOp::Add, computed, scaled);
       }
-      step *= out.sizes[q];
+      step *= out.sizes[out_dims[q]];
     }
     const bool any_dim = std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s != 0; });
-    term.expr = any_dim ? index_expr(strides) : -1;
-    if (computed >= 0) term.expr = term.expr < 0 ? computed : k.binary(BinaryOp::Add, term.expr, computed);
-    in_map[j] = term;
+    linear.expr = any_dim ? index_expr(strides) : -1;
+    if (computed >= 0) linear.expr = linear.expr < 0 ? computed : k.binary(BinaryOp::Add, linear.expr, computed);
+    if (i - in_first == 1) {
+      in_map[in_dims[in_first]] = linear;
+      continue;
+    }
+    const bool fixed = linear.expr < 0;  // a point reads one place: digits are offsets
+    const int at = fixed ? -1 : index_of(linear);
+    int64_t inner = 1;
+    for (size_t q = i; q-- > in_first;) {
+      const int64_t size = in.sizes[in_dims[q]];
+      if (fixed) {
+        in_map[in_dims[q]].offset = q == in_first ? linear.offset / inner : linear.offset / inner % size;
+      } else {
+        int digit = inner == 1 ? at : k.binary(BinaryOp::IndexDiv, at, k.size_constant(inner));
+        if (q != in_first) digit = k.binary(BinaryOp::IndexMod, digit, k.size_constant(size));
+        in_map[in_dims[q]] = IndexTerm{-1, 0, digit};
+      }
+      inner *= size;
+    }
   }
+  if (o != out_dims.size()) return std::nullopt;
   return in_map;
+}
+
+// One digit of a linear index (Note [Reshapes in kernels]): expression
+// (linear / inner) % size, size 0 for the first digit (no remainder).
+struct ValueLowering::Digit {
+  int linear;
+  int64_t inner, size;
+};
+
+std::optional<ValueLowering::Digit> ValueLowering::digit_of(int expr) const {
+  const std::vector<Expr>& exprs = out_->kernel.exprs;
+  auto divided = [&](const Expr& e, BinaryOp op) {
+    return e.kind == ExprKind::Binary && e.op == static_cast<int8_t>(op) &&
+           exprs[e.operands[1]].kind == ExprKind::Constant;
+  };
+  const Expr& e = exprs[expr];
+  if (divided(e, BinaryOp::IndexDiv)) return Digit{e.operands[0], exprs[e.operands[1]].integer, 0};
+  if (!divided(e, BinaryOp::IndexMod)) return std::nullopt;
+  const int64_t size = exprs[e.operands[1]].integer;
+  const Expr& quotient = exprs[e.operands[0]];
+  if (divided(quotient, BinaryOp::IndexDiv)) return Digit{quotient.operands[0], exprs[quotient.operands[1]].integer, size};
+  return Digit{e.operands[0], 1, size};
+}
+
+void ValueLowering::fold_digits(std::vector<std::pair<int, int64_t>>* terms) const {
+  struct Found {
+    Digit digit;
+    size_t at;
+  };
+  std::vector<Found> found;
+  for (size_t t = 0; t < terms->size(); ++t) {
+    if (std::optional<Digit> d = digit_of((*terms)[t].first)) found.push_back({*d, t});
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.digit.linear, a.digit.inner) < std::tie(b.digit.linear, b.digit.inner);
+  });
+  std::vector<bool> drop(terms->size(), false);
+  for (size_t first = 0; first < found.size();) {
+    size_t last = first;
+    while (last + 1 < found.size() && found[last + 1].digit.linear == found[first].digit.linear) ++last;
+    const int64_t stride = (*terms)[found[first].at].second;
+    bool whole = found[first].digit.inner == 1 && found[last].digit.size == 0;
+    for (size_t r = first; whole && r <= last; ++r) {
+      const Digit& d = found[r].digit;
+      whole = (*terms)[found[r].at].second == stride * d.inner &&
+              (r == last || (d.size > 0 && found[r + 1].digit.inner == d.inner * d.size));
+    }
+    if (whole) {
+      (*terms)[found[first].at].first = found[first].digit.linear;
+      for (size_t r = first + 1; r <= last; ++r) drop[found[r].at] = true;
+    }
+    first = last + 1;
+  }
+  size_t kept = 0;
+  for (size_t t = 0; t < terms->size(); ++t) {
+    if (!drop[t]) (*terms)[kept++] = (*terms)[t];
+  }
+  terms->resize(kept);
 }
 
 // Note [Cat in kernels]: the pieces as a chain of selects on the index

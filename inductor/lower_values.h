@@ -50,10 +50,10 @@ bool is_view_node(const prims::PrimNode& node);
 // scalar (a constant in the kernel; the zero blocks of a slice's gradient).
 bool joins_readers(const prims::PrimGraph& graph, const prims::PrimNode& node);
 
-// For a view: true when it folds only directly over a kernel input (a
-// view/reshape that merges dims), false when it folds anywhere (splits
-// too), nullopt when it cannot fold (a reshape that copies).
-std::optional<bool> view_needs_leaf_input(const prims::PrimGraph& graph, const prims::PrimNode& node);
+// For a view: true when it folds into the indexing of a kernel reading it,
+// over a kernel input or a computed value alike (Note [Reshapes in
+// kernels]); false for a reshape of an empty value.
+bool view_folds(const prims::PrimGraph& graph, const prims::PrimNode& node);
 
 // The reduced dims of a reduction node over its input (all of them when
 // its dims attribute is empty), ascending.
@@ -62,8 +62,9 @@ std::vector<int64_t> reduction_dims(const prims::PrimGraph& graph, const prims::
 // Where one dim's index of a value comes from, at a point of a kernel's
 // iteration space: `offset` (a slice's start) plus iteration dim `dim`'s
 // index (dim >= 0) or the value of int64 expression `expr` of the kernel
-// (expr >= 0: a cat piece's clamped index, Note [Cat in kernels], or an
-// Index over several dims, a split view's); never both.
+// (expr >= 0: a cat piece's clamped index, Note [Cat in kernels], an
+// Index over several dims, a split view's, or a digit of a merged one,
+// Note [Reshapes in kernels]); never both.
 struct IndexTerm {
   int dim = -1;
   int64_t offset = 0;
@@ -106,10 +107,16 @@ class ValueLowering {
   int emit_view(const prims::PrimNode& node, const IndexMap& map);
   int emit_cat(const prims::PrimNode& node, const IndexMap& map);
   int emit_fill(const prims::PrimNode& node);
-  // The map of a view's input that splits dims into the view's (nullopt:
-  // the view merges dims, or is empty).
-  std::optional<IndexMap> split_input_map(const graph::TensorMeta& in, const graph::TensorMeta& out,
-                                          const IndexMap& map);
+  // The map of a view's or reshape's input at its own `map` (Note
+  // [Reshapes in kernels]); nullopt for an empty input.
+  std::optional<IndexMap> reshape_input_map(const graph::TensorMeta& in, const graph::TensorMeta& out,
+                                            const IndexMap& map);
+  struct Digit;
+  // `expr` as a digit of a linear index, if it is one.
+  std::optional<Digit> digit_of(int expr) const;
+  // Replaces the digits of one linear index that a load's strides make
+  // contiguous (every digit present) by the index itself.
+  void fold_digits(std::vector<std::pair<int, int64_t>>* terms) const;
   // The int64 expression of a term's index.
   int index_of(const IndexTerm& term);
   // The Index expression with these strides, made once.

@@ -44,13 +44,14 @@ using prims::PrimNode;
 // so every result keeps its bits.
 //
 // A copy helps only where the scheduler then puts it into the reading
-// group. Where it cannot (torchvision Swin: a window's permute-and-copy
-// read by a layer norm's row kernel), the copy becomes a storing kernel of
-// its own, the original is dropped as dead, and the next round finds the
-// same graph again. So plan_kernels keeps a round only when the new
-// schedule stores fewer bytes (stored_bytes) than the one before it, and
-// returns to the earlier graph and groups otherwise (Swin's forward and
-// backward had run all eight rounds, nine schedules each).
+// group. Where it cannot (torchvision Swin's window permute-and-copy read
+// by a layer norm's row kernel, before Note [Reshapes in kernels] let the
+// row kernel read it), the copy becomes a storing kernel of its own, the
+// original is dropped as dead, and the next round finds the same graph
+// again. So plan_kernels keeps a round only when the new schedule stores
+// fewer bytes (stored_bytes) than the one before it, and returns to the
+// earlier graph and groups otherwise (Swin's forward and backward had run
+// all eight rounds, nine schedules each).
 constexpr size_t kMaxCone = 12;
 
 bool cheap(Prim prim) {

@@ -107,19 +107,16 @@ class Scheduler {
       return;
     }
     std::vector<int> work = {root};
-    std::vector<bool> leaf_view(count_, false);
     // Producers refused for now: a value of the reductions' shape cannot be
     // an output until a reduction has joined, so they are tried again
     // whenever the group has grown.
     std::vector<int> refused;
     // Joins `producer` (through the value a member reads) or refuses it.
     auto join = [&](int producer, int read) {
-      std::optional<bool> leaf = try_join(g, producer, read);
-      if (!leaf) {
+      if (!try_join(g, producer, read)) {
         refused.push_back(producer);
         return;
       }
-      leaf_view[producer] = *leaf;
       work.push_back(producer);
       work.insert(work.end(), also_joined_.begin(), also_joined_.end());
     };
@@ -127,7 +124,6 @@ class Scheduler {
       while (!work.empty()) {
         const int m = work.back();
         work.pop_back();
-        if (leaf_view[m]) continue;
         for (const prims::PrimArg& arg : graph_.node(m).args) {
           if (!arg.is_value()) continue;
           const int producer = graph_.value(arg.value).node;
@@ -329,20 +325,17 @@ class Scheduler {
 
   // Adds `producer` (making `value`, read by a member) to group g when it
   // may join, with the nodes it sandwiches (left in also_joined_); returns
-  // whether it is a view folded only over a kernel input, or nullopt when it
-  // did not join.
-  std::optional<bool> try_join(int g, int producer, int value) {
+  // whether it joined.
+  bool try_join(int g, int producer, int value) {
     also_joined_.clear();
     const PrimNode& made_by = graph_.node(producer);
-    std::optional<bool> leaf = false;
     if (is_view_node(made_by)) {
-      leaf = view_needs_leaf_input(graph_, made_by);
-      if (!leaf || outputs_.count(value)) return std::nullopt;
+      if (!view_folds(graph_, made_by) || outputs_.count(value)) return false;
       const bool all_inside = std::all_of(users_[value].begin(), users_[value].end(),
                                           [&](int user) { return group_of_[user] == g; });
-      if (!all_inside) return std::nullopt;
+      if (!all_inside) return false;
     } else if (!is_compute(made_by) && !joins_readers(graph_, made_by)) {
-      return std::nullopt;
+      return false;
     }
     group_of_[producer] = g;
     members_[g].push_back(producer);
@@ -350,7 +343,7 @@ class Scheduler {
     if (!sandwiched(g, &between)) {
       group_of_[producer] = -1;
       members_[g].pop_back();
-      return std::nullopt;
+      return false;
     }
     for (int n : between) {
       group_of_[n] = g;
@@ -363,9 +356,9 @@ class Scheduler {
         group_of_[members_[g].back()] = -1;
         members_[g].pop_back();
       }
-      return std::nullopt;
+      return false;
     }
-    return leaf;
+    return true;
   }
 
   KernelGroup group(int g) const {

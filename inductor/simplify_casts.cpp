@@ -75,15 +75,21 @@ bool is_cast_from(const Kernel& k, int id, DType from, DType to) {
 }
 
 // Drops the casts no output reaches (what the rewrite bypassed) and the
-// Index expressions nothing reads (a split view's index folded into a
-// load's strides, Note [Cat in kernels]: code generators give each Index a
-// loop-carried value, and CUDA's vector entries refuse kernels with one),
-// renumbering the rest; other expressions stay as lowered.
+// index arithmetic nothing reads (a split view's Index folded into a
+// load's strides, Note [Cat in kernels], or a merged one's digits, Note
+// [Reshapes in kernels]: code generators give each Index a loop-carried
+// value, and CUDA's vector entries refuse kernels with one), renumbering
+// the rest; other expressions stay as lowered.
+bool index_arithmetic(const Expr& e) {
+  return e.kind == ExprKind::Index ||
+         (e.dtype == DType::Int64 && (e.kind == ExprKind::Binary || e.kind == ExprKind::Constant));
+}
+
 void drop_unread_exprs(Kernel& k) {
   std::vector<bool> used(k.exprs.size(), false);
   for (const KernelOutput& out : k.outputs) used[out.value] = true;
   for (size_t id = k.exprs.size(); id-- > 0;) {
-    if (k.exprs[id].kind != ExprKind::Cast && k.exprs[id].kind != ExprKind::Index) used[id] = true;
+    if (k.exprs[id].kind != ExprKind::Cast && !index_arithmetic(k.exprs[id])) used[id] = true;
     if (!used[id]) continue;
     for (int operand : k.exprs[id].operands) used[operand] = true;
   }

@@ -18,9 +18,8 @@ using prims::PrimGraph;
 using prims::PrimNode;
 
 // Note [Casts above reshapes]
-// A kernel's index maps send each dim of a value to one dim of the
-// iteration space, so a reshape that merges or splits dims of a computed
-// value ends the kernel that computes it (lower_group refuses it). Under
+// Written when a reshape that merges or splits dims of a computed value
+// ended the kernel computing it (before Note [Reshapes in kernels]). Under
 // CUDA autocast that is where the float32 results of layer_norm, of
 // GELU's pow and of attention meet their linear layer:
 // Linear/Conv1D flatten the rows ([8, 512, 3072] -> [4096, 3072]), then
@@ -31,7 +30,9 @@ using prims::PrimNode;
 // elements, same order), so convert(reshape(x)) becomes
 // reshape(convert(x)): the conversion joins x's kernel, the reshape is a
 // view of its contiguous result, and the float32 value is not stored
-// unless something else reads it. Narrowing conversions only: a widening
+// unless something else reads it. Kept since: it puts the conversion in
+// x's kernel whatever else reads x (a reader of the reshape folds it only
+// where x has no other reader). Narrowing conversions only: a widening
 // one belongs with its reader, which then reads the narrower value.
 
 std::vector<int64_t> non_unit(const std::vector<int64_t>& sizes) {

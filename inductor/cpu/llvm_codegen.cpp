@@ -374,6 +374,9 @@ Value* Codegen::emit_binary(BinaryOp op, Value* a, Value* b, DType dtype) {
     case BinaryOp::BitwiseOr: return builder_.CreateOr(a, b);
     case BinaryOp::LogicalXor:
     case BinaryOp::BitwiseXor: return builder_.CreateXor(a, b);
+    // Indices are never negative: unsigned division is exact and cheaper.
+    case BinaryOp::IndexDiv: return builder_.CreateUDiv(a, b);
+    case BinaryOp::IndexMod: return builder_.CreateURem(a, b);
   }
   throw CodegenError("unknown binary op");
 }

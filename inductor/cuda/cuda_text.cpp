@@ -233,6 +233,9 @@ std::string binary_text(BinaryOp op, const std::string& a, const std::string& b,
     case BinaryOp::BitwiseOr: return infix("|");
     case BinaryOp::LogicalXor:
     case BinaryOp::BitwiseXor: return infix("^");
+    // Indices are never negative: unsigned division is exact and cheaper.
+    case BinaryOp::IndexDiv: return "((long long)((unsigned long long)(" + a + ") / (unsigned long long)(" + b + ")))";
+    case BinaryOp::IndexMod: return "((long long)((unsigned long long)(" + a + ") % (unsigned long long)(" + b + ")))";
   }
   throw CudaError("unknown binary op");
 }

@@ -91,7 +91,8 @@ Kernel every_binary_and_compare() {
     const BinaryOp o = static_cast<BinaryOp>(op);
     const bool logical = o == BinaryOp::LogicalAnd || o == BinaryOp::LogicalOr || o == BinaryOp::LogicalXor;
     const bool bitwise = o == BinaryOp::BitwiseAnd || o == BinaryOp::BitwiseOr || o == BinaryOp::BitwiseXor;
-    const int value = logical ? k.binary(o, p, q) : bitwise ? k.binary(o, i, i) : k.binary(o, x, y);
+    const bool index = o == BinaryOp::IndexDiv || o == BinaryOp::IndexMod;
+    const int value = logical ? k.binary(o, p, q) : (bitwise || index) ? k.binary(o, i, i) : k.binary(o, x, y);
     k.add_output({k.exprs[value].dtype, {1}, value});
   }
   for (CompareOp op : {CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge}) {
