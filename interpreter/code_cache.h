@@ -55,6 +55,7 @@ struct CodeCache {
   bool skip = false;        // never traced (torch's or kiln's own code)
   bool untraced_below = false;  // nothing it runs is traced (Note [Imports run untraced])
   bool limit_logged = false;
+  bool transform_logged = false;  // Note [Frames under torch.func transforms]
 };
 
 // Returns the code object's cache, creating it when `create`; null when

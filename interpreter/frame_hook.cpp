@@ -16,6 +16,7 @@
 #include "base/python_warning.h"
 #include "base/log.h"
 #include "base/py_text.h"
+#include "runtime/aten_bridge.h"
 #include "runtime/replace_contents.h"
 #include "base/stopwatch.h"
 #include "base/small_buffer.h"
@@ -154,7 +155,16 @@ PyObject* run_entry(const CacheEntry& entry, const guards::SourceValues& values)
   }
   // Torch's own Python code inside the graph must not be traced.
   GraphRunScope untraced;
-  PyObject* out = entry.compiled->executor->run(args);
+  PyObject* out = nullptr;
+  try {
+    out = entry.compiled->executor->run(args);
+  } catch (const std::exception& e) {
+    // Executors turn the errors they expect into Python exceptions; any
+    // other (a c10::Error from a tensor kiln did not expect) becomes one
+    // here, at the last C++ frame before CPython's: never an abort.
+    PyErr_Format(PyExc_RuntimeError, "kiln: internal error running a compiled graph: %s", e.what());
+    return nullptr;
+  }
   if (!out || entry.effects.empty()) return out;
   // Replay the frame's stores in order (Note [Side effects]).
   for (size_t k = 0; k < entry.effects.size(); ++k) {
@@ -559,6 +569,22 @@ PyObject* eval_frame(PyThreadState* tstate, KilnFrame* frame, int throwflag) {
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   if (cache->skip || !kiln_frame_can_skip(tstate, frame)) {
+    return kiln_eval_frame_default(tstate, frame, throwflag);
+  }
+  // Note [Frames under torch.func transforms]
+  // Inside vmap, grad or jvp the tensors a frame sees are the transform's
+  // wrappers (a BatchedTensor has its per-sample sizes and no storage):
+  // kiln's guards cannot tell them from plain tensors and its kernels
+  // cannot read them (a CPU kernel handed one aborted the process). Such
+  // frames run as plain Python under the transform, said once per code on
+  // the breaks log; the frame that calls the transform compiles as usual,
+  // the call itself a break.
+  if (runtime::functorch_transform_active()) {
+    if (!cache->transform_logged) {
+      cache->transform_logged = true;
+      KILN_LOG(breaks, code_name(code) << " runs eagerly: called under a torch.func transform (vmap, grad, jvp)");
+    }
+    stats().eager_runs++;
     return kiln_eval_frame_default(tstate, frame, throwflag);
   }
   const guards::FrameView view = frame_view(frame);

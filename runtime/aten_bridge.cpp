@@ -10,6 +10,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/version.h>
@@ -184,6 +185,13 @@ std::string describe_tensor_mismatch(PyObject* tensor, const TensorMeta& meta) {
         << (meta.requires_grad ? "True" : "False");
   }
   return out.str();
+}
+
+// functorch includes its front-mode key on the thread while its layer
+// stack is not empty (DynamicLayer.cpp); its own header needs JSON headers
+// torch's wheel does not ship.
+bool functorch_transform_active() {
+  return c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode);
 }
 
 char* tensor_data(PyObject* tensor) {

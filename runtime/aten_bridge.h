@@ -36,6 +36,11 @@ bool tensor_matches_dynamic(PyObject* tensor, const graph::TensorMeta& meta,
 // Explains in words how the tensor differs from `meta` ("" when it matches).
 std::string describe_tensor_mismatch(PyObject* tensor, const graph::TensorMeta& meta);
 
+// True while a torch.func transform (vmap, grad, jvp, functionalize) runs
+// on this thread: the tensors Python code sees are its wrappers, which have
+// no storage of their own.
+bool functorch_transform_active();
+
 // The address of the tensor's first element (data_ptr(), storage offset
 // included). Precondition: is_tensor(tensor).
 char* tensor_data(PyObject* tensor);
