@@ -90,14 +90,17 @@ def extern_vjp(fn, args, kwargs, slots, grads, strides):
             return found
     call = (tuple(args), dict(kwargs))
     leaves = []
-    for path in slots:
-        item = call[path[0]]
-        for key in path[1:]:
-            item = item[key]
-        leaf = item.detach().requires_grad_(True)
-        leaves.append(leaf)
-        call = _replace(call, path, leaf)
-    with torch.enable_grad():
+    with torch.enable_grad():  # the backward runs without; the copies below need it
+        for path in slots:
+            item = call[path[0]]
+            for key in path[1:]:
+                item = item[key]
+            leaf = item.detach().requires_grad_(True)
+            leaves.append(leaf)
+            # The rerun gets a copy: a call that writes in place
+            # (F.leaky_relu(x, 0.1, True), Tensor.add_) may not write into a
+            # leaf, nor into the saved forward value the leaf shares memory with.
+            call = _replace(call, path, leaf.clone())
         result = fn(*call[0], **call[1])
     outputs = result if isinstance(result, (tuple, list)) else (result,)
     pairs = [(out, grad) for out, grad in zip(outputs, grads)

@@ -107,3 +107,30 @@ def test_an_extern_reading_tensors_inside_a_list_passes_gradients_on():
     want = torch.autograd.grad(f(a, b), (a, b))
     got = torch.autograd.grad(kiln.compile(f)(a, b), (a, b))
     torch.testing.assert_close(got, want)
+
+
+def test_a_call_writing_in_place_gets_gradients_and_leaves_its_input_alone():
+    # timm's CSPDarkNet: LeakyReLU(inplace=True) after a training BatchNorm
+    # kept as an extern; its gradient reran the call on a leaf ("a leaf
+    # Variable that requires grad is being used in an in-place operation").
+    x = torch.randn(2, 3, dtype=torch.float64)
+    saved = x.clone()
+    g = torch.randn(2, 3, dtype=torch.float64)
+    got = extern_vjp(F.leaky_relu, (x, 0.1, True), {}, ((0, 0),), (g,), strides(x))
+    xr = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(F.leaky_relu(xr, 0.1), xr, g)
+    assert torch.equal(got, want)
+    assert torch.equal(x, saved)  # the saved forward value is not overwritten
+
+
+def test_a_training_step_through_an_in_place_activation_equals_eager():
+    import kiln
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                                torch.nn.LeakyReLU(0.1, inplace=True)).train()
+    twin = __import__("copy").deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    model(x).square().mean().backward()
+    kiln.compile(twin)(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
