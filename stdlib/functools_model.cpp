@@ -1,7 +1,8 @@
 // functools: partial objects, made before the call or inside the traced
 // function, are called by calling their function (inlined or a graph node)
 // with the stored arguments first; reduce folds its function over the
-// items, each step traced like any call.
+// items, each step traced like any call; an lru_cache wrapper calls the
+// function it wraps.
 #include <algorithm>
 
 #include "stdlib/model_registry.h"
@@ -83,9 +84,22 @@ ValuePtr reduce_model(BuiltinContext& context, BuiltinCall& call) {
   return total;
 }
 
+// An lru_cache (or cache) wrapper is traced as the function it wraps, as
+// Dynamo does: the cache only saves work, and a wrapped function that
+// reads its arguments and globals gives the trace the value the cache
+// would (transformers' is_torch_greater_or_equal("2.9.0") and the
+// is_*_available() checks). What the cache does not see (a function with
+// side effects, run once and then served from the cache) traces as if
+// called each time.
+ValuePtr call_lru_cached(BuiltinContext& context, BuiltinCall& call) {
+  const ValuePtr wrapped = context.read_attr(call.callee, "__wrapped__");
+  return context.call(wrapped, std::move(call.args), std::move(call.kwargs));
+}
+
 }  // namespace
 
 void register_functools_model(ModelRegistry& registry) {
+  registry.add_instances("functools", "_lru_cache_wrapper", call_lru_cached);
   registry.add("functools", "partial", make_partial);
   registry.add_instances("functools", "partial", call_partial);
   registry.add("functools", "reduce", reduce_model);

@@ -135,6 +135,9 @@ CallableInfo classify_callable(PyObject* callable) {
   // enter it): plain Python to inline, so the grad-mode block is traced.
   if (module == "torch.utils._contextlib") return info;
   if (module == "torch.nn.functional" && traced_composites().count(name)) return info;
+  // torch.jit.annotate(List[Tensor], []) returns its value: plain Python to
+  // inline (as a graph op its typing argument could not enter the graph).
+  if (module == "torch.jit" && name == "annotate" && PyFunction_Check(callable)) return info;
   if ((module == "torch.nn.functional" || module == "torch") && starts_with(name, "_") && PyFunction_Check(callable)) {
     return info;
   }

@@ -86,7 +86,7 @@ class FrameTracer {
   ValuePtr generic_getattr(const ValuePtr& base, const ValuePtr& name);
   // Reads a class-level descriptor (property, staticmethod, classmethod) on
   // `base`; null for kinds kiln does not model.
-  ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr);
+  ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr, int entry_source = -1);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);
   // ==/!= with a plain Python object on one side: its Python __eq__ is

@@ -125,7 +125,9 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
       }
       if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyFunction_Check(class_attr) &&
           !PyType_Check(class_attr)) {
-        if (ValuePtr value = class_descriptor(base, class_attr)) return value;
+        if (ValuePtr value = class_descriptor(base, class_attr, class_entry_source(type, name, class_attr))) {
+          return value;
+        }
         abort_trace(BreakCode::UnsupportedAttribute,
                     std::string(type->tp_name) + "." + attr + " is a descriptor kiln does not trace yet");
       }
@@ -246,13 +248,18 @@ ValuePtr FrameTracer::load_attr(const ValuePtr& base, PyObject* name) {
   abort_trace(BreakCode::UnsupportedAttribute, "attribute " + attr + " of " + describe_value(*base));
 }
 
-ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_attr) {
-  // property: its getter is plain Python code; inline it on `base`.
+ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_attr, int entry_source) {
+  // property: its getter is plain Python code; inline it on `base`. With
+  // the class dict's entry as its source, a getter that is a closure
+  // (torch's parametrizations make one per parametrized tensor) reads its
+  // cells through it.
   if (PyObject_TypeCheck(class_attr, &PyProperty_Type)) {
     PyRef getter = PyRef::steal(PyObject_GetAttrString(class_attr, "fget"));
     if (!getter) PyErr_Clear();
-    if (getter && PyFunction_Check(getter.get())) return inline_function(getter.get(), -1, {base}, {});
-    return nullptr;
+    if (!getter || !PyFunction_Check(getter.get())) return nullptr;
+    PyRef fget = intern("fget");
+    const int getter_source = entry_source >= 0 ? state_.sources().attr(entry_source, fget.get()) : -1;
+    return inline_function(getter.get(), getter_source, {base}, {});
   }
   const bool is_static = Py_TYPE(class_attr) == &PyStaticMethod_Type;
   const bool is_class = Py_TYPE(class_attr) == &PyClassMethod_Type;
@@ -260,7 +267,11 @@ ValuePtr FrameTracer::class_descriptor(const ValuePtr& base, PyObject* class_att
   PyRef func = PyRef::steal(PyObject_GetAttrString(class_attr, "__func__"));
   if (!func) PyErr_Clear();
   if (!func || !PyFunction_Check(func.get())) return nullptr;
-  if (is_static) return make_object(ValueKind::Function, func);
+  if (is_static) {
+    if (entry_source < 0) return make_object(ValueKind::Function, func);
+    PyRef func_name = intern("__func__");
+    return state_.wrap(func.get(), state_.sources().attr(entry_source, func_name.get()));
+  }
   auto method = make_object(ValueKind::Method, func);
   if (PyType_Check(base->obj.get())) {
     method->self = base;  // Class.method(...)
@@ -317,7 +328,9 @@ ValuePtr FrameTracer::call_python_special(const ValuePtr& self, const char* name
   PyObject* method = _PyType_Lookup(type, key.get());
   if (!method || !PyFunction_Check(method)) return nullptr;
   args.insert(args.begin(), self);
-  return inline_function(method, -1, std::move(args), {});
+  // Sourced through the class dict, a special method that is a closure (a
+  // decorated __getitem__: typing's cached List[...]) reads its cells.
+  return inline_function(method, class_entry_source(type, key.get(), method), std::move(args), {});
 }
 
 // Note [Custom getattr]
@@ -490,6 +503,47 @@ ValuePtr FrameTracer::load_object_attr(const ValuePtr& base, PyObject* name, boo
   return state_.wrap(value.get(), source_of(name));
 }
 
+namespace {
+
+// True for an object of one of typing's classes (List, Optional, an alias
+// they made).
+bool is_typing_object(PyObject* obj) {
+  PyObject* module = PyDict_GetItemString(Py_TYPE(obj)->tp_dict, "__module__");
+  return module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "typing") == 0;
+}
+
+// The Python object of a typing argument: a class, a constant, a typing
+// alias, or a tuple of them; null otherwise.
+PyRef typing_argument(const ValuePtr& value) {
+  if (value->is(ValueKind::Tuple) && !value->obj) {
+    PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(value->items.size())));
+    for (size_t i = 0; i < value->items.size(); ++i) {
+      PyRef item = typing_argument(value->items[i]);
+      if (!item) return PyRef();
+      PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item.release());
+    }
+    return tuple;
+  }
+  if (!value->obj || value->is(ValueKind::Tensor)) return PyRef();
+  if (value->is(ValueKind::Constant) || PyType_Check(value->obj.get()) || is_typing_object(value->obj.get())) {
+    return value->obj;
+  }
+  return PyRef();
+}
+
+// typing's `base[index]` computed now, or null when base is no typing
+// object or index no typing argument.
+PyRef typing_subscript(const ValuePtr& base, const ValuePtr& index) {
+  if (!base->is(ValueKind::Object) || !base->obj || !is_typing_object(base->obj.get())) return PyRef();
+  PyRef key = typing_argument(index);
+  if (!key) return PyRef();
+  PyRef alias = PyRef::steal(PyObject_GetItem(base->obj.get(), key.get()));
+  if (!alias) PyErr_Clear();
+  return alias;
+}
+
+}  // namespace
+
 ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
   const base::TorchApi* api = base::torch_api();
   if (base->is(ValueKind::Tensor)) {
@@ -519,6 +573,10 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
       return out;
     }
   }
+  // typing's aliases subscripted by classes (List[torch.Tensor], timm's
+  // CrossViT under torch.jit.annotate): typing's own cached __getitem__
+  // runs at trace time; the alias it makes is fixed by its arguments.
+  if (PyRef alias = typing_subscript(base, index)) return state_.wrap_unguarded(alias.get());
   // An enum member (identity-guarded, its equality native) keys a dict like
   // a constant: diffusers' attention backend registry.
   if (base->is(ValueKind::Dict) && is_key_value(*index)) {

@@ -450,7 +450,9 @@ ValuePtr FrameTracer::record_attr(const ValuePtr& record, PyObject* name, bool g
   PyObject* class_attr = _PyType_Lookup(type, name);
   // Data descriptors of the class come before the instance dict.
   if (class_attr && PyObject_TypeCheck(class_attr, &PyProperty_Type)) {
-    if (ValuePtr value = class_descriptor(record, class_attr)) return value;
+    if (ValuePtr value = class_descriptor(record, class_attr, class_entry_source(type, name, class_attr))) {
+      return value;
+    }
     abort_trace(BreakCode::UnsupportedAttribute, std::string(type->tp_name) + "." + attr + " is a property without a Python getter");
   }
   const int own = dict_index(*record->attrs, name);
@@ -463,7 +465,9 @@ ValuePtr FrameTracer::record_attr(const ValuePtr& record, PyObject* name, bool g
   }
   if (class_attr && record->contents && is_dict_descriptor(class_attr)) return record_method(record, name, class_attr);
   if (class_attr && Py_TYPE(class_attr)->tp_descr_get && !PyType_Check(class_attr)) {
-    if (ValuePtr value = class_descriptor(record, class_attr)) return value;
+    if (ValuePtr value = class_descriptor(record, class_attr, class_entry_source(type, name, class_attr))) {
+      return value;
+    }
     abort_trace(BreakCode::UnsupportedAttribute,
                 std::string(type->tp_name) + "." + attr + " is a descriptor kiln does not trace yet");
   }

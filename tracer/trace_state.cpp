@@ -26,6 +26,14 @@ using graph::Arg;
 using graph::DeviceType;
 using graph::TensorMeta;
 
+// The builtin scalar types, which torch takes as dtypes (torch.zeros(n,
+// dtype=int): transformers' masking utils): immutable singletons, which a
+// node holds as constants.
+bool is_builtin_scalar_type(PyObject* obj) {
+  return obj == reinterpret_cast<PyObject*>(&PyLong_Type) || obj == reinterpret_cast<PyObject*>(&PyFloat_Type) ||
+         obj == reinterpret_cast<PyObject*>(&PyBool_Type) || obj == reinterpret_cast<PyObject*>(&PyComplex_Type);
+}
+
 bool is_constant_object(PyObject* obj, const base::TorchApi& api) {
   if (obj == Py_None || obj == Py_Ellipsis || obj == Py_NotImplemented) return true;
   if (PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
@@ -625,9 +633,11 @@ Arg TraceState::lower(const ValuePtr& value) {
       }
       return arg;
     }
-    default:
+    default: {
+      if (is_builtin_scalar_type(value->obj.get())) return Arg::of_constant(value->obj.get());
       abort_trace(BreakCode::UnsupportedValue,
                   "a value of kind " + describe_value(*value) + " cannot be passed to a graph op");
+    }
   }
 }
 
@@ -837,6 +847,7 @@ PyRef TraceState::lower_fake(const ValuePtr& value, int point) {
       return out;
     }
     default:
+      if (is_builtin_scalar_type(value->obj.get())) return value->obj;
       abort_trace(BreakCode::UnsupportedValue,
                   "a value of kind " + describe_value(*value) + " cannot be passed to a graph op");
   }

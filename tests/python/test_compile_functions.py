@@ -959,3 +959,14 @@ def test_memory_formats_and_layouts_are_constants():
     assert_same(kiln.compile(f)(x), f(x))
     s = kiln.stats()
     assert (s["traces"], s["graph_breaks"]) == (1, 0), s
+
+
+def builtin_types_as_dtypes(x):
+    # torch takes int, float and bool as dtypes (transformers' masking
+    # utils: torch.zeros(batch_size, device=device, dtype=int)).
+    n = x.shape[0]
+    return x + torch.zeros(n, dtype=int), torch.ones(n, dtype=float), torch.zeros(n, dtype=bool), x.to(int)
+
+
+def test_builtin_types_are_dtypes():
+    check_compiled(builtin_types_as_dtypes, lambda: (torch.randn(3),))

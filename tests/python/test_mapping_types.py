@@ -437,3 +437,17 @@ def test_dict_fromkeys_of_a_subclass_is_not_modelled():
 
     x = torch.randn(3)
     assert_same(kiln.compile(f)(x), f(x))
+
+
+def merged_kwargs(x, **kwargs):
+    # transformers' Mamba2: fused_kwargs = kwargs | {"dt_limit": ...}.
+    merged = kwargs | {"scale": 2.0}
+    ordered = OrderedDict(a=1) | {"b": 2}
+    kwargs |= {"shift": 3.0}
+    return x * merged["scale"] + merged["shift"] + kwargs["shift"] + len(ordered), type(ordered) is OrderedDict
+
+
+def test_dict_union_and_in_place_union():
+    compiled = kiln.compile(merged_kwargs, fullgraph=True)
+    x = torch.randn(4)
+    assert_same(compiled(x, shift=1.0), merged_kwargs(x, shift=1.0))

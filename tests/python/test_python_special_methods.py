@@ -4,6 +4,7 @@ registries do, and class attributes read through type(self): inlined and
 guarded, so the graph does not break there."""
 import functools
 import types
+import typing
 
 import torch
 
@@ -122,3 +123,68 @@ def test_a_decorated_forward_reads_its_closure_across_a_break():
         torch.testing.assert_close(compiled(x), model(x))
         torch.testing.assert_close(compiled(x), model(x))
     assert stats()["unsupported"] == 0
+
+
+def passes_through(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+    return wrapper
+
+
+def scaled_getter(scale):
+    def getter(self):
+        return self.w * scale
+    return getter
+
+
+class ClosuresThroughTheClass(torch.nn.Module):
+    # A closure reached through a staticmethod (transformers' BEiT), a
+    # property getter (torch's parametrizations: wav2vec2's weight norm) and
+    # a decorated __getitem__ (typing's List[...], timm's CrossViT) reads its
+    # cells through the class dict's entry.
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4))
+
+    @staticmethod
+    @passes_through
+    def positions(n):
+        return torch.arange(n)
+
+    def forward(self, x):
+        return x + self.positions(4) + self.scaled + DOUBLES[3]
+
+
+class Doubles:
+    @passes_through
+    def __getitem__(self, n):
+        return n * 2
+
+
+DOUBLES = Doubles()
+ClosuresThroughTheClass.scaled = property(scaled_getter(3.0))
+
+
+def test_closures_reached_through_class_descriptors_do_not_break():
+    model = ClosuresThroughTheClass()
+    x = torch.randn(4)
+    explained = kiln.explain(model)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    with torch.no_grad():
+        torch.testing.assert_close(kiln.compile(model)(x), model(x))
+
+
+def annotated_list(x):
+    # timm's CrossViT: torch.jit.annotate(List[torch.Tensor], []) (typing's
+    # cached __getitem__, then annotate, which returns its value).
+    parts = torch.jit.annotate(typing.List[torch.Tensor], [])
+    parts.append(x + 1)
+    return torch.cat(parts)
+
+
+def test_jit_annotate_returns_its_value():
+    x = torch.randn(3)
+    explained = kiln.explain(annotated_list)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch.testing.assert_close(kiln.compile(annotated_list)(x), annotated_list(x))

@@ -108,3 +108,25 @@ def test_unmodelled_functools_breaks_cleanly():
             assert "empty" in str(error)
         else:
             raise AssertionError("expected TypeError")
+
+
+@functools.lru_cache
+def cached_scale(n):
+    return n * 2.0
+
+
+@functools.cache
+def features_available():
+    return True
+
+
+def cached_calls(x):
+    # transformers' is_torch_greater_or_equal("2.9.0") and is_*_available().
+    y = x * cached_scale(3)
+    if features_available():
+        y = y + 1
+    return y
+
+
+def test_lru_cache_wrappers_trace_as_the_function_they_wrap():
+    check_compiled(cached_calls, lambda: (torch.randn(4),))
