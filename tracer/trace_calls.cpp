@@ -499,22 +499,28 @@ ValuePtr FrameTracer::call_value(const ValuePtr& callable, std::vector<ValuePtr>
 }
 
 // Note [Torch modules made in forward]
-// Library forwards make torch's own modules per call: T5 and BART build
-// `CrossEntropyLoss(ignore_index=-100)` for their loss. Their constructors
-// run only torch's code, which records the arguments; so with constant
-// arguments the tracer makes the module while tracing and calls it like
-// any module without a source (what it reads of it are the constants it
-// was made with). A module that then holds a tensor (a class weight) or a
-// submodule is not made so, nor one whose class or a base with its own
-// __init__ is not torch.nn's: the trace breaks at the call.
+// Library forwards make modules per call: T5 and BART build
+// `CrossEntropyLoss(ignore_index=-100)` for their loss, transformers'
+// Mamba `ACT2FN["silu"]`, a SiLUActivation, per layer and call. Their
+// constructors run only torch's code (the class and its bases outside
+// torch.nn define no __init__ or __new__ of their own), which records the
+// arguments; so with constant arguments the tracer makes the module while
+// tracing and calls it like any module without a source (what it reads of
+// it are the constants it was made with, and its class's attributes). A
+// module that then holds a tensor (a class weight) or a submodule is not
+// made so, nor one whose construction runs other Python code: the trace
+// breaks at the call.
 bool is_torch_module_class(PyObject* obj) {
   const base::TorchApi* api = base::torch_api();
   if (!PyType_Check(obj) || !api || PyObject_IsSubclass(obj, api->module_type) != 1) {
     PyErr_Clear();
     return false;
   }
+  // A metaclass __call__ decides what making an instance runs.
+  if (Py_TYPE(obj)->tp_call != PyType_Type.tp_call) return false;
   PyObject* mro = reinterpret_cast<PyTypeObject*>(obj)->tp_mro;
   PyRef init_name = PyRef::steal(PyUnicode_InternFromString("__init__"));
+  PyRef new_name = PyRef::steal(PyUnicode_InternFromString("__new__"));
   for (Py_ssize_t k = 0; mro && k < PyTuple_GET_SIZE(mro); ++k) {
     auto* klass = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, k));
     if (klass == &PyBaseObject_Type) continue;
@@ -522,8 +528,8 @@ bool is_torch_module_class(PyObject* obj) {
     const char* text = module && PyUnicode_Check(module.get()) ? PyUnicode_AsUTF8(module.get()) : nullptr;
     PyErr_Clear();
     const bool torch_nn = text && std::string(text).rfind("torch.nn.", 0) == 0;
-    if (k == 0 && !torch_nn) return false;
-    if (!torch_nn && base::own_class_attr(klass, init_name.get())) return false;
+    if (torch_nn) continue;
+    if (base::own_class_attr(klass, init_name.get()) || base::own_class_attr(klass, new_name.get())) return false;
   }
   return true;
 }

@@ -631,14 +631,20 @@ def test_parameter_walks_through_a_set_of_tensors():
     assert stats()["recompiles"] >= 1
 
 
-# Note [Torch modules made in forward]: torch's own modules made per call
-# with constant arguments (T5 and BART build their loss so) are made while
-# tracing; one holding a tensor, or of a class with its own constructor
-# outside torch.nn, breaks the graph at the call.
+# Note [Torch modules made in forward]: modules whose construction runs
+# only torch.nn's code, made per call with constant arguments (T5 and BART
+# build their loss so, transformers' Mamba its SiLUActivation through
+# ACT2FN), are made while tracing; one holding a tensor, or of a class with
+# its own constructor outside torch.nn, breaks the graph at the call.
+class SiLUActivation(nn.Module):
+    def forward(self, x):
+        return nn.functional.silu(x)
+
+
 def test_torch_modules_made_in_forward():
     def fn(logits, target):
         loss = nn.CrossEntropyLoss(ignore_index=-100)(logits, target)
-        return nn.GELU(approximate="tanh")(logits).sum() + loss
+        return nn.GELU(approximate="tanh")(logits).sum() + SiLUActivation()(logits).sum() + loss
 
     compiled = check_compiled(fn, lambda: (torch.randn(4, 5, requires_grad=True), torch.tensor([0, 2, -100, 4])))
     before = stats()
