@@ -84,14 +84,34 @@ ValuePtr reduce_model(BuiltinContext& context, BuiltinCall& call) {
   return total;
 }
 
-// An lru_cache (or cache) wrapper is traced as the function it wraps, as
-// Dynamo does: the cache only saves work, and a wrapped function that
-// reads its arguments and globals gives the trace the value the cache
-// would (transformers' is_torch_greater_or_equal("2.9.0") and the
-// is_*_available() checks). What the cache does not see (a function with
-// side effects, run once and then served from the cache) traces as if
-// called each time.
+// An lru_cache (or cache) wrapper called with constant arguments returns
+// what its cache holds for them, the same object every call until
+// cache_clear(): the call runs now (a cache hit after the first), and an
+// immutable result is a constant (transformers' is_torch_greater_or_equal(
+// "2.9.0") and is_*_available(), whose first call reads package metadata
+// through importlib, code no trace should enter). Other calls are traced
+// as the function the wrapper wraps, as Dynamo does: the cache only saves
+// work, except for a function with effects, traced as if called each time.
 ValuePtr call_lru_cached(BuiltinContext& context, BuiltinCall& call) {
+  auto constant = [](const ValuePtr& v) { return v->is(ValueKind::Constant); };
+  const bool constant_kwargs = std::all_of(call.kwargs.begin(), call.kwargs.end(),
+                                           [&](const auto& entry) { return constant(entry.second); });
+  const bool made_before = call.callee->is(ValueKind::Object) && call.callee->obj;
+  if (made_before && std::all_of(call.args.begin(), call.args.end(), constant) && constant_kwargs) {
+    PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(call.args.size())));
+    for (size_t i = 0; i < call.args.size(); ++i) {
+      PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), PyRef(call.args[i]->obj).release());
+    }
+    PyRef kwargs = PyRef::steal(PyDict_New());
+    for (const auto& [key, value] : call.kwargs) PyDict_SetItemString(kwargs.get(), key.c_str(), value->obj.get());
+    PyRef result = PyRef::steal(PyObject_Call(call.callee->obj.get(), args.get(), kwargs.get()));
+    if (result) {
+      ValuePtr value = context.constant(result.get());
+      if (value->is(ValueKind::Constant)) return value;
+    } else {
+      PyErr_Clear();  // traced below, where the exception is raised as the trace's
+    }
+  }
   const ValuePtr wrapped = context.read_attr(call.callee, "__wrapped__");
   return context.call(wrapped, std::move(call.args), std::move(call.kwargs));
 }

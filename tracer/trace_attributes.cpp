@@ -605,6 +605,13 @@ ValuePtr FrameTracer::subscript(const ValuePtr& base, const ValuePtr& index) {
     std::vector<ValuePtr> children = unpack(get_iter(base), -1);
     return subscript(make_sequence(ValueKind::Tuple, std::move(children)), index);
   }
+  if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PyUnicode_Check(index->obj.get()) &&
+      PyObject_TypeCheck(base->obj.get(), reinterpret_cast<PyTypeObject*>(api->module_dict_type))) {
+    // A ModuleDict's item is its child of that name, as its __getitem__
+    // reads it (torch's parametrizations keep theirs so).
+    PyRef modules_name = intern("_modules");
+    return subscript(load_attr(base, modules_name.get()), index);
+  }
   if (base->is(ValueKind::Module) && index->is(ValueKind::Constant) && PyLong_Check(index->obj.get())) {
     std::vector<ValuePtr> children = unpack(get_iter(base), -1);
     Py_ssize_t i = PyLong_AsSsize_t(index->obj.get());

@@ -669,3 +669,16 @@ def test_modules_made_in_forward_that_break(fn, message):
     assert_same(kiln.compile(fn)(logits, target), fn(logits, target))
     with pytest.raises(kiln.Unsupported, match=message):
         kiln.compile(fn, fullgraph=True)(logits, target)
+
+
+def test_weight_norm_parametrization_reads_its_module_dict():
+    # torch's parametrizations (wav2vec2's positional conv): a property
+    # getter that is a closure, reading self.parametrizations[name].
+    from torch.nn.utils.parametrizations import weight_norm
+    conv = weight_norm(nn.Conv1d(4, 4, 3, padding=1), name="weight", dim=2)
+
+    def fn(x):
+        return conv(x) * 2
+
+    with torch.no_grad():
+        check_compiled(fn, lambda: (torch.randn(1, 4, 8),))

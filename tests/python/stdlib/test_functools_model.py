@@ -130,3 +130,18 @@ def cached_calls(x):
 
 def test_lru_cache_wrappers_trace_as_the_function_they_wrap():
     check_compiled(cached_calls, lambda: (torch.randn(4),))
+
+
+@functools.lru_cache
+def package_present(name):
+    # What transformers' is_*_available() does on its first call: code no
+    # trace enters (vars() of a module); the cached answer is a constant.
+    return name in vars(__import__("sys"))["modules"]
+
+
+def guarded_by_a_cached_check(x):
+    return x * 2 if package_present("torch") else x
+
+
+def test_lru_cache_calls_with_constant_arguments_fold_to_the_cached_result():
+    check_compiled(guarded_by_a_cached_check, lambda: (torch.randn(4),))
