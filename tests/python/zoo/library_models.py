@@ -120,6 +120,29 @@ def _flux():
                                               "txt_ids": torch.zeros(5, 3)}
 
 
+_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _llama4_text():
+    import transformers
+    config = transformers.Llama4TextConfig(vocab_size=100, hidden_size=64, intermediate_size=64,
+                                           intermediate_size_mlp=128, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                                           num_experts_per_tok=1, interleave_moe_layer_step=1,
+                                           attention_chunk_size=8, max_position_embeddings=64, **_IDS)
+    return transformers.Llama4ForCausalLM(config), (_tokens(),), {}
+
+
+def _wav2vec2():
+    import transformers
+    config = transformers.Wav2Vec2Config(
+        vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, apply_spec_augment=False)
+    return transformers.Wav2Vec2Model(config), (torch.randn(1, 1600),), {}
+
+
 MODELS = {
     "hf-mistral": _hf("MistralForCausalLM", "MistralConfig", num_key_value_heads=2, **_TEXT),
     "hf-qwen2": _hf("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=2, **_TEXT),
@@ -139,6 +162,12 @@ MODELS = {
     "hf-bloom": _hf("BloomForCausalLM", "BloomConfig", vocab_size=100, hidden_size=64, n_head=4, n_layer=2),
     "hf-falcon": _hf("FalconForCausalLM", "FalconConfig", vocab_size=100, hidden_size=64, num_attention_heads=4,
                      num_hidden_layers=2),
+    "hf-mamba2": _hf("Mamba2ForCausalLM", "Mamba2Config", vocab_size=100, hidden_size=64, state_size=8,
+                     num_hidden_layers=2, expand=2, num_heads=8, head_dim=16, n_groups=1, chunk_size=8, **_IDS),
+    "hf-llama4-text": _llama4_text,
+    "hf-beit": _hf_image("BeitModel", "BeitConfig", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=128, image_size=32, patch_size=8, use_relative_position_bias=True),
+    "hf-wav2vec2": _wav2vec2,
     "hf-roberta": _hf("RobertaModel", "RobertaConfig", max_position_embeddings=64, **_TEXT),
     "hf-albert": _hf("AlbertModel", "AlbertConfig", embedding_size=32, **_TEXT),
     "hf-electra": _hf("ElectraModel", "ElectraConfig", embedding_size=32, **_TEXT),
@@ -175,6 +204,8 @@ MODELS = {
     "timm-beit_base": _timm("beit_base_patch16_224", img_size=64),
     "timm-eva02_tiny": _timm("eva02_tiny_patch14_224", img_size=64),
     "timm-fastvit_t8": _timm("fastvit_t8"),
+    "timm-crossvit_tiny_240": lambda: (__import__("timm").create_model("crossvit_tiny_240", pretrained=False),
+                                       (_image(240),), {}),
     "tv-densenet121": _torchvision("densenet121"),
     "tv-efficientnet_v2_s": _torchvision("efficientnet_v2_s"),
     "tv-regnet_y_400mf": _torchvision("regnet_y_400mf"),

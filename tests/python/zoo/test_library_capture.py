@@ -23,6 +23,12 @@ WHOLE = {
     "hf-bart": "the config copy's strict-dataclass validators: typing.Union keys, `int | None`'s __args__",
     "hf-phimoe": "torch.memory_format constants (its router's empty_like), a custom Function",
     "hf-recurrent-gemma": "dict.fromkeys in its cache layers, a custom Function",
+    "hf-mamba2": "kwargs | {...}; a SiLUActivation made per call (Note [Torch modules made in forward])",
+    "hf-llama4-text": "torch.zeros(n, dtype=int)",
+    "hf-beit": "a decorated static method's closure read through its class",
+    "hf-wav2vec2": "lru_cache'd availability checks folded; weight-norm parametrization (property closure, "
+                   "ModuleDict item)",
+    "timm-crossvit_tiny_240": "torch.jit.annotate(List[torch.Tensor], [])",
 }
 
 # Models whose training step (a loss, a backward) is one graph too, with
