@@ -839,6 +839,7 @@ ValuePtr FrameTracer::make_function(const Instruction& ins) {
     abort_trace(BreakCode::UnsupportedValue, "MAKE_FUNCTION without a code object");
   }
   auto func = make_object(ValueKind::LocalFunction, code->obj);
+  func->globals = PyRef::borrow(globals_);
   if (ins.arg & 0x08) {
     ValuePtr closure = pop();
     func->items = closure->items;

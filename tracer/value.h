@@ -151,6 +151,7 @@ struct Value {
                             // Record: its dataclass
   ValuePtr defaults;        // LocalFunction: tuple of default values, or null
   ValuePtr kwdefaults;      // LocalFunction: dict of keyword-only defaults, or null
+  PyRef globals;            // LocalFunction: the globals of the frame that made it
   // Iterator over a generator an inlined frame called: its frame, suspended
   // at a yield, makes the items after `items` on demand (Note [Generators]);
   // null once all are known.

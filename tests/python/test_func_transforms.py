@@ -56,3 +56,34 @@ def test_generic_associative_scan_equals_eager():
 
     a, b = torch.rand(2, 16, 8), torch.randn(2, 16, 8)
     assert_same(kiln.compile(scan)(a, b), scan(a, b))
+
+
+def test_a_scan_over_a_function_defined_in_the_forward_is_one_graph():
+    # transformers' Mamba: associative_scan(combine_fn, ...) with combine_fn
+    # a nested def (Note [Functions made in the trace as arguments]): the
+    # node holds a function made over the same code and constants.
+    def scan(a, b):
+        def combine_fn(left, right, scale=1.0):
+            a_left, b_left = left
+            a_right, b_right = right
+            return a_left * a_right, (a_right * b_left + b_right) * scale
+
+        return associative_scan(combine_fn, (a.sigmoid(), b), dim=1, combine_mode="generic")[1] + 1
+
+    a, b = torch.rand(2, 16, 8), torch.randn(2, 16, 8)
+    explained = kiln.explain(scan)(a, b)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert_same(kiln.compile(scan)(a, b), scan(a, b))
+
+
+def test_a_function_closing_over_a_tensor_is_not_made_again():
+    def scan(a, b):
+        shift = b.mean()
+
+        def combine_fn(left, right):
+            return left * right + shift
+
+        return associative_scan(combine_fn, a, dim=1, combine_mode="generic")
+
+    a, b = torch.rand(2, 8), torch.randn(2, 8)
+    assert_same(kiln.compile(scan)(a, b), scan(a, b))

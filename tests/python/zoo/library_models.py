@@ -162,6 +162,8 @@ MODELS = {
     "hf-bloom": _hf("BloomForCausalLM", "BloomConfig", vocab_size=100, hidden_size=64, n_head=4, n_layer=2),
     "hf-falcon": _hf("FalconForCausalLM", "FalconConfig", vocab_size=100, hidden_size=64, num_attention_heads=4,
                      num_hidden_layers=2),
+    "hf-mamba": _hf("MambaForCausalLM", "MambaConfig", vocab_size=100, hidden_size=64, state_size=8,
+                    num_hidden_layers=2, expand=2, conv_kernel=4, **_IDS),
     "hf-mamba2": _hf("Mamba2ForCausalLM", "Mamba2Config", vocab_size=100, hidden_size=64, state_size=8,
                      num_hidden_layers=2, expand=2, num_heads=8, head_dim=16, n_groups=1, chunk_size=8, **_IDS),
     "hf-llama4-text": _llama4_text,

@@ -23,6 +23,9 @@ WHOLE = {
     "hf-bart": "the config copy's strict-dataclass validators: typing.Union keys, `int | None`'s __args__",
     "hf-phimoe": "torch.memory_format constants (its router's empty_like), a custom Function",
     "hf-recurrent-gemma": "dict.fromkeys in its cache layers, a custom Function",
+    "hf-mamba": "torch's associative_scan over a function defined in the forward (Note [Functions made in "
+                "the trace as arguments]); its combine function under vmap (Note [Frames under torch.func "
+                "transforms])",
     "hf-mamba2": "kwargs | {...}; a SiLUActivation made per call (Note [Torch modules made in forward])",
     "hf-llama4-text": "torch.zeros(n, dtype=int)",
     "hf-beit": "a decorated static method's closure read through its class",
