@@ -263,6 +263,55 @@ void collect_tensors(const ValuePtr& value, std::vector<int>& nodes) {
 
 }  // namespace
 
+// Note [Tensor identity]
+// `a is b` between two tensor values of the trace (nn.MultiheadAttention
+// asks `query is not key` to pick its fast path: SigLIP's pooling head
+// passes a learned probe and the hidden states). Two graph inputs are one
+// object or not as their real tensors are now, and a pair guard keeps it
+// so. A tensor an op made is a new object unless the op may hand back one
+// of its inputs: in-place ops, and the conversions and copies that return
+// their input when it already has the dtype or layout asked (contiguous,
+// to, type...). So two values, each an input or made by an op that always
+// makes a new tensor, are distinct; anything else (a value such an op
+// returned, which may be its input) stops the trace.
+bool FrameTracer::tensors_are_one_object(const ValuePtr& a, const ValuePtr& b) {
+  if (a->source >= 0 && b->source >= 0) {
+    const bool same = a->tensor_address == b->tensor_address;
+    if (same) {
+      state_.guards().add_same_object(a->source, b->source);
+    } else {
+      state_.guards().add_distinct({a->source, b->source});
+    }
+    return same;
+  }
+  auto makes_new_tensor = [&](const ValuePtr& v) {
+    if (v->source >= 0 || v->node < 0) return false;
+    const std::string& name = state_.graph().node(v->node).target_name;
+    static const char* const kMayReturnInput[] = {
+        "Tensor.contiguous", "Tensor.to", "Tensor.type", "Tensor.type_as", "Tensor.float", "Tensor.double",
+        "Tensor.half", "Tensor.bfloat16", "Tensor.int", "Tensor.long", "Tensor.bool", "Tensor.cpu", "Tensor.cuda",
+        "Tensor.requires_grad_", "torch.atleast_1d", "torch.atleast_2d", "torch.atleast_3d"};
+    for (const char* returns_input : kMayReturnInput) {
+      if (name == returns_input) return false;
+    }
+    if (name.empty() || name.back() == '_' || name.rfind("operator.i", 0) == 0) return false;
+    // inplace=True, or a True among the positional arguments of a
+    // functional form (F.relu(x, True)).
+    const graph::Node& node = state_.graph().node(v->node);
+    for (const auto& [key, arg] : node.kwargs) {
+      if (key == "inplace" && !(arg.kind == graph::Arg::Kind::Constant && arg.constant == Py_False)) return false;
+    }
+    for (const graph::Arg& arg : node.args) {
+      if (arg.kind == graph::Arg::Kind::Constant && arg.constant == Py_True) return false;
+    }
+    return true;
+  };
+  // Each an input or new: a new tensor is no other value's object.
+  auto known = [&](const ValuePtr& v) { return v->source >= 0 || makes_new_tensor(v); };
+  if (a->fake && b->fake && a->fake.get() != b->fake.get() && known(a) && known(b)) return false;
+  abort_trace(BreakCode::UnsupportedOperator, "'is' between two tensor values");
+}
+
 bool FrameTracer::record_break(TraceAbort& abort) {
   if (abort.code == BreakCode::UnsupportedFrame) return false;
   auto refuse = [&abort](const char* why) {
@@ -437,8 +486,9 @@ void FrameTracer::step(const Instruction& ins) {
         same = false;
       } else if (a->is(ValueKind::Tensor) && b->is(ValueKind::Tensor) && a.get() != b.get()) {
         // Two inputs may be one tensor passed twice, and in-place ops
-        // return their argument: identity is not known from the values.
-        abort_trace(BreakCode::UnsupportedOperator, "'is' between two tensor values");
+        // return their argument: identity is known only where Note
+        // [Tensor identity] says.
+        same = tensors_are_one_object(a, b);
       } else if (a->is(ValueKind::Constant) && b->is(ValueKind::Constant)) {
         same = a->obj.get() == b->obj.get();
       } else if (a->obj && b->obj) {

@@ -86,6 +86,9 @@ class FrameTracer {
   ValuePtr generic_getattr(const ValuePtr& base, const ValuePtr& name);
   // Reads a class-level descriptor (property, staticmethod, classmethod) on
   // `base`; null for kinds kiln does not model.
+  // `a is b` for two tensor values, or a trace abort where it is not
+  // known (Note [Tensor identity]).
+  bool tensors_are_one_object(const ValuePtr& a, const ValuePtr& b);
   ValuePtr class_descriptor(const ValuePtr& base, PyObject* class_attr, int entry_source = -1);
   ValuePtr binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b);
   ValuePtr compare_op(int cmp, const ValuePtr& a, const ValuePtr& b);

@@ -217,3 +217,44 @@ def test_objects_of_one_type_get_one_distinct_guard():
     a, c = Holder(1.0), Holder(3.0)
     for args in ((Holder(1.0), Holder(2.0), c), (a, a, c), (a, Holder(2.0), a), (Holder(1.0), Holder(2.0), c)):
         assert_same(compiled(x, *args), f(x, *args))
+
+
+# Note [Tensor identity]: `is` between tensor values.
+def pick_path(q, k):
+    return q + k if q is not k else q * 2
+
+
+def test_is_between_two_inputs_is_guarded_both_ways():
+    compiled = kiln.compile(pick_path, fullgraph=True)
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(compiled(x, y), x + y)
+    torch.testing.assert_close(compiled(x, x), x * 2)  # the pair guard fails: traced again
+    torch.testing.assert_close(compiled(y, x), y + x)
+
+
+def test_is_between_made_tensors_without_a_break():
+    # nn.MultiheadAttention's fast-path check, `query is not key`, with a
+    # learned probe against hidden states (SigLIP's pooling head).
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    probe = torch.nn.Parameter(torch.randn(1, 1, 16))
+
+    def pool(x):
+        return mha(probe.repeat(x.shape[0], 1, 1), x, x)[0]
+
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        explained = kiln.explain(pool)(x)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        torch.testing.assert_close(kiln.compile(pool)(x), pool(x))
+
+
+def test_is_after_an_op_that_may_return_its_input_still_breaks():
+    def f(x):
+        z = x * 2
+        y = z.contiguous()  # z itself at run time
+        return y + 1 if y is z else y - 1
+
+    x = torch.randn(3)
+    explained = kiln.explain(f)(x)
+    assert explained.graph_break_count == 1 and "'is' between two tensor values" in explained.break_reasons[0]
+    torch.testing.assert_close(kiln.compile(f)(x), f(x))
