@@ -131,6 +131,15 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def ops_of(compiled, *args):
+    """compiled(*args) after a first call that compiles it, and the aten
+    ops that call ran (CountOps counts)."""
+    compiled(*args)
+    with CountOps() as ops:
+        out = compiled(*args)
+    return out, ops.counts
+
+
 @contextlib.contextmanager
 def kiln_logs(channels):
     """KILN_LOGS channels (comma-separated) on for the block, all off after;

@@ -9,14 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import CountOps, assert_same
+from conftest import assert_same, ops_of
 
-
-def ops_of(compiled, *args):
-    compiled(*args)  # compiles
-    with CountOps() as ops:
-        out = compiled(*args)
-    return out, ops.counts
 
 
 def rotate_half(x):

@@ -8,14 +8,8 @@ import pytest
 import torch
 
 import kiln
-from conftest import CountOps, assert_same, kiln_logs
+from conftest import CountOps, assert_same, kiln_logs, ops_of
 
-
-def ops_of(compiled, *args):
-    compiled(*args)  # compiles
-    with CountOps() as ops:
-        out = compiled(*args)
-    return out, ops.counts
 
 
 def interleaved_rotary(x, cos, sin):
