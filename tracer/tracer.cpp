@@ -79,7 +79,15 @@ TraceResult trace_attempt(PyCodeObject* code, PyObject* func, const guards::Fram
   } catch (const TraceAbort& abort) {
     result.ok = false;
     result.code = abort.code;
-    result.reason = abort.location + ": " + abort.what() + abort.detail;
+    // An abort with no instruction to name comes from the frame's end: what
+    // it returns or stores cannot leave a graph (torch's ModuleList.__iter__
+    // returns an iterator). Say so, at the frame's own line.
+    const std::string location = abort.location.empty() ? std::string(PyUnicode_AsUTF8(code->co_filename)) + ":" +
+                                                              std::to_string(code->co_firstlineno)
+                                                        : abort.location;
+    const std::string what = abort.location.empty() ? std::string(abort.what()) + " (what the frame returns or stores)"
+                                                    : std::string(abort.what());
+    result.reason = location + ": " + what + abort.detail;
     result.hint = break_code_hint(abort.code);
   } catch (const Specialize&) {
     PyErr_Clear();

@@ -332,3 +332,30 @@ def test_explain_counts_graphs_with_ops_apart_from_frames_that_only_call():
     assert out.graph_count > out.op_graph_count, out
     assert out.op_graph_count == 2, out  # x + 1 before the print, * 2 after it
     assert "with ops" in str(out)
+
+
+def test_a_frame_whose_result_cannot_leave_a_graph_is_named_at_its_line():
+    # A break in a layer called from a loop runs the looping frame eagerly;
+    # torch's ModuleList.__iter__ is then a frame of its own whose result,
+    # an iterator, no graph can return: its reason names its file and line.
+    class Layer(torch.nn.Module):
+        def forward(self, x):
+            x = x.sin()
+            print("a break")
+            return x.cos()
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Layer(), Layer()])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = kiln.explain(Model())(torch.randn(4))
+    iterator = [r for r in out.break_reasons if "Iterator" in r]
+    assert iterator and all(r.split(":")[1].isdigit() and "what the frame returns" in r for r in iterator), \
+        out.break_reasons
