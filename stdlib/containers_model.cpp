@@ -159,11 +159,7 @@ ValuePtr dict_view(BuiltinContext& context, BuiltinCall& call) {
 ValuePtr dict_copy(BuiltinContext& context, BuiltinCall& call) {
   const ValuePtr& self = self_of(context, call, ValueKind::Dict);
   expect_args(context, call, 0, 0);
-  ValuePtr copy = tracer::make_sequence(ValueKind::Dict, self->items);
-  copy->keys = self->keys;
-  copy->tuple_type = self->tuple_type;  // an OrderedDict's copy is an OrderedDict
-  copy->self = self->self;              // a defaultdict's, a defaultdict with its factory
-  return copy;
+  return tracer::copy_dict(*self);
 }
 
 ValuePtr dict_clear(BuiltinContext& context, BuiltinCall& call) {

@@ -93,17 +93,20 @@ ValuePtr reduce_model(BuiltinContext& context, BuiltinCall& call) {
 // as the function the wrapper wraps, as Dynamo does: the cache only saves
 // work, except for a function with effects, traced as if called each time.
 ValuePtr call_lru_cached(BuiltinContext& context, BuiltinCall& call) {
-  auto constant = [](const ValuePtr& v) { return v->is(ValueKind::Constant); };
-  const bool constant_kwargs = std::all_of(call.kwargs.begin(), call.kwargs.end(),
-                                           [&](const auto& entry) { return constant(entry.second); });
-  const bool made_before = call.callee->is(ValueKind::Object) && call.callee->obj;
-  if (made_before && std::all_of(call.args.begin(), call.args.end(), constant) && constant_kwargs) {
-    PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(call.args.size())));
-    for (size_t i = 0; i < call.args.size(); ++i) {
-      PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), PyRef(call.args[i]->obj).release());
-    }
-    PyRef kwargs = PyRef::steal(PyDict_New());
-    for (const auto& [key, value] : call.kwargs) PyDict_SetItemString(kwargs.get(), key.c_str(), value->obj.get());
+  PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(call.args.size())));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  bool constant = call.callee->is(ValueKind::Object) && call.callee->obj;  // a wrapper made before the call
+  for (size_t i = 0; constant && i < call.args.size(); ++i) {
+    PyRef arg = python_constant(*call.args[i]);
+    constant = static_cast<bool>(arg);
+    if (constant) PyTuple_SET_ITEM(args.get(), static_cast<Py_ssize_t>(i), arg.release());
+  }
+  for (const auto& [key, value] : call.kwargs) {
+    PyRef arg = constant ? python_constant(*value) : PyRef();
+    constant = static_cast<bool>(arg);
+    if (constant) PyDict_SetItemString(kwargs.get(), key.c_str(), arg.get());
+  }
+  if (constant) {
     PyRef result = PyRef::steal(PyObject_Call(call.callee->obj.get(), args.get(), kwargs.get()));
     if (result) {
       ValuePtr value = context.constant(result.get());

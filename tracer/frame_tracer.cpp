@@ -290,7 +290,7 @@ bool FrameTracer::tensors_are_one_object(const ValuePtr& a, const ValuePtr& b) {
     static const char* const kMayReturnInput[] = {
         "Tensor.contiguous", "Tensor.to", "Tensor.type", "Tensor.type_as", "Tensor.float", "Tensor.double",
         "Tensor.half", "Tensor.bfloat16", "Tensor.int", "Tensor.long", "Tensor.bool", "Tensor.cpu", "Tensor.cuda",
-        "Tensor.requires_grad_", "torch.atleast_1d", "torch.atleast_2d", "torch.atleast_3d"};
+        "torch.atleast_1d", "torch.atleast_2d", "torch.atleast_3d"};
     for (const char* returns_input : kMayReturnInput) {
       if (name == returns_input) return false;
     }

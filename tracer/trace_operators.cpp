@@ -58,13 +58,7 @@ ValuePtr FrameTracer::binary_op(int nb_op, const ValuePtr& a, const ValuePtr& b)
   if (a->is(ValueKind::Dict) && b->is(ValueKind::Dict) && base_op == 7 /* or */) {
     // d | other is a copy of d updated by other (an OrderedDict's an
     // OrderedDict); d |= other updates d: transformers merges kwargs so.
-    ValuePtr merged = a;
-    if (!inplace) {
-      merged = make_sequence(ValueKind::Dict, a->items);
-      merged->keys = a->keys;
-      merged->tuple_type = a->tuple_type;
-      merged->self = a->self;
-    }
+    ValuePtr merged = inplace ? a : copy_dict(*a);
     for (size_t i = 0; i < b->items.size(); ++i) {
       store_subscript(merged, state_.wrap_unguarded(b->keys[i].get()), b->items[i]);
     }

@@ -90,6 +90,14 @@ ValuePtr make_sequence(ValueKind kind, std::vector<ValuePtr> items, int source) 
   return value;
 }
 
+ValuePtr copy_dict(const Value& dict) {
+  ValuePtr copy = make_sequence(ValueKind::Dict, dict.items);
+  copy->keys = dict.keys;
+  copy->tuple_type = dict.tuple_type;
+  copy->self = dict.self;
+  return copy;
+}
+
 ValuePtr make_object(ValueKind kind, PyRef obj, int source) {
   auto value = std::make_shared<Value>();
   value->kind = kind;

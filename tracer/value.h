@@ -173,6 +173,9 @@ struct Value {
 ValuePtr make_null();
 ValuePtr make_constant(PyRef obj, int source = -1);
 ValuePtr make_sequence(ValueKind kind, std::vector<ValuePtr> items, int source = -1);
+// A new Dict value with `dict`'s keys and items, and its kind of dict (an
+// OrderedDict's copy is an OrderedDict, a defaultdict's keeps its factory).
+ValuePtr copy_dict(const Value& dict);
 ValuePtr make_object(ValueKind kind, PyRef obj, int source = -1);
 
 // A short description for error messages, e.g. "Tensor f32[2, 3]" or "int 3".

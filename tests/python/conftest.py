@@ -140,6 +140,15 @@ def ops_of(compiled, *args):
     return out, ops.counts
 
 
+def assert_one_kernel(fn, *args, absent=("cat",)):
+    """fn compiled whole equals eager, runs as one kiln kernel, and calls
+    none of the aten ops in `absent` (a rotary embedding's cat or stack)."""
+    out, ops = ops_of(kiln.compile(fn, fullgraph=True), *args)
+    assert_same(out, fn(*args))
+    assert not set(absent) & set(ops), ops
+    assert kiln.stats()["kernels"] == 1, kiln.stats()
+
+
 @contextlib.contextmanager
 def kiln_logs(channels):
     """KILN_LOGS channels (comma-separated) on for the block, all off after;
