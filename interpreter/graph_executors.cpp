@@ -10,6 +10,7 @@
 #include "base/py_ref.h"
 #include "base/stopwatch.h"
 #include "base/py_text.h"
+#include "graph/grad_leaves.h"
 #include "interpreter/data_parallel.h"
 #include "prims/extern_writes.h"
 #include "prims/prim_error.h"
@@ -78,7 +79,7 @@ int grad_leaf_maker(const graph::Graph& graph) {
     if (node.kind != graph::NodeKind::Call) continue;
     bool requires_grad = false;
     for (const graph::TensorMeta& meta : node.metas) requires_grad = requires_grad || meta.requires_grad;
-    if (!requires_grad) continue;
+    if (!requires_grad || graph::is_unobservable_grad_leaf(graph, node)) continue;
     if (makes_grad_leaf_explicitly(node)) return node.id;
     if (grad_mode) continue;
     bool carried = false;

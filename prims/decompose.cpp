@@ -6,6 +6,7 @@
 #include "prims/prim_error.h"
 #include "base/log.h"
 #include "base/py_ref.h"
+#include "graph/grad_leaves.h"
 
 namespace kiln::prims {
 namespace {
@@ -438,6 +439,11 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
         values[node.id] = {items[index]};
         continue;
       }
+    }
+    // Note [Grad leaves made in a graph]: differentiated as if not there.
+    if (graph::is_unobservable_grad_leaf(traced, node)) {
+      values[node.id] = values[node.args[0].node];
+      continue;
     }
     if (std::vector<int> functional = functionalize_inplace(b, traced, node, values); !functional.empty()) {
       values[node.id] = std::move(functional);

@@ -869,6 +869,7 @@ bool storable(const ValuePtr& value) {
 void FrameTracer::store_attr(const ValuePtr& target, PyObject* name, const ValuePtr& value) {
   if (target->is(ValueKind::Record)) return store_record_attr(target, name, value);
   const std::string attr = PyUnicode_AsUTF8(name);
+  if (target->is(ValueKind::Tensor)) return store_tensor_attr(target, attr, value);
   if (target->source < 0 || !(target->is(ValueKind::Module) || target->is(ValueKind::Object))) {
     abort_trace(BreakCode::SideEffect, "assignment to attribute '" + attr + "' of " + describe_value(*target));
   }

@@ -191,6 +191,8 @@ class FrameTracer {
   ValuePtr call_attribute_builtin(bool store, const std::vector<ValuePtr>& args, const KwArgs& kwargs);
   // `generic`: object.__setattr__'s store, past a Python __setattr__.
   void store_record_attr(const ValuePtr& record, PyObject* name, const ValuePtr& value, bool generic = false);
+  // `tensor.name = value`: requires_grad as Tensor.requires_grad_, else a break.
+  void store_tensor_attr(const ValuePtr& tensor, const std::string& name, const ValuePtr& value);
   // `del target.name` (DELETE_ATTR, delattr()): on a Record, else a break.
   void delete_attr(const ValuePtr& target, PyObject* name);
   // `del record.name` on an object the trace made: its __dict__ entry goes.

@@ -355,6 +355,22 @@ ValuePtr FrameTracer::generic_getattr(const ValuePtr& base, const ValuePtr& name
   return load_object_attr(base, name->obj.get(), /*generic=*/true);
 }
 
+// Note [Assignments to requires_grad]
+// `t.requires_grad = flag` is Tensor.requires_grad_(flag) spelled as an
+// assignment (transformers' wav2vec2 feature encoder marks a view of its
+// input so gradient checkpointing sees a tensor that requires grad): it is
+// traced as that call, whose rules decide what the graph does with it
+// (trace_calls.cpp: a no-op on a tensor already requiring grad;
+// interpreter/graph_executors.cpp: a leaf no one can observe). Other
+// attributes of tensors stay breaks.
+void FrameTracer::store_tensor_attr(const ValuePtr& tensor, const std::string& name, const ValuePtr& value) {
+  if (name != "requires_grad") {
+    abort_trace(BreakCode::SideEffect, "assignment to attribute '" + name + "' of " + describe_value(*tensor));
+  }
+  static PyObject* method_name = PyUnicode_InternFromString("requires_grad_");
+  call_value(load_attr(tensor, method_name), {value}, {});
+}
+
 ValuePtr FrameTracer::call_attribute_builtin(bool store, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
   const char* what = store ? "setattr" : "delattr";
   if (args.size() != (store ? 3u : 2u) || !kwargs.empty()) {

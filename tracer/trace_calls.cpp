@@ -36,6 +36,15 @@ bool requires_grad_unchanged(const ValuePtr& tensor, const std::vector<ValuePtr>
   return flag_now && flag_now.get() == Py_True;
 }
 
+// True for requires_grad_() / requires_grad_(True) / requires_grad=True.
+bool requires_grad_set(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  if (args.size() + kwargs.size() > 1) return false;
+  if (args.empty() && kwargs.empty()) return true;
+  const ValuePtr& flag = args.empty() ? kwargs[0].second : args[0];
+  if (!kwargs.empty() && kwargs[0].first != "requires_grad") return false;
+  return flag->is(ValueKind::Constant) && flag->obj.get() == Py_True;
+}
+
 // Note [Torch function queries]
 // torch's Python functions ask has_torch_function(args) before their own
 // code and otherwise hand the call to handle_torch_function, which a trace
@@ -648,6 +657,9 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
       abort_trace(BreakCode::DataDependent, "Tensor." + name + "() reads tensor data");
     case stdlib::TensorMethodClass::Refused:
       if (name == "requires_grad_" && requires_grad_unchanged(method->self, args, kwargs)) return method->self;
+      // A tensor the trace made becomes a leaf: a graph op (Note [Grad
+      // leaves made in a graph] in graph/grad_leaves.cpp).
+      if (name == "requires_grad_" && method->self->source < 0 && requires_grad_set(args, kwargs)) break;
       abort_trace(BreakCode::SideEffect, "Tensor." + name + "() cannot be traced");
     case stdlib::TensorMethodClass::ShapeQuery: {
       // Meta kernels do not always lay results out as CPU/CUDA kernels do,

@@ -467,6 +467,65 @@ def test_requires_grad_set_inside_the_graph_gives_input_gradients():
     torch.testing.assert_close(y.grad, ref_y.grad)
 
 
+def test_leaf_no_one_reads_is_differentiated_by_kiln():
+    # wav2vec2's feature encoder: a view of the input made to require grad
+    # (Note [Grad leaves made in a graph]); its .grad is unreachable, so
+    # kiln's autograd differentiates the graph whole.
+    conv = torch.nn.Conv1d(1, 4, 3)
+    reference = copy.deepcopy(conv)
+
+    def encoder(module, x):
+        h = x[:, None]
+        h.requires_grad = True
+        return module(h).relu().pow(2).mean()
+
+    x = torch.randn(2, 16)
+    compiled = kiln.compile(encoder)
+    loss = compiled(conv, x)
+    loss.backward()
+    ref = encoder(reference, x)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    for p, q in zip(conv.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    s = stats()
+    assert (s["graph_breaks"], s["autograd_graphs"], s["prim_fallbacks"]) == (0, 1, 0), s
+
+
+@pytest.mark.parametrize("spelling", ["method", "assignment"])
+def test_leaf_made_in_the_graph_that_callers_can_reach_runs_through_torch(spelling):
+    # Only the leaf's gradient reaches the loss: torch's autograd must see
+    # it, and the leaf returned gets its .grad.
+    def fn(x):
+        h = x * 2
+        if spelling == "method":
+            h.requires_grad_()
+        else:
+            h.requires_grad = True
+        return (h.sin() * 3).sum(), h
+
+    x = torch.randn(5)
+    loss, leaf = kiln.compile(fn)(x)
+    loss.backward()
+    ref_loss, ref_leaf = fn(x)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad)
+    s = stats()
+    assert (s["graph_breaks"], s["prim_fallbacks"]) == (0, 1), s
+
+
+def test_assignment_to_other_tensor_attributes_breaks():
+    def fn(x):
+        y = x + 1
+        y.some_tag = 3
+        return y * 2
+
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+    assert stats()["graph_breaks"] == 1
+
+
 def test_backward_twice_through_retained_graph():
     model = Elementwise()
     reference = copy.deepcopy(model)

@@ -40,8 +40,15 @@ WHOLE = {
 # and MobileBERT's backward, whose kernel groups once waited on each other
 # (a group straddling another's scheduling window, inductor/schedule.cpp);
 # Bloom's and RecurrentGemma's custom Functions, forward and backward traced
-# (Note [Traced Function backwards]).
-WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", "hf-t5-generation"]
+# (Note [Traced Function backwards]); wav2vec2's feature encoder making a
+# view of its input require grad (Note [Grad leaves made in a graph]).
+WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", "hf-t5-generation", "hf-wav2vec2"]
+
+# Training steps captured whole whose graph runs through torch's autograd
+# (a prim fallback), and why.
+TORCH_AUTOGRAD = {
+    "hf-recurrent-gemma": "operator.setitem writes into a tensor on a gradient path",
+}
 
 
 def build(name):
@@ -94,3 +101,7 @@ def test_library_training_step_captures_whole(name):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-5, msg=name_a)
     s = kiln.stats()
     assert (s["traces"], s["graph_breaks"], s["unsupported"], s["eager_runs"]) == (1, 0, 0, 0), s
+    # Differentiated by kiln's autograd, not run through torch's, except
+    # where TORCH_AUTOGRAD says why not.
+    fallbacks = 1 if name in TORCH_AUTOGRAD else 0
+    assert (s["autograd_graphs"], s["prim_fallbacks"]) == (1 - fallbacks, fallbacks), (TORCH_AUTOGRAD.get(name), s)
