@@ -287,7 +287,7 @@ bool without_inplace_flag(const prims::OpSpelling& spelling, Node* call) {
 // The same holds for a call with inplace=True (F.relu(y, inplace=True), the
 // nn.ReLU(inplace=True) of conv nets): it is the call with inplace=False.
 std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& traced, const Node& node,
-                                       std::vector<std::vector<int>>& values) {
+                                       std::vector<std::vector<int>>& values, bool grad_mode) {
   if (node.args.empty() || node.args[0].kind != Arg::Kind::Node) return {};
   const int base = node.args[0].node;
   if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
@@ -307,6 +307,18 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
     // F.relu(x, inplace=True): the same call with inplace=False
     Py_INCREF(node.target);
     functional.target = node.target;
+  } else if (spelling && spelling->op == prims::TorchOp::SetItem && !traced.node(base).metas.empty()) {
+    // y[index] = v: y with the block written (Note [Index writes on
+    // intermediates]), a value of y's meta.
+    Py_INCREF(node.target);
+    functional.target = node.target;
+    functional.metas = {traced.node(base).metas[0]};
+    // Writing a value that carries gradients puts y on their path, as
+    // torch's copy_ records it (the traced meta is y's before the write).
+    const Arg& written = node.args.size() == 3 ? node.args[2] : node.args[0];
+    const bool carries = written.kind == Arg::Kind::Node && values[written.node].size() == 1 &&
+                         b.meta(values[written.node][0]).requires_grad;
+    functional.metas[0].requires_grad = b.meta(mutated).requires_grad || (grad_mode && carries);
   } else {
     return {};
   }
@@ -445,7 +457,7 @@ std::optional<Decomposition> decompose_graph(const graph::Graph& traced, bool gr
       values[node.id] = values[node.args[0].node];
       continue;
     }
-    if (std::vector<int> functional = functionalize_inplace(b, traced, node, values); !functional.empty()) {
+    if (std::vector<int> functional = functionalize_inplace(b, traced, node, values, grad_mode); !functional.empty()) {
       values[node.id] = std::move(functional);
       ++out.decomposed_calls;
       continue;

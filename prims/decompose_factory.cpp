@@ -18,10 +18,21 @@ std::vector<int> filled(DecomposeCall& c, Scalar value) {
   return {c.b.full(out.sizes, value, out.dtype, placement_of(c))};
 }
 
-// *_like results copy the input's layout; full() is contiguous.
-void require_contiguous_input(DecomposeCall& c) {
+// *_like results copy a dense input's layout (torch's preserve_format): a
+// full() in the input's dim order, permuted back (a transposed conv output's
+// zeros_like, RecurrentGemma's scan buffer).
+std::vector<int> filled_like(DecomposeCall& c, Scalar value) {
   const graph::TensorMeta& m = c.b.meta(c.tensor("input"));
-  if (!is_contiguous(m.sizes, m.strides)) c.unsupported("a non-contiguous input's layout");
+  const graph::TensorMeta& out = c.traced();
+  if (is_contiguous(m.sizes, m.strides)) return filled(c, value);
+  if (!is_non_overlapping_and_dense(m.sizes, m.strides)) c.unsupported("an input's layout that is not dense");
+  const std::vector<int64_t> order = dense_dim_order(m.sizes, m.strides);
+  std::vector<int64_t> sizes, inverse(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    sizes.push_back(out.sizes[order[k]]);
+    inverse[order[k]] = static_cast<int64_t>(k);
+  }
+  return {c.b.permute(c.b.full(sizes, value, out.dtype, placement_of(c)), inverse)};
 }
 
 }  // namespace
@@ -35,22 +46,15 @@ std::vector<int> decompose_Full(DecomposeCall& c) {
   return filled(c, value.scalar);
 }
 
-std::vector<int> decompose_ZerosLike(DecomposeCall& c) {
-  require_contiguous_input(c);
-  return filled(c, Scalar::of_int(0));
-}
+std::vector<int> decompose_ZerosLike(DecomposeCall& c) { return filled_like(c, Scalar::of_int(0)); }
 
 std::vector<int> decompose_FullLike(DecomposeCall& c) {
-  require_contiguous_input(c);
   PrimArg value = c.operand("fill_value");
   if (value.is_value()) c.unsupported("a tensor fill value");
-  return filled(c, value.scalar);
+  return filled_like(c, value.scalar);
 }
 
-std::vector<int> decompose_OnesLike(DecomposeCall& c) {
-  require_contiguous_input(c);
-  return filled(c, Scalar::of_int(1));
-}
+std::vector<int> decompose_OnesLike(DecomposeCall& c) { return filled_like(c, Scalar::of_int(1)); }
 
 // x.new_zeros(...) and kin read x for its dtype and device only: a factory,
 // not an extern joined to x's storage (Note [Writes in the joint graph]:

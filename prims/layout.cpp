@@ -176,6 +176,12 @@ Sizes preserved_strides(const Sizes& sizes, const Sizes& strides) {
   return out;
 }
 
+std::vector<int64_t> dense_dim_order(const Sizes& sizes, const Sizes& strides) {
+  std::vector<int64_t> order = fastest_first(sizes, {strides});
+  std::reverse(order.begin(), order.end());
+  return order;
+}
+
 Sizes elementwise_output_strides(const Sizes& shape,
                                  const std::vector<const graph::TensorMeta*>& inputs) {
   // Fast setup: every input already has the output's shape.

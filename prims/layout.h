@@ -41,6 +41,10 @@ Sizes strides_for(const Sizes& sizes, MemoryFormat format);
 // dense strides in the input's dim order.
 Sizes preserved_strides(const Sizes& sizes, const Sizes& strides);
 
+// The dims of a dense layout, outermost first: permuting a tensor with
+// `strides` by them gives contiguous strides (identity for a contiguous one).
+std::vector<int64_t> dense_dim_order(const Sizes& sizes, const Sizes& strides);
+
 // The strides TensorIterator gives the output of an elementwise op whose
 // inputs (in torch's operand order) broadcast to `shape`.
 Sizes elementwise_output_strides(const Sizes& shape,

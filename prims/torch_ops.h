@@ -24,7 +24,8 @@ namespace kiln::prims {
 // `input`), so one decomposition reads every spelling; they must equal the
 // names torch accepts as keywords. A spelling torch lacks (a torch 2.x
 // function on 1.13) is skipped. In-place spellings are never listed: those
-// calls stay externs.
+// calls stay externs, except operator.setitem, whose decomposition is the
+// functional write that functionalize_inplace (decompose.cpp) makes of it.
 #define KILN_TORCH_OPS(X)                                                                          \
   /* elementwise binary */                                                                         \
   X(Add, "torch.add(input, other, *, alpha=1)", "Tensor.add(input, other, *, alpha=1)",            \
@@ -143,6 +144,7 @@ namespace kiln::prims {
   X(Contiguous, "Tensor.contiguous(input)")                                                        \
   X(Clone, "torch.clone(input)", "Tensor.clone(input)")                                            \
   X(GetItem, "operator.getitem(input, index)", "Tensor.__getitem__(input, index)")                 \
+  X(SetItem, "operator.setitem(input, index, value)", "Tensor.__setitem__(input, index, value)")   \
   X(Gather, "torch.gather(input, dim, index, *, sparse_grad=False)",                               \
     "Tensor.gather(input, dim, index, *, sparse_grad=False)")                                       \
   X(IndexSelect, "torch.index_select(input, dim, index)", "Tensor.index_select(input, dim, index)") \

@@ -58,7 +58,10 @@ def test_setitem_into_a_global_buffer_is_not_dropped():
     torch.testing.assert_close(grads(out, [x])[0], torch.ones(2, 2))
 
 
-def test_write_on_a_gradient_path_is_left_to_torch_autograd():
+def test_write_on_a_gradient_path_is_differentiated_by_kiln():
+    # A write into a tensor nothing else sees is a functional write (Note
+    # [Index writes on intermediates]): slices and a cat kiln's autograd
+    # differentiates.
     def f(x):
         w = x.clone()
         w[0] = 0.5  # x[0] gets no gradient
@@ -70,7 +73,94 @@ def test_write_on_a_gradient_path_is_left_to_torch_autograd():
     ref = f(x)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
+    d = delta(before)
+    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+
+
+def test_write_seen_through_a_view_on_a_gradient_path_is_left_to_torch_autograd():
+    def f(x):
+        w = x.clone()
+        tail = w[1:]
+        w[1] = 0.5  # tail sees it
+        return tail * 2, w
+
+    x = torch.randn(6, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(f, backend="aot_eager")(x)
+    ref = f(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
     assert delta(before)["prim_fallbacks"] >= 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_index_writes_of_every_basic_form_match_eager(backend):
+    # ints (negative too), slices, Ellipsis, a number, a value of another
+    # dtype that broadcasts, a value with a leading size-1 dim, all of y.
+    def f(x, v):
+        y = x * 2
+        y[1:3, ..., 0] = v[:2, :3]
+        y[0] = 1.5
+        y[:, -1] = v[0].double()
+        y[-1, 1:, 2:4] = v[None, 1, 3:5]
+        y[2:2] = 7.0  # writes nothing
+        z = y.clone()
+        z[...] = v[0]
+        return y.sin(), z
+
+    x, v = torch.randn(4, 3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(f, backend=backend)(x, v)
+    ref = f(x, v)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(grads(out, [x, v]), grads(ref, [x, v])):
+        torch.testing.assert_close(a, b)
+    d = delta(before)
+    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+
+
+def test_scan_into_a_transposed_buffer_keeps_its_layout():
+    # RecurrentGemma's linear scan: a zeros_like of a transposed tensor,
+    # written one step at a time; the result keeps torch's strides.
+    def scan(x, gate):
+        h = x.transpose(1, 2)
+        out = torch.zeros_like(h)
+        state = torch.zeros(h[:, 0].shape)
+        for t in range(h.shape[1]):
+            state = gate[:, t] * state + h[:, t]
+            out[:, t] = state
+        return out, state
+
+    x, gate = torch.randn(2, 4, 6, requires_grad=True), torch.rand(2, 6, 4, requires_grad=True)
+    before = fresh_stats()
+    out = kiln.compile(scan)(x, gate)
+    ref = scan(x, gate)
+    assert out[0].stride() == ref[0].stride()
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(grads(out, [x, gate]), grads(ref, [x, gate])):
+        torch.testing.assert_close(a, b)
+    d = delta(before)
+    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+
+
+def test_index_write_under_no_grad_records_no_gradient():
+    w = torch.randn(3, requires_grad=True)
+
+    def f(x):
+        with torch.no_grad():
+            y = torch.zeros(2, 3)
+            y[0] = w
+        return x * y
+
+    x = torch.randn(2, 3, requires_grad=True)
+    out = kiln.compile(f)(x)
+    ref = f(x)
+    torch.testing.assert_close(out, ref)
+    gx, gw = torch.autograd.grad(out.sum(), [x, w], allow_unused=True)
+    assert gw is None
+    torch.testing.assert_close(gx, torch.autograd.grad(ref.sum(), [x])[0])
 
 
 def test_writing_a_value_with_gradients_into_a_plain_tensor_keeps_them():

@@ -32,12 +32,9 @@ def test_mask_built_from_sizes_is_computed_once_and_equal_to_eager():
         x = torch.randn(4, 16, 16)
         assert_same(compiled(x), shifted_window_mask(x))
     assert kiln.stats()["constant_nodes_folded"] >= 15, kiln.stats()
-    # Later calls write no mask: the nine slice fills ran at the first call.
+    # Later calls compute no mask: it is a kept value, an input of the call.
     x = torch.randn(4, 16, 16)
-    with CountOps() as ops:
-        out = compiled(x)
-    assert ops.counts.get("fill_", 0) == 0, ops.counts
-    assert_same(out, shifted_window_mask(x))
+    assert_same(compiled(x), shifted_window_mask(x))
 
 
 def test_option_off_computes_the_mask_every_call():
@@ -45,9 +42,11 @@ def test_option_off_computes_the_mask_every_call():
     x = torch.randn(4, 16, 16)
     assert_same(compiled(x), shifted_window_mask(x))
     assert kiln.stats()["constant_nodes_folded"] == 0
+    # The nine region writes are cats in the call's kernels (Note [Index
+    # writes on intermediates]), not torch calls.
     with CountOps() as ops:
         out = compiled(x)
-    assert ops.counts.get("fill_", 0) == 9, ops.counts
+    assert not {"fill_", "copy_", "cat"} & set(ops.counts), ops.counts
     assert_same(out, shifted_window_mask(x))
     with pytest.raises(TypeError, match="constant_subgraphs"):
         kiln.config.constant_subgraphs = 1

@@ -46,9 +46,7 @@ WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", 
 
 # Training steps captured whole whose graph runs through torch's autograd
 # (a prim fallback), and why.
-TORCH_AUTOGRAD = {
-    "hf-recurrent-gemma": "operator.setitem writes into a tensor on a gradient path",
-}
+TORCH_AUTOGRAD = {}
 
 
 def build(name):

@@ -1,0 +1,148 @@
+// The functional form of an index write, `y[index] = value`, on a tensor
+// the graph made (Note [Index writes on intermediates]).
+#include <Python.h>
+
+#include <functional>
+
+#include "prims/decompositions.h"
+#include "prims/factory_meta.h"
+#include "prims/layout.h"
+
+namespace kiln::prims {
+
+// Note [Index writes on intermediates]
+// `y[i, a:b] = v` on a tensor the graph made that nothing else sees
+// (functionalize_inplace in decompose.cpp) is y with the indexed block
+// replaced: per dim the index narrows, a cat of y's slices before and after
+// the block around the rest, innermost first, with v cast to y's dtype and
+// broadcast to the block. The write was an extern, which kiln's autograd
+// refuses on a gradient path (RecurrentGemma's linear scan: `out =
+// zeros_like(x)`, then `out[:, t] = state` per step, ran its whole training
+// graph through torch's autograd); slices and cats it differentiates.
+// Ints, slices of step 1 and one Ellipsis only; other indices stay the
+// extern.
+std::vector<int> decompose_SetItem(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int y = c.tensor("input");
+  const graph::TensorMeta meta = b.meta(y);
+  const int64_t rank = static_cast<int64_t>(meta.sizes.size());
+  std::vector<base::PyRef> held;
+  std::vector<int> tensor_values;
+  if (!c.index_items("index", &held, &tensor_values)) {
+    PyObject* index = c.constant("index");
+    if (!index) c.unsupported("the index holds a computed value");
+    held.push_back(base::PyRef::borrow(index));
+    tensor_values.push_back(-1);
+  }
+  int64_t consumed = 0;
+  for (size_t k = 0; k < held.size(); ++k) {
+    if (tensor_values[k] >= 0) c.unsupported("a tensor index");
+    if (held[k].get() != Py_Ellipsis) ++consumed;
+  }
+  if (consumed > rank) c.unsupported("too many indices");
+  // Per dim of y: the block's [start, stop), and whether an int removed
+  // the dim from the indexed view.
+  std::vector<int64_t> start(rank, 0), stop(meta.sizes), block_sizes(meta.sizes), view_sizes;
+  std::vector<bool> dropped(rank, false);
+  bool ellipsis = false;
+  int64_t dim = 0;
+  for (const base::PyRef& held_item : held) {
+    PyObject* item = held_item.get();
+    if (item == Py_Ellipsis) {
+      if (ellipsis) c.unsupported("two Ellipses");
+      ellipsis = true;
+      dim += rank - consumed;
+      continue;
+    }
+    const int64_t size = meta.sizes[dim];
+    if (PySlice_Check(item)) {
+      Py_ssize_t first = 0, last = 0, step = 0;
+      if (PySlice_Unpack(item, &first, &last, &step) < 0) {
+        PyErr_Clear();
+        c.unsupported("a slice whose bounds are not ints");
+      }
+      if (step != 1) c.unsupported("a slice step other than 1");
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(size), &first, &last, step);
+      start[dim] = first;
+      stop[dim] = std::max<int64_t>(first, last);
+    } else if (PyLong_Check(item) && !PyBool_Check(item)) {
+      int64_t i = PyLong_AsLongLong(item);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size) c.unsupported("index out of range");
+      start[dim] = i;
+      stop[dim] = i + 1;
+      dropped[dim] = true;
+    } else {
+      c.unsupported(std::string("an index of type ") + Py_TYPE(item)->tp_name);
+    }
+    ++dim;
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    block_sizes[d] = stop[d] - start[d];
+    if (!dropped[d]) view_sizes.push_back(block_sizes[d]);
+    if (block_sizes[d] == 0) return {b.view(y, meta.sizes)};  // writes nothing
+  }
+  int block;
+  if (c.is_tensor("value")) {
+    block = c.tensor("value");
+    if (b.meta(block).dtype != meta.dtype) block = b.convert(block, meta.dtype);
+    // torch drops leading size-1 dims of a value longer than the view.
+    while (c.rank(block) > static_cast<int64_t>(view_sizes.size())) {
+      if (b.meta(block).sizes[0] != 1) c.unsupported("a value that does not broadcast to the indexed view");
+      block = b.squeeze(block, {0});
+    }
+    while (c.rank(block) < static_cast<int64_t>(view_sizes.size())) block = b.unsqueeze(block, 0);
+    if (b.meta(block).sizes != view_sizes) block = b.expand(block, view_sizes);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (dropped[d]) block = b.unsqueeze(block, d);
+    }
+  } else {
+    PyObject* value = c.constant("value");
+    Scalar fill;
+    if (value && PyBool_Check(value)) {
+      fill = Scalar::of_bool(value == Py_True);
+    } else if (value && PyLong_Check(value)) {
+      fill = Scalar::of_int(PyLong_AsLongLong(value));
+    } else if (value && PyFloat_Check(value)) {
+      fill = Scalar::of_float(PyFloat_AsDouble(value));
+    } else {
+      c.unsupported("a value that is neither a tensor nor a number");
+    }
+    block = b.full(block_sizes, fill, meta.dtype, Placement{meta.device_type, meta.device_index, false});
+  }
+  // Written in y's dim order, outermost first, so that the cats come out
+  // in y's layout (a zeros_like of a transposed tensor keeps its strides).
+  std::vector<int64_t> order(rank), inverse(rank);
+  for (int64_t d = 0; d < rank; ++d) order[d] = d;
+  if (!is_contiguous(meta.sizes, meta.strides) && is_non_overlapping_and_dense(meta.sizes, meta.strides)) {
+    order = dense_dim_order(meta.sizes, meta.strides);
+  }
+  std::vector<int64_t> sizes(rank), first(rank), last(rank);
+  for (int64_t k = 0; k < rank; ++k) {
+    inverse[order[k]] = k;
+    sizes[k] = meta.sizes[order[k]];
+    first[k] = start[order[k]];
+    last[k] = stop[order[k]];
+  }
+  bool permuted = false;
+  for (int64_t d = 0; d < rank; ++d) permuted = permuted || order[d] != d;
+  if (permuted) block = b.permute(block, order);
+  // `base` is y narrowed on the dims before `from`; the result is base with
+  // the block written in.
+  std::function<int(int, int64_t)> write = [&](int base, int64_t from) -> int {
+    int64_t d = from;
+    while (d < rank && first[d] == 0 && last[d] == sizes[d]) ++d;
+    if (d == rank) return block;
+    std::vector<int> pieces;
+    if (first[d] > 0) pieces.push_back(b.slice(base, d, 0, first[d]));
+    pieces.push_back(write(b.slice(base, d, first[d], last[d]), d + 1));
+    if (last[d] < sizes[d]) pieces.push_back(b.slice(base, d, last[d], sizes[d]));
+    return pieces.size() == 1 ? pieces[0] : b.cat(pieces, d);
+  };
+  int written = write(permuted ? b.permute(y, order) : y, 0);
+  // A write of all of y is a copy of the value, not a view of it.
+  if (written == block && c.is_tensor("value")) written = b.clone(block, MemoryFormat::Contiguous);
+  return {permuted ? b.permute(written, inverse) : written};
+}
+
+}  // namespace kiln::prims
