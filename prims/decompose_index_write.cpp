@@ -19,8 +19,8 @@ namespace kiln::prims {
 // refuses on a gradient path (RecurrentGemma's linear scan: `out =
 // zeros_like(x)`, then `out[:, t] = state` per step, ran its whole training
 // graph through torch's autograd); slices and cats it differentiates.
-// Ints, slices of step 1 and one Ellipsis only; other indices stay the
-// extern.
+// Ints, slices (stepped ones as below) and one Ellipsis; other indices
+// stay the extern.
 std::vector<int> decompose_SetItem(DecomposeCall& c) {
   PrimBuilder& b = c.b;
   const int y = c.tensor("input");
@@ -40,9 +40,9 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
     if (held[k].get() != Py_Ellipsis) ++consumed;
   }
   if (consumed > rank) c.unsupported("too many indices");
-  // Per dim of y: the block's [start, stop), and whether an int removed
-  // the dim from the indexed view.
-  std::vector<int64_t> start(rank, 0), stop(meta.sizes), block_sizes(meta.sizes), view_sizes;
+  // Per dim of y: the slice written (start, stop, step), and whether an int
+  // removed the dim from the indexed view.
+  std::vector<int64_t> start(rank, 0), stop(meta.sizes), step(rank, 1), count(meta.sizes);
   std::vector<bool> dropped(rank, false);
   bool ellipsis = false;
   int64_t dim = 0;
@@ -56,32 +56,63 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
     }
     const int64_t size = meta.sizes[dim];
     if (PySlice_Check(item)) {
-      Py_ssize_t first = 0, last = 0, step = 0;
-      if (PySlice_Unpack(item, &first, &last, &step) < 0) {
+      Py_ssize_t first = 0, last = 0, stride = 0;
+      if (PySlice_Unpack(item, &first, &last, &stride) < 0) {
         PyErr_Clear();
         c.unsupported("a slice whose bounds are not ints");
       }
-      if (step != 1) c.unsupported("a slice step other than 1");
-      PySlice_AdjustIndices(static_cast<Py_ssize_t>(size), &first, &last, step);
+      if (stride <= 0) c.unsupported("a slice step that is not positive");
+      count[dim] = PySlice_AdjustIndices(static_cast<Py_ssize_t>(size), &first, &last, stride);
       start[dim] = first;
-      stop[dim] = std::max<int64_t>(first, last);
+      stop[dim] = first + count[dim] * stride;
+      step[dim] = stride;
     } else if (PyLong_Check(item) && !PyBool_Check(item)) {
       int64_t i = PyLong_AsLongLong(item);
       if (i < 0) i += size;
       if (i < 0 || i >= size) c.unsupported("index out of range");
       start[dim] = i;
       stop[dim] = i + 1;
+      count[dim] = 1;
       dropped[dim] = true;
     } else {
       c.unsupported(std::string("an index of type ") + Py_TYPE(item)->tp_name);
     }
     ++dim;
   }
+  std::vector<int64_t> view_sizes;
   for (int64_t d = 0; d < rank; ++d) {
-    block_sizes[d] = stop[d] - start[d];
-    if (!dropped[d]) view_sizes.push_back(block_sizes[d]);
-    if (block_sizes[d] == 0) return {b.view(y, meta.sizes)};  // writes nothing
+    if (count[d] == 0) return {b.view(y, meta.sizes)};  // writes nothing
+    if (!dropped[d]) view_sizes.push_back(count[d]);
   }
+  // A stepped slice that runs to the dim's end, with a step dividing its
+  // size, is an int index of the dim split in two: `out[..., 1::2] = v`
+  // (Wan's and CogVideoX's interleaved rotary embeddings) writes
+  // out.view(..., n // 2, 2)[..., :, 1]. The write happens in the split
+  // shape, read back through a reshape.
+  std::vector<int64_t> sizes, first, last;
+  std::vector<bool> narrow_out;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (step[d] == 1) {
+      sizes.push_back(meta.sizes[d]);
+      first.push_back(start[d]);
+      last.push_back(stop[d]);
+      narrow_out.push_back(dropped[d]);
+      continue;
+    }
+    const int64_t n = meta.sizes[d], k = step[d];
+    if (n % k != 0 || start[d] >= k || count[d] != n / k) {
+      c.unsupported("a stepped slice other than every k-th element to the end of a dim k divides");
+    }
+    sizes.insert(sizes.end(), {n / k, k});
+    first.insert(first.end(), {0, start[d]});
+    last.insert(last.end(), {n / k, start[d] + 1});
+    narrow_out.insert(narrow_out.end(), {false, true});
+  }
+  const int64_t split_rank = static_cast<int64_t>(sizes.size());
+  const int split = split_rank == rank ? y : b.reshape(y, sizes);
+  const graph::TensorMeta split_meta = b.meta(split);
+  std::vector<int64_t> block_sizes(split_rank);
+  for (int64_t d = 0; d < split_rank; ++d) block_sizes[d] = last[d] - first[d];
   int block;
   if (c.is_tensor("value")) {
     block = c.tensor("value");
@@ -93,8 +124,8 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
     }
     while (c.rank(block) < static_cast<int64_t>(view_sizes.size())) block = b.unsqueeze(block, 0);
     if (b.meta(block).sizes != view_sizes) block = b.expand(block, view_sizes);
-    for (int64_t d = 0; d < rank; ++d) {
-      if (dropped[d]) block = b.unsqueeze(block, d);
+    for (int64_t d = 0; d < split_rank; ++d) {
+      if (narrow_out[d]) block = b.unsqueeze(block, d);
     }
   } else {
     PyObject* value = c.constant("value");
@@ -112,37 +143,39 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
   }
   // Written in y's dim order, outermost first, so that the cats come out
   // in y's layout (a zeros_like of a transposed tensor keeps its strides).
-  std::vector<int64_t> order(rank), inverse(rank);
-  for (int64_t d = 0; d < rank; ++d) order[d] = d;
-  if (!is_contiguous(meta.sizes, meta.strides) && is_non_overlapping_and_dense(meta.sizes, meta.strides)) {
-    order = dense_dim_order(meta.sizes, meta.strides);
+  std::vector<int64_t> order(split_rank), inverse(split_rank);
+  for (int64_t d = 0; d < split_rank; ++d) order[d] = d;
+  if (!is_contiguous(split_meta.sizes, split_meta.strides) &&
+      is_non_overlapping_and_dense(split_meta.sizes, split_meta.strides)) {
+    order = dense_dim_order(split_meta.sizes, split_meta.strides);
   }
-  std::vector<int64_t> sizes(rank), first(rank), last(rank);
-  for (int64_t k = 0; k < rank; ++k) {
-    inverse[order[k]] = k;
-    sizes[k] = meta.sizes[order[k]];
-    first[k] = start[order[k]];
-    last[k] = stop[order[k]];
-  }
+  std::vector<int64_t> ordered(split_rank), lo(split_rank), hi(split_rank);
   bool permuted = false;
-  for (int64_t d = 0; d < rank; ++d) permuted = permuted || order[d] != d;
+  for (int64_t k = 0; k < split_rank; ++k) {
+    inverse[order[k]] = k;
+    ordered[k] = sizes[order[k]];
+    lo[k] = first[order[k]];
+    hi[k] = last[order[k]];
+    permuted = permuted || order[k] != k;
+  }
   if (permuted) block = b.permute(block, order);
   // `base` is y narrowed on the dims before `from`; the result is base with
   // the block written in.
   std::function<int(int, int64_t)> write = [&](int base, int64_t from) -> int {
     int64_t d = from;
-    while (d < rank && first[d] == 0 && last[d] == sizes[d]) ++d;
-    if (d == rank) return block;
+    while (d < split_rank && lo[d] == 0 && hi[d] == ordered[d]) ++d;
+    if (d == split_rank) return block;
     std::vector<int> pieces;
-    if (first[d] > 0) pieces.push_back(b.slice(base, d, 0, first[d]));
-    pieces.push_back(write(b.slice(base, d, first[d], last[d]), d + 1));
-    if (last[d] < sizes[d]) pieces.push_back(b.slice(base, d, last[d], sizes[d]));
+    if (lo[d] > 0) pieces.push_back(b.slice(base, d, 0, lo[d]));
+    pieces.push_back(write(b.slice(base, d, lo[d], hi[d]), d + 1));
+    if (hi[d] < ordered[d]) pieces.push_back(b.slice(base, d, hi[d], ordered[d]));
     return pieces.size() == 1 ? pieces[0] : b.cat(pieces, d);
   };
-  int written = write(permuted ? b.permute(y, order) : y, 0);
+  int written = write(permuted ? b.permute(split, order) : split, 0);
   // A write of all of y is a copy of the value, not a view of it.
   if (written == block && c.is_tensor("value")) written = b.clone(block, MemoryFormat::Contiguous);
-  return {permuted ? b.permute(written, inverse) : written};
+  if (permuted) written = b.permute(written, inverse);
+  return {split_rank == rank ? written : b.reshape(written, meta.sizes)};
 }
 
 }  // namespace kiln::prims

@@ -104,6 +104,8 @@ def test_index_writes_of_every_basic_form_match_eager(backend):
         y[:, -1] = v[0].double()
         y[-1, 1:, 2:4] = v[None, 1, 3:5]
         y[2:2] = 7.0  # writes nothing
+        y[1:, :2, 1::5] = v[1:, :2, None] * 3  # every fifth element: a split dim
+        y[..., 1::5] = 0.25
         z = y.clone()
         z[...] = v[0]
         return y.sin(), z
@@ -116,6 +118,26 @@ def test_index_writes_of_every_basic_form_match_eager(backend):
         torch.testing.assert_close(a, b)
     for a, b in zip(grads(out, [x, v]), grads(ref, [x, v])):
         torch.testing.assert_close(a, b)
+    d = delta(before)
+    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+
+
+def test_interleaved_rotary_writes_are_differentiated_by_kiln():
+    # Wan's rotary embedding: even and odd features written by step-2 slices.
+    def rotate(x, cos, sin):
+        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        out = torch.empty_like(x)
+        out[..., 0::2] = x1 * cos - x2 * sin
+        out[..., 1::2] = x1 * sin + x2 * cos
+        return out
+
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
+    before = fresh_stats()
+    out = kiln.compile(rotate)(x, cos, sin)
+    ref = rotate(x, cos, sin)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
     d = delta(before)
     assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
 

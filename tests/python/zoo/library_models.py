@@ -120,6 +120,14 @@ def _flux():
                                               "txt_ids": torch.zeros(5, 3)}
 
 
+def _wan():
+    import diffusers
+    model = diffusers.WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8,
+                                            in_channels=4, out_channels=4, text_dim=16, freq_dim=16, ffn_dim=32,
+                                            num_layers=1, rope_max_seq_len=32)
+    return model, (torch.randn(1, 4, 1, 8, 8), torch.tensor([3]), torch.randn(1, 5, 16)), {}
+
+
 _IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
@@ -228,6 +236,7 @@ MODELS = {
     "diffusers-dit": _dit,
     "diffusers-sd3": _sd3,
     "diffusers-flux": _flux,
+    "diffusers-wan": _wan,
 }
 
 

@@ -32,6 +32,7 @@ WHOLE = {
     "hf-wav2vec2": "lru_cache'd availability checks folded; weight-norm parametrization (property closure, "
                    "ModuleDict item)",
     "timm-crossvit_tiny_240": "torch.jit.annotate(List[torch.Tensor], [])",
+    "diffusers-wan": "a video transformer (3-d patches, rotary embeddings)",
 }
 
 # Models whose training step (a loss, a backward) is one graph too, with
@@ -41,8 +42,11 @@ WHOLE = {
 # (a group straddling another's scheduling window, inductor/schedule.cpp);
 # Bloom's and RecurrentGemma's custom Functions, forward and backward traced
 # (Note [Traced Function backwards]); wav2vec2's feature encoder making a
-# view of its input require grad (Note [Grad leaves made in a graph]).
-WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", "hf-t5-generation", "hf-wav2vec2"]
+# view of its input require grad (Note [Grad leaves made in a graph]);
+# RecurrentGemma's scan and Wan's interleaved rotary embedding write into
+# buffers on the gradient path (Note [Index writes on intermediates]).
+WHOLE_TRAINING = ["hf-bart", "hf-bloom", "hf-mobilebert", "hf-recurrent-gemma", "hf-t5-generation", "hf-wav2vec2",
+                  "diffusers-wan"]
 
 # Training steps captured whole whose graph runs through torch's autograd
 # (a prim fallback), and why.
