@@ -271,9 +271,10 @@ void collect_tensors(const ValuePtr& value, std::vector<int>& nodes) {
 // so. A tensor an op made is a new object unless the op may hand back one
 // of its inputs: in-place ops, and the conversions and copies that return
 // their input when it already has the dtype or layout asked (contiguous,
-// to, type...). So two values, each an input or made by an op that always
-// makes a new tensor, are distinct; anything else (a value such an op
-// returned, which may be its input) stops the trace.
+// to, type...), which the trace resolves where sizes are static (Note
+// [Conversions that change nothing]). So two values, each an input or
+// made by an op that makes a new tensor, are distinct; anything else stops
+// the trace.
 bool FrameTracer::tensors_are_one_object(const ValuePtr& a, const ValuePtr& b) {
   if (a->source >= 0 && b->source >= 0) {
     const bool same = a->tensor_address == b->tensor_address;
@@ -287,13 +288,8 @@ bool FrameTracer::tensors_are_one_object(const ValuePtr& a, const ValuePtr& b) {
   auto makes_new_tensor = [&](const ValuePtr& v) {
     if (v->source >= 0 || v->node < 0) return false;
     const std::string& name = state_.graph().node(v->node).target_name;
-    static const char* const kMayReturnInput[] = {
-        "Tensor.contiguous", "Tensor.to", "Tensor.type", "Tensor.type_as", "Tensor.float", "Tensor.double",
-        "Tensor.half", "Tensor.bfloat16", "Tensor.int", "Tensor.long", "Tensor.bool", "Tensor.cpu", "Tensor.cuda",
-        "torch.atleast_1d", "torch.atleast_2d", "torch.atleast_3d"};
-    for (const char* returns_input : kMayReturnInput) {
-      if (name == returns_input) return false;
-    }
+    // Static: a node was made only where the result is new (Note [Conversions that change nothing]).
+    if (TraceState::may_return_input(name)) return state_.graph().node(v->node).symbolic_sizes.empty();
     if (name.empty() || name.back() == '_' || name.rfind("operator.i", 0) == 0) return false;
     // inplace=True, or a True among the positional arguments of a
     // functional form (F.relu(x, True)).

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <string_view>
+#include <unordered_set>
 
 #include "base/class_dict.h"
 #include "base/dict_order.h"
@@ -1014,6 +1016,12 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
     guards_->add_default_device(device_type, static_cast<int8_t>(device_index));
   }
   if (runtime::is_tensor(out)) {
+    // Note [Conversions that change nothing]
+    if (!dynamic && may_return_input(name)) {
+      for (const ValuePtr& arg : args) {
+        if (arg->is(ValueKind::Tensor) && arg->fake.get() == out) return arg;
+      }
+    }
     int node = graph_->add_call(name, target, std::move(graph_args), std::move(graph_kwargs));
     graph_->node(node).autocast_implicit = implicit_autocast;
     graph_->node(node).fresh_result = fresh;
@@ -1121,6 +1129,23 @@ ValuePtr TraceState::call_torch(const std::string& name, PyObject* target,
   }
   abort_trace(BreakCode::UnsupportedValue,
               name + " returned a " + Py_TYPE(out)->tp_name + ", which a graph cannot hold");
+}
+
+// Note [Conversions that change nothing]
+// x.float() of a float tensor, x.to(x.dtype), x.contiguous() of a
+// contiguous one return x itself, eagerly and on meta tensors alike. The
+// trace returns the argument's value then, with no node: `y is x` holds
+// as it does eagerly, and a parameter cast under torch.no_grad() inside a
+// training graph (diffusers' Wan, `.float()` of a float weight) is the
+// parameter, not a view of it that needs no history. Static sizes only
+// (a dynamic value's layout answer could change with the size).
+bool TraceState::may_return_input(const std::string& name) {
+  static const std::unordered_set<std::string_view> kMayReturnInput = {
+      "Tensor.contiguous", "Tensor.to",    "Tensor.type", "Tensor.type_as", "Tensor.float",
+      "Tensor.double",     "Tensor.half",  "Tensor.bfloat16", "Tensor.int", "Tensor.long",
+      "Tensor.bool",       "Tensor.cpu",   "Tensor.cuda", "torch.atleast_1d", "torch.atleast_2d",
+      "torch.atleast_3d"};
+  return kMayReturnInput.count(name) != 0;
 }
 
 // True for Tensor.add_ and the like: methods that write their self.

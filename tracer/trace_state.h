@@ -81,6 +81,10 @@ class TraceState {
   ValuePtr wrap_dict(PyObject* obj, int source, bool guarded);
   // True for a Tensor method that writes its self (Tensor.add_).
   static bool is_inplace_method(const std::string& name);
+  // True for the conversions and copies that return their input itself when
+  // it already has the dtype, device or layout asked (Tensor.float, .to,
+  // .contiguous, ...): Note [Conversions that change nothing].
+  static bool may_return_input(const std::string& name);
 
   // Emits a call of a torch callable as a graph node, inferring its result
   // on meta tensors. `factory` marks callables that create tensors without

@@ -526,6 +526,30 @@ def test_assignment_to_other_tensor_attributes_breaks():
     assert stats()["graph_breaks"] == 1
 
 
+def test_conversion_that_changes_nothing_is_its_input():
+    # Note [Conversions that change nothing]: x.float() of a float tensor is
+    # x, eagerly; under no_grad inside a training graph it is the parameter
+    # itself (diffusers' Wan), whose gradient still arrives.
+    lin = nn.Linear(4, 4)
+    reference = copy.deepcopy(lin)
+
+    def f(module, x):
+        with torch.no_grad():
+            w = module.weight.float()
+        return (x @ w.t() + module.bias).pow(2).sum(), x.float() is x, x.contiguous() is x, x.double() is x
+
+    x = torch.randn(2, 4, requires_grad=True)
+    out = kiln.compile(f)(lin, x)
+    ref = f(reference, x)
+    assert out[1:] == ref[1:] == (True, True, False)
+    torch.testing.assert_close(out[0], ref[0])
+    out[0].backward()
+    ref[0].backward()
+    torch.testing.assert_close(lin.weight.grad, reference.weight.grad)
+    s = stats()
+    assert (s["graph_breaks"], s["autograd_graphs"], s["prim_fallbacks"]) == (0, 1, 0), s
+
+
 def test_backward_twice_through_retained_graph():
     model = Elementwise()
     reference = copy.deepcopy(model)
