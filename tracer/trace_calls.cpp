@@ -11,6 +11,7 @@
 #include "stdlib/torch_callables.h"
 #include "tracer/disabled_code.h"
 #include "tracer/frame_tracer.h"
+#include "tracer/known_layouts.h"
 
 namespace kiln::tracer {
 
@@ -662,11 +663,16 @@ ValuePtr FrameTracer::call_tensor_method(const ValuePtr& method, std::vector<Val
       if (name == "requires_grad_" && method->self->source < 0 && requires_grad_set(args, kwargs)) break;
       abort_trace(BreakCode::SideEffect, "Tensor." + name + "() cannot be traced");
     case stdlib::TensorMethodClass::ShapeQuery: {
-      // Meta kernels do not always lay results out as CPU/CUDA kernels do,
-      // so only inputs (whose strides are guarded) answer layout questions.
-      if ((name == "stride" || name == "is_contiguous") && method->self->source < 0) {
-        abort_trace(BreakCode::ShapeInference,
-                    "Tensor." + name + "() of an intermediate result: its layout is not known while tracing");
+      // Meta kernels do not always lay results out as CPU/CUDA kernels do:
+      // inputs (whose strides are guarded) and values made by ops whose
+      // layouts meta computes as the device does answer layout questions
+      // (Note [Layouts the trace can answer]).
+      std::string unknown;
+      if ((name == "stride" || name == "is_contiguous") && method->self->source < 0 &&
+          !layout_is_known(state_.graph(), method->self->node, &unknown)) {
+        abort_trace(BreakCode::ShapeInference, "Tensor." + name + "() of an intermediate result made through " +
+                                                   (unknown.empty() ? std::string("an op") : unknown) +
+                                                   ": its layout on the device is not known while tracing");
       }
       if (!all_constant(args) || !kwargs.empty()) {
         abort_trace(BreakCode::UnsupportedCall, "Tensor." + name + " with non-constant arguments");

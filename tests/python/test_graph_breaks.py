@@ -245,6 +245,39 @@ def test_enumerate_start_and_layout_queries():
     assert kiln.compile(layout_of_intermediate)(x) == layout_of_intermediate(x)
 
 
+def sliding_chunks(x, weight):
+    # Longformer's _chunk: overlapping windows by as_strided over the
+    # strides of a reshaped projection.
+    h = torch.nn.functional.linear(x, weight).transpose(1, 2).reshape(x.shape[0] * 4, 16)
+    h = h.view(h.size(0), 2, 8)
+    size, stride = list(h.size()), list(h.stride())
+    size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+    return h.as_strided(size=size, stride=stride).sum(-1)
+
+
+def test_layout_of_values_made_by_layout_exact_ops_is_answered_in_the_graph():
+    # Note [Layouts the trace can answer]
+    x, weight = torch.randn(2, 16, 4), torch.randn(4, 4)
+    compiled = kiln.compile(sliding_chunks, fullgraph=True)
+    assert_same(compiled(x, weight), sliding_chunks(x, weight))
+
+
+def attention_layout(q):
+    # Flash attention lays its result out otherwise on the GPU than meta.
+    y = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    return y * 2, y.stride()
+
+
+def test_layout_after_an_op_the_trace_cannot_vouch_for_breaks_naming_it():
+    q = torch.randn(1, 2, 4, 8)
+    explained = kiln.explain(attention_layout)(q)
+    assert explained.graph_break_count == 1
+    assert "made through F.scaled_dot_product_attention" in explained.break_reasons[0], explained.break_reasons
+    out, ref = kiln.compile(attention_layout)(q), attention_layout(q)
+    assert_same(out[0], ref[0])
+    assert out[1] == ref[1]
+
+
 def list_in_cell_mutated_across_break(x):
     lst = [x > 0]
     lst.append(x.sum().item())  # .item() breaks while lst.append waits on the stack

@@ -178,6 +178,8 @@ MODELS = {
     "hf-beit": _hf_image("BeitModel", "BeitConfig", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=128, image_size=32, patch_size=8, use_relative_position_bias=True),
     "hf-wav2vec2": _wav2vec2,
+    "hf-longformer": _hf("LongformerModel", "LongformerConfig", attention_window=[8, 8], max_position_embeddings=80,
+                         pad_token_id=1, **_TEXT),
     "hf-roberta": _hf("RobertaModel", "RobertaConfig", max_position_embeddings=64, **_TEXT),
     "hf-albert": _hf("AlbertModel", "AlbertConfig", embedding_size=32, **_TEXT),
     "hf-electra": _hf("ElectraModel", "ElectraConfig", embedding_size=32, **_TEXT),
