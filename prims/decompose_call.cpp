@@ -203,6 +203,15 @@ bool DecomposeCall::constant_items(const char* name, std::vector<base::PyRef>* o
   return true;
 }
 
+void DecomposeCall::index_or_item(const char* name, std::vector<base::PyRef>* out,
+                                  std::vector<int>* tensor_values) const {
+  if (index_items(name, out, tensor_values)) return;
+  PyObject* index = constant(name);
+  if (!index) unsupported("the index holds a computed value");
+  out->push_back(base::PyRef::borrow(index));
+  tensor_values->push_back(-1);
+}
+
 bool DecomposeCall::index_items(const char* name, std::vector<base::PyRef>* out,
                                 std::vector<int>* tensor_values) const {
   out->clear();

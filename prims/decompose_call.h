@@ -80,6 +80,9 @@ class DecomposeCall {
   // prim values in `tensor_values` (a null PyRef in `out`), -1 beside the
   // other items.
   bool index_items(const char* name, std::vector<base::PyRef>* out, std::vector<int>* tensor_values) const;
+  // An index's items: index_items' for a tuple, else the one constant
+  // index (tensor_values -1); throws NotDecomposed for a computed one.
+  void index_or_item(const char* name, std::vector<base::PyRef>* out, std::vector<int>* tensor_values) const;
 
   // The traced metadata of the call's i-th result.
   const graph::TensorMeta& traced(size_t i = 0) const;

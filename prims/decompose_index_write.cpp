@@ -28,12 +28,7 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
   const int64_t rank = static_cast<int64_t>(meta.sizes.size());
   std::vector<base::PyRef> held;
   std::vector<int> tensor_values;
-  if (!c.index_items("index", &held, &tensor_values)) {
-    PyObject* index = c.constant("index");
-    if (!index) c.unsupported("the index holds a computed value");
-    held.push_back(base::PyRef::borrow(index));
-    tensor_values.push_back(-1);
-  }
+  c.index_or_item("index", &held, &tensor_values);
   int64_t consumed = 0;
   for (size_t k = 0; k < held.size(); ++k) {
     if (tensor_values[k] >= 0) c.unsupported("a tensor index");

@@ -190,12 +190,7 @@ std::vector<int> decompose_GetItem(DecomposeCall& c) {
   if (c.is_tensor("index")) return {index_dim(c, x, 0, c.tensor("index"))};
   std::vector<base::PyRef> held;
   std::vector<int> tensor_values;
-  if (!c.index_items("index", &held, &tensor_values)) {
-    PyObject* index = c.constant("index");
-    if (!index) c.unsupported("the index holds a computed value");
-    held.push_back(base::PyRef::borrow(index));
-    tensor_values.push_back(-1);
-  }
+  c.index_or_item("index", &held, &tensor_values);
   std::vector<PyObject*> items;
   for (const base::PyRef& item : held) items.push_back(item.get());
   int64_t consumed = 0;

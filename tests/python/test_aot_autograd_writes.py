@@ -19,6 +19,23 @@ def delta(before):
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
+def compiled_like_eager(f, inputs, backend="inductor", **extra):
+    """f compiled and eager on `inputs`: outputs and input gradients equal,
+    and one graph differentiated by kiln's autograd (no prim fallback).
+    Returns the compiled outputs and eager's."""
+    before = fresh_stats()
+    out = kiln.compile(f, backend=backend)(*inputs, **extra)
+    ref = f(*inputs, **extra)
+    for a, b in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(a, b)
+    wanted = [t for t in inputs if t.requires_grad]
+    for a, b in zip(grads(out, wanted), grads(ref, wanted)):
+        torch.testing.assert_close(a, b)
+    d = delta(before)
+    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+    return out, ref
+
+
 def grads(out, inputs):
     leaves = [t for t in (out if isinstance(out, tuple) else (out,)) if t.requires_grad]
     total = sum(t.sum() for t in leaves)
@@ -110,16 +127,7 @@ def test_index_writes_of_every_basic_form_match_eager(backend):
         z[...] = v[0]
         return y.sin(), z
 
-    x, v = torch.randn(4, 3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
-    before = fresh_stats()
-    out = kiln.compile(f, backend=backend)(x, v)
-    ref = f(x, v)
-    for a, b in zip(out, ref):
-        torch.testing.assert_close(a, b)
-    for a, b in zip(grads(out, [x, v]), grads(ref, [x, v])):
-        torch.testing.assert_close(a, b)
-    d = delta(before)
-    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+    compiled_like_eager(f, [torch.randn(4, 3, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)], backend)
 
 
 def test_interleaved_rotary_writes_are_differentiated_by_kiln():
@@ -131,15 +139,7 @@ def test_interleaved_rotary_writes_are_differentiated_by_kiln():
         out[..., 1::2] = x1 * sin + x2 * cos
         return out
 
-    x = torch.randn(2, 5, 8, requires_grad=True)
-    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
-    before = fresh_stats()
-    out = kiln.compile(rotate)(x, cos, sin)
-    ref = rotate(x, cos, sin)
-    torch.testing.assert_close(out, ref)
-    torch.testing.assert_close(grads(out, [x])[0], grads(ref, [x])[0])
-    d = delta(before)
-    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
+    compiled_like_eager(rotate, [torch.randn(2, 5, 8, requires_grad=True), torch.randn(5, 4), torch.randn(5, 4)])
 
 
 def test_scan_into_a_transposed_buffer_keeps_its_layout():
@@ -154,17 +154,9 @@ def test_scan_into_a_transposed_buffer_keeps_its_layout():
             out[:, t] = state
         return out, state
 
-    x, gate = torch.randn(2, 4, 6, requires_grad=True), torch.rand(2, 6, 4, requires_grad=True)
-    before = fresh_stats()
-    out = kiln.compile(scan)(x, gate)
-    ref = scan(x, gate)
+    out, ref = compiled_like_eager(scan, [torch.randn(2, 4, 6, requires_grad=True),
+                                          torch.rand(2, 6, 4, requires_grad=True)])
     assert out[0].stride() == ref[0].stride()
-    for a, b in zip(out, ref):
-        torch.testing.assert_close(a, b)
-    for a, b in zip(grads(out, [x, gate]), grads(ref, [x, gate])):
-        torch.testing.assert_close(a, b)
-    d = delta(before)
-    assert d["autograd_graphs"] == 1 and d["prim_fallbacks"] == 0, d
 
 
 def test_index_write_under_no_grad_records_no_gradient():
