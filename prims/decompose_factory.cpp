@@ -18,15 +18,16 @@ std::vector<int> filled(DecomposeCall& c, Scalar value) {
   return {c.b.full(out.sizes, value, out.dtype, placement_of(c))};
 }
 
-// *_like results copy a dense input's layout (torch's preserve_format): a
+// *_like results copy an input's layout (torch's preserve_format): a
 // full() in the input's dim order, permuted back (a transposed conv output's
 // zeros_like, RecurrentGemma's scan buffer).
 std::vector<int> filled_like(DecomposeCall& c, Scalar value) {
   const graph::TensorMeta& m = c.b.meta(c.tensor("input"));
   const graph::TensorMeta& out = c.traced();
   if (is_contiguous(m.sizes, m.strides)) return filled(c, value);
-  if (!is_non_overlapping_and_dense(m.sizes, m.strides)) c.unsupported("an input's layout that is not dense");
-  const std::vector<int64_t> order = dense_dim_order(m.sizes, m.strides);
+  // A layout that is not dense (Longformer's overlapping as_strided
+  // windows) gives dense strides in its dim order.
+  const std::vector<int64_t> order = dense_dim_order(m.sizes, preserved_strides(m.sizes, m.strides));
   std::vector<int64_t> sizes, inverse(order.size());
   for (size_t k = 0; k < order.size(); ++k) {
     sizes.push_back(out.sizes[order[k]]);

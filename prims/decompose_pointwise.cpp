@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "prims/decompositions.h"
+#include "prims/factory_meta.h"
 
 namespace kiln::prims {
 namespace {
@@ -10,11 +11,20 @@ namespace {
 PrimArg v(int id) { return PrimArg::of_value(id); }
 PrimArg f(double x) { return PrimArg::of_scalar(Scalar::of_float(x)); }
 
+// Two Python numbers (torch.div(seq_len, window, rounding_mode="trunc") of
+// sizes, Longformer): torch makes a 0-dim tensor of the result's dtype, so
+// the first number becomes one. Comparisons (a bool result) stay calls.
+PrimArg number_as_tensor(DecomposeCall& c, PrimArg x) {
+  const graph::TensorMeta& out = c.traced();
+  if (out.dtype == DType::Bool || !out.sizes.empty()) c.unsupported("no tensor operand");
+  return v(c.b.full({}, x.scalar, out.dtype, Placement{out.device_type, out.device_index, false}));
+}
+
 // prim(input, other) over tensors and Python numbers.
 std::vector<int> binary(DecomposeCall& c, Prim prim, const char* a = "input",
                         const char* b = "other") {
   PrimArg x = c.operand(a), y = c.operand(b);
-  if (!x.is_value() && !y.is_value()) c.unsupported("no tensor operand");
+  if (!x.is_value() && !y.is_value()) x = number_as_tensor(c, x);
   return {c.b.binary(prim, x, y)};
 }
 
@@ -44,14 +54,14 @@ bool inplace(DecomposeCall& c) { return c.has_param("inplace") && c.flag("inplac
 std::vector<int> decompose_Add(DecomposeCall& c) {
   PrimArg x = c.operand("input");
   PrimArg y = times_alpha(c, c.operand("other"));
-  if (!x.is_value() && !y.is_value()) c.unsupported("no tensor operand");
+  if (!x.is_value() && !y.is_value()) x = number_as_tensor(c, x);
   return {c.b.binary(Prim::Add, x, y)};
 }
 
 std::vector<int> decompose_Sub(DecomposeCall& c) {
   PrimArg x = c.operand("input");
   PrimArg y = times_alpha(c, c.operand("other"));
-  if (!x.is_value() && !y.is_value()) c.unsupported("no tensor operand");
+  if (!x.is_value() && !y.is_value()) x = number_as_tensor(c, x);
   return {c.b.binary(Prim::Sub, x, y)};
 }
 

@@ -30,12 +30,24 @@ std::optional<int64_t> optional_index(PyObject* obj, DecomposeCall& c) {
   return PyLong_AsLongLong(obj);
 }
 
+// The sizes a view or reshape asks for. An entry the graph computes (a
+// 0-dim tensor of a size: Longformer's torch.div(seq_len, window,
+// rounding_mode="trunc")) is read off the traced result, whose sizes are
+// the ones asked for (static here: symbolic graphs are not decomposed).
+std::vector<int64_t> asked_sizes(DecomposeCall& c, const char* name) {
+  try {
+    return c.ints(name);
+  } catch (const NotDecomposed&) {
+    return c.traced().sizes;
+  }
+}
+
 }  // namespace
 
-std::vector<int> decompose_View(DecomposeCall& c) { return {c.b.view(c.tensor("input"), c.ints("size"))}; }
+std::vector<int> decompose_View(DecomposeCall& c) { return {c.b.view(c.tensor("input"), asked_sizes(c, "size"))}; }
 
 std::vector<int> decompose_Reshape(DecomposeCall& c) {
-  return {c.b.reshape(c.tensor("input"), c.ints("shape"))};
+  return {c.b.reshape(c.tensor("input"), asked_sizes(c, "shape"))};
 }
 
 std::vector<int> decompose_Permute(DecomposeCall& c) {

@@ -610,3 +610,27 @@ def test_object_argument_only_returned_passes_through_the_prim_graph():
     torch.testing.assert_close(y, x.relu() * 2)
     s = kiln.stats()
     assert s["prim_graphs"] == 1 and s["prim_fallbacks"] == 0, s
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_sizes_computed_by_torch_of_python_ints_decompose(backend, capfd):
+    # Longformer: chunk counts by torch.div of Python ints (0-dim tensors)
+    # size views and a full_like of overlapping as_strided windows.
+    def f(x):
+        n, w = x.shape[1], 4
+        chunks = torch.div(n, 2 * w, rounding_mode="trunc")
+        h = x.view(x.shape[0], chunks, 2 * w, x.shape[2])
+        size, stride = list(h.size()), list(h.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        windows = h.as_strided(size=size, stride=stride)
+        return h * 2 + chunks, torch.full_like(windows, 0.5) + windows
+
+    x = torch.randn(2, 16, 3)
+    want = f(x)
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend=backend)(x)
+    log = capfd.readouterr().err
+    for name in ("extern torch.div", "extern Tensor.view", "extern torch.full_like"):
+        assert name not in log, log
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
