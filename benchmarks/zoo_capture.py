@@ -5,7 +5,7 @@
         [--set zoo|library]
 
 For every model of tests/python/zoo/zoo_models.py (or, with --set library,
-of tests/python/zoo/library_models.py: 58 more transformers, timm,
+of tests/python/zoo/library_models.py: 70 more transformers, timm,
 torchvision and diffusers models), one inference call (or,
 with --train, a forward and backward): graphs and graph breaks kiln makes
 (kiln.explain; graphs with ops, as Dynamo counts them, and in parentheses
