@@ -129,6 +129,32 @@ std::vector<int> decompose_MaskedFill(DecomposeCall& c) {
   return {c.b.where(mask, value, v(x))};
 }
 
+namespace {
+
+// tril / triu: x where the column minus the row is at most (tril) or at
+// least (triu) `diagonal`, zero elsewhere, over an iota grid of the last
+// two dims (causal masks; Longformer's window masks), so the kernels that
+// read it compute it and its gradient is a where's.
+std::vector<int> triangle(DecomposeCall& c, bool lower) {
+  const int x = c.tensor("input");
+  const graph::TensorMeta m = c.b.meta(x);
+  const size_t rank = m.sizes.size();
+  if (rank < 2) c.unsupported("fewer than 2 dims");
+  if (is_complex(m.dtype)) c.unsupported("a complex input");
+  const int64_t diagonal = c.integer("diagonal");
+  const Placement at{m.device_type, m.device_index, false};
+  const int rows = c.b.unsqueeze(c.b.iota(m.sizes[rank - 2], 0, 1, DType::Int64, at), 1);
+  // column - diagonal, against the row: kept where <= (tril) or >= (triu).
+  const int cols = c.b.iota(m.sizes[rank - 1], -diagonal, 1, DType::Int64, at);
+  const int keep = c.b.binary(lower ? Prim::Le : Prim::Ge, v(cols), v(rows));
+  const Scalar zero = m.dtype == DType::Bool ? Scalar::of_bool(false)
+                      : is_floating(m.dtype) ? Scalar::of_float(0.0)
+                                             : Scalar::of_int(0);
+  return {c.b.where(keep, v(x), PrimArg::of_scalar(zero))};
+}
+
+}  // namespace
+
 // clamp(x, min, max) = t > max ? max : t, t = x < min ? min : x. Written
 // with where rather than maximum/minimum so that the gradient flows at the
 // bounds (torch's clamp backward is inclusive; maximum splits ties), NaN
@@ -237,5 +263,8 @@ std::vector<int> decompose_Gelu(DecomposeCall& c) {
   const int out = b.binary(Prim::Mul, v(half_x), v(b.binary(Prim::Add, v(inner), f(1))));
   return {to_dtype(b, out, dtype)};
 }
+
+std::vector<int> decompose_Tril(DecomposeCall& c) { return triangle(c, true); }
+std::vector<int> decompose_Triu(DecomposeCall& c) { return triangle(c, false); }
 
 }  // namespace kiln::prims

@@ -71,6 +71,8 @@ namespace kiln::prims {
     "Tensor.__xor__(input, other)")                                                                \
   X(Where, "torch.where(condition, input, other)", "Tensor.where(input, condition, other)")        \
   X(MaskedFill, "Tensor.masked_fill(input, mask, value)", "torch.masked_fill(input, mask, value)")  \
+  X(Tril, "torch.tril(input, diagonal=0)", "Tensor.tril(input, diagonal=0)")                     \
+  X(Triu, "torch.triu(input, diagonal=0)", "Tensor.triu(input, diagonal=0)")                     \
   X(Clamp, "torch.clamp(input, min=None, max=None)", "Tensor.clamp(input, min=None, max=None)",    \
     "torch.clip(input, min=None, max=None)", "Tensor.clip(input, min=None, max=None)")             \
   /* elementwise unary */                                                                          \

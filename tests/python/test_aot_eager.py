@@ -634,3 +634,21 @@ def test_sizes_computed_by_torch_of_python_ints_decompose(backend, capfd):
         assert name not in log, log
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("diagonal", [0, 2, -1])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_tril_and_triu_decompose_with_their_gradients(backend, diagonal, capfd):
+    def f(x):
+        masks = torch.ones(5, 5, dtype=torch.bool).tril(diagonal), torch.arange(12).view(3, 4).triu(diagonal)
+        return (torch.tril(x, diagonal) * 2 + x.triu(diagonal - 1).sin(),) + masks
+
+    x = torch.randn(2, 4, 5, requires_grad=True)
+    want = f(x)
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend=backend)(x)
+    log = capfd.readouterr().err
+    assert "extern torch.tril" not in log and "extern Tensor.triu" not in log and "extern Tensor.tril" not in log, log
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(torch.autograd.grad(got[0].sum(), x)[0], torch.autograd.grad(want[0].sum(), x)[0])
