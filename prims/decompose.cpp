@@ -307,7 +307,8 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
     // F.relu(x, inplace=True): the same call with inplace=False
     Py_INCREF(node.target);
     functional.target = node.target;
-  } else if (spelling && spelling->op == prims::TorchOp::SetItem && !traced.node(base).metas.empty()) {
+  } else if (spelling && spelling->op == prims::TorchOp::SetItem && node.args.size() == 3 &&
+             !traced.node(base).metas.empty()) {
     // y[index] = v: y with the block written (Note [Index writes on
     // intermediates]), a value of y's meta.
     Py_INCREF(node.target);
@@ -315,7 +316,7 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
     functional.metas = {traced.node(base).metas[0]};
     // Writing a value that carries gradients puts y on their path, as
     // torch's copy_ records it (the traced meta is y's before the write).
-    const Arg& written = node.args.size() == 3 ? node.args[2] : node.args[0];
+    const Arg& written = node.args[2];
     const bool carries = written.kind == Arg::Kind::Node && values[written.node].size() == 1 &&
                          b.meta(values[written.node][0]).requires_grad;
     functional.metas[0].requires_grad = b.meta(mutated).requires_grad || (grad_mode && carries);

@@ -123,18 +123,8 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
       if (narrow_out[d]) block = b.unsqueeze(block, d);
     }
   } else {
-    PyObject* value = c.constant("value");
-    Scalar fill;
-    if (value && PyBool_Check(value)) {
-      fill = Scalar::of_bool(value == Py_True);
-    } else if (value && PyLong_Check(value)) {
-      fill = Scalar::of_int(PyLong_AsLongLong(value));
-    } else if (value && PyFloat_Check(value)) {
-      fill = Scalar::of_float(PyFloat_AsDouble(value));
-    } else {
-      c.unsupported("a value that is neither a tensor nor a number");
-    }
-    block = b.full(block_sizes, fill, meta.dtype, Placement{meta.device_type, meta.device_index, false});
+    const PrimArg value = c.operand("value");
+    block = b.full(block_sizes, value.scalar, meta.dtype, Placement{meta.device_type, meta.device_index, false});
   }
   // Written in y's dim order, outermost first, so that the cats come out
   // in y's layout (a zeros_like of a transposed tensor keeps its strides).
@@ -156,13 +146,17 @@ std::vector<int> decompose_SetItem(DecomposeCall& c) {
   if (permuted) block = b.permute(block, order);
   // `base` is y narrowed on the dims before `from`; the result is base with
   // the block written in.
-  std::function<int(int, int64_t)> write = [&](int base, int64_t from) -> int {
-    int64_t d = from;
+  auto next_narrowed = [&](int64_t d) {
     while (d < split_rank && lo[d] == 0 && hi[d] == ordered[d]) ++d;
+    return d;
+  };
+  std::function<int(int, int64_t)> write = [&](int base, int64_t from) -> int {
+    const int64_t d = next_narrowed(from);
     if (d == split_rank) return block;
     std::vector<int> pieces;
     if (lo[d] > 0) pieces.push_back(b.slice(base, d, 0, lo[d]));
-    pieces.push_back(write(b.slice(base, d, lo[d], hi[d]), d + 1));
+    // The block itself where no later dim is narrowed (no slice of base).
+    pieces.push_back(next_narrowed(d + 1) == split_rank ? block : write(b.slice(base, d, lo[d], hi[d]), d + 1));
     if (hi[d] < ordered[d]) pieces.push_back(b.slice(base, d, hi[d], ordered[d]));
     return pieces.size() == 1 ? pieces[0] : b.cat(pieces, d);
   };

@@ -20,30 +20,24 @@ using cpython::Op;
 
 namespace {
 
-// True for tensor.requires_grad_() / requires_grad_(True) on a tensor that
-// already requires grad: eager changes nothing and returns the tensor
-// (transformers' gradient checkpointing calls it on the input embeddings'
-// output from a forward hook, where the weights make it require grad).
-bool requires_grad_unchanged(const ValuePtr& tensor, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
-  if (args.size() + kwargs.size() > 1 || !tensor->fake) return false;
-  const ValuePtr* flag = args.empty() ? nullptr : &args[0];
-  for (const auto& [key, value] : kwargs) {
-    if (key != "requires_grad") return false;
-    flag = &value;
-  }
-  if (flag && (!(*flag)->is(ValueKind::Constant) || PyObject_IsTrue((*flag)->obj.get()) != 1)) return false;
-  PyRef flag_now = PyRef::steal(PyObject_GetAttrString(tensor->fake.get(), "requires_grad"));
-  if (!flag_now) PyErr_Clear();
-  return flag_now && flag_now.get() == Py_True;
-}
-
 // True for requires_grad_() / requires_grad_(True) / requires_grad=True.
 bool requires_grad_set(const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
   if (args.size() + kwargs.size() > 1) return false;
   if (args.empty() && kwargs.empty()) return true;
-  const ValuePtr& flag = args.empty() ? kwargs[0].second : args[0];
   if (!kwargs.empty() && kwargs[0].first != "requires_grad") return false;
-  return flag->is(ValueKind::Constant) && flag->obj.get() == Py_True;
+  const ValuePtr& flag = args.empty() ? kwargs[0].second : args[0];
+  return flag->is(ValueKind::Constant) && PyObject_IsTrue(flag->obj.get()) == 1;
+}
+
+// True for requires_grad_set on a tensor that already requires grad: eager
+// changes nothing and returns the tensor (transformers' gradient
+// checkpointing calls it on the input embeddings' output from a forward
+// hook, where the weights make it require grad).
+bool requires_grad_unchanged(const ValuePtr& tensor, const std::vector<ValuePtr>& args, const KwArgs& kwargs) {
+  if (!tensor->fake || !requires_grad_set(args, kwargs)) return false;
+  PyRef flag_now = PyRef::steal(PyObject_GetAttrString(tensor->fake.get(), "requires_grad"));
+  if (!flag_now) PyErr_Clear();
+  return flag_now && flag_now.get() == Py_True;
 }
 
 // Note [Torch function queries]
