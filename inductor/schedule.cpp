@@ -72,6 +72,14 @@ class Scheduler {
       after_[first].push_back(second);
       before_[second].push_back(first);
     }
+    // Graph order is the first topological order of the units; a group
+    // never outnumbers the nodes, so 2 * count_ units are enough.
+    order_.resize(count_);
+    place_.assign(2 * static_cast<size_t>(count_), -1);
+    for (int n = 0; n < count_; ++n) order_[n] = place_[n] = n;
+    fwd_mark_.assign(place_.size(), 0);
+    back_mark_.assign(place_.size(), 0);
+    path_mark_.assign(place_.size(), 0);
   }
 
   std::vector<KernelGroup> run() {
@@ -100,12 +108,18 @@ class Scheduler {
   void grow(int root) {
     const int g = static_cast<int>(members_.size());
     members_.push_back({root});
+    version_.push_back(0);
     group_of_[root] = g;
     if (!lowerable(g)) {
       members_[g].clear();
+      ++version_[g];
       group_of_[root] = -1;
       return;
     }
+    // The root's place is the new group's.
+    place_[count_ + g] = place_[root];
+    order_[place_[root]] = count_ + g;
+    place_[root] = -1;
     std::vector<int> work = {root};
     // Producers refused for now: a value of the reductions' shape cannot be
     // an output until a reduction has joined, so they are tried again
@@ -293,18 +307,26 @@ class Scheduler {
   // Moves group b's members into group a when the union lowers and stays
   // acyclic; otherwise leaves both as they were.
   bool try_merge(int a, int b) {
+    const int unit_a = count_ + a, unit_b = count_ + b;
+    const bool a_first = place_[unit_a] < place_[unit_b];
+    const int first = a_first ? unit_a : unit_b, last = a_first ? unit_b : unit_a;
+    Region later;
+    if (!path_free(first, last, nullptr, &later)) return false;
     const size_t before = members_[a].size();
     for (int n : members_[b]) {
       group_of_[n] = a;
       members_[a].push_back(n);
     }
-    std::vector<int> between;
-    if (sandwiched(a, &between) && between.empty() && lowerable(a)) {
+    ++version_[a];
+    if (lowerable(a)) {
       members_[b].clear();
+      ++version_[b];
+      reorder(first, last, {}, later, unit_a);
       return true;
     }
     for (size_t i = before; i < members_[a].size(); ++i) group_of_[members_[a][i]] = b;
     members_[a].resize(before);
+    ++version_[a];
     return false;
   }
 
@@ -337,18 +359,16 @@ class Scheduler {
     } else if (!is_compute(made_by) && !joins_readers(graph_, made_by)) {
       return false;
     }
+    std::vector<int> between;
+    Region later;
+    if (!path_free(producer, count_ + g, &between, &later)) return false;
     group_of_[producer] = g;
     members_[g].push_back(producer);
-    std::vector<int> between;
-    if (!sandwiched(g, &between)) {
-      group_of_[producer] = -1;
-      members_[g].pop_back();
-      return false;
-    }
     for (int n : between) {
       group_of_[n] = g;
       members_[g].push_back(n);
     }
+    ++version_[g];
     also_joined_ = between;
     if (!lowerable(g)) {
       also_joined_.clear();
@@ -356,8 +376,10 @@ class Scheduler {
         group_of_[members_[g].back()] = -1;
         members_[g].pop_back();
       }
+      ++version_[g];
       return false;
     }
+    reorder(producer, count_ + g, between, later, count_ + g);
     return true;
   }
 
@@ -385,124 +407,193 @@ class Scheduler {
     }
   }
 
-  // The index window [lo, hi] holding every node on a path that leaves
-  // group g and comes back into it. Edges (data and extern orderings) run
-  // from lower node indices to higher ones, so such a path stays between
-  // g's first and last member, except where it enters another group,
-  // which it enters whole: a group overlapping the window widens it to
-  // its own first and last member, until none does. That includes a group
-  // with no member inside the window but members on both sides of it: a
-  // path can leave past the window into it and come back through its
-  // earlier members (hf-mobilebert's backward: a group of nodes 293..412
-  // around one of 376..381 made two kernels wait on each other). A node
-  // past the window then reaches only nodes and whole groups past it, so
-  // never g.
-  std::pair<int, int> window(int g) const {
-    int lo = *std::min_element(members_[g].begin(), members_[g].end());
-    int hi = *std::max_element(members_[g].begin(), members_[g].end());
-    // Groups already spanned, marked with this call's stamp (no set:
-    // this runs for every join the scheduler tries).
-    if (spanned_.size() < members_.size()) spanned_.resize(members_.size(), 0);
-    const int stamp = ++stamp_;
-    spanned_[g] = stamp;
-    for (int scanned_lo = lo, scanned_hi = lo - 1;;) {
-      // Scan the part of [lo, hi] not scanned yet (it only grows).
-      bool widened = false;
-      auto scan = [&](int from, int to) {
-        for (int n = from; n <= to; ++n) {
-          const int h = group_of_[n];
-          if (h < 0 || spanned_[h] == stamp) continue;
-          spanned_[h] = stamp;
-          for (int m : members_[h]) {
-            if (m < lo) lo = m, widened = true;
-            if (m > hi) hi = m, widened = true;
-          }
-        }
-      };
-      const int old_lo = scanned_lo, old_hi = scanned_hi;
-      scanned_lo = lo;
-      scanned_hi = hi;
-      if (old_hi < old_lo) {
-        scan(lo, hi);
+  // Note [Kernel order kept topological]
+  // A join or merge must keep the groups acyclic (Note [Kernel scheduling]).
+  // The scheduler keeps a topological order of its units (a group, or a
+  // node in none) as it goes: order_[place] is the unit at a place, holes
+  // -1; every edge between units (data, extern orderings) runs to a later
+  // place. Joining unit x to a later unit y then closes a cycle only
+  // through units placed between them that x reaches, so the search from x
+  // stops at y's place; and it stops at y. The order was graph order
+  // once; a search over graph order had to span every group that
+  // straddled the range it searched (groups lie far apart in graph
+  // order: a backward graph's layer norm recomputed from saved
+  // statistics at the top and read near the bottom), and walked most of
+  // a 3,000-node backward graph per try (hf-bert: 1.5 s of scheduling in
+  // its first training call). After a join the region between x's and y's
+  // places is ordered anew: what x reaches goes after the joined unit,
+  // everything else before it, each in its old order.
+
+  int unit_of(int n) const { return group_of_[n] >= 0 ? count_ + group_of_[n] : n; }
+
+  // A group's edges to nodes outside it (ascending), kept until the group
+  // changes: a large group's members mostly read each other.
+  struct Edges {
+    int version = -1;
+    std::vector<int> nodes;
+  };
+
+  template <typename Fn>
+  void node_successors(int m, Fn&& fn) const {
+    for (int value : graph_.node(m).outputs) {
+      for (int user : users_[value]) fn(user);
+    }
+    for (int after : after_[m]) fn(after);
+  }
+
+  template <typename Fn>
+  void node_predecessors(int m, Fn&& fn) const {
+    for (int value : reads_of_[m]) {
+      if (graph_.value(value).node >= 0) fn(graph_.value(value).node);
+    }
+    for (int before : before_[m]) fn(before);
+  }
+
+  const std::vector<int>& outside(int g, bool successors) const {
+    std::vector<Edges>& cache = successors ? successors_ : predecessors_;
+    if (cache.size() < members_.size()) cache.resize(members_.size());
+    Edges& edges = cache[g];
+    if (edges.version == version_[g]) return edges.nodes;
+    edges.nodes.clear();
+    auto add = [&](int n) {
+      if (group_of_[n] != g) edges.nodes.push_back(n);
+    };
+    for (int m : members_[g]) {
+      if (successors) {
+        node_successors(m, add);
       } else {
-        scan(lo, old_lo - 1);
-        scan(old_hi + 1, hi);
+        node_predecessors(m, add);
       }
-      // A group not spanned yet has no member in the scanned range; it
-      // straddles the window when it has members on both sides.
-      for (size_t h = 0; h < members_.size(); ++h) {
-        if (spanned_[h] == stamp || members_[h].empty()) continue;
-        bool below = false, above = false;
-        for (int m : members_[h]) {
-          below = below || m < lo;
-          above = above || m > hi;
-        }
-        if (!below || !above) continue;
-        spanned_[h] = stamp;
-        for (int m : members_[h]) {
-          lo = std::min(lo, m);
-          hi = std::max(hi, m);
-        }
-        widened = true;
-      }
-      if (!widened) return {lo, hi};
+    }
+    std::sort(edges.nodes.begin(), edges.nodes.end());
+    edges.nodes.erase(std::unique(edges.nodes.begin(), edges.nodes.end()), edges.nodes.end());
+    edges.version = version_[g];
+    return edges.nodes;
+  }
+
+  // Calls fn(unit) for each unit unit u has an edge to (repeats allowed).
+  template <typename Fn>
+  void for_successors(int u, Fn&& fn) const {
+    if (u < count_) {
+      node_successors(u, [&](int n) { fn(unit_of(n)); });
+    } else {
+      for (int n : outside(u - count_, true)) fn(unit_of(n));
     }
   }
 
-  // The nodes on paths that leave group g and come back into it (Note
-  // [Kernel scheduling]): reachable from g and reaching g, where entering
-  // another group enters all of it. False when one of them cannot join
-  // (it is in another group, or is no elementwise or reduction node).
-  // Searched within window(g) only: a search over the whole graph made
-  // scheduling quadratic (timm ResNet-50's backward on the H100 machine:
-  // 2.7 s of its first training call).
-  bool sandwiched(int g, std::vector<int>* between) const {
-    const auto [lo, hi] = window(g);
-    const int width = hi - lo + 1;
-    auto reach = [&](bool forward) {
-      std::vector<bool> seen(width, false);
-      std::vector<int> stack;
-      auto push = [&](int n) {
-        if (n >= lo && n <= hi) stack.push_back(n);
-      };
-      // Data edges and extern orderings (Note [Extern writes]) alike.
-      auto neighbours = [&](int n) {
-        if (forward) {
-          for (int value : graph_.node(n).outputs) {
-            for (int user : users_[value]) push(user);
-          }
-          for (int m : after_[n]) push(m);
-        } else {
-          for (int value : reads_of_[n]) {
-            if (graph_.value(value).node >= 0) push(graph_.value(value).node);
-          }
-          for (int m : before_[n]) push(m);
-        }
-      };
-      for (int n : members_[g]) neighbours(n);
-      while (!stack.empty()) {
-        const int u = stack.back();
-        stack.pop_back();
-        if (group_of_[u] == g || seen[u - lo]) continue;
-        if (group_of_[u] >= 0) {
-          for (int w : members_[group_of_[u]]) {
-            seen[w - lo] = true;
-            neighbours(w);
-          }
-        } else {
-          seen[u - lo] = true;
-          neighbours(u);
-        }
-      }
-      return seen;
-    };
-    const std::vector<bool> from = reach(true), to = reach(false);
-    for (int n = lo; n <= hi; ++n) {
-      if (!from[n - lo] || !to[n - lo]) continue;
-      if (group_of_[n] >= 0 || !(is_compute(graph_.node(n)) || joins_readers(graph_, graph_.node(n)))) return false;
-      between->push_back(n);
+  // Calls fn(unit) for each unit with an edge to unit u (repeats allowed).
+  template <typename Fn>
+  void for_predecessors(int u, Fn&& fn) const {
+    if (u < count_) {
+      node_predecessors(u, [&](int n) { fn(unit_of(n)); });
+    } else {
+      for (int n : outside(u - count_, false)) fn(unit_of(n));
     }
+  }
+
+  // The units placed between x and a later unit y that x reaches
+  // (`after` true) or that reach y (`after` false): whichever search
+  // finished first (Note [Kernel order kept topological]).
+  struct Region {
+    std::vector<int> units;
+    bool after = true;
+  };
+
+  // Whether unit x may join the later unit y (Note [Kernel order kept
+  // topological]): every unit on a path from x to y through other units
+  // is a node in no group that may join a kernel, and `between` (ascending
+  // node ids) is given; with no `between`, no such unit may exist.
+  // `region` gets what reorder() needs.
+  bool path_free(int x, int y, std::vector<int>* between, Region* region) const {
+    const int lo = place_[x], hi = place_[y];
+    const int stamp = ++stamp_;
+    // The two searches run in step; the first to finish bounds the other.
+    std::vector<int> fwd, back, fwd_stack, back_stack;
+    auto visit_fwd = [&](int v) {
+      if (v == x || v == y || place_[v] > hi || fwd_mark_[v] == stamp) return;
+      fwd_mark_[v] = stamp;
+      fwd.push_back(v);
+      fwd_stack.push_back(v);
+    };
+    auto visit_back = [&](int v) {
+      if (v == x || v == y || place_[v] < lo || back_mark_[v] == stamp) return;
+      back_mark_[v] = stamp;
+      back.push_back(v);
+      back_stack.push_back(v);
+    };
+    // A producer read only by the unit it joins (most are) needs no
+    // search back from a large group.
+    for_successors(x, visit_fwd);
+    if (!fwd.empty()) for_predecessors(y, visit_back);
+    while (!fwd_stack.empty() && !back_stack.empty()) {
+      const int u = fwd_stack.back();
+      fwd_stack.pop_back();
+      for_successors(u, visit_fwd);
+      const int w = back_stack.back();
+      back_stack.pop_back();
+      for_predecessors(w, visit_back);
+    }
+    region->after = fwd_stack.empty();
+    region->units = region->after ? std::move(fwd) : std::move(back);
+    if (region->units.empty()) return true;
+    // The units on a path: the other search, within the finished one's.
+    const std::vector<int>& within = region->after ? fwd_mark_ : back_mark_;
+    std::vector<int> on_path, stack;
+    auto visit = [&](int v) {
+      if (within[v] != stamp || path_mark_[v] == stamp) return;
+      path_mark_[v] = stamp;
+      on_path.push_back(v);
+      stack.push_back(v);
+    };
+    if (region->after) {
+      for_predecessors(y, visit);
+    } else {
+      for_successors(x, visit);
+    }
+    while (!stack.empty()) {
+      const int u = stack.back();
+      stack.pop_back();
+      if (region->after) {
+        for_predecessors(u, visit);
+      } else {
+        for_successors(u, visit);
+      }
+    }
+    if (on_path.empty()) return true;
+    if (between == nullptr) return false;
+    for (int u : on_path) {
+      if (u >= count_ || !(is_compute(graph_.node(u)) || joins_readers(graph_, graph_.node(u)))) return false;
+      between->push_back(u);
+    }
+    std::sort(between->begin(), between->end());
     return true;
+  }
+
+  // After x, y and the nodes `joined` became unit `kept`: orders the
+  // places from x's to y's anew (Note [Kernel order kept topological]):
+  // what x reaches there after the unit, the rest before it; or what
+  // reaches y before the unit, the rest after it.
+  void reorder(int x, int y, const std::vector<int>& joined, const Region& region, int kept) {
+    const int lo = place_[x], hi = place_[y];
+    for (int u : {x, y}) place_[u] = -1;
+    for (int n : joined) place_[n] = -1;
+    const int stamp = ++stamp_;
+    for (int u : region.units) path_mark_[u] = stamp;
+    std::vector<int> head, tail;
+    for (int p = lo; p <= hi; ++p) {
+      const int u = order_[p];
+      if (u < 0 || place_[u] < 0) continue;
+      ((path_mark_[u] == stamp) == region.after ? tail : head).push_back(u);
+    }
+    int p = lo;
+    auto put = [&](int u) {
+      order_[p] = u;
+      place_[u] = p++;
+    };
+    for (int u : head) put(u);
+    put(kept);
+    for (int u : tail) put(u);
+    while (p <= hi) order_[p++] = -1;
   }
 
   const PrimGraph& graph_;
@@ -515,7 +606,14 @@ class Scheduler {
   // Extern orderings: the nodes that must run after / before each node.
   std::vector<std::vector<int>> after_, before_;
   std::vector<std::vector<int>> reads_of_;  // node_reads per node, computed once
-  mutable std::vector<int> spanned_;         // window(): per group, the stamp of the call that spanned it
+  // Note [Kernel order kept topological]: the unit at each place (-1: a
+  // hole), each unit's place (-1: merged into another); a node n is unit
+  // n, group g unit count_ + g.
+  std::vector<int> order_, place_;
+  std::vector<int> version_;  // per group, bumped when its members change
+  mutable std::vector<Edges> successors_, predecessors_;  // outside(), per group
+  // path_free(): the stamp of the call whose searches reached a unit.
+  mutable std::vector<int> fwd_mark_, back_mark_, path_mark_;
   mutable int stamp_ = 0;
 };
 
