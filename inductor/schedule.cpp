@@ -1,6 +1,7 @@
 #include "inductor/schedule.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -40,7 +41,8 @@ using prims::PrimNode;
 // lowers and stays acyclic (the value is not written and read back). Last,
 // horizontal fusion: two groups that read a common tensor of their
 // iteration space's shape merge when the merged group lowers and stays
-// acyclic (x.sum(0) and x.amax(0) read x once); so do groups over the same
+// acyclic (x.sum(0) and x.amax(0) read x once) and the two would run
+// near each other (kSiblingReach); so do groups over the same
 // iteration space (sizes and reduced dims) that read nothing in common
 // but lie within kNeighbours groups of each other in graph order, so one
 // launch does the work of two (attention's q, k and v gradients, each
@@ -52,6 +54,14 @@ using prims::PrimNode;
 // Horizontal fusion without a common input: the groups after a group in
 // graph order it may merge with.
 constexpr size_t kNeighbours = 4;
+// Horizontal fusion through a common input merges groups whose last nodes
+// (where each would run) lie at most this many nodes apart. Unbounded, it
+// chained a backward graph's layers through their saved activations (each
+// read by its own layer's gradient kernels and the next one's): hf-bert's
+// weight and bias gradients of all 12 layers became one kernel of 50
+// outputs and 205 inputs, run only once the last layer's gradient was
+// ready, and long to compile.
+constexpr int kSiblingReach = 64;
 
 class Scheduler {
  public:
@@ -209,13 +219,21 @@ class Scheduler {
             ++i, ++j;
           }
         }
-        if (share && try_merge(a, b)) {
+        if (share && near(a, b) && try_merge(a, b)) {
           read[a] = reads(a);
           read[b].clear();
           space = -1;
         }
       }
     }
+  }
+
+  // Whether groups a and b would run within kSiblingReach nodes of each
+  // other (a group runs after its last node; Note [Kernel scheduling]).
+  bool near(int a, int b) const {
+    const int last_a = *std::max_element(members_[a].begin(), members_[a].end());
+    const int last_b = *std::max_element(members_[b].begin(), members_[b].end());
+    return std::abs(last_a - last_b) <= kSiblingReach;
   }
 
   // Horizontal fusion of groups over one iteration space that share no

@@ -190,7 +190,16 @@ void KernelBatch::compile_program(const std::vector<size_t>& members) {
   }
   count_compiled(static_cast<int64_t>(members.size()));
   const double ms = clock.ms();
-  KILN_LOG(perf, "NVRTC program of " << members.size() << " kernel(s) for " << arch_ << ": " << ms << " ms");
+  KILN_LOG(perf, "NVRTC program of " << members.size() << " kernel(s) for " << arch_ << ": " << ms << " ms ("
+                                      << [&] {
+                                           std::string names;
+                                           for (size_t i : members) {
+                                             names += (names.empty() ? "" : ", ") + sources_[i].scalar.name + " " +
+                                                      std::to_string(sources_[i].text.size()) + " bytes";
+                                           }
+                                           return names;
+                                         }()
+                                      << ")");
   auto modules = std::make_shared<CubinModules>();
   for (size_t j = 0; j < members.size(); ++j) {
     const size_t i = members[j];

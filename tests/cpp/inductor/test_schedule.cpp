@@ -356,6 +356,30 @@ TEST(Schedule, SiblingsReadingOneTensorMerge) {
   for (const KernelGroup& group : groups) EXPECT_NO_THROW(lower_group(graph, group));
 }
 
+TEST(Schedule, SiblingsFarApartStayApart) {
+  // x.sum(0) first and x.amax(0) after 70 nodes of other work (five
+  // chains over other spaces, so no neighbour merge either): merged, the
+  // sum would wait for the amax's turn (kSiblingReach), as every layer's
+  // weight gradients of a backward graph did through their saved inputs.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(f32({8, 16}));
+  const int s = b.reduce(Prim::Sum, x, {0}, false);
+  std::vector<int> outputs = {s};
+  for (int k = 1; k <= 5; ++k) {
+    int chain = graph.add_input(f32({k + 1, 3}));
+    for (int i = 0; i < 14; ++i) chain = b.unary(Prim::Neg, chain);
+    outputs.push_back(chain);
+  }
+  const int m = b.reduce(Prim::Amax, x, {0}, false);
+  outputs.push_back(m);
+  graph.set_outputs(outputs);
+  const auto groups = schedule_kernels(graph);
+  ASSERT_EQ(groups.size(), 7u);
+  EXPECT_EQ(groups.front().outputs, (std::vector<int>{s}));
+  EXPECT_EQ(groups.back().outputs, (std::vector<int>{m}));
+}
+
 TEST(Schedule, IndependentNeighboursOverOneSpaceMerge) {
   // Attention's q, k and v gradients, each transposed back to [b, t, h, d]
   // (a contiguous clone of a permute): three groups over one space that
