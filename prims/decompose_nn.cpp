@@ -563,10 +563,11 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
 }
 
 // Note [Fused attention kernels]
-// Where torch would run cuDNN's or flash attention (or, without gradients,
-// memory-efficient attention: a decode step's one-row queries, where
-// torch's per-call backend choice cost ~0.2 ms of host time on the H100;
-// docs/perf.md, session 21), the graph calls that kernel itself (kiln._attention.attention) rather than
+// Where torch would run cuDNN's, flash or memory-efficient attention (a
+// decode step's one-row queries, where torch's per-call backend choice cost
+// ~0.2 ms of host time on the H100, docs/perf.md session 21; or a mask that
+// needs a gradient, as T5's learned position bias), the graph calls that
+// kernel itself (kiln._attention.attention) rather than
 // F.scaled_dot_product_attention. Two costs go: torch's call converted a
 // boolean mask in every layer (where + two scalar_tensor launches, ~100 us
 // of host time a call on the H100), which here is a where in the graph that
@@ -579,9 +580,12 @@ std::optional<std::vector<int>> cpu_flash_attention_call(DecomposeCall& c, long 
 // gradients]). The outputs' and gradients' layouts come from running the
 // kernels once at compile time (kiln._attention.layouts). Taken only as
 // torch would run it: no dropout (its RNG offsets would differ from
-// eager's), no mask that needs a gradient, grouped-query attention only
-// through cuDNN (which reads the shared heads itself), head dims that flash
-// takes unpadded; otherwise the call stays torch's (attention_call).
+// eager's), a mask that needs a gradient only through the memory-efficient
+// kernel (the only one that gives it; summed back over the broadcast the
+// kernel reads), the memory-efficient kernel with gradients only with a
+// mask, grouped-query attention only through cuDNN (which reads the shared
+// heads itself), head dims that flash takes unpadded; otherwise the call
+// stays torch's (attention_call).
 // Sets `why` when the call stays torch's.
 std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long backend, std::string& why) {
   PrimBuilder& b = c.b;
@@ -601,19 +605,23 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
     why = "flash attention with grouped heads, a mask or a head dim torch pads";
     return std::nullopt;
   }
-  // Memory-efficient attention is called for inference only (its backward
-  // is not wired).
-  const bool with_lse = b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad;
-  if (backend == kEfficientBackend &&
-      (gqa || with_lse || b.meta(q).sizes.size() != 4 || b.meta(q).sizes.back() % 8 != 0)) {
-    why = "memory-efficient attention with gradients, grouped heads, other than 4-d operands or a head dim torch pads";
+  const bool mask_grad = c.given("attn_mask") && b.meta(c.tensor("attn_mask")).requires_grad;
+  const bool with_lse =
+      b.meta(q).requires_grad || b.meta(k).requires_grad || b.meta(value).requires_grad || mask_grad;
+  // Memory-efficient attention's backward is called through its
+  // scaled_dot_product entry, which takes a bias: with gradients, only a
+  // call with a mask.
+  if (backend == kEfficientBackend && (gqa || (with_lse && !c.given("attn_mask")) ||
+                                       b.meta(q).sizes.size() != 4 || b.meta(q).sizes.back() % 8 != 0)) {
+    why = "memory-efficient attention with gradients and no mask, grouped heads, other than 4-d operands or a "
+          "head dim torch pads";
     return std::nullopt;
   }
   int mask = -1;
   if (c.given("attn_mask")) {
     mask = c.tensor("attn_mask");
-    if (b.meta(mask).requires_grad) {
-      why = "the mask needs a gradient";
+    if (mask_grad && backend != kEfficientBackend) {
+      why = "the mask needs a gradient, which only the memory-efficient kernel gives";
       return std::nullopt;
     }
     // torch's cuDNN path adds 0 where the mask is true, -65504 elsewhere,
@@ -629,7 +637,8 @@ std::optional<std::vector<int>> fused_attention_call(DecomposeCall& c, long back
   const bool causal = c.flag("is_causal");
   std::optional<std::vector<graph::TensorMeta>> metas =
       fused_attention_metas(b, q, k, value, mask, backend, causal, scale, with_lse, why);
-  if (!metas || metas->size() != (with_lse ? 4u : 1u)) {
+  const size_t outputs = !with_lse ? 1u : backend == kEfficientBackend ? 2u : 4u;
+  if (!metas || metas->size() != outputs) {
     if (why.empty()) why = "kiln._attention gave no layouts";
     return std::nullopt;
   }

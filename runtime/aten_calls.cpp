@@ -248,8 +248,9 @@ PyObject* aten_attention(PyObject* query, PyObject* key, PyObject* value, PyObje
       results = {out, lse};
     } else if (call.backend == kEfficient) {
       if (bias) bias = efficient_bias(*bias, q, k);
-      auto r = at::_scaled_dot_product_efficient_attention(q, k, v, bias, false, 0.0, call.causal, call.scale);
-      results = {std::get<0>(r)};
+      auto r = at::_scaled_dot_product_efficient_attention(q, k, v, bias, call.with_lse, 0.0, call.causal,
+                                                           call.scale);
+      results = {std::get<0>(r), std::get<1>(r)};  // no dropout: its RNG state is never read
     } else if (call.backend == kCudnn) {
       auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, bias, call.with_lse, 0.0, call.causal, false,
                                                        call.scale);

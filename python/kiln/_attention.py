@@ -5,8 +5,8 @@ attention with gradients]).
 
 `backend` asks torch which kernel its scaled_dot_product_attention would run
 for the traced layouts: kiln decomposes the call where that is torch's math
-backend. Where it is cuDNN's or flash attention (memory-efficient attention
-without gradients), the graph calls the kernel itself through `attention`
+backend. Where it is cuDNN's, flash or memory-efficient attention, the
+graph calls the kernel itself through `attention`
 (the boolean mask converted in the graph, where kiln fuses it and computes
 it once for all layers), keeping the outputs its
 backward kernel reads, and `attention.kiln_vjp` calls that backward kernel:
@@ -47,31 +47,37 @@ def backend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gq
     return _choices[key_]
 
 
+def _efficient_bias(mask, query, key):
+    """`mask` as torch's own call hands it to the memory-efficient kernel:
+    rows padded to 16 elements for the kernel's aligned loads unless laid
+    out so already (Note [Attention bias alignment], which the prim
+    executor's C++ call of `attention` follows), broadcast to (batch,
+    heads, queries, keys)."""
+    strides = mask.stride()
+    if not strides or strides[-1] != 1 or any(s % 16 for s in strides[:-1]):
+        last = mask.shape[-1]
+        mask = torch.nn.functional.pad(mask, (0, 16 - last % 16))[..., :last]
+    return mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[-2])
+
+
 def attention(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
-    """torch's attention kernel `backend_` (CUDNN, FLASH or, without
-    gradients, EFFICIENT; flash takes no mask): the output, or with
-    `with_lse` (out, logsumexp, philox seed, philox offset), what its
-    backward kernel reads. On CPU operands, torch's CPU flash kernel (a
-    mask of the query's dtype allowed): the output, or (out, logsumexp).
-    No dropout."""
+    """torch's attention kernel `backend_` (CUDNN, FLASH or EFFICIENT;
+    flash takes no mask): the output, or with `with_lse` what its backward
+    kernel reads: (out, logsumexp, philox seed, philox offset), for
+    EFFICIENT (out, logsumexp). On CPU operands, torch's CPU flash kernel
+    (a mask of the query's dtype allowed): the output, or (out,
+    logsumexp). No dropout."""
     if query.device.type == "cpu":
         r = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
         return (r[0], r[1]) if with_lse else r[0]
     if backend_ == EFFICIENT:
         if attn_mask is not None:
-            # As torch's own call prepares the bias: rows padded to 16
-            # elements for the kernel's aligned loads unless laid out so
-            # already (Note [Attention bias alignment], which the prim
-            # executor's C++ call of this function follows), broadcast to
-            # (batch, heads, queries, keys).
-            strides = attn_mask.stride()
-            if not strides or strides[-1] != 1 or any(s % 16 for s in strides[:-1]):
-                last = attn_mask.shape[-1]
-                attn_mask = torch.nn.functional.pad(attn_mask, (0, 16 - last % 16))[..., :last]
-            attn_mask = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[-2])
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, attn_mask, False, 0.0, is_causal, scale=scale)[0]
+            attn_mask = _efficient_bias(attn_mask, query, key)
+        r = torch.ops.aten._scaled_dot_product_efficient_attention(
+            query, key, value, attn_mask, with_lse, 0.0, is_causal, scale=scale)
+        # No dropout: the kernel's RNG state (r[2], r[3]) is never read.
+        return (r[0], r[1]) if with_lse else r[0]
     if backend_ == CUDNN:
         r = torch.ops.aten._scaled_dot_product_cudnn_attention(
             query, key, value, attn_mask, with_lse, 0.0, is_causal, False, scale=scale)
@@ -88,7 +94,8 @@ def _like(gradient, operand):
 
 def _attention_vjp(args, kwargs, outputs, slots, grads):
     """Gradients of `attention(*args)` for the argument positions in `slots`
-    ((0, i) paths, query/key/value only) by torch's backward kernel, from the
+    ((0, i) paths: query/key/value, and for EFFICIENT the mask) by torch's
+    backward kernel, from the
     forward's saved `outputs` and the output's gradient grads[0]."""
     query, key, value, mask, backend_, is_causal, scale, _ = args
     out, lse = outputs[0], outputs[1]
@@ -102,6 +109,8 @@ def _attention_vjp(args, kwargs, outputs, slots, grads):
         found = tuple(_like(g, t) for g, t in zip(found, (query, key, value)))
         gradients = tuple(found[path[1]] for path in slots)
         return gradients[0] if len(gradients) == 1 else gradients
+    if backend_ == EFFICIENT:
+        return _efficient_vjp(query, key, value, mask, is_causal, scale, out, lse, slots, grad)
     seed, offset = outputs[2], outputs[3]
     max_q, max_k = query.shape[-2], key.shape[-2]
     if backend_ == CUDNN:
@@ -113,6 +122,31 @@ def _attention_vjp(args, kwargs, outputs, slots, grads):
             grad, query, key, value, out, lse, None, None, max_q, max_k, 0.0, is_causal, seed, offset, scale=scale)
     gradients = tuple(found[path[1]] for path in slots)
     return gradients[0] if len(gradients) == 1 else gradients
+
+
+# The memory-efficient backward kernel reads its RNG state only with dropout.
+_NO_RNG_STATE = torch.empty((), dtype=torch.long)
+
+
+def _efficient_vjp(query, key, value, mask, is_causal, scale, out, lse, slots, grad):
+    """The memory-efficient backward kernel's gradients for `slots`, the
+    mask's among them where asked (a position bias that is learned, as
+    T5's). The kernel reads the bias as the forward did (padded rows,
+    broadcast) and gives the bias gradient at the broadcast shape; it is
+    summed back to the mask's. Each gradient in empty_like's layout of its
+    operand."""
+    wanted = [any(path[1] == i for path in slots) for i in range(4)]
+    found = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        grad, query, key, value, _efficient_bias(mask, query, key), out, lse, _NO_RNG_STATE, _NO_RNG_STATE, 0.0,
+        wanted, is_causal, scale=scale)
+    operands = (query, key, value, mask)
+    gradients = []
+    for path in slots:
+        g = found[path[1]]
+        if path[1] == 3:
+            g = g.sum_to_size(mask.shape)
+        gradients.append(_like(g, operands[path[1]]))
+    return gradients[0] if len(gradients) == 1 else tuple(gradients)
 
 
 attention.kiln_vjp = _attention_vjp
@@ -138,8 +172,11 @@ def layouts(query, key, value, attn_mask, backend_, is_causal, scale, with_lse):
             if any(t.device != q.device for t in outputs):
                 found = "an output of torch's kernel is not on the query's device"
             if with_lse:
+                slots = ((0, 0), (0, 1), (0, 2))
+                if backend_ == EFFICIENT and attn_mask is not None and attn_mask[3]:
+                    slots += ((0, 3),)  # a mask that needs a gradient: the kernel must give one
                 grads = _attention_vjp((q, k, v, mask, backend_, is_causal, scale, True), {}, outputs,
-                                       ((0, 0), (0, 1), (0, 2)), (torch.zeros_like(outputs[0]),))
+                                       slots, (torch.zeros_like(outputs[0]),))
                 for name, g, t in zip("qkv", grads, (q, k, v)):
                     if g.stride() != torch.empty_like(t).stride() or g.dtype != t.dtype:
                         found = (f"the {name} gradient's layout {tuple(g.stride())} {g.dtype} is not "

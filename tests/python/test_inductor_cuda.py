@@ -336,7 +336,9 @@ def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
     # Note [Attention on the GPU]: no L x S score matrix is decomposed on the
     # GPU; the projection around the call still fuses, gradients match eager.
     # A padding mask broadcast over queries is made contiguous for torch's
-    # fused kernels.
+    # fused kernels. float32 operands run torch's memory-efficient kernel:
+    # with a mask the graph calls it itself (Note [Fused attention
+    # kernels]); without one the call stays torch's.
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
     keep = torch.arange(64, device="cuda") < 50
@@ -357,7 +359,8 @@ def test_attention_stays_one_torch_call_with_gradients(mask, capfd):
     with kiln_logs("prims"):
         got = compiled(q, k, v)
     log = capfd.readouterr().err
-    assert "extern F.scaled_dot_product_attention" in log, log
+    called = "extern kiln._attention.attention" if mask == "padding" else "extern F.scaled_dot_product_attention"
+    assert called in log, log
     got.sum().backward()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for t, g in zip((q, k, v), grads):
@@ -413,6 +416,47 @@ def test_attention_calls_torchs_fused_kernel_and_its_backward(backend, mask, cap
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
     for g, w in zip(grads, wants):
         torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
+
+
+@pytest.mark.parametrize("case", ["learned_bias", "learned_bias_over_heads", "learned_bias_unaligned_keys",
+                                  "float32_padding_mask"])
+def test_memory_efficient_attention_with_gradients_calls_its_backward_kernel(case, capfd):
+    # Note [Fused attention kernels]: where torch runs the memory-efficient
+    # kernel with gradients (a float bias that needs one, as T5's learned
+    # position bias; float32 operands), the graph calls that kernel and
+    # its backward kernel, which gives the bias gradient too (summed back
+    # over the batch or heads it was broadcast across): no extern_vjp
+    # running the attention forward again in the backward.
+    torch.manual_seed(0)
+    dtype = torch.float32 if case == "float32_padding_mask" else torch.bfloat16
+    keys = 40 if case == "learned_bias_unaligned_keys" else 64
+    q = torch.randn(2, 4, 64, 64, device="cuda", dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(2, 4, keys, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    bias_shape = {"learned_bias": (1, 4, 64, keys), "learned_bias_over_heads": (2, 1, 64, keys),
+                  "learned_bias_unaligned_keys": (2, 4, 64, keys)}.get(case)
+    bias = None if bias_shape is None else torch.randn(bias_shape, device="cuda", dtype=dtype, requires_grad=True)
+    keep = torch.arange(keys, device="cuda") < 50
+    operands = (q, k, v) if bias is None else (q, k, v, bias)
+
+    def f(q, k, v, bias=None):
+        mask = keep[None, None, None, :].expand(2, 1, 64, keys) if bias is None else bias * 2
+        return F.scaled_dot_product_attention(q * 0.5, k, v, attn_mask=mask).relu() + 1
+
+    want = f(*operands)
+    wants = torch.autograd.grad(want.float().sum(), operands)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    with kiln_logs("prims"):
+        got = compiled(*operands)
+        grads = torch.autograd.grad(got.float().sum(), operands)
+    log = capfd.readouterr().err
+    assert "kiln._attention.attention" in log and "kiln._attention.attention.kiln_vjp" in log, log
+    assert "F.scaled_dot_product_attention" not in log and "extern_vjp(" not in log, log
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    for g, w in zip(grads, wants):
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol * 5)
     assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
