@@ -13,6 +13,7 @@
 
 #include "inductor/bias_epilogues.h"
 #include "inductor/conv_bias.h"
+#include "inductor/view_pairs.h"
 #include "inductor/sink_views.h"
 #include "inductor/buffer_plan.h"
 #include "inductor/cpu/cpu_kernel.h"
@@ -495,6 +496,8 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   // [Recomputed kernel outputs]: a cone copied into its only reader); it
   // would still run, through torch.
   if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) return take(live, "dead nodes dropped");
+  // Note [View pairs].
+  if (prims::PrimGraph folded; fold_view_pairs(graph, &folded)) return take(folded, "views of views folded");
   // Note [Casts above reshapes].
   if (prims::PrimGraph sunk; (on_cuda || targets.cpu) && sink_reshapes_below_casts(graph, &sunk)) {
     return take(sunk, "casts moved above reshapes");
