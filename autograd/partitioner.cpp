@@ -261,6 +261,46 @@ std::vector<bool> internal_to_regions(const JointGraph& joint) {
   return internal;
 }
 
+// Note [Long recomputation chains]
+// The min-cut counts bytes only. Through a transformer's residual stream
+// everything between two layers' matmuls is elementwise (the residual add,
+// layer norm's normalization from its saved mean and variance, the cast),
+// so it found it cheapest to save each layer's small pieces and recompute
+// the whole stream: BERT's backward began by recomputing all 24 layer
+// norms in one kernel (640 lines on the CPU, 121 KB of CUDA source that
+// NVRTC compiled for 2.5 s of a cold first call) and kept ~90 full-size
+// results alive from the start of the backward, each layer's backward
+// needing the value at the end of the chain. A recomputed value may
+// therefore depend on a chain of at most kMaxRecomputeChain recomputed
+// elementwise nodes (views are free and not counted); a value deeper than
+// that is pinned to the forward (the cut then saves it or a value after
+// it), which restarts the count. AOT autograd bans recomputing long
+// fusible chains for the same reason. Values inside checkpointed regions
+// are left alone (Note [Checkpointed regions]: they are never saved).
+constexpr int kMaxRecomputeChain = 16;
+
+void pin_long_chains(const prims::PrimGraph& g, const std::vector<bool>& forward, const std::vector<bool>& internal,
+                     std::vector<bool>& pinned) {
+  std::vector<int> depth(g.values().size(), 0);
+  for (const prims::PrimNode& node : g.nodes()) {
+    if (node.outputs.empty() || !forward[node.outputs[0]]) continue;
+    int deepest = 0;
+    for (int id : prims::node_reads(node)) {
+      if (!pinned[id]) deepest = std::max(deepest, depth[id]);
+    }
+    const bool view = prims::prim_info(node.prim).family == prims::Family::View;
+    const int made = deepest + (view ? 0 : 1);
+    for (int id : node.outputs) {
+      if (pinned[id] || internal[id]) continue;
+      if (made > kMaxRecomputeChain) {
+        pinned[id] = true;
+      } else {
+        depth[id] = made;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
@@ -283,6 +323,7 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
   for (int id : joint.forward_outputs) pinned[id] = true;
   const std::vector<bool> near_writes = values_near_writes(g);
   for (int id = 0; id < count; ++id) pinned[id] = pinned[id] || (forward[id] && near_writes[id]);
+  pin_long_chains(g, forward, internal, pinned);  // Note [Long recomputation chains]
   // What the backward needs from the forward side.
   std::vector<bool> needed(count, false);
   for (const prims::PrimNode& node : g.nodes()) {

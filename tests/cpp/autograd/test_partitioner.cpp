@@ -5,10 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "autograd/joint_graph.h"
 #include "autograd/partitioner.h"
+#include "prims/extern_writes.h"
 #include "prims/prim_builder.h"
 #include "runtime/prim_executor.h"
 #include "tests/cpp/runtime/python_test_util.h"
@@ -131,6 +133,55 @@ TEST(Partitioner, RecomputationRunsWhereTheBackwardNeedsIt) {
     if (part.backward.node(static_cast<int>(n)).prim == Prim::Tanh) first_tanh = static_cast<int>(n);
   }
   EXPECT_GT(first_tanh, 0) << prims::format_prim_graph(part.backward);
+}
+
+TEST(Partitioner, LongElementwiseChainsAreCutForRecomputation) {
+  // Note [Long recomputation chains]: tanh applied 40 times. By bytes the
+  // cut would save x alone and the backward would recompute all 40 from
+  // it before its first step; the chain is cut every 16 elementwise nodes,
+  // so no recomputed value lies deeper than that below a saved one.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({64}));
+  int y = x;
+  for (int i = 0; i < 40; ++i) y = b.unary(Prim::Tanh, y);
+  g.set_outputs({b.reduce(Prim::Sum, y, {}, false)});
+  JointGraph joint = build_joint_graph(g, {true});
+  Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
+  ASSERT_EQ(part.backward.verify(), "");
+  EXPECT_GE(part.saved_count, 3);
+  // Depth of each recomputed value (read no incoming gradient) below the saved ones.
+  std::vector<int> depth(part.backward.values().size(), 0);
+  std::vector<bool> from_grad(part.backward.values().size(), false);
+  for (size_t i = part.saved_count; i < part.backward.inputs().size(); ++i) {
+    from_grad[part.backward.inputs()[i]] = true;
+  }
+  int deepest = 0;
+  for (const prims::PrimNode& node : part.backward.nodes()) {
+    bool grad = false;
+    int d = 0;
+    for (int id : prims::node_reads(node)) {
+      grad = grad || from_grad[id];
+      d = std::max(d, depth[id]);
+    }
+    for (int id : node.outputs) {
+      from_grad[id] = grad;
+      depth[id] = grad ? 0 : d + 1;
+      if (!grad) deepest = std::max(deepest, depth[id]);
+    }
+  }
+  EXPECT_LE(deepest, 16) << prims::format_prim_graph(part.backward);
+  // The gradient is the joint graph's.
+  PyRef xs = test::eval("torch.randn(64, dtype=torch.float64)");
+  PyRef gy = test::eval("torch.tensor(1.5, dtype=torch.float64)");
+  std::vector<PyRef> joint_out = run(joint.graph, {xs.get(), gy.get()});
+  std::vector<PyRef> fwd_out = run(part.forward, {xs.get()});
+  std::vector<PyObject*> bwd_in;
+  for (int k = 0; k < part.saved_count; ++k) bwd_in.push_back(fwd_out[part.forward_output_count + k].get());
+  bwd_in.push_back(gy.get());
+  std::vector<PyRef> bwd_out = run(part.backward, bwd_in);
+  ASSERT_EQ(bwd_out.size(), 1u);
+  EXPECT_TRUE(same(bwd_out[0].get(), joint_out[1].get()));
 }
 
 TEST(Partitioner, ReductionsAreSavedNotRecomputed) {
