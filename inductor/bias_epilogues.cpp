@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "inductor/node_rewrite.h"
 #include "inductor/schedule.h"
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
@@ -99,33 +100,21 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
     PyErr_Clear();
     throw std::runtime_error("bias epilogues: torch.nn.functional.linear is not importable");
   }
-  PrimGraph result;
-  try {
-    std::vector<int> map = prims::copy_inputs(result, graph);
-    prims::PrimBuilder b(result);
-    for (size_t n = 0; n < graph.nodes().size(); ++n) {
-      const PrimNode& node = graph.node(n);
-      if (folded[n]) continue;
-      if (side[n] < 0) {
-        prims::copy_node_mapped(result, graph, node, map);
-        continue;
-      }
-      const PrimNode& mm = graph.node(producer[node.args[side[n]].value]);
-      const int weight = b.permute(map[mm.args[1].value], {1, 0});
-      const int bias = map[node.args[1 - side[n]].value];
-      const std::vector<int> made =
-          b.extern_call(linear.get(), "linear",
-                        {graph::Arg::of_node(map[mm.args[0].value]), graph::Arg::of_node(weight),
-                         graph::Arg::of_node(bias)},
-                        {}, {graph.value(node.outputs[0]).meta}, /*pure=*/true);
-      map[node.outputs[0]] = made.at(0);
-    }
-    prims::copy_outputs(result, graph, map);
-  } catch (const prims::PrimError&) {
-    return false;  // a view the meta rules refuse: kept as it is
-  }
-  *out = std::move(result);
-  return true;
+  auto action = [&](size_t n) {
+    return folded[n] ? NodeAction::Drop : side[n] < 0 ? NodeAction::Copy : NodeAction::Replace;
+  };
+  auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
+    const PrimNode& node = graph.node(n);
+    const PrimNode& mm = graph.node(producer[node.args[side[n]].value]);
+    const int weight = b.permute(map[mm.args[1].value], {1, 0});
+    const int bias = map[node.args[1 - side[n]].value];
+    return b.extern_call(linear.get(), "linear",
+                         {graph::Arg::of_node(map[mm.args[0].value]), graph::Arg::of_node(weight),
+                          graph::Arg::of_node(bias)},
+                         {}, {graph.value(node.outputs[0]).meta}, /*pure=*/true)
+        .at(0);
+  };
+  return rewrite_nodes(graph, action, replace, out);
 }
 
 }  // namespace kiln::inductor

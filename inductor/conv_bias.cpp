@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "inductor/conv_bias_placement.h"
+#include "inductor/node_rewrite.h"
 #include "prims/extern_writes.h"
 #include "prims/prim_builder.h"
 #include "prims/prim_error.h"
@@ -105,36 +106,24 @@ bool move_conv_biases_into_kernels(const PrimGraph& graph, PrimGraph* out) {
     any = any || bias_of[n] >= 0;
   }
   if (!any) return false;
-  PrimGraph result;
-  try {
-    std::vector<int> map = prims::copy_inputs(result, graph);
-    prims::PrimBuilder b(result);
-    for (size_t n = 0; n < graph.nodes().size(); ++n) {
-      const PrimNode& node = graph.node(n);
-      if (bias_of[n] < 0) {
-        prims::copy_node_mapped(result, graph, node, map);
-        continue;
-      }
-      PrimNode unbiased = node;
-      *bias_arg(unbiased.attrs) = graph::Arg::of_constant(Py_None);
-      const int conv = prims::copy_node(result, graph, unbiased, map).at(0);
-      const prims::PrimValue& traced = graph.value(node.outputs[0]);
-      std::vector<int64_t> channels(traced.meta.sizes.size(), 1);
-      channels[1] = traced.meta.sizes[1];
-      const int along = b.expand(b.view(map[bias_of[n]], channels), traced.meta.sizes);
-      const int sum = b.binary(Prim::Add, PrimArg::of_value(conv), PrimArg::of_value(along));
-      // Readers were derived from the convolution's layout: the sum must have it.
-      if (result.value(sum).meta.strides != traced.meta.strides) return false;
-      if (traced.grad_stopped) result.stop_grad(sum);
-      result.mark_checkpoint(sum, traced.checkpoint);
-      map[node.outputs[0]] = sum;
-    }
-    prims::copy_outputs(result, graph, map);
-  } catch (const prims::PrimError&) {
-    return false;  // a view the meta rules refuse: kept as it is
-  }
-  *out = std::move(result);
-  return true;
+  auto action = [&](size_t n) { return bias_of[n] < 0 ? NodeAction::Copy : NodeAction::Replace; };
+  auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
+    const PrimNode& node = graph.node(n);
+    PrimNode unbiased = node;
+    *bias_arg(unbiased.attrs) = graph::Arg::of_constant(Py_None);
+    const int conv = prims::copy_node(b.graph(), graph, unbiased, map).at(0);
+    const prims::PrimValue& traced = graph.value(node.outputs[0]);
+    std::vector<int64_t> channels(traced.meta.sizes.size(), 1);
+    channels[1] = traced.meta.sizes[1];
+    const int along = b.expand(b.view(map[bias_of[n]], channels), traced.meta.sizes);
+    const int sum = b.binary(Prim::Add, PrimArg::of_value(conv), PrimArg::of_value(along));
+    // Readers were derived from the convolution's layout: the sum must have it.
+    if (b.meta(sum).strides != traced.meta.strides) return -1;
+    if (traced.grad_stopped) b.graph().stop_grad(sum);
+    b.graph().mark_checkpoint(sum, traced.checkpoint);
+    return sum;
+  };
+  return rewrite_nodes(graph, action, replace, out);
 }
 
 }  // namespace kiln::inductor

@@ -4,11 +4,10 @@
 
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_values.h"
+#include "inductor/node_rewrite.h"
 #include "inductor/schedule.h"
 #include "prims/layout.h"
 #include "prims/prim_builder.h"
-#include "prims/prim_error.h"
-#include "prims/subgraph.h"
 
 namespace kiln::inductor {
 namespace {
@@ -58,7 +57,7 @@ int sunk_view(const PrimGraph& graph, const PrimNode& node, const std::vector<in
   if (view < 0 || !merges_or_splits(graph, graph.node(view))) return -1;
   const int source = producer[graph.node(view).args[0].value];
   // Only where the conversion can then join the kernel computing the value.
-  if (source < 0 || !is_elementwise(graph, graph.node(source)) && !is_kernel_reduction(graph, graph.node(source))) {
+  if (source < 0 || (!is_elementwise(graph, graph.node(source)) && !is_kernel_reduction(graph, graph.node(source)))) {
     return -1;
   }
   const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
@@ -99,31 +98,17 @@ bool sink_reshapes_below_casts(const PrimGraph& graph, PrimGraph* out) {
       if (view_of[n] >= 0 && other_uses[graph.node(view_of[n]).outputs[0]] == 0) dropped[view_of[n]] = true;
     }
   }
-  PrimGraph result;
-  try {
-    std::vector<int> map = prims::copy_inputs(result, graph);
-    prims::PrimBuilder b(result);
-    for (size_t n = 0; n < graph.nodes().size(); ++n) {
-      const PrimNode& node = graph.node(n);
-      if (dropped[n]) continue;
-      if (view_of[n] < 0) {
-        prims::copy_node_mapped(result, graph, node, map);
-        continue;
-      }
-      const int source = graph.node(view_of[n]).args[0].value;
-      const graph::TensorMeta want = graph.value(node.outputs[0]).meta;
-      const int converted = b.convert(map[source], want.dtype);
-      const int reshaped = b.reshape(converted, want.sizes);
-      const graph::TensorMeta& got = result.value(reshaped).meta;
-      if (got.sizes != want.sizes || got.strides != want.strides || got.dtype != want.dtype) return false;
-      map[node.outputs[0]] = reshaped;
-    }
-    prims::copy_outputs(result, graph, map);
-  } catch (const prims::PrimError&) {
-    return false;
-  }
-  *out = std::move(result);
-  return true;
+  auto action = [&](size_t n) {
+    return dropped[n] ? NodeAction::Drop : view_of[n] < 0 ? NodeAction::Copy : NodeAction::Replace;
+  };
+  auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
+    const int source = graph.node(view_of[n]).args[0].value;
+    const graph::TensorMeta want = graph.value(graph.node(n).outputs[0]).meta;
+    const int reshaped = b.reshape(b.convert(map[source], want.dtype), want.sizes);
+    const graph::TensorMeta& got = b.meta(reshaped);
+    return got.sizes == want.sizes && got.strides == want.strides && got.dtype == want.dtype ? reshaped : -1;
+  };
+  return rewrite_nodes(graph, action, replace, out);
 }
 
 }  // namespace kiln::inductor

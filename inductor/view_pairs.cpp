@@ -4,9 +4,7 @@
 #include <set>
 #include <vector>
 
-#include "prims/prim_builder.h"
-#include "prims/prim_error.h"
-#include "prims/subgraph.h"
+#include "inductor/node_rewrite.h"
 #include "prims/view_meta.h"
 
 namespace kiln::inductor {
@@ -97,31 +95,17 @@ bool fold_view_pairs(const PrimGraph& graph, PrimGraph* out) {
     any = any || folds[n].has_value();
   }
   if (!any) return false;
-  PrimGraph result;
-  try {
-    std::vector<int> map = prims::copy_inputs(result, graph);
-    prims::PrimBuilder b(result);
-    for (size_t n = 0; n < graph.nodes().size(); ++n) {
-      const PrimNode& node = graph.node(n);
-      if (!folds[n]) {
-        prims::copy_node_mapped(result, graph, node, map);
-        continue;
-      }
-      const Fold& fold = *folds[n];
-      const graph::TensorMeta& want = graph.value(node.outputs[0]).meta;
-      const int made = fold.identity             ? map[fold.base]
-                       : fold.prim == Prim::Permute ? b.permute(map[fold.base], fold.dims)
-                                                    : b.reshape(map[fold.base], want.sizes);
-      const graph::TensorMeta& got = result.value(made).meta;
-      if (got.sizes != want.sizes || got.strides != want.strides || got.dtype != want.dtype) return false;
-      map[node.outputs[0]] = made;
-    }
-    prims::copy_outputs(result, graph, map);
-  } catch (const prims::PrimError&) {
-    return false;
-  }
-  *out = std::move(result);
-  return true;
+  auto action = [&](size_t n) { return folds[n] ? NodeAction::Replace : NodeAction::Copy; };
+  auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
+    const Fold& fold = *folds[n];
+    const graph::TensorMeta& want = graph.value(graph.node(n).outputs[0]).meta;
+    const int made = fold.identity                ? map[fold.base]
+                     : fold.prim == Prim::Permute ? b.permute(map[fold.base], fold.dims)
+                                                  : b.reshape(map[fold.base], want.sizes);
+    const graph::TensorMeta& got = b.meta(made);
+    return got.sizes == want.sizes && got.strides == want.strides && got.dtype == want.dtype ? made : -1;
+  };
+  return rewrite_nodes(graph, action, replace, out);
 }
 
 }  // namespace kiln::inductor

@@ -35,6 +35,27 @@ std::vector<PyRef> run(const prims::PrimGraph& graph, const std::vector<PyObject
   return result;
 }
 
+// The forward graph's outputs on `inputs`, and the backward graph's on
+// the values the forward saved and `grads`.
+struct PartitionRun {
+  std::vector<PyRef> forward;
+  std::vector<PyRef> backward;
+};
+
+PartitionRun run_partition(const Partition& part, const std::vector<PyObject*>& inputs,
+                           const std::vector<PyObject*>& grads) {
+  PartitionRun out;
+  out.forward = run(part.forward, inputs);
+  EXPECT_EQ(out.forward.size(), static_cast<size_t>(part.forward_output_count + part.saved_count));
+  std::vector<PyObject*> saved_and_grads;
+  for (int k = 0; k < part.saved_count; ++k) {
+    saved_and_grads.push_back(out.forward[part.forward_output_count + k].get());
+  }
+  saved_and_grads.insert(saved_and_grads.end(), grads.begin(), grads.end());
+  out.backward = run(part.backward, saved_and_grads);
+  return out;
+}
+
 bool same(PyObject* a, PyObject* b) {
   PyRef equal = PyRef::steal(PyObject_CallMethod(test::eval("torch").get(), "allclose", "OO", a, b));
   return equal.get() == Py_True;
@@ -68,13 +89,9 @@ void expect_partition_matches_joint(SavePolicy policy) {
   PyRef gs = test::eval("torch.randn(4, dtype=torch.float64)");
   PyRef gm = test::eval("torch.randn(5, dtype=torch.float64)");
   std::vector<PyRef> joint_out = run(joint.graph, {x.get(), w.get(), bias.get(), gs.get(), gm.get()});
-  std::vector<PyRef> fwd_out = run(part.forward, {x.get(), w.get(), bias.get()});
-  ASSERT_EQ(fwd_out.size(), static_cast<size_t>(part.forward_output_count + part.saved_count));
-  std::vector<PyObject*> bwd_in;
-  for (int k = 0; k < part.saved_count; ++k) bwd_in.push_back(fwd_out[part.forward_output_count + k].get());
-  bwd_in.push_back(gs.get());
-  bwd_in.push_back(gm.get());
-  std::vector<PyRef> bwd_out = run(part.backward, bwd_in);
+  const PartitionRun ran = run_partition(part, {x.get(), w.get(), bias.get()}, {gs.get(), gm.get()});
+  const std::vector<PyRef>& fwd_out = ran.forward;
+  const std::vector<PyRef>& bwd_out = ran.backward;
   // Forward outputs, then the input gradients of x and w.
   EXPECT_TRUE(same(fwd_out[0].get(), joint_out[0].get()));
   EXPECT_TRUE(same(fwd_out[1].get(), joint_out[1].get()));
@@ -175,13 +192,9 @@ TEST(Partitioner, LongElementwiseChainsAreCutForRecomputation) {
   PyRef xs = test::eval("torch.randn(64, dtype=torch.float64)");
   PyRef gy = test::eval("torch.tensor(1.5, dtype=torch.float64)");
   std::vector<PyRef> joint_out = run(joint.graph, {xs.get(), gy.get()});
-  std::vector<PyRef> fwd_out = run(part.forward, {xs.get()});
-  std::vector<PyObject*> bwd_in;
-  for (int k = 0; k < part.saved_count; ++k) bwd_in.push_back(fwd_out[part.forward_output_count + k].get());
-  bwd_in.push_back(gy.get());
-  std::vector<PyRef> bwd_out = run(part.backward, bwd_in);
-  ASSERT_EQ(bwd_out.size(), 1u);
-  EXPECT_TRUE(same(bwd_out[0].get(), joint_out[1].get()));
+  const PartitionRun ran = run_partition(part, {xs.get()}, {gy.get()});
+  ASSERT_EQ(ran.backward.size(), 1u);
+  EXPECT_TRUE(same(ran.backward[0].get(), joint_out[1].get()));
 }
 
 TEST(Partitioner, ReductionsAreSavedNotRecomputed) {
@@ -289,11 +302,9 @@ TEST(Partitioner, CheckpointedRegionsSaveOnlyTheirResults) {
   PyRef w2 = test::eval("torch.randn(16, 16, dtype=torch.float64) / 4");
   PyRef grad = test::eval("torch.tensor(1.5, dtype=torch.float64)");
   std::vector<PyRef> joint_out = run(marked.graph, {x.get(), w1.get(), w2.get(), grad.get()});
-  std::vector<PyRef> fwd_out = run(part.forward, {x.get(), w1.get(), w2.get()});
-  std::vector<PyObject*> bwd_in;
-  for (int k = 0; k < part.saved_count; ++k) bwd_in.push_back(fwd_out[part.forward_output_count + k].get());
-  bwd_in.push_back(grad.get());
-  std::vector<PyRef> bwd_out = run(part.backward, bwd_in);
+  const PartitionRun ran = run_partition(part, {x.get(), w1.get(), w2.get()}, {grad.get()});
+  const std::vector<PyRef>& fwd_out = ran.forward;
+  const std::vector<PyRef>& bwd_out = ran.backward;
   ASSERT_EQ(bwd_out.size(), 3u);
   EXPECT_TRUE(same(fwd_out[0].get(), joint_out[0].get()));
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(bwd_out[i].get(), joint_out[1 + i].get())) << "gradient " << i;
