@@ -268,9 +268,9 @@ std::vector<bool> internal_to_regions(const JointGraph& joint) {
 // so it found it cheapest to save each layer's small pieces and recompute
 // the whole stream: BERT's backward began by recomputing all 24 layer
 // norms in one kernel (640 lines on the CPU, 121 KB of CUDA source that
-// NVRTC compiled for 2.5 s of a cold first call) and kept ~90 full-size
-// results alive from the start of the backward, each layer's backward
-// needing the value at the end of the chain. A recomputed value may
+// NVRTC compiled for 2.9 s of a cold first call on the H100) and kept ~90
+// full-size results alive from the start of the backward, each layer's
+// backward needing the value at the end of the chain. A recomputed value may
 // therefore depend on a chain of at most kMaxRecomputeChain recomputed
 // elementwise nodes (views are free and not counted); a value deeper than
 // that is pinned to the forward (the cut then saves it or a value after
@@ -279,6 +279,8 @@ std::vector<bool> internal_to_regions(const JointGraph& joint) {
 // are left alone (Note [Checkpointed regions]: they are never saved).
 constexpr int kMaxRecomputeChain = 16;
 
+// Pins each forward value lying more than kMaxRecomputeChain elementwise
+// nodes below the nearest pinned value or input (outside checkpointed regions).
 void pin_long_chains(const prims::PrimGraph& g, const std::vector<bool>& forward, const std::vector<bool>& internal,
                      std::vector<bool>& pinned) {
   std::vector<int> depth(g.values().size(), 0);
