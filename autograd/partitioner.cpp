@@ -279,6 +279,68 @@ std::vector<bool> internal_to_regions(const JointGraph& joint) {
 // are left alone (Note [Checkpointed regions]: they are never saved).
 constexpr int kMaxRecomputeChain = 16;
 
+// Note [Saved views]
+// A view costs the bytes of what it views, so the cut is indifferent
+// between saving a matmul's output and saving the head-split view of it
+// attention read, and max-flow's cut nearest the source picked the base:
+// the backward then made the same views again, each an executor step (a
+// BERT backward: 36 reshape-and-permute pairs for attention's saved
+// query, key and value, 39 reshapes of saved layer-norm outputs for the
+// matmuls that read them flattened). A view's edge therefore costs one
+// byte less per view between it and the nearest value that is no view,
+// which breaks such ties toward the view the backward reads; where the
+// backward needs several views of one value, their sum still exceeds the
+// base's and the base is saved. Only views the forward makes anyway (a
+// value it must compute reads them) and the backward reads as they are get
+// the discount: a view only the backward reads (a matmul operand's
+// transpose for its weight gradient) would move to the forward as a step of
+// its own, and one the backward reads only to undo it (the transposed
+// weight a linear layer multiplies by, which its input gradient transposes
+// back: Note [View pairs] folds that pair to the weight) would leave the
+// backward a view of a saved value that no longer folds. A saved view
+// shares its base's storage.
+
+// Views that fold with the view they read (Note [View pairs]).
+bool view_pair(prims::Prim outer, prims::Prim inner) {
+  auto reshape_like = [](prims::Prim p) { return p == prims::Prim::Reshape || p == prims::Prim::View; };
+  return (outer == prims::Prim::Permute && inner == prims::Prim::Permute) || (reshape_like(outer) && reshape_like(inner));
+}
+
+// Per value, the views between it and the nearest non-view value it views
+// where Note [Saved views] discounts it, else 0.
+std::vector<int> saved_view_discounts(const prims::PrimGraph& g, const std::vector<bool>& pinned,
+                                      const std::vector<int>& forward_outputs) {
+  const int count = static_cast<int>(g.values().size());
+  std::vector<bool> in_forward(count, false);
+  for (int id : forward_outputs) in_forward[id] = true;
+  std::vector<bool> read_as_is(count, false);
+  for (int n = static_cast<int>(g.nodes().size()) - 1; n >= 0; --n) {
+    const prims::PrimNode& node = g.node(n);
+    bool computed = false;
+    for (int id : node.outputs) computed = computed || in_forward[id] || pinned[id];
+    for (int id : prims::node_reads(node)) {
+      if (computed) {
+        in_forward[id] = true;
+        continue;
+      }
+      const int producer = g.value(id).node;
+      if (producer < 0 || !view_pair(node.prim, g.node(producer).prim)) read_as_is[id] = true;
+    }
+  }
+  std::vector<int> depth(count, 0);
+  for (const prims::PrimNode& node : g.nodes()) {
+    if (prims::prim_info(node.prim).family != prims::Family::View || node.args.empty() || !node.args[0].is_value()) {
+      continue;
+    }
+    for (int id : node.outputs) depth[id] = depth[node.args[0].value] + 1;
+  }
+  std::vector<int> discount(count, 0);
+  for (int id = 0; id < count; ++id) {
+    if (in_forward[id] && read_as_is[id]) discount[id] = depth[id];
+  }
+  return discount;
+}
+
 // Pins each forward value lying more than kMaxRecomputeChain elementwise
 // nodes below the nearest pinned value or input (outside checkpointed regions).
 void pin_long_chains(const prims::PrimGraph& g, const std::vector<bool>& forward, const std::vector<bool>& internal,
@@ -350,10 +412,12 @@ Partition partition_joint_graph(const JointGraph& joint, SavePolicy policy) {
     const int source = 0, sink = 1;
     auto in = [](int v) { return 2 + 2 * v; };
     auto out = [](int v) { return 3 + 2 * v; };
+    const std::vector<int> views = saved_view_discounts(g, pinned, joint.forward_outputs);  // Note [Saved views]
     for (int v = 0; v < count; ++v) {
       if (!forward[v]) continue;
       const bool never_saved = internal[v] && !pinned[v];
-      flow.add_edge(in(v), out(v), never_saved ? kInfinity : std::max<int64_t>(1, prims::value_bytes(g.value(v).meta)));
+      const int64_t bytes = prims::value_bytes(g.value(v).meta) - views[v];
+      flow.add_edge(in(v), out(v), never_saved ? kInfinity : std::max<int64_t>(1, bytes));
       if (pinned[v] || g.value(v).node < 0) flow.add_edge(source, in(v), kInfinity);
       if (needed[v]) flow.add_edge(out(v), sink, kInfinity);
     }

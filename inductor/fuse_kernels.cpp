@@ -28,6 +28,7 @@
 #include "inductor/kernel_copies.h"
 #include "inductor/kernel_ir.h"
 #include "inductor/lower_group.h"
+#include "inductor/output_reshapes.h"
 #include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "inductor/split_outer_reductions.h"
@@ -630,6 +631,9 @@ std::vector<LoweredKernel> lower_kernels(KernelPlan* plan) {
     }
   }
   plan->groups = std::move(kept);
+  // Note [Kernel outputs in their readers' shape].
+  const int absorbed = absorb_output_reshapes(plan->graph, plan->groups, lowered);
+  if (absorbed > 0) KILN_LOG(kernels, "kernel outputs in their reshapes' shape: " << absorbed);
   return lowered;
 }
 

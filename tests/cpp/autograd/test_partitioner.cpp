@@ -310,5 +310,54 @@ TEST(Partitioner, CheckpointedRegionsSaveOnlyTheirResults) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(bwd_out[i].get(), joint_out[1 + i].get())) << "gradient " << i;
 }
 
+// The prims that make the values `part`'s forward saves (inputs left out).
+std::vector<Prim> saved_makers(const Partition& part) {
+  std::vector<Prim> makers;
+  for (int k = 0; k < part.saved_count; ++k) {
+    const int id = part.forward.outputs()[part.forward_output_count + k];
+    if (part.forward.value(id).node >= 0) makers.push_back(part.forward.node(part.forward.value(id).node).prim);
+  }
+  return makers;
+}
+
+TEST(Partitioner, TheViewTheBackwardReadsIsSavedNotItsBase) {
+  // Note [Saved views]: attention's heads, a view of a matmul's output,
+  // read by the backward as they are. Saving the matmul's output costs
+  // the same bytes but leaves the backward to make the views again.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({4, 6}));
+  const int w = g.add_input(f64({6, 8}));
+  const int heads = b.permute(b.reshape(b.matmul(x, w), {4, 2, 4}), {1, 0, 2});
+  g.set_outputs({b.reduce(Prim::Sum, b.binary(Prim::Mul, PrimArg::of_value(heads), PrimArg::of_value(heads)), {},
+                          false)});
+  JointGraph joint = build_joint_graph(g, {true, true});
+  Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
+  ASSERT_EQ(part.backward.verify(), "");
+  EXPECT_EQ(saved_makers(part), (std::vector<Prim>{Prim::Permute})) << prims::format_prim_graph(part.forward);
+  PyRef xs = test::eval("torch.randn(4, 6, dtype=torch.float64)");
+  PyRef ws = test::eval("torch.randn(6, 8, dtype=torch.float64)");
+  PyRef grad = test::eval("torch.tensor(1.5, dtype=torch.float64)");
+  std::vector<PyRef> joint_out = run(joint.graph, {xs.get(), ws.get(), grad.get()});
+  const PartitionRun ran = run_partition(part, {xs.get(), ws.get()}, {grad.get()});
+  ASSERT_EQ(ran.backward.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(ran.backward[i].get(), joint_out[1 + i].get())) << "gradient " << i;
+}
+
+TEST(Partitioner, AViewTheBackwardOnlyUndoesIsNotSaved) {
+  // A linear layer multiplies by its weight transposed; the input's
+  // gradient transposes it back, a pair Note [View pairs] folds to the
+  // weight. Saving the transposed weight would leave a transpose of a
+  // saved value that no longer folds.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({4, 6}));
+  const int w = g.add_input(f64({8, 6}));
+  const int y = b.unary(Prim::Tanh, b.matmul(x, b.permute(w, {1, 0})));
+  g.set_outputs({b.reduce(Prim::Sum, y, {}, false)});
+  Partition part = partition_joint_graph(build_joint_graph(g, {true, true}), SavePolicy::MinCut);
+  for (Prim maker : saved_makers(part)) EXPECT_NE(maker, Prim::Permute) << prims::format_prim_graph(part.forward);
+}
+
 }  // namespace
 }  // namespace kiln::autograd
