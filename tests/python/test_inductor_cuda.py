@@ -460,6 +460,33 @@ def test_memory_efficient_attention_with_gradients_calls_its_backward_kernel(cas
     assert kiln.stats()["autograd_graphs"] == 1 and kiln.stats()["prim_fallbacks"] == 0, kiln.stats()
 
 
+@pytest.mark.parametrize("rows,reads", [(32, (512, 512)), (2, (8, 512)), (64, (8, 512))])
+def test_gradient_of_a_small_table_read_many_times_is_a_reduction(rows, reads, capfd):
+    # Note [Gradients of few rows]: T5's position-bias table (32 rows read at
+    # 512 x 512 positions) and BERT's token types (2 rows, every token): the
+    # table's gradient is a compare-and-sum per row, not a scatter_add whose
+    # atomics all hit a few rows. A larger table (64 rows) keeps the scatter.
+    torch.manual_seed(0)
+    table = torch.randn(rows, 8, device="cuda", requires_grad=True)
+    index = torch.randint(0, rows, reads, device="cuda")
+
+    def f(table, index):
+        return (F.embedding(index, table) * 2).sin()
+
+    want = f(table, index)
+    (wanted,) = torch.autograd.grad(want.sum(), table)
+    kiln.reset()
+    compiled = kiln.compile(f, backend="inductor")
+    with kiln_logs("prims"):
+        got = compiled(table, index)
+        (grad,) = torch.autograd.grad(got.sum(), table)
+    log = capfd.readouterr().err
+    backward = log[log.index("backward graph for"):]
+    assert ("scatter(" in backward) == (rows == 64), backward
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, wanted, rtol=1e-4, atol=1e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mask", ["bool", "float", "none"])
 def test_decode_step_attention_calls_the_memory_efficient_kernel(dtype, mask, capfd):
