@@ -32,6 +32,7 @@
 #include "inductor/recompute_outputs.h"
 #include "inductor/schedule.h"
 #include "inductor/split_outer_reductions.h"
+#include "inductor/state_updates.h"
 #include "prims/subgraph.h"
 #include "runtime/aten_bridge.h"
 #include "base/log.h"
@@ -499,6 +500,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) return take(live, "dead nodes dropped");
   // Note [View pairs].
   if (prims::PrimGraph folded; fold_view_pairs(graph, &folded)) return take(folded, "views of views folded");
+  // Note [Batched state updates].
+  if (prims::PrimGraph batched; batch_state_updates(graph, &batched)) {
+    return take(batched, "in-place updates of inputs batched into foreach calls");
+  }
   // Note [Casts above reshapes].
   if (prims::PrimGraph sunk; (on_cuda || targets.cpu) && sink_reshapes_below_casts(graph, &sunk)) {
     return take(sunk, "casts moved above reshapes");

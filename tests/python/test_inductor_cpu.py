@@ -341,6 +341,54 @@ def test_batch_norm_training_updates_running_stats_like_eager():
     assert kiln.stats()["kernels"] >= 1
 
 
+class _NormsThenReadStats(nn.Module):
+    """Three batch norms in training; `read_stats` adds the first one's
+    running mean after its update (a read the update must precede)."""
+
+    def __init__(self, read_stats):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.BatchNorm1d(6) for _ in range(3))
+        self.linear = nn.Linear(5, 5)
+        self.read_stats = read_stats
+
+    def forward(self, x):
+        for norm in self.norms:
+            x = self.linear(norm(x)).tanh()
+        if self.read_stats:
+            x = x + self.norms[0].running_mean[:, None]
+        return x
+
+
+@pytest.mark.parametrize("read_stats", [False, True])
+def test_batch_norm_state_updates_are_batched_into_foreach_calls(read_stats, capfd):
+    # Note [Batched state updates]: the running statistics' copy_ and the
+    # counters' add_ run as one torch._foreach_copy_ and one
+    # torch._foreach_add_; an input read after its update keeps its own
+    # copy_ where it was.
+    torch.manual_seed(0)
+    model = _NormsThenReadStats(read_stats)
+    reference = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="inductor")
+    x = torch.randn(8, 6, 5)
+    with kiln_logs("prims"):
+        for _ in range(2):
+            got, want = compiled(x), reference(x)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+            got.square().sum().backward()
+            want.square().sum().backward()
+    log = capfd.readouterr().err
+    for mine, theirs in zip(model.modules(), reference.modules()):
+        for name, buffer in mine.named_buffers(recurse=False):
+            torch.testing.assert_close(buffer, getattr(theirs, name), rtol=1e-4, atol=1e-6)
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    forward = log[log.index("(forward):"):]
+    forward = forward[:forward.index("[kiln:prims]")]
+    assert forward.count("torch._foreach_copy_(") == 1, forward
+    assert forward.count("torch._foreach_add_(") == 1, forward
+    assert forward.count("Tensor.copy_(") == (1 if read_stats else 0), forward
+
+
 def _kernels_made(run):
     before = kiln.stats()["kernels"]
     result = run()
