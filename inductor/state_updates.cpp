@@ -28,7 +28,8 @@ using prims::PrimNode;
 // torch._foreach_add_(inputs, n), one call each (one multi-tensor kernel on
 // CUDA), where the last of them ran. An update qualifies when it writes a
 // graph input (no view of one, each input once), nothing reads that input
-// or the call's result after it, and for a copy the value copied has the
+// (nor a view of it, nor anything an extern may have made it share storage
+// with) or the call's result after it, and for a copy the value copied has the
 // input's sizes and dtype and no other reader (so nothing can change it
 // before the batched copy runs). Its result, the input itself, may be a
 // graph output (a training forward returns the results of calls with
@@ -64,11 +65,16 @@ base::PyRef torch_function(const char* name) {
 
 bool batch_state_updates(const PrimGraph& graph, PrimGraph* out) {
   const int node_count = static_cast<int>(graph.nodes().size());
+  // Reads through views count as reads of what they view: the last reader
+  // of each alias class.
+  const std::vector<int> alias = prims::alias_class_of(graph);
   std::vector<int> last_reader(graph.values().size(), -1);
+  std::vector<int> last_class_reader(graph.values().size(), -1);
   std::vector<int> readers(graph.values().size(), 0);
   for (int n = 0; n < node_count; ++n) {
     for (int value : prims::node_reads(graph.node(n))) {
       last_reader[value] = n;
+      last_class_reader[alias[value]] = n;
       ++readers[value];
     }
   }
@@ -84,7 +90,9 @@ bool batch_state_updates(const PrimGraph& graph, PrimGraph* out) {
     const bool add = !copy && plain_call(node, "Tensor.add_", 2);
     if (!copy && !add) continue;
     const int target = node.attrs.extern_args[0].node;
-    if (!inputs.count(target) || last_reader[target] != n || output[target] || written.count(target)) continue;
+    if (!inputs.count(target) || last_class_reader[alias[target]] != n || output[target] || written.count(target)) {
+      continue;
+    }
     // The call returns its input: only as a graph output (an effect's
     // result, returned so that it runs) may it be used.
     if (last_reader[node.outputs[0]] >= 0) continue;

@@ -40,29 +40,40 @@ PrimGraph flattened_for_matmul(bool also_output, int* reshape_value = nullptr) {
   return graph;
 }
 
+// The graph's kernel groups, lowered, after absorb_output_reshapes, and
+// how many views it absorbed.
+struct Absorbed {
+  std::vector<KernelGroup> groups;
+  std::vector<LoweredKernel> lowered;
+  int count = 0;
+};
+
+Absorbed absorbed_in(const PrimGraph& graph) {
+  Absorbed a;
+  a.groups = schedule_kernels(graph);
+  for (const KernelGroup& group : a.groups) a.lowered.push_back(lower_group(graph, group));
+  a.count = absorb_output_reshapes(graph, a.groups, a.lowered);
+  return a;
+}
+
 TEST(OutputReshapes, AKernelAllocatesItsOutputInItsOnlyReadersShape) {
   int rows = -1;
   const PrimGraph graph = flattened_for_matmul(false, &rows);
-  std::vector<KernelGroup> groups = schedule_kernels(graph);
-  ASSERT_EQ(groups.size(), 1u);
-  std::vector<LoweredKernel> lowered{lower_group(graph, groups[0])};
-  ASSERT_EQ(absorb_output_reshapes(graph, groups, lowered), 1);
-  ASSERT_EQ(lowered[0].outputs, std::vector<int>{rows});
-  const KernelOutput& out = lowered[0].kernel.outputs.at(0);
+  const Absorbed a = absorbed_in(graph);
+  ASSERT_EQ(a.groups.size(), 1u);
+  ASSERT_EQ(a.count, 1);
+  ASSERT_EQ(a.lowered[0].outputs, std::vector<int>{rows});
+  const KernelOutput& out = a.lowered[0].kernel.outputs.at(0);
   EXPECT_EQ(out.tensor_sizes, (std::vector<int64_t>{6, 4}));
   EXPECT_EQ(out.tensor_strides, (std::vector<int64_t>{4, 1}));
   const int reshape_node = graph.value(rows).node;
-  EXPECT_TRUE(std::binary_search(groups[0].nodes.begin(), groups[0].nodes.end(), reshape_node));
-  EXPECT_EQ(groups[0].outputs, std::vector<int>{rows});
+  EXPECT_TRUE(std::binary_search(a.groups[0].nodes.begin(), a.groups[0].nodes.end(), reshape_node));
+  EXPECT_EQ(a.groups[0].outputs, std::vector<int>{rows});
 }
 
 TEST(OutputReshapes, AnOutputWithOtherReadersKeepsItsShape) {
   // The sum is a graph output as well: its tensor must keep [2, 3, 4].
-  const PrimGraph graph = flattened_for_matmul(true);
-  std::vector<KernelGroup> groups = schedule_kernels(graph);
-  std::vector<LoweredKernel> lowered;
-  for (const KernelGroup& group : groups) lowered.push_back(lower_group(graph, group));
-  EXPECT_EQ(absorb_output_reshapes(graph, groups, lowered), 0);
+  EXPECT_EQ(absorbed_in(flattened_for_matmul(true)).count, 0);
 }
 
 TEST(OutputReshapes, APermuteIsAbsorbedAndAReshapeOfItThatCopiesStays) {
@@ -76,13 +87,12 @@ TEST(OutputReshapes, APermuteIsAbsorbedAndAReshapeOfItThatCopiesStays) {
   const int t = b.unary(Prim::Tanh, x);
   const int transposed = b.permute(t, {1, 0});
   graph.set_outputs({b.matmul(b.reshape(b.reshape(transposed, {2, 3, 4}), {6, 4}), w)});
-  std::vector<KernelGroup> groups = schedule_kernels(graph);
-  ASSERT_EQ(groups.size(), 1u);
-  std::vector<LoweredKernel> lowered{lower_group(graph, groups[0])};
-  EXPECT_EQ(absorb_output_reshapes(graph, groups, lowered), 1);
-  ASSERT_EQ(lowered[0].outputs, std::vector<int>{transposed});
-  EXPECT_EQ(lowered[0].kernel.outputs.at(0).tensor_sizes, (std::vector<int64_t>{6, 4}));
-  EXPECT_EQ(lowered[0].kernel.outputs.at(0).tensor_strides, (std::vector<int64_t>{1, 6}));
+  const Absorbed a = absorbed_in(graph);
+  ASSERT_EQ(a.groups.size(), 1u);
+  EXPECT_EQ(a.count, 1);
+  ASSERT_EQ(a.lowered[0].outputs, std::vector<int>{transposed});
+  EXPECT_EQ(a.lowered[0].kernel.outputs.at(0).tensor_sizes, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(a.lowered[0].kernel.outputs.at(0).tensor_strides, (std::vector<int64_t>{1, 6}));
 }
 
 // The graph through the kernel passes (CPU kernels, torch's matmul).
