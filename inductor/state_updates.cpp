@@ -68,12 +68,10 @@ bool batch_state_updates(const PrimGraph& graph, PrimGraph* out) {
   // Reads through views count as reads of what they view: the last reader
   // of each alias class.
   const std::vector<int> alias = prims::alias_class_of(graph);
-  std::vector<int> last_reader(graph.values().size(), -1);
   std::vector<int> last_class_reader(graph.values().size(), -1);
   std::vector<int> readers(graph.values().size(), 0);
   for (int n = 0; n < node_count; ++n) {
     for (int value : prims::node_reads(graph.node(n))) {
-      last_reader[value] = n;
       last_class_reader[alias[value]] = n;
       ++readers[value];
     }
@@ -95,7 +93,7 @@ bool batch_state_updates(const PrimGraph& graph, PrimGraph* out) {
     }
     // The call returns its input: only as a graph output (an effect's
     // result, returned so that it runs) may it be used.
-    if (last_reader[node.outputs[0]] >= 0) continue;
+    if (readers[node.outputs[0]] > 0) continue;
     if (copy) {
       const graph::Arg& from = node.attrs.extern_args[1];
       if (from.kind != graph::Arg::Kind::Node || readers[from.node] != 1) continue;
@@ -120,14 +118,14 @@ bool batch_state_updates(const PrimGraph& graph, PrimGraph* out) {
   base::PyRef foreach_copy = torch_function("_foreach_copy_");
   base::PyRef foreach_add = torch_function("_foreach_add_");
   if (!foreach_copy || !foreach_add) return false;
-  std::vector<bool> dropped(node_count, false);
-  for (const Update& u : copies) dropped[u.node] = true;
-  for (const Update& u : adds) dropped[u.node] = true;
+  std::vector<bool> batched(node_count, false);
+  for (const Update& u : copies) batched[u.node] = true;
+  for (const Update& u : adds) batched[u.node] = true;
   const size_t last_copy = copies.empty() ? 0 : copies.back().node;
   const size_t last_add = adds.empty() ? 0 : adds.back().node;
   // Every update is replaced by the input it returned; the last of each
   // kind also makes the batched call.
-  auto action = [&](size_t n) { return dropped[n] ? NodeAction::Replace : NodeAction::Copy; };
+  auto action = [&](size_t n) { return batched[n] ? NodeAction::Replace : NodeAction::Copy; };
   auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
     const int returned = map[graph.node(n).attrs.extern_args[0].node];
     const bool copy = !copies.empty() && n == last_copy;
