@@ -29,7 +29,11 @@ using prims::PrimNode;
 // is one reshape of its input, kept only where that is a view with the same
 // layout (so no copy is added or dropped); where the result is the input
 // itself (same sizes and strides), readers read the input (unless the
-// result is a graph output, which keeps a node of its own). Kernels read
+// result is a graph output whose base is a graph input or output, or the base of
+// another identity output: those keep a node of their own, so no value is
+// returned twice and no input comes back as an output). A weight's gradient is
+// such an output: the matmul's transposed result transposed back, an executor
+// step per weight (43 in a 6-layer Llama backward) for no work. Kernels read
 // views through their strides either way; a kernel changes only where it
 // read one value both directly and through an identity chain (a
 // log_softmax recomputed its input through one), and now reads it once.
@@ -87,13 +91,19 @@ bool fold_view_pairs(const PrimGraph& graph, PrimGraph* out) {
     for (int id : graph.node(n).outputs) producer[id] = static_cast<int>(n);
   }
   const std::set<int> outputs(graph.outputs().begin(), graph.outputs().end());
+  const std::set<int> inputs(graph.inputs().begin(), graph.inputs().end());
+  std::set<int> bases_output;  // bases an identity output already stands for
   std::vector<std::optional<Fold>> folds(graph.nodes().size());
   bool any = false;
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
     const PrimNode& node = graph.node(n);
     if (node.prim != Prim::Permute && !reshape_like(node.prim)) continue;
     folds[n] = fold_of(graph, node, producer);
-    if (folds[n] && folds[n]->identity && outputs.count(node.outputs[0]) > 0) folds[n]->identity = false;
+    if (folds[n] && folds[n]->identity && outputs.count(node.outputs[0]) > 0) {
+      const int base = folds[n]->base;
+      const bool own_value = inputs.count(base) == 0 && outputs.count(base) == 0 && bases_output.insert(base).second;
+      if (!own_value) folds[n]->identity = false;
+    }
     any = any || folds[n].has_value();
   }
   if (!any) return false;

@@ -60,6 +60,27 @@ TEST(ViewPairs, PermutesComposeAndAnOutputKeepsItsNode) {
   test::expect_same_results(graph, after, {"torch.randn(2, 3, 4)"});
 }
 
+TEST(ViewPairs, AnOutputUndoingAPermuteOfAComputedValueIsThatValue) {
+  // A weight's gradient: the matmul computed it transposed, and the output
+  // transposes it back. The graph returns the matmul's result; a second
+  // output undoing the same value, and one undoing an input, keep a node.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int g = graph.add_input(tensor_meta({2, 5}));
+  const int x = graph.add_input(tensor_meta({2, 4}));
+  const int product = b.matmul(b.permute(x, {1, 0}), g);  // [4, 5]
+  const int grad = b.permute(b.permute(product, {1, 0}), {1, 0});
+  const int again = b.permute(b.permute(product, {1, 0}), {1, 0});
+  const int input_back = b.permute(b.permute(g, {1, 0}), {1, 0});
+  graph.set_outputs({grad, again, input_back});
+  const PrimGraph after = folded(graph);
+  ASSERT_EQ(after.outputs().size(), 3u);
+  EXPECT_EQ(after.node(after.value(after.outputs()[0]).node).prim, Prim::Matmul);
+  EXPECT_EQ(after.node(after.value(after.outputs()[1]).node).prim, Prim::Permute);
+  EXPECT_EQ(after.node(after.value(after.outputs()[2]).node).prim, Prim::Permute);
+  test::expect_same_results(graph, after, {"torch.randn(2, 5)", "torch.randn(2, 4)"});
+}
+
 TEST(ViewPairs, ReshapesOfViewsFoldOnlyIntoTheSameView) {
   PrimGraph graph;
   PrimBuilder b(graph);
