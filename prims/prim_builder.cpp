@@ -139,19 +139,27 @@ int PrimBuilder::cat(const std::vector<int>& tensors, int64_t dim) {
   // appends to an empty past (torch.cat([past, new], dim=-2), 24 calls a
   // GPT-2 forward, each through torch). With every other input empty along
   // the dim and needing no gradient, the result is a copy of that input: a
-  // clone, which kiln's kernels take.
+  // clone, which kiln's kernels take. The empty inputs still take part in
+  // type promotion: transformers' DynamicLayer makes its empty past in the
+  // keys' dtype (float32 after a float32 rotary embedding under autocast),
+  // and torch's cat of it with bfloat16 values is float32; the copy then
+  // converts (it was an extern and its gradient a Python rerun, 1.8 ms of a
+  // 6-layer Llama's backward host time on an H200).
   int only = -1;
   bool single = true;
   for (int t : tensors) {
     const graph::TensorMeta& m = meta(t);
     const bool empty = std::find(m.sizes.begin(), m.sizes.end(), 0) != m.sizes.end();
-    if (empty && !m.requires_grad && m.dtype == out.dtype) continue;
+    if (empty && !m.requires_grad) continue;
     single = single && only < 0;
     only = t;
   }
   if (single && only >= 0 && meta(only).sizes == out.sizes) {
     const MemoryFormat format = suggest_memory_format(out.sizes, out.strides);
-    if (strides_for(out.sizes, format) == out.strides) return clone(only, format);
+    if (strides_for(out.sizes, format) == out.strides) {
+      const int copy = clone(only, format);
+      return meta(copy).dtype == out.dtype ? copy : convert(copy, out.dtype);
+    }
   }
   return graph_.add_node1(Prim::Cat, std::move(args), std::move(attrs), out);
 }

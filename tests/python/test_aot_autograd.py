@@ -1097,6 +1097,31 @@ def test_appending_to_an_empty_cache_trains_like_eager(capfd):
     torch.testing.assert_close(g, w)
 
 
+def test_appending_to_an_empty_past_of_a_wider_dtype_converts(capfd):
+    # Note [Cat of one non-empty tensor]: transformers' DynamicLayer makes
+    # its empty past in the keys' dtype (float32 under autocast, after a
+    # float32 rotary embedding), and appends bfloat16 values to it: torch's
+    # cat promotes through the empty tensor. The copy converts; no extern.
+    def f(x):
+        v = (x * 2).to(torch.bfloat16)
+        past = torch.tensor([], dtype=torch.float32)
+        kv = torch.cat([past, v], dim=-2)
+        return kv * 3
+
+    x = torch.randn(2, 3, 5, 4, requires_grad=True)
+    kiln.reset()
+    with kiln_logs("prims"):
+        got = kiln.compile(f, fullgraph=True)(x)
+    err = capfd.readouterr().err
+    assert "extern torch.cat" not in err and " cat(" not in err
+    want = f(x)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+    (g,) = torch.autograd.grad(got.square().sum(), x)
+    (w,) = torch.autograd.grad(want.square().sum(), x)
+    torch.testing.assert_close(g, w)
+
+
 def layers_sharing_a_mask(x, mask):
     for _ in range(3):  # each layer converts the same mask, as transformers' layers do
         x = torch.softmax(x + torch.where(mask, 0.0, -1e4), -1) @ x

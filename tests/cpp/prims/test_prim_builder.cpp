@@ -69,6 +69,19 @@ TEST(PrimBuilder, CatOfOneNonEmptyTensorIsACopyOfIt) {
   EXPECT_EQ(made_by(with_grad), Prim::Cat);
 }
 
+TEST(PrimBuilder, CatOfOneNonEmptyTensorTakesThePromotedDtype) {
+  // An empty float32 past and bfloat16 values: torch's cat is float32.
+  PrimGraph g;
+  PrimBuilder b(g);
+  const int past = g.add_input(meta({0}));
+  const int fresh = g.add_input(meta({2, 5, 4}, DType::BFloat16));
+  const int appended = b.cat({past, fresh}, 1);
+  g.set_outputs({appended});
+  EXPECT_EQ(g.verify(), "");
+  EXPECT_EQ(g.node(g.value(appended).node).prim, Prim::ConvertElementType);
+  EXPECT_EQ(g.value(appended).meta, meta({2, 5, 4}));
+}
+
 TEST(PrimBuilder, JoinsProductsAndIndexing) {
   PrimGraph g;
   PrimBuilder b(g);
