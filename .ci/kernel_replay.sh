@@ -21,9 +21,34 @@ import sys
 
 mode, raw_dir = sys.argv[1], sys.argv[2]
 HEADER = ("# Every distinct kernel the {runner} tests generate: kind, digest of its\n"
-          "# loop-level text, digest of its generated code (Note [Kernel replay] in\n"
-          "# inductor/kernel_manifest.cpp). Rewritten by .ci/kernel_replay.sh update;\n"
-          "# reviewed like code: a diff here is a change of generated kernels.\n")
+          "# loop-level text, digest of its generated code per vector unit class\n"
+          "# (ISA=digest; Note [Kernel replay] in inductor/kernel_manifest.cpp).\n"
+          "# Rewritten by .ci/kernel_replay.sh update; reviewed like code: a diff\n"
+          "# here is a change of generated kernels.\n")
+
+
+def host_isa():
+    """The vector unit class of this host, which the CPU kernels' IR depends on:
+    its vector widths follow the host's features (AVX-512 or AVX2 machines)."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        return "avx512"
+    if "avx2" in flags:
+        return "avx2"
+    return "other"
+
+
+# Code digests of manifests written before they were kept per class came
+# from AVX-512 hosts.
+LEGACY_ISA = "avx512"
 
 
 def read_raw(path):
@@ -44,19 +69,21 @@ def read_raw(path):
 
 
 def read_manifest(path):
+    """{(kind, text): {isa: code}}."""
     entries = {}
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
                 if line.startswith("#") or not line.strip():
                     continue
-                kind, text, code = line.split()
-                entries[(kind, text)] = code
+                kind, text, *codes = line.split()
+                entries[(kind, text)] = dict(c.split("=", 1) if "=" in c else (LEGACY_ISA, c) for c in codes)
     return entries
 
 
 failed = False
 ran = 0
+isa = host_isa()
 for runner in ("cpp", "python"):
     raw = os.path.join(raw_dir, runner + ".raw")
     manifest = os.path.join("tests", "kernel_replay", runner + ".txt")
@@ -66,17 +93,28 @@ for runner in ("cpp", "python"):
         continue
     ran += 1
     code_of, labels = read_raw(raw)
+    committed = read_manifest(manifest)
     if mode == "update":
+        # This host's class is written; another class's digest of a kernel is
+        # kept while this class's code of it is unchanged (a change of code
+        # here is taken for a change of the code generator everywhere).
         with open(manifest, "w") as f:
             f.write(HEADER.format(runner=runner))
-            for (kind, text), code in sorted(code_of.items()):
-                f.write(f"{kind} {text} {code}\n")
-        print(f"kernel replay: {runner}: wrote {len(code_of)} kernels to {manifest}")
+            for key, code in sorted(code_of.items()):
+                codes = dict(committed.get(key, {}))
+                if codes.get(isa, code) != code:
+                    codes = {}
+                codes[isa] = code
+                f.write(" ".join(key) + " " + " ".join(f"{i}={c}" for i, c in sorted(codes.items())) + "\n")
+        print(f"kernel replay: {runner}: wrote {len(code_of)} kernels ({isa} code) to {manifest}")
         continue
-    committed = read_manifest(manifest)
     added = sorted(k for k in code_of if k not in committed)
     removed = sorted(k for k in committed if k not in code_of)
-    changed = sorted(k for k in code_of if k in committed and committed[k] != code_of[k])
+    changed = sorted(k for k in code_of if k in committed and committed[k].get(isa, code_of[k]) != code_of[k])
+    unrecorded = sum(1 for k in code_of if k in committed and isa not in committed[k])
+    if unrecorded:
+        print(f"kernel replay: {runner}: {unrecorded} kernels have no {isa} code digest in {manifest}: "
+              "their loop-level text is compared, not their code")
     if not (added or removed or changed):
         print(f"kernel replay: {runner}: {len(code_of)} kernels, as committed in {manifest}")
         continue

@@ -31,7 +31,12 @@
 // names the host CPU in its function attributes ("target-cpu",
 // "target-features"); those are left out of the code digest, so the
 // manifest is the same on every x86-64 host with the same vector units
-// (each session's fresh machine rewrote every digest before).
+// (each session's fresh machine rewrote every digest before). Hosts of
+// other vector units generate other IR (an AVX2 host's vectors are half an
+// AVX-512 host's), so the manifest keeps a code digest per class
+// ("avx512=..., avx2=..."; .ci/kernel_replay.sh reads the class from
+// /proc/cpuinfo): a host compares its own class's digests and, for kernels
+// with none recorded, only the loop-level text.
 
 namespace kiln::inductor {
 namespace {
