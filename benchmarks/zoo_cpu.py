@@ -136,8 +136,14 @@ def main():
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--constant-subgraphs-off", action="store_true",
                         help="compile kiln with options={'constant_subgraphs': False}")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a kiln.compile option for every row (repeatable; true/false become bools)")
     ns = parser.parse_args()
-    options = {"constant_subgraphs": False} if ns.constant_subgraphs_off else None
+    options = {"constant_subgraphs": False} if ns.constant_subgraphs_off else {}
+    for text in ns.option:
+        key, _, value = text.partition("=")
+        options[key] = {"true": True, "false": False}.get(value.lower(), value)
+    options = options or None
     warnings.filterwarnings("ignore")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, mode {ns.mode}, batch x{ns.batch}")
