@@ -15,6 +15,14 @@
 #                                                          benchmarks/cuda_overhead.py,
 #                                                          benchmarks/cuda_compile_time.py,
 #                                                          benchmarks/gpt_step_cuda.py)
+#     KILN_DEVICE_PART=zoo bash .ci/device_run.sh          GPU zoo rows: KILN_ZOO_MODELS
+#                                                          (default hf-llama-6l), KILN_ZOO_MODE
+#                                                          (train), KILN_ZOO_ARGS (more
+#                                                          zoo_gpu.py options); one row a
+#                                                          process, each bounded by
+#                                                          KILN_ZOO_LIMIT seconds (200); the
+#                                                          table and executor host logs in
+#                                                          $OUT/zoo.txt, the rest in $OUT/zoo.tgz
 #   KILN_DEVICE_TARGETS="kiln_core kiln_pyext kiln" builds only what the
 #   benchmarks need (about 40% less build time; no C++ tests then).
 #   KILN_CUDA_BENCH_ARGS=--sweep adds inductor_cuda.py's sweep over every
@@ -91,6 +99,21 @@ if want cuda_bench && [ "${KILN_DEVICE_BENCH:-1}" != 0 ]; then
   # shellcheck disable=SC2086  # a list of options
   "$PY" benchmarks/gpt_step_cuda.py ${KILN_GPT_BENCH_ARGS:---repeat 3} >>"$OUT/cuda_bench.txt" 2>&1 || status=1
   cat "$OUT/cuda_bench.txt"
+fi
+# One process a row, so a row that hangs or runs out of memory costs only
+# itself; the tool returns few files, so the details travel as one archive.
+# Only when asked for by name (not part of "all").
+if [[ ",$PART," == *",zoo,"* ]]; then
+  zoo_dir=$(mktemp -d)
+  for model in ${KILN_ZOO_MODELS:-hf-llama-6l}; do
+    # shellcheck disable=SC2086  # a list of options
+    timeout "${KILN_ZOO_LIMIT:-200}" "$PY" benchmarks/zoo_gpu.py --models "$model" --mode "${KILN_ZOO_MODE:-train}" \
+      --rounds 2 --host-log ${KILN_ZOO_ARGS:-} --json "$zoo_dir/$model.json" >"$zoo_dir/$model.txt" 2>"$zoo_dir/$model.err" ||
+      echo "$model: exit $?" >>"$OUT/zoo.txt"
+    cat "$zoo_dir/$model.txt" >>"$OUT/zoo.txt"
+    grep "executor run" "$zoo_dir/$model.err" | cut -c1-1500 >>"$OUT/zoo.txt"
+  done
+  tar -czf "$OUT/zoo.tgz" -C "$zoo_dir" .
 fi
 tail -3 "$OUT/cpp_tests.txt" "$OUT/pytest.txt" 2>/dev/null
 exit $status
