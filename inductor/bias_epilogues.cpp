@@ -75,7 +75,73 @@ int matmul_operand(const PrimGraph& graph, const PrimNode& node, const std::vect
   return -1;
 }
 
+// torch.nn.functional.linear, for the extern calls both folds make.
+base::PyRef linear_function() {
+  base::PyRef linear = base::PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
+  if (linear) linear = base::PyRef::steal(PyObject_GetAttrString(linear.get(), "linear"));
+  if (!linear) {
+    PyErr_Clear();
+    throw std::runtime_error("bias epilogues: torch.nn.functional.linear is not importable");
+  }
+  return linear;
+}
+
+// Note [Linear without a bias]
+// A Linear without a bias (every projection of Llama and T5) decomposes to
+// matmul(x, permute(w, (1, 0))): two executor steps, an ATen view and the
+// product, where torch's linear of w is one (cuBLAS reads w transposed
+// either way; the same call and numerics as eager's nn.Linear). A 6-layer
+// Llama's forward made 43 such views. A matmul qualifies when its right
+// operand is that permute of a 2-D value, all three of one floating dtype;
+// the permute, left to other readers or none, is dropped when unread.
+
+// The value a qualifying matmul `node` reads transposed, or -1.
+int transposed_weight(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& producer) {
+  if (node.prim != Prim::Matmul || node.args.size() != 2 || !node.args[0].is_value() || !node.args[1].is_value()) {
+    return -1;
+  }
+  const int right = node.args[1].value;
+  if (producer[right] < 0) return -1;
+  const PrimNode& view = graph.node(producer[right]);
+  if (view.prim != Prim::Permute || view.attrs.dims != std::vector<int64_t>{1, 0} || view.args.empty() ||
+      !view.args[0].is_value()) {
+    return -1;
+  }
+  const int weight = view.args[0].value;
+  const graph::TensorMeta& x = graph.value(node.args[0].value).meta;
+  const graph::TensorMeta& w = graph.value(weight).meta;
+  const graph::TensorMeta& p = graph.value(node.outputs[0]).meta;
+  if (!is_float(p.dtype) || x.dtype != p.dtype || w.dtype != p.dtype || x.sizes.size() < 2 || w.sizes.size() != 2) {
+    return -1;
+  }
+  return weight;
+}
+
 }  // namespace
+
+bool fold_transposes_into_linear_calls(const PrimGraph& graph, PrimGraph* out) {
+  std::vector<int> producer(graph.values().size(), -1);
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    for (int id : graph.node(n).outputs) producer[id] = static_cast<int>(n);
+  }
+  std::vector<int> weight(graph.nodes().size(), -1);
+  bool any = false;
+  for (size_t n = 0; n < graph.nodes().size(); ++n) {
+    weight[n] = transposed_weight(graph, graph.node(n), producer);
+    any = any || weight[n] >= 0;
+  }
+  if (!any) return false;
+  const base::PyRef linear = linear_function();
+  auto action = [&](size_t n) { return weight[n] >= 0 ? NodeAction::Replace : NodeAction::Copy; };
+  auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
+    const PrimNode& node = graph.node(n);
+    return b.extern_call(linear.get(), "linear",
+                         {graph::Arg::of_node(map[node.args[0].value]), graph::Arg::of_node(map[weight[n]])}, {},
+                         {graph.value(node.outputs[0]).meta}, /*pure=*/true)
+        .at(0);
+  };
+  return rewrite_nodes(graph, action, replace, out);
+}
 
 bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
   const std::vector<int> uses = use_counts(graph);
@@ -94,12 +160,7 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
     any = true;
   }
   if (!any) return false;
-  base::PyRef linear = base::PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
-  if (linear) linear = base::PyRef::steal(PyObject_GetAttrString(linear.get(), "linear"));
-  if (!linear) {
-    PyErr_Clear();
-    throw std::runtime_error("bias epilogues: torch.nn.functional.linear is not importable");
-  }
+  const base::PyRef linear = linear_function();
   auto action = [&](size_t n) {
     return folded[n] ? NodeAction::Drop : side[n] < 0 ? NodeAction::Copy : NodeAction::Replace;
   };

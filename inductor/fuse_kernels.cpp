@@ -512,6 +512,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   if (prims::PrimGraph folded; on_cuda && fold_bias_into_matmuls(graph, &folded)) {
     return take(folded, "bias adds folded into linear calls");
   }
+  // Note [Linear without a bias].
+  if (prims::PrimGraph folded; on_cuda && fold_transposes_into_linear_calls(graph, &folded)) {
+    return take(folded, "transposed weights folded into linear calls");
+  }
   // Note [Convolution biases in kernels].
   if (prims::PrimGraph moved; (on_cuda || targets.cpu) && targets.conv_bias_in_kernels &&
                                  move_conv_biases_into_kernels(graph, &moved)) {

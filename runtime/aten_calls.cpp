@@ -133,6 +133,7 @@ PyObject* wrap_without_gil(Compute compute) {
 PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
   const at::Tensor& input = THPVariable_Unpack(x);
   const at::Tensor& weight = THPVariable_Unpack(w);
+  if (b == nullptr) return wrap_without_gil([&] { return at::linear(input, weight); });
   const at::Tensor& bias = THPVariable_Unpack(b);
   return wrap_without_gil([&] { return at::linear(input, weight, bias); });
 }

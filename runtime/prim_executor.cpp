@@ -782,7 +782,7 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
         if (!a.target) unsupported(n, node, "extern without a callable");
         step.callable = PyRef::borrow(a.target);
         step.args = a.extern_args;
-        if (a.extern_kwargs.empty() && a.extern_args.size() == 3 &&
+        if (a.extern_kwargs.empty() && (a.extern_args.size() == 2 || a.extern_args.size() == 3) &&
             std::all_of(a.extern_args.begin(), a.extern_args.end(),
                         [](const Arg& arg) { return arg.kind == Arg::Kind::Node; }) &&
             a.target == torch_attr("nn.functional.linear").get()) {
@@ -801,7 +801,7 @@ PrimExecutor::PrimExecutor(std::shared_ptr<const prims::PrimGraph> graph, Arg ou
             step.native_inputs.push_back(arg.kind == Arg::Kind::Node ? arg.node : -1);
           }
         }
-        if (a.extern_kwargs.empty() && a.extern_args.size() == 3 && a.extern_args[0].kind == Arg::Kind::Node &&
+        if (a.extern_kwargs.empty() && (a.extern_args.size() == 2 || a.extern_args.size() == 3) && a.extern_args[0].kind == Arg::Kind::Node &&
             a.target == operator_setitem()) {
           step.fill = slice_key(a.extern_args[1], a.extern_args[2],
                                 static_cast<int64_t>(g.value(a.extern_args[0].node).meta.sizes.size()));
@@ -883,7 +883,7 @@ PyObject* PrimExecutor::run_native(const Step& step, PyObject* const* values) {
   switch (step.native) {
     case Native::View: return aten_view(in(0), *step.view);
     case Native::Matmul: return aten_matmul(in(0), in(1));
-    case Native::Linear: return aten_linear(in(0), in(1), in(2));
+    case Native::Linear: return aten_linear(in(0), in(1), step.native_inputs.size() == 3 ? in(2) : nullptr);
     case Native::Fill: return aten_fill_slices(in(0), *step.fill, step.fill_value.get());
     case Native::IndexSelect: return aten_index_select(in(0), step.dim, in(1));
     case Native::Cat:

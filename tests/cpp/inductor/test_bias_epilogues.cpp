@@ -75,5 +75,36 @@ TEST(BiasEpilogues, OtherAddsAndSharedProductsStay) {
   EXPECT_FALSE(fold_bias_into_matmuls(graph, &folded));
 }
 
+TEST(BiasEpilogues, MatmulsOfTransposedWeightsBecomeLinearCalls) {
+  // Note [Linear without a bias]: matmul(x, w^T) is linear(x, w), its
+  // permute dropped with its last reader; other right operands stay.
+  PrimGraph graph;
+  PrimBuilder b(graph);
+  const int x = graph.add_input(tensor_meta({2, 3, 4}));
+  const int w = graph.add_input(tensor_meta({5, 4}));
+  const int y = graph.add_input(tensor_meta({4, 3}));
+  const int plain = graph.add_input(tensor_meta({5, 6}));
+  const int projected = b.matmul(x, b.permute(w, {1, 0}));                        // [2, 3, 5]
+  const int columns = graph.add_input(tensor_meta({4, 2}));
+  const int other = b.matmul(b.permute(y, {1, 0}), columns);  // transposed on the left only
+  graph.set_outputs({b.matmul(projected, plain), other});
+  PrimGraph folded;
+  ASSERT_TRUE(fold_transposes_into_linear_calls(graph, &folded));
+  EXPECT_EQ(folded.verify(), "");
+  EXPECT_EQ(test::count_prims(folded, Prim::Extern), 1);
+  EXPECT_EQ(test::count_prims(folded, Prim::Matmul), 2);
+  for (const auto& node : folded.nodes()) {
+    if (node.prim != Prim::Extern) continue;
+    EXPECT_EQ(node.attrs.target_name, "linear");
+    ASSERT_EQ(node.attrs.extern_args.size(), 2u);
+    EXPECT_EQ(node.attrs.extern_args[1].node, w);
+  }
+  PrimGraph again;
+  EXPECT_FALSE(fold_transposes_into_linear_calls(folded, &again));
+  test::expect_same_results(graph, folded, {"torch.randn(2, 3, 4)", "torch.randn(5, 4)", "torch.randn(4, 3)",
+                                            "torch.randn(5, 6)", "torch.randn(4, 2)"},
+                            /*exact=*/false);
+}
+
 }  // namespace
 }  // namespace kiln::inductor
