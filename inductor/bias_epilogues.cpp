@@ -93,7 +93,10 @@ base::PyRef linear_function() {
 // either way; the same call and numerics as eager's nn.Linear). A 6-layer
 // Llama's forward made 43 such views. A matmul qualifies when its right
 // operand is that permute of a 2-D value, all three of one floating dtype;
-// the permute, left to other readers or none, is dropped when unread.
+// the permute, left to other readers or none, is dropped when unread. The
+// executor's native step for it transposes w in C++ and multiplies as the
+// matmul step did (large 16-bit products padded: Note [Padded GEMM dims]),
+// not through at::linear, so the product's kernels stay the same.
 
 // The value a qualifying matmul `node` reads transposed, or -1.
 int transposed_weight(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& producer) {

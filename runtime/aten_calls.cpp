@@ -133,7 +133,15 @@ PyObject* wrap_without_gil(Compute compute) {
 PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b) {
   const at::Tensor& input = THPVariable_Unpack(x);
   const at::Tensor& weight = THPVariable_Unpack(w);
-  if (b == nullptr) return wrap_without_gil([&] { return at::linear(input, weight); });
+  if (b == nullptr) {
+    // The product the decomposition made, matmul(x, w^T), with its padding
+    // of large 16-bit products (Note [Linear without a bias]).
+    return wrap_without_gil([&] {
+      const at::Tensor right = weight.t();
+      const int64_t multiple = gemm_padding_multiple(input, right);
+      return multiple ? matmul_with_padded_dims(input, right, multiple) : at::matmul(input, right);
+    });
+  }
   const at::Tensor& bias = THPVariable_Unpack(b);
   return wrap_without_gil([&] { return at::linear(input, weight, bias); });
 }

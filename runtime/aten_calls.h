@@ -19,7 +19,8 @@ PyObject* aten_matmul(PyObject* a, PyObject* b);
 
 // at::linear(x, w, b) (torch.nn.functional.linear's op), computed with the
 // GIL released; null with a RuntimeError set when torch raises. A null
-// `b`: no bias. Preconditions: is_tensor of x, w and a non-null b.
+// `b`: no bias, computed as aten_matmul(x, w^T) computes it. Preconditions:
+// is_tensor of x, w and a non-null b.
 PyObject* aten_linear(PyObject* x, PyObject* w, PyObject* b);
 
 // a @ b of 2-d operands with each of M, K, N that is a leading dimension
