@@ -51,15 +51,14 @@ bool is_float(graph::DType d) {
 }
 
 // The fold of add `node`: the index (0 or 1) of its matmul operand, or -1.
-int matmul_operand(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& uses,
-                   const std::vector<int>& producer) {
+int matmul_operand(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& uses) {
   if (node.prim != Prim::Add || node.args.size() != 2) return -1;
   if (!node.args[0].is_value() || !node.args[1].is_value()) return -1;
   const graph::TensorMeta& out = graph.value(node.outputs[0]).meta;
   for (int side = 0; side < 2; ++side) {
     const int product = node.args[side].value;
     const int bias = node.args[1 - side].value;
-    const int made_by = producer[product];
+    const int made_by = graph.value(product).node;
     if (made_by < 0 || graph.node(made_by).prim != Prim::Matmul || uses[product] != 1) continue;
     const PrimNode& mm = graph.node(made_by);
     if (mm.args.size() != 2 || !mm.args[0].is_value() || !mm.args[1].is_value()) continue;
@@ -99,13 +98,13 @@ base::PyRef linear_function() {
 // not through at::linear, so the product's kernels stay the same.
 
 // The value a qualifying matmul `node` reads transposed, or -1.
-int transposed_weight(const PrimGraph& graph, const PrimNode& node, const std::vector<int>& producer) {
+int transposed_weight(const PrimGraph& graph, const PrimNode& node) {
   if (node.prim != Prim::Matmul || node.args.size() != 2 || !node.args[0].is_value() || !node.args[1].is_value()) {
     return -1;
   }
   const int right = node.args[1].value;
-  if (producer[right] < 0) return -1;
-  const PrimNode& view = graph.node(producer[right]);
+  if (graph.value(right).node < 0) return -1;
+  const PrimNode& view = graph.node(graph.value(right).node);
   if (view.prim != Prim::Permute || view.attrs.dims != std::vector<int64_t>{1, 0} || view.args.empty() ||
       !view.args[0].is_value()) {
     return -1;
@@ -123,14 +122,10 @@ int transposed_weight(const PrimGraph& graph, const PrimNode& node, const std::v
 }  // namespace
 
 bool fold_transposes_into_linear_calls(const PrimGraph& graph, PrimGraph* out) {
-  std::vector<int> producer(graph.values().size(), -1);
-  for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    for (int id : graph.node(n).outputs) producer[id] = static_cast<int>(n);
-  }
   std::vector<int> weight(graph.nodes().size(), -1);
   bool any = false;
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    weight[n] = transposed_weight(graph, graph.node(n), producer);
+    weight[n] = transposed_weight(graph, graph.node(n));
     any = any || weight[n] >= 0;
   }
   if (!any) return false;
@@ -148,18 +143,14 @@ bool fold_transposes_into_linear_calls(const PrimGraph& graph, PrimGraph* out) {
 
 bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
   const std::vector<int> uses = use_counts(graph);
-  std::vector<int> producer(graph.values().size(), -1);
-  for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    for (int id : graph.node(n).outputs) producer[id] = static_cast<int>(n);
-  }
   // The matmul nodes folded into their add, and each qualifying add's matmul side.
   std::vector<bool> folded(graph.nodes().size(), false);
   std::vector<int> side(graph.nodes().size(), -1);
   bool any = false;
   for (size_t n = 0; n < graph.nodes().size(); ++n) {
-    side[n] = matmul_operand(graph, graph.node(n), uses, producer);
+    side[n] = matmul_operand(graph, graph.node(n), uses);
     if (side[n] < 0) continue;
-    folded[producer[graph.node(n).args[side[n]].value]] = true;
+    folded[graph.value(graph.node(n).args[side[n]].value).node] = true;
     any = true;
   }
   if (!any) return false;
@@ -169,7 +160,7 @@ bool fold_bias_into_matmuls(const PrimGraph& graph, PrimGraph* out) {
   };
   auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
     const PrimNode& node = graph.node(n);
-    const PrimNode& mm = graph.node(producer[node.args[side[n]].value]);
+    const PrimNode& mm = graph.node(graph.value(node.args[side[n]].value).node);
     const int weight = b.permute(map[mm.args[1].value], {1, 0});
     const int bias = map[node.args[1 - side[n]].value];
     return b.extern_call(linear.get(), "linear",
