@@ -13,6 +13,7 @@
 
 #include "inductor/bias_epilogues.h"
 #include "inductor/conv_bias.h"
+#include "inductor/view_copies.h"
 #include "inductor/view_pairs.h"
 #include "inductor/sink_views.h"
 #include "inductor/buffer_plan.h"
@@ -520,6 +521,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   if (prims::PrimGraph moved; (on_cuda || targets.cpu) && targets.conv_bias_in_kernels &&
                                  move_conv_biases_into_kernels(graph, &moved)) {
     return take(moved, "convolution biases moved into kernels");
+  }
+  // Note [A view per kernel reader].
+  if (prims::PrimGraph copied; (on_cuda || targets.cpu) && copy_views_per_kernel_reader(graph, &copied)) {
+    return take(copied, "views read by several kernels copied per reader");
   }
   // Note [Two-step outer reductions].
   if (prims::PrimGraph split; on_cuda && split_outer_reductions(graph, &split)) return take(split, nullptr);

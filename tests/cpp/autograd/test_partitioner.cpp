@@ -321,23 +321,48 @@ std::vector<Prim> saved_makers(const Partition& part) {
 }
 
 TEST(Partitioner, TheViewTheBackwardReadsIsSavedNotItsBase) {
-  // Note [Saved views]: attention's heads, a view of a matmul's output,
-  // read by the backward as they are. Saving the matmul's output costs
-  // the same bytes but leaves the backward to make the views again.
+  // Note [Saved views]: a matmul's output flattened for the next matmul,
+  // whose weight gradient reads the flattened value (through its
+  // transpose, no pair with the reshape). Saving the matmul's output
+  // costs the same bytes but leaves the backward to flatten it again.
   prims::PrimGraph g;
   prims::PrimBuilder b(g);
   const int x = g.add_input(f64({4, 6}));
-  const int w = g.add_input(f64({6, 8}));
-  const int heads = b.permute(b.reshape(b.matmul(x, w), {4, 2, 4}), {1, 0, 2});
-  g.set_outputs({b.reduce(Prim::Sum, b.binary(Prim::Mul, PrimArg::of_value(heads), PrimArg::of_value(heads)), {},
-                          false)});
+  const int w = g.add_input(f64({6, 6}));
+  const int v = g.add_input(f64({12, 5}));
+  const int flat = b.reshape(b.matmul(x, w), {2, 12});
+  g.set_outputs({b.reduce(Prim::Sum, b.matmul(flat, v), {}, false)});
+  JointGraph joint = build_joint_graph(g, {true, true, true});
+  Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
+  ASSERT_EQ(part.backward.verify(), "");
+  EXPECT_EQ(saved_makers(part), (std::vector<Prim>{Prim::Reshape})) << prims::format_prim_graph(part.forward);
+  PyRef xs = test::eval("torch.randn(4, 6, dtype=torch.float64)");
+  PyRef ws = test::eval("torch.randn(6, 6, dtype=torch.float64)");
+  PyRef vs = test::eval("torch.randn(12, 5, dtype=torch.float64)");
+  PyRef grad = test::eval("torch.tensor(1.5, dtype=torch.float64)");
+  std::vector<PyRef> joint_out = run(joint.graph, {xs.get(), ws.get(), vs.get(), grad.get()});
+  const PartitionRun ran = run_partition(part, {xs.get(), ws.get(), vs.get()}, {grad.get()});
+  ASSERT_EQ(ran.backward.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(ran.backward[i].get(), joint_out[1 + i].get())) << "gradient " << i;
+}
+
+TEST(Partitioner, AViewOnlyKernelsReadIsNotSaved) {
+  // Batch norm's weight reshaped to [1, C, 1, 1] and multiplied: the
+  // backward's readers are elementwise, whose kernels index the weight
+  // itself, so the weight is saved and the forward makes no view step.
+  prims::PrimGraph g;
+  prims::PrimBuilder b(g);
+  const int x = g.add_input(f64({2, 3, 2, 2}));
+  const int w = g.add_input(f64({3}));
+  const int scaled = b.binary(Prim::Mul, PrimArg::of_value(x), PrimArg::of_value(b.reshape(w, {1, 3, 1, 1})));
+  g.set_outputs({b.reduce(Prim::Sum, b.unary(Prim::Tanh, scaled), {}, false)});
   JointGraph joint = build_joint_graph(g, {true, true});
   Partition part = partition_joint_graph(joint, SavePolicy::MinCut);
   ASSERT_EQ(part.backward.verify(), "");
-  EXPECT_EQ(saved_makers(part), (std::vector<Prim>{Prim::Permute})) << prims::format_prim_graph(part.forward);
-  PyRef xs = test::eval("torch.randn(4, 6, dtype=torch.float64)");
-  PyRef ws = test::eval("torch.randn(6, 8, dtype=torch.float64)");
-  PyRef grad = test::eval("torch.tensor(1.5, dtype=torch.float64)");
+  for (Prim maker : saved_makers(part)) EXPECT_NE(maker, Prim::Reshape) << prims::format_prim_graph(part.forward);
+  PyRef xs = test::eval("torch.randn(2, 3, 2, 2, dtype=torch.float64)");
+  PyRef ws = test::eval("torch.randn(3, dtype=torch.float64)");
+  PyRef grad = test::eval("torch.tensor(0.5, dtype=torch.float64)");
   std::vector<PyRef> joint_out = run(joint.graph, {xs.get(), ws.get(), grad.get()});
   const PartitionRun ran = run_partition(part, {xs.get(), ws.get()}, {grad.get()});
   ASSERT_EQ(ran.backward.size(), 2u);
