@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "inductor/batched_casts.h"
 #include "inductor/bias_epilogues.h"
 #include "inductor/conv_bias.h"
 #include "inductor/view_copies.h"
@@ -516,6 +517,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   // Note [Linear without a bias].
   if (prims::PrimGraph folded; on_cuda && fold_transposes_into_linear_calls(graph, &folded)) {
     return take(folded, "transposed weights folded into linear calls");
+  }
+  // Note [Batched weight casts].
+  if (prims::PrimGraph batched; on_cuda && targets.batch_input_casts && batch_input_casts(graph, &batched)) {
+    return take(batched, "casts of inputs batched into foreach copies");
   }
   // Note [Convolution biases in kernels].
   if (prims::PrimGraph moved; (on_cuda || targets.cpu) && targets.conv_bias_in_kernels &&

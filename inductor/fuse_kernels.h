@@ -39,6 +39,7 @@ struct KernelTargets {
   bool gemm_rows_at_run_time = false;             // Note [GEMM rows at run time]
   bool cuda_runtime_layout = false;               // Note [CUDA run-time layout]
   bool conv_bias_in_kernels = false;              // Note [Convolution biases in kernels]
+  bool batch_input_casts = false;                 // Note [Batched weight casts] (CUDA graphs)
 };
 
 // Inductor's passes, in the order the compile pipeline runs them
@@ -60,7 +61,8 @@ struct KernelPlan {
 };
 
 // Rewrites `graph` before scheduling (dead nodes, casts above reshapes,
-// bias epilogues, two-step outer reductions, explicit copies) to their
+// bias epilogues, batched input casts, two-step outer reductions, explicit
+// copies) to their
 // fixed point, then groups its nodes; Note [Recomputed kernel outputs] may
 // rewrite the scheduled graph, which is then planned again while a round
 // stores fewer bytes (at most 8 rounds).

@@ -17,6 +17,7 @@ std::atomic<bool> g_cpu_kernels{true};
 std::atomic<bool> g_cuda_kernels{true};
 std::atomic<bool> g_parameter_kernel_cache{true};
 std::atomic<bool> g_constant_subgraphs{true};
+std::atomic<bool> g_batch_input_casts{true};
 std::atomic<bool> g_static_regions{true};
 std::atomic<inductor::MatmulPolicy> g_cpu_matmul{inductor::MatmulPolicy::Auto};
 std::atomic<prims::ConvLayout> g_conv_layout{prims::ConvLayout::Auto};
@@ -121,6 +122,10 @@ void set_parameter_kernel_cache(bool enabled) { g_parameter_kernel_cache = enabl
 bool constant_subgraphs() { return g_constant_subgraphs; }
 
 void set_constant_subgraphs(bool enabled) { g_constant_subgraphs = enabled; }
+
+bool batch_input_casts() { return g_batch_input_casts; }
+
+void set_batch_input_casts(bool enabled) { g_batch_input_casts = enabled; }
 
 bool static_regions() { return g_static_regions; }
 

@@ -33,6 +33,7 @@ struct SettingOverrides {
   std::optional<bool> cuda_kernels;
   std::optional<bool> parameter_kernel_cache;
   std::optional<bool> constant_subgraphs;
+  std::optional<bool> batch_input_casts;
   std::optional<bool> static_regions;
   std::optional<inductor::MatmulPolicy> cpu_matmul;
   std::optional<prims::ConvLayout> conv_layout;
@@ -236,6 +237,12 @@ void set_parameter_kernel_cache(bool enabled);
 bool constant_subgraphs();
 // Sets constant_subgraphs() for graphs compiled from now on.
 void set_constant_subgraphs(bool enabled);
+// Whether CUDA graphs cast their input tensors (autocast's weight casts) in
+// one foreach copy per dtype pair (kiln.config.batch_input_casts, on by
+// default; Note [Batched weight casts] in inductor/batched_casts.cpp).
+bool batch_input_casts();
+// Sets batch_input_casts() for graphs compiled from now on.
+void set_batch_input_casts(bool enabled);
 // True when a graph with symbolic sizes whose calls are mostly at static
 // sizes compiles its static regions once and replays the rest eagerly
 // instead of compiling per size (kiln.config.static_regions, on by

@@ -57,7 +57,7 @@ void count_kernels(const CacheCounts& before, const inductor::FusedGraph& fused)
 // inference graph): pointwise and reduction groups become compiled kernels
 // for the graph's device (inductor/fuse_kernels.h).
 prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string& name, const Settings& settings,
-                               bool conv_bias_in_kernels) {
+                               bool conv_bias_in_kernels, bool batch_input_casts) {
   const CacheCounts before;
   const base::Stopwatch clock;
   inductor::KernelTargets targets;
@@ -69,6 +69,7 @@ prims::PrimGraph kernel_passes(const prims::PrimGraph& graph, const std::string&
   targets.gemm_rows_at_run_time = settings.size_instance;
   targets.cuda_runtime_layout = settings.size_instance;
   targets.conv_bias_in_kernels = conv_bias_in_kernels;
+  targets.batch_input_casts = batch_input_casts && settings.batch_input_casts;
   // Rewrites for kernels to their fixed point, then the scheduler's groups.
   inductor::KernelPlan plan = inductor::plan_kernels(graph, std::move(targets));
   verify_pass(plan.graph, "plan_kernels", name);
@@ -221,7 +222,7 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
           // Note [Convolution biases in kernels]: training graphs only when asked.
           const bool conv_bias = settings.conv_bias == inductor::ConvBiasPlacement::Kernels;
           kernel_pass = [settings, conv_bias](const prims::PrimGraph& g, const std::string& what) {
-            return kernel_passes(g, what, settings, conv_bias);
+            return kernel_passes(g, what, settings, conv_bias, /*batch_input_casts=*/true);
           };
         }
         executor = autograd_executor(name, std::move(*decomposition), kernel_pass, settings, &why);
@@ -232,12 +233,15 @@ std::unique_ptr<runtime::GraphExecutor> compile_resolved(const graph::Graph& gra
         //    whose replays would not see a kept result go stale.
         std::shared_ptr<prims::PrimGraph> fused;
         try {
+          // Kept kernels cast the weights once (Note [Batched weight
+          // casts]: a batch could not be kept).
+          const bool keep = kernels && on_cuda(graph) && !settings.cuda_graphs && settings.parameter_kernel_cache;
           if (kernels) {
             const bool conv_bias = settings.conv_bias == inductor::ConvBiasPlacement::Kernels ||
                                    (settings.conv_bias == inductor::ConvBiasPlacement::Auto && on_cuda(graph));
-            fused = std::make_shared<prims::PrimGraph>(kernel_passes(*decomposition->graph, name, settings, conv_bias));
+            fused = std::make_shared<prims::PrimGraph>(
+                kernel_passes(*decomposition->graph, name, settings, conv_bias, /*batch_input_casts=*/!keep));
           }
-          const bool keep = kernels && on_cuda(graph) && !settings.cuda_graphs && settings.parameter_kernel_cache;
           executor = inference_executor(std::move(*decomposition), std::move(fused), keep, &why);
         } catch (const std::runtime_error& e) {
           why = e.what();

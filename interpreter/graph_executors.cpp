@@ -124,6 +124,7 @@ Settings resolve_settings(const CompileConfig& config) {
   s.cuda_kernels = config.settings.cuda_kernels.value_or(cuda_kernels());
   s.parameter_kernel_cache = config.settings.parameter_kernel_cache.value_or(parameter_kernel_cache());
   s.constant_subgraphs = config.settings.constant_subgraphs.value_or(constant_subgraphs());
+  s.batch_input_casts = config.settings.batch_input_casts.value_or(batch_input_casts());
   s.static_regions = config.settings.static_regions.value_or(static_regions());
   s.cpu_matmul = config.settings.cpu_matmul.value_or(cpu_matmul());
   s.conv_layout = config.settings.conv_layout.value_or(conv_layout());

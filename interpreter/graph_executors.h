@@ -30,6 +30,7 @@ struct Settings {
   bool cuda_kernels = true;
   bool parameter_kernel_cache = true;
   bool constant_subgraphs = true;
+  bool batch_input_casts = true;  // Note [Batched weight casts]
   bool static_regions = true;
   inductor::MatmulPolicy cpu_matmul = inductor::MatmulPolicy::Auto;
   prims::ConvLayout conv_layout = prims::ConvLayout::Auto;

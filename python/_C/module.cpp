@@ -175,6 +175,7 @@ bool read_setting_overrides(PyObject* options, kiln::interpreter::SettingOverrid
                                 : name == "cuda_kernels"           ? &out->cuda_kernels
                                 : name == "parameter_kernel_cache" ? &out->parameter_kernel_cache
                                 : name == "constant_subgraphs"     ? &out->constant_subgraphs
+                                : name == "batch_input_casts"      ? &out->batch_input_casts
                                 : name == "static_regions"         ? &out->static_regions
                                                                    : nullptr;
     if (flag && PyBool_Check(value)) {
@@ -453,6 +454,17 @@ PyObject* py_get_constant_subgraphs(PyObject*, PyObject*) {
   return PyBool_FromLong(kiln::interpreter::constant_subgraphs());
 }
 
+PyObject* py_set_batch_input_casts(PyObject*, PyObject* arg) {
+  const int enabled = PyObject_IsTrue(arg);
+  if (enabled < 0) return nullptr;
+  kiln::interpreter::set_batch_input_casts(enabled == 1);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_get_batch_input_casts(PyObject*, PyObject*) {
+  return PyBool_FromLong(kiln::interpreter::batch_input_casts());
+}
+
 PyObject* py_set_static_regions(PyObject*, PyObject* arg) {
   const int enabled = PyObject_IsTrue(arg);
   if (enabled < 0) return nullptr;
@@ -647,6 +659,10 @@ PyMethodDef module_methods[] = {
      "Turns running input-independent nodes once per compiled graph on or off."},
     {"get_constant_subgraphs", py_get_constant_subgraphs, METH_NOARGS,
      "Whether compiled graphs run their input-independent nodes once."},
+    {"set_batch_input_casts", py_set_batch_input_casts, METH_O,
+     "Turns casting a CUDA graph's input tensors in one foreach copy on or off."},
+    {"get_batch_input_casts", py_get_batch_input_casts, METH_NOARGS,
+     "Whether CUDA graphs cast their input tensors in one foreach copy."},
     {"set_static_regions", py_set_static_regions, METH_O,
      "Turns compiling the static regions of graphs with symbolic sizes once on or off."},
     {"get_static_regions", py_get_static_regions, METH_NOARGS,

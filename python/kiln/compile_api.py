@@ -13,7 +13,7 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 # they stand for).
 SETTING_OPTIONS = {"cpu_kernels": bool, "cuda_kernels": bool, "parameter_kernel_cache": bool,
                    "constant_subgraphs": bool, "static_regions": bool, "cpu_matmul": str, "conv_layout": str,
-                   "conv_bias": str}
+                   "conv_bias": str, "batch_input_casts": bool}
 TORCH_OPTIONS = {"triton.cudagraphs": "reduce-overhead", "max_autotune": "max-autotune"}
 
 # The targets ("CPU", "CUDA") whose eager replay kiln.compile has warned of.
@@ -112,7 +112,7 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="induct
     graph's first call, and kiln runs what it returns (kiln._fx).
     options= sets kiln.config settings for this compile's graphs only
     ("cpu_kernels", "cuda_kernels", "parameter_kernel_cache", "constant_subgraphs",
-    "static_regions", "cpu_matmul", "conv_layout", "conv_bias"),
+    "static_regions", "cpu_matmul", "conv_layout", "conv_bias", "batch_input_casts"),
     and takes torch.compile's {"triton.cudagraphs": True} and
     {"max_autotune": True} for the modes they mean; like torch.compile, not
     together with mode=.

@@ -137,6 +137,23 @@ class _Config(_types.ModuleType):
         _C.set_constant_subgraphs(value)
 
     @property
+    def batch_input_casts(self) -> bool:
+        """CUDA graphs cast their input tensors (autocast's casts of the
+        weights before each matmul) in one foreach copy per dtype pair
+        instead of one kernel each (default True; Note [Batched weight
+        casts] in inductor/batched_casts.cpp): fewer launches, the copies
+        living from the first cast on. Not for inference graphs that keep
+        kernels of parameters (parameter_kernel_cache), which cast once.
+        Read when a graph is compiled."""
+        return _C.get_batch_input_casts()
+
+    @batch_input_casts.setter
+    def batch_input_casts(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"batch_input_casts must be a bool, got {type(value).__name__}")
+        _C.set_batch_input_casts(value)
+
+    @property
     def static_regions(self) -> bool:
         """A graph with symbolic sizes whose calls mostly work at static
         sizes (generate()'s decoding step: only the KV cache grows) compiles

@@ -49,7 +49,7 @@ def test_torch_option_names_mean_their_modes():
 
 @pytest.mark.parametrize("options, error, match", [
     ({"epilogue_fusion": True}, ValueError,
-     r"unknown options \['epilogue_fusion'\]; valid: constant_subgraphs, conv_bias, conv_layout, cpu_kernels"),
+     r"unknown options \['epilogue_fusion'\]; valid: batch_input_casts, constant_subgraphs, conv_bias, conv_layout"),
     ({"cpu_kernels": 1}, TypeError, r"options\['cpu_kernels'\] must be a bool, got int"),
     ({"cpu_matmul": "blas"}, ValueError, r"'auto', 'kiln' or 'aten', got 'blas'"),
     ({"conv_layout": "nhwc"}, ValueError, r"'auto', 'channels_last' or 'keep', got 'nhwc'"),

@@ -635,6 +635,15 @@ def _kiln_kernel_launches(fn):
     return sum(e.count for e in prof.key_averages() if e.key.startswith("kiln_"))
 
 
+def _cuda_launches(fn):
+    """Every kernel and copy the GPU ran for fn(), kiln's and torch's."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages())
+
+
 @pytest.mark.parametrize("keep", [True, False])
 def test_inference_keeps_kernels_of_parameters_until_they_change(keep):
     # Note [Kernels of parameters]: autocast's bfloat16 copies of the
@@ -670,7 +679,9 @@ def test_inference_keeps_kernels_of_parameters_until_they_change(keep):
         try:
             uncached = kiln.compile(model)
             step(uncached)
-            assert first < _kiln_kernel_launches(lambda: step(uncached))
+            # Uncached, the casts run each call (batched into one foreach
+            # copy, Note [Batched weight casts]).
+            assert _cuda_launches(lambda: step(compiled)) < _cuda_launches(lambda: step(uncached))
         finally:
             kiln.config.parameter_kernel_cache = saved
 
@@ -749,3 +760,26 @@ def test_decode_steps_share_the_padded_bias_kernel_across_lengths():
     # 21: static; 33: the first instance; 35, 38, 45 reuse its kernels.
     assert compiled_after[1] > compiled_after[0], compiled_after
     assert compiled_after[2:] == [compiled_after[1]] * 3, compiled_after
+
+
+def test_weight_casts_of_an_autocast_training_step_are_batched(capfd):
+    # Note [Batched weight casts]: the bfloat16 casts of the weights (Linear
+    # layers without a bias, as in Llama) run as one foreach copy; gradients
+    # match eager.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128, bias=False), nn.SiLU(), nn.Linear(128, 128, bias=False), nn.SiLU(),
+                          nn.Linear(128, 32, bias=False)).cuda()
+    reference = copy.deepcopy(model)
+    x = torch.randn(16, 64, device="cuda")
+    kiln.reset()
+    compiled = kiln.compile(model, backend="inductor")
+    with kiln_logs("prims"):
+        for m in (compiled, reference):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = m(x).float().square().mean()
+            loss.backward()
+    log = capfd.readouterr().err
+    assert "extern kiln.cast_all" in log, log
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=1e-4)
+    assert kiln.stats()["autograd_graphs"] == 1
