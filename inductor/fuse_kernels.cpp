@@ -13,6 +13,7 @@
 
 #include "inductor/batched_casts.h"
 #include "inductor/bias_epilogues.h"
+#include "inductor/redundant_copies.h"
 #include "inductor/conv_bias.h"
 #include "inductor/view_copies.h"
 #include "inductor/view_pairs.h"
@@ -500,6 +501,10 @@ bool rewrite_for_kernels(const prims::PrimGraph& graph, bool on_cuda, const Kern
   // [Recomputed kernel outputs]: a cone copied into its only reader); it
   // would still run, through torch.
   if (prims::PrimGraph live; prims::drop_dead_nodes(graph, &live)) return take(live, "dead nodes dropped");
+  // Note [Copies undone by permutes].
+  if (prims::PrimGraph dropped; drop_copies_undone_by_permutes(graph, &dropped)) {
+    return take(dropped, "copies undone by permutes dropped");
+  }
   // Note [View pairs].
   if (prims::PrimGraph folded; fold_view_pairs(graph, &folded)) return take(folded, "views of views folded");
   // Note [Batched state updates].
