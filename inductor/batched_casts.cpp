@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/module_attr.h"
 #include "base/py_ref.h"
 #include "inductor/node_rewrite.h"
 #include "prims/extern_writes.h"
@@ -50,25 +51,11 @@ bool read_as_a_whole(const PrimGraph& graph, int value, const std::vector<std::v
   return true;
 }
 
-base::PyRef cast_all_function() {
-  base::PyRef module = base::PyRef::steal(PyImport_ImportModule("kiln._batched_casts"));
-  base::PyRef fn = module ? base::PyRef::steal(PyObject_GetAttrString(module.get(), "cast_all")) : base::PyRef();
-  if (!fn) {
-    PyErr_Clear();
-    throw std::runtime_error("batched casts: kiln._batched_casts.cast_all is not importable");
-  }
-  return fn;
-}
-
-base::PyRef torch_dtype(graph::DType dtype) {
-  base::PyRef torch = base::PyRef::steal(PyImport_ImportModule("torch"));
-  base::PyRef object =
-      torch ? base::PyRef::steal(PyObject_GetAttrString(torch.get(), graph::dtype_name(dtype))) : base::PyRef();
-  if (!object) {
-    PyErr_Clear();
-    throw std::runtime_error(std::string("batched casts: no torch dtype ") + graph::dtype_name(dtype));
-  }
-  return object;
+// `module`.`name` (base::import_attr), or a runtime_error naming it.
+base::PyRef required_attr(const char* module, const char* name) {
+  base::PyRef attr = base::PyRef::steal(base::import_attr(module, name));
+  if (!attr) throw std::runtime_error(std::string("batched casts: no ") + module + "." + name);
+  return attr;
 }
 
 }  // namespace
@@ -80,7 +67,9 @@ bool batch_input_casts(const PrimGraph& graph, PrimGraph* out) {
     for (int value : prims::node_reads(graph.node(n))) readers[value].push_back(static_cast<int>(n));
   }
   const std::unordered_set<int> inputs(graph.inputs().begin(), graph.inputs().end());
-  const std::vector<bool> writable = prims::writable_values(graph);
+  // The alias analysis only for graphs with a candidate (every rewrite
+  // round asks each pass; most graphs have none).
+  std::vector<bool> writable;
   // Per (source, target) dtype pair, its casts in node order.
   std::map<std::pair<graph::DType, graph::DType>, std::vector<size_t>> groups;
   for (size_t n = 0; n < node_count; ++n) {
@@ -92,9 +81,11 @@ bool batch_input_casts(const PrimGraph& graph, PrimGraph* out) {
     const int source = node.args[0].value;
     const graph::TensorMeta& from = graph.value(source).meta;
     const graph::TensorMeta& to = graph.value(node.outputs[0]).meta;
-    if (!inputs.count(source) || writable[source] || from.dtype == to.dtype) continue;
+    if (!inputs.count(source) || from.dtype == to.dtype) continue;
     if (from.strides != graph::contiguous_strides(from.sizes) || to.strides != from.strides) continue;
     if (!read_as_a_whole(graph, node.outputs[0], readers)) continue;
+    if (writable.empty()) writable = prims::writable_values(graph);
+    if (writable[source]) continue;
     groups[{from.dtype, to.dtype}].push_back(n);
   }
   // Per batched cast node: its group's first node and its position there.
@@ -106,14 +97,14 @@ bool batch_input_casts(const PrimGraph& graph, PrimGraph* out) {
     for (size_t k = 0; k < casts.size(); ++k) slot[casts[k]] = {casts[0], k};
   }
   if (!any) return false;
-  const base::PyRef cast_all = cast_all_function();
+  const base::PyRef cast_all = required_attr("kiln._batched_casts", "cast_all");
   std::vector<std::vector<int>> made(node_count);  // per group's first node: the call's outputs
   auto action = [&](size_t n) { return slot[n].first < node_count ? NodeAction::Replace : NodeAction::Copy; };
   auto replace = [&](prims::PrimBuilder& b, size_t n, const std::vector<int>& map) {
     const auto [first, position] = slot[n];
     if (n == first) {
       const graph::DType target = graph.value(graph.node(n).outputs[0]).meta.dtype;
-      const base::PyRef dtype = torch_dtype(target);
+      const base::PyRef dtype = required_attr("torch", graph::dtype_name(target));
       std::vector<graph::Arg> args = {graph::Arg::of_constant(dtype.get())};
       std::vector<graph::TensorMeta> metas;
       for (const auto& [pair, casts] : groups) {

@@ -64,12 +64,12 @@ bool drop_copies_undone_by_permutes(const PrimGraph& graph, PrimGraph* out) {
   for (const PrimNode& node : graph.nodes()) {
     for (int value : prims::node_reads(node)) ++readers[value];
   }
-  // Alias classes holding a graph output: a result viewing x there would
-  // make two outputs share storage that eager keeps apart.
-  const std::vector<int> alias = prims::alias_class_of(graph);
-  std::vector<bool> output_class(graph.values().size(), false);
-  for (int value : graph.outputs()) output_class[alias[value]] = true;
-  const std::vector<bool> writable = prims::writable_values(graph);
+  // Alias classes holding a graph output (a result viewing x there would
+  // make two outputs share storage that eager keeps apart), and what
+  // externs may write: computed once a chain is found.
+  std::vector<int> alias;
+  std::vector<bool> output_class;
+  std::vector<bool> writable;
   // Per second clone: its chain's first clone's input and permutes.
   std::vector<int> source(node_count, -1);
   std::vector<std::vector<int>> chain(node_count);
@@ -83,6 +83,12 @@ bool drop_copies_undone_by_permutes(const PrimGraph& graph, PrimGraph* out) {
     if (copy.args.size() != 1 || !copy.args[0].is_value()) continue;
     const int x = copy.args[0].value;
     const int result = node.outputs[0];
+    if (alias.empty()) {
+      alias = prims::alias_class_of(graph);
+      output_class.assign(graph.values().size(), false);
+      for (int value : graph.outputs()) output_class[alias[value]] = true;
+      writable = prims::writable_values(graph);
+    }
     if (writable[x] || writable[result]) continue;
     if (output_class[alias[result]]) continue;
     // The permutes applied to x's layout must give the second copy's.
