@@ -30,7 +30,11 @@ namespace kiln::autograd {
 // kiln_vjp(args, kwargs, outputs, slots, grads) gets the forward's outputs
 // too (saved, not recomputed) and returns the gradients in the layout of
 // empty_like of each input (kiln._attention.attention: Note [Fused
-// attention kernels]).
+// attention kernels]). Only kiln's own calls are marked pure, and a pure
+// call's kiln_vjp must be pure too (write no argument, return fresh
+// tensors): its call is marked so, and passes may move copies across it
+// (Note [Copies undone by permutes]). torch.autograd.grad may return a
+// gradient it was given, so extern_vjp's calls are not.
 
 namespace {
 
@@ -165,7 +169,8 @@ std::vector<int> vjp_extern(prims::PrimBuilder& b, const NodeView& view,
             graph::Arg::of_constant(slot_tuple.get()), std::move(grad_args), graph::Arg::of_constant(strides.get())};
     name = "extern_vjp(" + attrs.target_name + ")";
   }
-  const std::vector<int> ids = b.extern_call(helper, name, std::move(args), {}, metas);
+  const bool pure = own_vjp && attrs.extern_pure;
+  const std::vector<int> ids = b.extern_call(helper, name, std::move(args), {}, metas, pure);
   for (size_t k = 0; k < wanted.size(); ++k) out[wanted[k]] = ids[k];
   return out;
 }

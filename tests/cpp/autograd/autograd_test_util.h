@@ -63,6 +63,7 @@ inline void expect_grads_match_torch(const prims::PrimGraph& forward, const std:
                                                      requires_grad[i] ? Py_True : Py_False));
     PyList_Append(leaves.get(), flagged.get());
   }
+  PyDict_SetItemString(ns.get(), "leaves", leaves.get());
   auto fwd = std::make_shared<prims::PrimGraph>(forward);
   runtime::PrimExecutor forward_run(fwd);
   std::vector<PyObject*> leaf_ptrs;
@@ -76,7 +77,19 @@ inline void expect_grads_match_torch(const prims::PrimGraph& forward, const std:
   PyRef ref_grads = PyRef::steal(PyList_New(0));
   std::vector<PyRef> grad_outs;
   for (size_t k = 0; k < outs.size(); ++k) {
-    if (joint.grad_inputs[k] < 0) continue;
+    if (joint.grad_inputs[k] < 0) {
+      // kiln sees no gradient path to this output: torch must see none
+      // either (an extern's output meta without requires_grad cuts it).
+      PyDict_SetItemString(ns.get(), "out", outs[k]);
+      PyRef cut = PyRef::steal(PyRun_String(
+          "not out.requires_grad or all(g is None or not bool(g.any()) for g in torch.autograd.grad("
+          "out, [t for t in leaves if t.requires_grad], torch.randn_like(out), allow_unused=True, "
+          "retain_graph=True))",
+          Py_eval_input, ns.get(), ns.get()));
+      ASSERT_TRUE(cut) << kiln::test::take_error();
+      EXPECT_EQ(cut.get(), Py_True) << "output " << k << ": kiln has no gradient path to it, torch has one";
+      continue;
+    }
     PyRef g = PyRef::steal(PyObject_CallMethod(kiln::test::eval("torch").get(), "randn_like", "O", outs[k]));
     grad_outs.push_back(g);
     joint_inputs.push_back(g.get());

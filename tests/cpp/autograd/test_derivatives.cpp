@@ -459,10 +459,19 @@ TEST(Derivatives, MissingRulesThrowNoDerivativeNamingThePrim) {
 
 // ---- extern ----
 
+// An extern output's metadata as the tracer records it for a call on
+// tensors that require grad (without the flag, no gradient path).
+graph::TensorMeta with_grad(graph::TensorMeta meta) {
+  meta.requires_grad = true;
+  return meta;
+}
+
 TEST(Derivatives, ExternConvAndPoolThroughTorch) {
   test::make_kiln_importable();
   PyRef conv2d = kiln::test::eval("torch.nn.functional.conv2d");
   PyRef pool = kiln::test::eval("torch.nn.functional.max_pool2d");
+  // Imported first: its table of torch backward kernels holds conv2d.
+  kiln::test::exec_module("import kiln._extern_vjp\n");
   const Py_ssize_t refs_before = Py_REFCNT(conv2d.get());
   {
     GradCase c;
@@ -475,7 +484,7 @@ TEST(Derivatives, ExternConvAndPoolThroughTorch) {
                                   {graph::Arg::of_node(x), graph::Arg::of_node(w), graph::Arg::of_node(bias)},
                                   {{"stride", graph::Arg::of_constant(two.get())},
                                    {"padding", graph::Arg::of_constant(one.get())}},
-                                  {test::meta_of(kiln::test::eval("torch.empty(2, 4, 4, 4, dtype=torch.float64)").get())})[0];
+                                  {with_grad(test::meta_of(kiln::test::eval("torch.empty(2, 4, 4, 4, dtype=torch.float64)").get()))})[0];
     const int t = c.b.unary(Prim::Tanh, y);
     graph::TensorMeta pooled = test::f64({2, 4, 2, 2});
     graph::TensorMeta where = pooled;
@@ -483,7 +492,7 @@ TEST(Derivatives, ExternConvAndPoolThroughTorch) {
     PyRef yes = PyRef::borrow(Py_True);
     const std::vector<int> outs = c.b.extern_call(
         pool.get(), "F.max_pool2d", {graph::Arg::of_node(t), graph::Arg::of_constant(two.get())},
-        {{"return_indices", graph::Arg::of_constant(yes.get())}}, {pooled, where});
+        {{"return_indices", graph::Arg::of_constant(yes.get())}}, {with_grad(pooled), where});
     c.check({outs[0], outs[1]});
   }
   EXPECT_EQ(Py_REFCNT(conv2d.get()), refs_before) << "the joint graph leaked references to the extern's callable";
@@ -505,11 +514,44 @@ TEST(Derivatives, ExternWithListArgumentsRepeatsAndKeywordTensors) {
   list.items = {graph::Arg::of_node(x), graph::Arg::of_node(y), graph::Arg::of_node(x)};
   PyRef zero = kiln::test::py_int(0);
   const int joined = c.b.extern_call(cat.get(), "torch.cat", {list}, {{"dim", graph::Arg::of_constant(zero.get())}},
-                                     {test::f64({5, 3})})[0];
+                                     {with_grad(test::f64({5, 3}))})[0];
   const int mixed = c.b.extern_call(addcmul.get(), "torch.addcmul", {graph::Arg::of_node(x)},
                                     {{"tensor1", graph::Arg::of_node(a)}, {"tensor2", graph::Arg::of_node(a)}},
-                                    {test::f64({2, 3})})[0];
+                                    {with_grad(test::f64({2, 3}))})[0];
   c.check({joined, mixed});
+}
+
+// A pure call's own kiln_vjp is called as a pure extern (passes may move
+// copies across it); the same function's call not marked pure, and a pure
+// call differentiated through torch.autograd.grad (extern_vjp), are not.
+TEST(Derivatives, OwnGradientOfAPureCallIsPure) {
+  test::make_kiln_importable();
+  PyRef module = kiln::test::exec_module(
+      "import torch\n"
+      "def double(x):\n"
+      "    return x * 2\n"
+      "def double_vjp(args, kwargs, outputs, slots, grads):\n"
+      "    return grads[0] * 2\n"
+      "double.kiln_vjp = double_vjp\n");
+  PyRef twice = kiln::test::item(module, "double");
+  PyRef sin = kiln::test::eval("torch.sin");
+  // Whether the joint graph's call of `vjp_name` is marked pure.
+  auto vjp_is_pure = [&](PyObject* target, const std::string& name, const std::string& vjp_name, bool pure) {
+    GradCase c;
+    const int x = c.input(randn("3, 4"));
+    const int y = c.b.extern_call(target, name, {graph::Arg::of_node(x)}, {}, {with_grad(test::f64({3, 4}))}, pure)[0];
+    c.check({y});
+    JointGraph joint = build_joint_graph(c.graph, {true});
+    int found = -1;
+    for (int n = 0; n < static_cast<int>(joint.graph.nodes().size()); ++n) {
+      if (joint.graph.node(n).attrs.target_name == vjp_name) found = n;
+    }
+    EXPECT_GE(found, 0) << "no call of " << vjp_name;
+    return found >= 0 && joint.graph.node(found).attrs.extern_pure;
+  };
+  EXPECT_TRUE(vjp_is_pure(twice.get(), "double", "double.kiln_vjp", true));
+  EXPECT_FALSE(vjp_is_pure(twice.get(), "double", "double.kiln_vjp", false));
+  EXPECT_FALSE(vjp_is_pure(sin.get(), "torch.sin", "extern_vjp(torch.sin)", true));
 }
 
 }  // namespace
