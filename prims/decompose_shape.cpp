@@ -2,6 +2,7 @@
 // indexing (ints, slices, None, Ellipsis), cat/stack, split/chunk/unbind,
 // dtype conversions.
 #include <algorithm>
+#include <cmath>
 
 #include "prims/common_meta.h"
 #include "prims/decompositions.h"
@@ -307,6 +308,90 @@ std::vector<int> decompose_Pad(DecomposeCall& c) {
     value = b.cat(parts, dim);
   }
   return {value == x ? b.clone(x) : value};
+}
+
+// Note [Nearest upsampling as a broadcast]
+// F.interpolate in mode "nearest" or "nearest-exact" whose every spatial
+// output size is an integer multiple k of the input's reads input element
+// dst / k for output element dst, if torch's own index arithmetic gives
+// that: it computes floor(dst * s) (nearest) or floor((dst + 0.5) * s)
+// (nearest-exact) with s the float 1 / scale_factor or in / out, which
+// for some k (41 over 64 inputs) lands one below at a multiple of k.
+// So every output index of every dim is checked against that arithmetic
+// as the CPU and CUDA kernels do it; where all agree, the call is each dim unsqueezed, expanded k times and merged: a
+// copy that fuses into its reader's kernel, whose gradient is a sum over
+// the k copies (a reduction kernel), where the extern ran the upsampling
+// again under autograd in the backward (UNet decoders, FPNs).
+namespace {
+
+// Whether torch's nearest index for every output position of a dim of
+// `in` -> `in * k` elements is dst / k. `scale`: the scale_factor given
+// for the dim (used by torch unless recompute_scale_factor), or 0.
+bool nearest_is_broadcast(int64_t in, int64_t k, double scale, bool exact) {
+  const int64_t out = in * k;
+  const float s = scale > 0 ? static_cast<float>(1.0 / scale) : static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t dst = 0; dst < out; ++dst) {
+    // The CUDA kernels and the CPU's nearest compute in float; the CPU's
+    // nearest-exact computes (dst + 0.5) * s in double, rounded to float.
+    const float at = exact ? (static_cast<float>(dst) + 0.5f) * s : static_cast<float>(dst) * s;
+    const float at_cpu = exact ? static_cast<float>((static_cast<double>(dst) + 0.5) * s) : at;
+    const int64_t want = dst / k;
+    if (std::min(static_cast<int64_t>(std::floor(at)), in - 1) != want) return false;
+    if (std::min(static_cast<int64_t>(std::floor(at_cpu)), in - 1) != want) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<int> decompose_Interpolate(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const std::string mode = c.text("mode");
+  if (mode != "nearest" && mode != "nearest-exact") c.unsupported("mode " + mode);
+  if (c.given("antialias") && c.flag("antialias")) c.unsupported("antialias");
+  const int x = c.tensor("input");
+  const graph::TensorMeta xm = b.meta(x);  // a copy: new nodes move the metas
+  const graph::TensorMeta& traced = c.traced(0);
+  const int64_t rank = static_cast<int64_t>(xm.sizes.size());
+  if (rank < 3 || traced.sizes.size() != xm.sizes.size()) c.unsupported("an input of rank below 3");
+  if (!is_contiguous(xm.sizes, xm.strides) || !is_contiguous(traced.sizes, traced.strides)) {
+    c.unsupported("a layout other than contiguous");
+  }
+  // The scale factors torch uses: given ones, unless recomputed from sizes.
+  std::vector<double> scales(static_cast<size_t>(rank - 2), 0.0);
+  const bool recompute = c.given("recompute_scale_factor") && c.flag("recompute_scale_factor");
+  if (c.given("scale_factor") && !recompute) {
+    PyObject* given = c.constant("scale_factor");
+    std::vector<base::PyRef> items;
+    if (given && (PyFloat_Check(given) || PyLong_Check(given))) {
+      items.assign(scales.size(), base::PyRef::borrow(given));
+    } else if (!c.constant_items("scale_factor", &items) || items.size() != scales.size()) {
+      c.unsupported("scale_factor is neither a number nor one per spatial dim");
+    }
+    for (size_t i = 0; i < scales.size(); ++i) {
+      scales[i] = PyFloat_AsDouble(items[i].get());
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        c.unsupported("a scale factor that is not a number");
+      }
+    }
+  }
+  std::vector<int64_t> split = {xm.sizes[0], xm.sizes[1]}, expanded = split;
+  bool any = false;
+  for (int64_t d = 2; d < rank; ++d) {
+    const int64_t in = xm.sizes[d], out = traced.sizes[d];
+    if (in == 0 || out % in != 0) c.unsupported("an output size that is no multiple of the input's");
+    const int64_t k = out / in;
+    if (!nearest_is_broadcast(in, k, scales[d - 2], mode == "nearest-exact")) {
+      c.unsupported("torch's index arithmetic does not repeat each element k times");
+    }
+    split.insert(split.end(), {in, 1});
+    expanded.insert(expanded.end(), {in, k});
+    any = any || k != 1;
+  }
+  if (!any) return {b.clone(x)};
+  const int spread = b.expand(b.reshape(x, split), expanded);
+  return {b.reshape(b.clone(spread, MemoryFormat::Contiguous), traced.sizes)};
 }
 
 // torch.roll: per dim, the last `shift` entries moved to the front (a cat

@@ -155,6 +155,8 @@ namespace kiln::prims {
     "Tensor.scatter(input, dim, index, src=None, *, value=None, reduce=None)")                      \
   X(Cat, "torch.cat(tensors, dim=0)", "torch.concat(tensors, dim=0)")                              \
   X(Pad, "F.pad(input, pad, mode='constant', value=None)")                                         \
+  X(Interpolate, "F.interpolate(input, size=None, scale_factor=None, mode='nearest', "              \
+                 "align_corners=None, recompute_scale_factor=None, antialias=False)")              \
   X(Roll, "torch.roll(input, shifts, dims=None)", "Tensor.roll(input, shifts, dims=None)")         \
   X(Stack, "torch.stack(tensors, dim=0)")                                                          \
   X(Split, "torch.split(input, split_size_or_sections, dim=0)",                                    \
