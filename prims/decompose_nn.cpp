@@ -166,21 +166,31 @@ std::vector<int> decompose_RmsNorm(DecomposeCall& c) {
 // layer norm over each group of channels (statistics in float32 for
 // 16-bit inputs, like torch's kernel), the affine per channel; global
 // average pooling is the mean over the last two dims, which is what
-// torch's adaptive_avg_pool2d itself computes for a 1x1 output. Other
-// output sizes, and group norm of a non-contiguous input (torch keeps its
-// memory format), stay torch's calls.
+// torch's adaptive_avg_pool2d itself computes for a 1x1 output (other
+// output sizes stay torch's calls). A group norm of a non-contiguous input
+// (a transposed attention output reshaped back to NCHW in diffusers' VAE)
+// is computed over a contiguous copy; a channels-last one stays torch's
+// call, whose result layout differs between devices.
 std::vector<int> decompose_GroupNorm(DecomposeCall& c) {
   PrimBuilder& b = c.b;
   const int input = c.tensor("input");
   const graph::TensorMeta in = b.meta(input);
   if (!is_floating(in.dtype)) c.unsupported("group_norm of a non-floating tensor");
-  if (in.sizes.size() < 2 || !is_contiguous(in.sizes, in.strides)) c.unsupported("group_norm of a non-contiguous input");
+  if (in.sizes.size() < 2) c.unsupported("group_norm of a tensor of rank below 2");
+  if (suggest_memory_format(in.sizes, in.strides) != MemoryFormat::Contiguous) {
+    c.unsupported("group_norm of a channels-last input (torch's CPU kernel keeps the format, its CUDA and meta "
+                  "kernels do not)");
+  }
   const int64_t n = in.sizes[0], channels = in.sizes[1], groups = c.integer("num_groups");
   if (groups <= 0 || channels % groups != 0) c.unsupported("channels not divisible into groups");
   int64_t numel = 1;
   for (int64_t s : in.sizes) numel *= s;
   if (numel == 0) c.unsupported("group_norm of an empty tensor");
-  const int x = b.reshape(to_dtype(b, input, opmath_dtype(in.dtype)), {n, groups, numel / (n * groups)});
+  // A non-contiguous input is read through a contiguous copy (which the
+  // statistics' kernel reads in place); the result is contiguous, as
+  // torch's.
+  const int dense = is_contiguous(in.sizes, in.strides) ? input : b.clone(input, MemoryFormat::Contiguous);
+  const int x = b.reshape(to_dtype(b, dense, opmath_dtype(in.dtype)), {n, groups, numel / (n * groups)});
   auto [var, mean] = b.var_mean(x, {2}, 0, true);
   const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(c.number("eps"))));
   int out = b.reshape(b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd)), in.sizes);

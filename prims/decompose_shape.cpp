@@ -321,7 +321,9 @@ std::vector<int> decompose_Pad(DecomposeCall& c) {
 // as the CPU and CUDA kernels do it; where all agree, the call is each dim unsqueezed, expanded k times and merged: a
 // copy that fuses into its reader's kernel, whose gradient is a sum over
 // the k copies (a reduction kernel), where the extern ran the upsampling
-// again under autograd in the backward (UNet decoders, FPNs).
+// again under autograd in the backward (UNet decoders, FPNs). The result
+// takes the memory format torch's kernel gives (channels-last for an NHWC
+// input).
 namespace {
 
 // Whether torch's nearest index for every output position of a dim of
@@ -354,8 +356,9 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
   const graph::TensorMeta& traced = c.traced(0);
   const int64_t rank = static_cast<int64_t>(xm.sizes.size());
   if (rank < 3 || traced.sizes.size() != xm.sizes.size()) c.unsupported("an input of rank below 3");
-  if (!is_contiguous(xm.sizes, xm.strides) || !is_contiguous(traced.sizes, traced.strides)) {
-    c.unsupported("a layout other than contiguous");
+  const MemoryFormat format = suggest_memory_format(traced.sizes, traced.strides);
+  if (format == MemoryFormat::Contiguous && !is_contiguous(traced.sizes, traced.strides)) {
+    c.unsupported("a result layout of no memory format");
   }
   // The scale factors torch uses: given ones, unless recomputed from sizes.
   std::vector<double> scales(static_cast<size_t>(rank - 2), 0.0);
@@ -376,7 +379,7 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
       }
     }
   }
-  std::vector<int64_t> split = {xm.sizes[0], xm.sizes[1]}, expanded = split;
+  std::vector<int64_t> expanded = {xm.sizes[0], xm.sizes[1]};
   bool any = false;
   for (int64_t d = 2; d < rank; ++d) {
     const int64_t in = xm.sizes[d], out = traced.sizes[d];
@@ -385,13 +388,15 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
     if (!nearest_is_broadcast(in, k, scales[d - 2], mode == "nearest-exact")) {
       c.unsupported("torch's index arithmetic does not repeat each element k times");
     }
-    split.insert(split.end(), {in, 1});
     expanded.insert(expanded.end(), {in, k});
     any = any || k != 1;
   }
-  if (!any) return {b.clone(x)};
-  const int spread = b.expand(b.reshape(x, split), expanded);
-  return {b.reshape(b.clone(spread, MemoryFormat::Contiguous), traced.sizes)};
+  if (!any) return {b.clone(x, format)};
+  int spread = x;
+  for (int64_t d = rank - 1; d >= 2; --d) spread = b.unsqueeze(spread, d + 1);
+  spread = b.expand(spread, expanded);
+  const int out = b.reshape(b.clone(spread, MemoryFormat::Contiguous), traced.sizes);
+  return {format == MemoryFormat::Contiguous ? out : b.clone(out, format)};
 }
 
 // torch.roll: per dim, the last `shift` entries moved to the front (a cat

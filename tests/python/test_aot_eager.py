@@ -529,6 +529,37 @@ def test_group_norm_and_global_pooling_decompose_with_their_gradients(backend, d
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_group_norm_of_other_layouts_equals_eager(backend, layout, capfd):
+    # A transposed input (diffusers' VAE: an attention output transposed
+    # back to NCHW) decomposes, read through a contiguous copy; a
+    # channels-last one stays torch's call (its CPU kernel keeps the format,
+    # its CUDA and meta kernels do not).
+    torch.manual_seed(0)
+    base = torch.randn(2, 8, 5, 6)
+    x = base.to(memory_format=torch.channels_last) if layout == "channels_last" else base.transpose(2, 3)
+    x = x.detach().requires_grad_(True)
+    w = torch.randn(8, requires_grad=True)
+
+    def f(x, w):
+        return F.group_norm(x, 4, w, None, eps=1e-5).relu()
+
+    want = f(x, w)
+    wants = torch.autograd.grad(want.square().sum(), (x, w))
+    with kiln_logs("prims"):
+        got = kiln.compile(f, backend=backend)(x, w)
+    grads = torch.autograd.grad(got.square().sum(), (x, w))
+    assert ("extern F.group_norm" in capfd.readouterr().err) == (layout == "channels_last")
+    if layout == "transposed":
+        # (channels-last: kernels after the call lay out as the trace's meta
+        # result, contiguous, where eager's CPU kernel kept channels-last)
+        assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
+    for g, e in zip(grads, wants):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norms_decompose_with_their_gradients(backend, dtype, capfd):
     # Note [Norms as prims]: F.normalize, the norm spellings and F.rms_norm
