@@ -169,26 +169,22 @@ std::vector<int> decompose_RmsNorm(DecomposeCall& c) {
 // torch's adaptive_avg_pool2d itself computes for a 1x1 output (other
 // output sizes stay torch's calls). A group norm of a non-contiguous input
 // (a transposed attention output reshaped back to NCHW in diffusers' VAE)
-// is computed over a contiguous copy; a channels-last one stays torch's
-// call, whose result layout differs between devices.
+// is computed over a contiguous copy.
 std::vector<int> decompose_GroupNorm(DecomposeCall& c) {
   PrimBuilder& b = c.b;
   const int input = c.tensor("input");
   const graph::TensorMeta in = b.meta(input);
   if (!is_floating(in.dtype)) c.unsupported("group_norm of a non-floating tensor");
   if (in.sizes.size() < 2) c.unsupported("group_norm of a tensor of rank below 2");
-  if (suggest_memory_format(in.sizes, in.strides) != MemoryFormat::Contiguous) {
-    c.unsupported("group_norm of a channels-last input (torch's CPU kernel keeps the format, its CUDA and meta "
-                  "kernels do not)");
-  }
+
   const int64_t n = in.sizes[0], channels = in.sizes[1], groups = c.integer("num_groups");
   if (groups <= 0 || channels % groups != 0) c.unsupported("channels not divisible into groups");
   int64_t numel = 1;
   for (int64_t s : in.sizes) numel *= s;
   if (numel == 0) c.unsupported("group_norm of an empty tensor");
   // A non-contiguous input is read through a contiguous copy (which the
-  // statistics' kernel reads in place); the result is contiguous, as
-  // torch's.
+  // statistics' kernel reads in place); the result takes the traced layout
+  // (channels-last on the CPU for an NHWC input: Note [Meta layouts]).
   const int dense = is_contiguous(in.sizes, in.strides) ? input : b.clone(input, MemoryFormat::Contiguous);
   const int x = b.reshape(to_dtype(b, dense, opmath_dtype(in.dtype)), {n, groups, numel / (n * groups)});
   auto [var, mean] = b.var_mean(x, {2}, 0, true);
@@ -198,7 +194,12 @@ std::vector<int> decompose_GroupNorm(DecomposeCall& c) {
   per_channel[1] = channels;
   if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(b.reshape(c.tensor("weight"), per_channel)));
   if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(b.reshape(c.tensor("bias"), per_channel)));
-  return {to_dtype(b, out, in.dtype)};
+  out = to_dtype(b, out, in.dtype);
+  const graph::TensorMeta& traced = c.traced(0);
+  if (is_channels_last_contiguous(traced.sizes, traced.strides) && !is_contiguous(traced.sizes, traced.strides)) {
+    out = b.clone(out, MemoryFormat::ChannelsLast);
+  }
+  return {out};
 }
 
 std::vector<int> decompose_AdaptiveAvgPool2d(DecomposeCall& c) {

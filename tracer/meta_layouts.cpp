@@ -23,7 +23,11 @@ namespace kiln::tracer {
 //     on CUDA excepted: cuDNN's rule keeps it contiguous); the meta kernel
 //     makes it contiguous always. torch.compile's fake tensors correct
 //     convolutions the same way (they ask ATen for the backend's format).
-//     3-d convolutions keep the meta layout.
+//     3-d convolutions keep the meta layout;
+//   - F.group_norm of a 4-d input suggesting channels-last: channels-last
+//     on CPU (its kernel keeps the input's suggested format), contiguous
+//     on CUDA and meta (diffusers' VAE normalizes an attention output
+//     transposed back to NCHW, which is NHWC in memory).
 
 namespace {
 
@@ -60,7 +64,9 @@ bool suggests_channels_last(PyObject* tensor, PyObject* channels_last) {
 
 PyRef with_real_layout(const std::string& name, PyObject* fake_args, PyRef result, graph::DeviceType device) {
   if (number_base_pow(name, fake_args)) return PyRef::steal(PyObject_CallMethod(result.get(), "contiguous", nullptr));
-  if (!is_conv2d(name) || PyTuple_GET_SIZE(fake_args) < 2) return result;
+  const bool conv = is_conv2d(name) && PyTuple_GET_SIZE(fake_args) >= 2;
+  const bool group_norm = name == "F.group_norm" && PyTuple_GET_SIZE(fake_args) >= 1 && device == graph::DeviceType::CPU;
+  if (!conv && !group_norm) return result;
   if (device != graph::DeviceType::CPU && device != graph::DeviceType::CUDA) return result;
   static PyObject* torch = PyImport_ImportModule("torch");  // kept for the process
   PyRef channels_last = torch ? PyRef::steal(PyObject_GetAttrString(torch, "channels_last")) : PyRef();
@@ -70,11 +76,15 @@ PyRef with_real_layout(const std::string& name, PyObject* fake_args, PyRef resul
   PyRef ndim = PyRef::steal(PyObject_GetAttrString(result.get(), "ndim"));
   if (!ndim) return PyRef();
   if (PyLong_AsLong(ndim.get()) != 4) return result;
-  if (device == graph::DeviceType::CUDA && dtype.get() == float64.get()) return result;
   PyObject* input = PyTuple_GET_ITEM(fake_args, 0);
-  PyObject* weight = PyTuple_GET_ITEM(fake_args, 1);
-  if (!suggests_channels_last(input, channels_last.get()) && !suggests_channels_last(weight, channels_last.get())) {
-    return result;
+  if (group_norm) {
+    if (!runtime::is_tensor(input) || !suggests_channels_last(input, channels_last.get())) return result;
+  } else {
+    if (device == graph::DeviceType::CUDA && dtype.get() == float64.get()) return result;
+    PyObject* weight = PyTuple_GET_ITEM(fake_args, 1);
+    if (!suggests_channels_last(input, channels_last.get()) && !suggests_channels_last(weight, channels_last.get())) {
+      return result;
+    }
   }
   PyRef method = PyRef::steal(PyObject_GetAttrString(result.get(), "contiguous"));
   PyRef no_args = PyRef::steal(PyTuple_New(0));
