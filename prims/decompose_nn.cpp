@@ -182,22 +182,46 @@ std::vector<int> decompose_GroupNorm(DecomposeCall& c) {
   int64_t numel = 1;
   for (int64_t s : in.sizes) numel *= s;
   if (numel == 0) c.unsupported("group_norm of an empty tensor");
-  // A non-contiguous input is read through a contiguous copy (which the
-  // statistics' kernel reads in place); the result takes the traced layout
-  // (channels-last on the CPU for an NHWC input: Note [Meta layouts]).
-  const int dense = is_contiguous(in.sizes, in.strides) ? input : b.clone(input, MemoryFormat::Contiguous);
-  const int x = b.reshape(to_dtype(b, dense, opmath_dtype(in.dtype)), {n, groups, numel / (n * groups)});
-  auto [var, mean] = b.var_mean(x, {2}, 0, true);
-  const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(c.number("eps"))));
-  int out = b.reshape(b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd)), in.sizes);
+  const double eps = c.number("eps");
+  const DType compute = opmath_dtype(in.dtype);
+  int out;
+  if (in.sizes.size() == 4 && !is_contiguous(in.sizes, in.strides) &&
+      is_channels_last_contiguous(in.sizes, in.strides)) {
+    // An NHWC input is normalized in its own memory order, [N, H*W, G,
+    // C/G] over dims 1 and 3, so no kernel copies it to NCHW first; the
+    // result stays channels-last (elementwise ops keep their input's
+    // layout).
+    const int64_t h = in.sizes[2], w = in.sizes[3];
+    const int nhwc = b.permute(to_dtype(b, input, compute), {0, 2, 3, 1});
+    const int x = b.reshape(nhwc, {n, h * w, groups, channels / groups});
+    auto [var, mean] = b.var_mean(x, {1, 3}, 0, true);
+    const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(eps)));
+    const int normed = b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd));
+    out = b.permute(b.reshape(normed, {n, h, w, channels}), {0, 3, 1, 2});
+  } else {
+    // Another non-contiguous input is read through a contiguous copy
+    // (which the statistics' kernel reads in place).
+    const int dense = is_contiguous(in.sizes, in.strides) ? input : b.clone(input, MemoryFormat::Contiguous);
+    const int x = b.reshape(to_dtype(b, dense, compute), {n, groups, numel / (n * groups)});
+    auto [var, mean] = b.var_mean(x, {2}, 0, true);
+    const int rstd = b.unary(Prim::Rsqrt, b.binary(Prim::Add, v(var), f(eps)));
+    out = b.reshape(b.binary(Prim::Mul, v(b.binary(Prim::Sub, v(x), v(mean))), v(rstd)), in.sizes);
+  }
   std::vector<int64_t> per_channel(in.sizes.size(), 1);
   per_channel[1] = channels;
   if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(b.reshape(c.tensor("weight"), per_channel)));
   if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(b.reshape(c.tensor("bias"), per_channel)));
   out = to_dtype(b, out, in.dtype);
+  // The traced layout: channels-last on the CPU for an NHWC input, else
+  // contiguous (Note [Meta layouts]).
   const graph::TensorMeta& traced = c.traced(0);
-  if (is_channels_last_contiguous(traced.sizes, traced.strides) && !is_contiguous(traced.sizes, traced.strides)) {
+  const bool nhwc_result = is_channels_last_contiguous(traced.sizes, traced.strides) &&
+                           !is_contiguous(traced.sizes, traced.strides);
+  const graph::TensorMeta made = b.meta(out);
+  if (nhwc_result && !is_channels_last_contiguous(made.sizes, made.strides)) {
     out = b.clone(out, MemoryFormat::ChannelsLast);
+  } else if (!nhwc_result && !is_contiguous(made.sizes, made.strides)) {
+    out = b.clone(out, MemoryFormat::Contiguous);
   }
   return {out};
 }
