@@ -179,6 +179,27 @@ std::vector<int64_t> DecomposeCall::ints(const char* name) const {
 }
 
 std::vector<int> DecomposeCall::tensors(const char* name) const {
+  for (const prims::Param& p : spelling_.params) {
+    if (p.name != name || !p.varargs) continue;
+    if (bound_.rest.size() == 1 && bound_.rest[0]->kind != Arg::Kind::Node) {
+      const Arg& seq = *bound_.rest[0];
+      if (seq.kind != Arg::Kind::Tuple && seq.kind != Arg::Kind::List) {
+        unsupported(std::string(name) + " is not a sequence of tensors");
+      }
+      std::vector<int> out;
+      for (const Arg& item : seq.items) {
+        if (item.kind != Arg::Kind::Node) unsupported(std::string(name) + " holds a non-tensor");
+        out.push_back(node_value(item.node));
+      }
+      return out;
+    }
+    std::vector<int> out;
+    for (const Arg* arg : bound_.rest) {
+      if (arg->kind != Arg::Kind::Node) unsupported(std::string(name) + " holds a non-tensor");
+      out.push_back(node_value(arg->node));
+    }
+    return out;
+  }
   Bound bound = lookup(name);
   if (!bound.arg || (bound.arg->kind != Arg::Kind::Tuple && bound.arg->kind != Arg::Kind::List)) {
     unsupported(std::string(name) + " is not a sequence of tensors");

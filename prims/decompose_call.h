@@ -66,7 +66,8 @@ class DecomposeCall {
   // An int or a sequence of ints; for the varargs parameter, its items (or
   // the one sequence given: x.view(2, 3) and x.view((2, 3)) alike).
   std::vector<int64_t> ints(const char* name) const;
-  // A sequence of tensors.
+  // A sequence of tensors; for the varargs parameter, its items (or the
+  // one sequence given: einsum("ij,jk", a, b) and einsum("ij,jk", [a, b])).
   std::vector<int> tensors(const char* name) const;
   // The Python constant of an argument (given or default), or null when it
   // is not a constant (a tensor, or a container of graph values).

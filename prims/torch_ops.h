@@ -193,6 +193,7 @@ namespace kiln::prims {
   X(Baddbmm, "torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)",                          \
     "Tensor.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)")                                   \
   X(Linear, "F.linear(input, weight, bias=None)")                                                  \
+  X(Einsum, "torch.einsum(equation, *operands)")                                                   \
   /* nn */                                                                                         \
   X(Softmax, "torch.softmax(input, dim, dtype=None)", "Tensor.softmax(input, dim, dtype=None)",    \
     "F.softmax(input, dim=None, _stacklevel=3, dtype=None)")                                       \
