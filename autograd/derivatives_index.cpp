@@ -101,6 +101,17 @@ int index_read(prims::PrimBuilder& b, int g, const std::vector<int64_t>& dims,
 constexpr int64_t kFewRows = 32;
 constexpr int64_t kReadsPerRow = 1024;
 
+// Whether `index` is an iota counting n - 1 down to 0 (torch.flip's): its
+// index_select is a permutation that undoes itself, so the gradient is the
+// same index_select of g, not a scatter_add into zeros.
+bool is_reversal(prims::PrimGraph& graph, int index, int64_t n) {
+  const int node = graph.value(index).node;
+  if (node < 0) return false;
+  const prims::PrimNode& producer = graph.node(node);
+  return producer.prim == Prim::Iota && producer.attrs.sizes == std::vector<int64_t>{n} &&
+         producer.attrs.start.value_or(0) == n - 1 && producer.attrs.step == -1;
+}
+
 bool few_rows_many_reads(const graph::TensorMeta& x, const graph::TensorMeta& g, int64_t dim) {
   if (x.device_type != graph::DeviceType::CUDA) return false;
   const int64_t rows = x.sizes[dim], reads = g.sizes[dim];
@@ -161,6 +172,10 @@ std::vector<int> vjp_index(prims::PrimBuilder& b, const NodeView& view,
       // scatter_add adds with atomics on CUDA, as torch.compile's
       // generated one does.)
       const graph::TensorMeta gm = b.meta(g);
+      if (is_reversal(b.graph(), in[1], xm.sizes[attrs.dim])) {
+        out[0] = b.index_select(g, attrs.dim, in[1]);
+        return out;
+      }
       if (few_rows_many_reads(xm, gm, attrs.dim)) {
         out[0] = summed_by_row(b, g, in[1], attrs.dim, xm.sizes[attrs.dim]);
         return out;

@@ -399,6 +399,29 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
   return {format == MemoryFormat::Contiguous ? out : b.clone(out, format)};
 }
 
+// torch.flip: per dim, an index_select at the reversed positions (an iota
+// counting down), which kernels read at the computed index; its gradient
+// is the same reversal of the gradient (Longformer flips its attention
+// mask's corners, eight a layer).
+std::vector<int> decompose_Flip(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const graph::TensorMeta xm = b.meta(x);  // a copy: new nodes move the metas
+  if (!is_contiguous(xm.sizes, xm.strides)) c.unsupported("flip of a non-contiguous tensor");
+  const Placement where{xm.device_type, xm.device_index, false};
+  std::vector<int64_t> dims = c.ints("dims");
+  for (int64_t& d : dims) d = wrap_dim("flip", d, c.rank(x));
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) c.unsupported("a dim flipped twice");
+  int value = x;
+  for (int64_t d : dims) {
+    const int64_t n = xm.sizes[d];
+    if (n <= 1) continue;
+    value = b.index_select(value, d, b.iota(n, n - 1, -1, DType::Int64, where));
+  }
+  return {value == x ? b.clone(x) : value};
+}
+
 // torch.roll: per dim, the last `shift` entries moved to the front (a cat
 // of two slices); without dims, over the flattened tensor.
 std::vector<int> decompose_Roll(DecomposeCall& c) {

@@ -158,6 +158,7 @@ namespace kiln::prims {
   X(Interpolate, "F.interpolate(input, size=None, scale_factor=None, mode='nearest', "              \
                  "align_corners=None, recompute_scale_factor=None, antialias=False)")              \
   X(Roll, "torch.roll(input, shifts, dims=None)", "Tensor.roll(input, shifts, dims=None)")         \
+  X(Flip, "torch.flip(input, dims)", "Tensor.flip(input, *dims)")                                  \
   X(Stack, "torch.stack(tensors, dim=0)")                                                          \
   X(Split, "torch.split(input, split_size_or_sections, dim=0)",                                    \
     "Tensor.split(input, split_size, dim=0)", "torch.chunk(input, chunks, dim=0)",                 \
