@@ -25,7 +25,16 @@ std::vector<int> softmax_call(DecomposeCall& c, bool log) {
   int x = c.tensor("input");
   if (auto dtype = c.dtype("dtype")) x = to_dtype(c.b, x, *dtype);
   if (!is_floating(c.b.meta(x).dtype)) c.unsupported("softmax of a non-floating tensor");
-  return {softmax(c.b, x, c.integer("dim"), log)};
+  const int out = softmax(c.b, x, c.integer("dim"), log);
+  // torch's kernels write a contiguous result for an input that is not
+  // (Longformer's softmax over a permuted score view); the copy is the
+  // kernel's own store.
+  const graph::TensorMeta& traced = c.traced(0);
+  const graph::TensorMeta& made = c.b.meta(out);
+  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(made.sizes, made.strides)) {
+    return {c.b.clone(out, MemoryFormat::Contiguous)};
+  }
+  return {out};
 }
 
 // A per-channel vector [C] viewed as [1, C, 1, ...] against a rank-`rank` input.

@@ -164,6 +164,23 @@ def test_softmax_log_softmax_layer_norm_forward(shape):
     assert s["kernels"] >= 1 and s["prim_graphs"] == 1, s
 
 
+def test_softmax_of_a_permuted_view_is_contiguous_in_one_kernel(capfd):
+    # torch's softmax writes a contiguous result for a permuted input
+    # (Longformer's scores); kiln's kernel stores it so, not an extern.
+    x = torch.randn(2, 4, 16, 9)
+
+    def f(x):
+        return F.softmax(x.permute(0, 2, 1, 3), dim=-1) * 2
+
+    kiln.reset()
+    capfd.readouterr()
+    with torch.no_grad(), kiln_logs("prims"):
+        s = _kernel_prims(f, x)
+    assert "extern F.softmax" not in capfd.readouterr().err
+    assert s["kernels"] == 1, s
+    assert kiln.compile(f)(x).stride() == f(x).stride()
+
+
 def test_softmax_then_layer_norm_is_one_kernel():
     def f(x):
         return F.layer_norm(torch.softmax(x, -1), (x.shape[-1],))
