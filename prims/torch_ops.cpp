@@ -174,7 +174,18 @@ bool bind_args(const OpSpelling& spelling, const std::vector<graph::Arg>& args,
   for (const auto& [name, arg] : kwargs) {
     bool found = false;
     for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].name != name || params[i].varargs) continue;
+      if (params[i].name != name) continue;
+      // A varargs parameter given by keyword holds the whole sequence
+      // (x.new_ones(size=(2, 3)), x.permute(dims=(1, 0))).
+      if (params[i].varargs) {
+        if (!out->rest.empty()) {
+          *why = spelling.text + ": " + name + " given twice";
+          return false;
+        }
+        out->rest.push_back(&arg);
+        found = true;
+        continue;
+      }
       if (out->given[i]) {
         *why = spelling.text + ": " + name + " given twice";
         return false;

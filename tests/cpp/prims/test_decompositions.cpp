@@ -246,6 +246,8 @@ TEST(Decompositions, ViewsShapesAndIndexing) {
       "Tensor.split(a, [1, 3], 1)", "torch.chunk(x, 2, 2)", "torch.unbind(a, 1)",
       "Tensor.to(a, torch.float64)", "Tensor.to(i, dtype=torch.float16)", "Tensor.float(i)",
       "Tensor.long(a)", "Tensor.bool(i)", "Tensor.half(a)", "Tensor.type_as(i, a)",
+      "Tensor.permute(x, dims=(3, 0, 2, 1))", "Tensor.view(a, size=(2, 6))", "Tensor.flip(x, 0, 2)",
+      "torch.flip(a, (1,))", "Tensor.flip(a3, -1)",
   });
 }
 
@@ -254,7 +256,8 @@ TEST(Decompositions, FactoriesAndRandomDraws) {
       "torch.zeros(2, 3)", "torch.ones((4,), dtype=torch.int32)", "torch.full((2, 2), 1.5)",
       "torch.full((3,), 7)", "torch.zeros_like(a)", "torch.ones_like(i)", "torch.full_like(a64, 2)",
       "torch.arange(5)", "torch.arange(2, 11, 3)", "torch.arange(4, dtype=torch.float32)",
-      "torch.rand(3, 4)", "torch.randn(2, 5, dtype=torch.float64)",
+      "torch.rand(3, 4)", "torch.randn(2, 5, dtype=torch.float64)", "Tensor.new_ones(a, size=(2, 3))",
+      "torch.zeros(size=(2, 3))",
   });
 }
 
@@ -265,7 +268,8 @@ TEST(Decompositions, MatrixProducts) {
       "torch.mm(at, mat)", "torch.bmm(bat.transpose(1, 2), bat)", "torch.addmm(bias, w, mat[:, :5])",
       "torch.addmm(bias, w, mat[:, :5], beta=0.5, alpha=2)", "F.linear(a, w, bias)", "F.linear(a3, w)",
       "F.linear(b, w, bias)", "F.linear(a64, w.double())", "F.linear(x.permute(0, 2, 3, 1), mat[:3, :5].t())",
-      "torch.matmul(x.permute(0, 2, 3, 1), mat[:3])",
+      "torch.matmul(x.permute(0, 2, 3, 1), mat[:3])", "torch.einsum('ij,jk->ik', a, mat)",
+      "torch.einsum('bij,bjk->bki', a3, bat)", "torch.einsum('ij->j', at)", "torch.einsum('...j,j', a3, b)",
   });
 }
 
