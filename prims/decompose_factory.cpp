@@ -71,8 +71,29 @@ std::vector<int> decompose_NewFull(DecomposeCall& c) {
 }
 
 // arange(end), arange(start, end), arange(start, end, step) over ints.
+// torch.arange(end), arange(start, end[, step]), with any of start, end
+// and step by keyword after the positionals (arange(0, end=n)).
 std::vector<int> decompose_Arange(DecomposeCall& c) {
   std::vector<int64_t> args = c.ints("args");
+  const bool keywords = c.given("start") || c.given("end") || c.given("step");
+  if (keywords) {
+    if (args.size() > 2 || (c.given("end") && args.size() > 1) || (c.given("start") && !args.empty())) {
+      c.unsupported("arange with a bound both positional and by keyword");
+    }
+    int64_t start = 0, end = 0;
+    if (c.given("end")) {
+      end = c.integer("end");
+      start = !args.empty() ? args[0] : c.given("start") ? c.integer("start") : 0;
+    } else if (args.size() == 2) {
+      start = args[0];
+      end = args[1];
+    } else if (args.size() == 1) {
+      end = args[0];
+    } else {
+      c.unsupported("arange without an end");
+    }
+    args = {start, end, c.given("step") ? c.integer("step") : 1};
+  }
   if (args.empty() || args.size() > 3) c.unsupported("arange with " + std::to_string(args.size()) + " arguments");
   const int64_t start = args.size() == 1 ? 0 : args[0];
   const int64_t step = args.size() == 3 ? args[2] : 1;

@@ -69,6 +69,14 @@ std::vector<int> decompose_Baddbmm(DecomposeCall& c) {
   return {scaled_product_plus_input(c, "batch1", "batch2")};
 }
 
+// outer(a, b) = a[:, None] * b[None, :]: one product per element, as
+// torch computes it.
+std::vector<int> decompose_Outer(DecomposeCall& c) {
+  const int a = c.tensor("input"), b = c.tensor("vec2");
+  if (c.rank(a) != 1 || c.rank(b) != 1) c.unsupported("outer of other than two vectors");
+  return {c.b.binary(Prim::Mul, v(c.b.unsqueeze(a, 1)), v(c.b.unsqueeze(b, 0)))};
+}
+
 // linear(x, W, b) = x @ W^T + b.
 std::vector<int> decompose_Linear(DecomposeCall& c) {
   const int weight = c.tensor("weight");

@@ -97,6 +97,10 @@ std::vector<int> decompose_FloorDivide(DecomposeCall& c) {
 std::vector<int> decompose_Remainder(DecomposeCall& c) { return binary(c, Prim::Remainder); }
 std::vector<int> decompose_Fmod(DecomposeCall& c) { return binary(c, Prim::Fmod); }
 std::vector<int> decompose_Pow(DecomposeCall& c) { return binary(c, Prim::Pow, "input", "exponent"); }
+// torch.square(x) is at::pow(x, 2).
+std::vector<int> decompose_Square(DecomposeCall& c) {
+  return {c.b.binary(Prim::Pow, v(c.tensor("input")), PrimArg::of_scalar(Scalar::of_int(2)))};
+}
 std::vector<int> decompose_Maximum(DecomposeCall& c) { return binary(c, Prim::Maximum); }
 std::vector<int> decompose_Minimum(DecomposeCall& c) { return binary(c, Prim::Minimum); }
 std::vector<int> decompose_Atan2(DecomposeCall& c) { return binary(c, Prim::Atan2); }
@@ -217,6 +221,22 @@ std::vector<int> decompose_Silu(DecomposeCall& c) {
   if (inplace(c)) c.unsupported("inplace=True");
   const int x = c.tensor("input");
   return {c.b.binary(Prim::Mul, v(x), v(c.b.unary(Prim::Sigmoid, x)))};
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta, and x itself where beta x >
+// threshold (torch's linear region). The exponent is clamped to the
+// threshold so the branch not taken never overflows: its gradient, masked
+// by the where, would be 0 * inf otherwise.
+std::vector<int> decompose_Softplus(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const double beta = c.number("beta"), threshold = c.number("threshold");
+  if (beta == 0) c.unsupported("beta=0");
+  const int scaled = beta == 1 ? x : b.binary(Prim::Mul, v(x), f(beta));
+  const int bounded = b.binary(Prim::Minimum, v(scaled), f(threshold));
+  int smooth = b.unary(Prim::Log1p, b.unary(Prim::Exp, bounded));
+  if (beta != 1) smooth = b.binary(Prim::Div, v(smooth), f(beta));
+  return {b.where(b.binary(Prim::Gt, v(scaled), f(threshold)), v(x), v(smooth))};
 }
 
 // hardsigmoid(x) = min(max(x + 3, 0), 6) / 6, written with wheres so that

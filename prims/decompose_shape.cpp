@@ -59,6 +59,35 @@ std::vector<int> decompose_Transpose(DecomposeCall& c) {
   return {swap_dims(c.b, c.tensor("input"), c.integer("dim0"), c.integer("dim1"))};
 }
 
+std::vector<int> decompose_SwapAxes(DecomposeCall& c) {
+  const bool numpy_names = c.has_param("axis0");
+  return {swap_dims(c.b, c.tensor("input"), c.integer(numpy_names ? "axis0" : "dim0"),
+                    c.integer(numpy_names ? "axis1" : "dim1"))};
+}
+
+// Tensor.repeat: each dim tiled r times (output index j * size + i reads
+// i), as the input viewed with a unit dim before each dim, expanded to r
+// there and merged; repeats beyond the rank add leading dims.
+std::vector<int> decompose_Repeat(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const std::vector<int64_t> repeats = c.ints("repeats");
+  const std::vector<int64_t> sizes = b.meta(x).sizes;
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t dims = static_cast<int64_t>(repeats.size());
+  if (dims < rank) c.unsupported("fewer repeats than dims");
+  std::vector<int64_t> spread, expanded, merged;
+  for (int64_t d = 0; d < dims; ++d) {
+    if (repeats[d] < 0) c.unsupported("a negative repeat");
+    const int64_t size = d < dims - rank ? 1 : sizes[d - (dims - rank)];
+    spread.insert(spread.end(), {1, size});
+    expanded.insert(expanded.end(), {repeats[d], size});
+    merged.push_back(repeats[d] * size);
+  }
+  const int tiled = b.expand(b.reshape(x, spread), expanded);
+  return {b.reshape(b.clone(tiled, MemoryFormat::Contiguous), merged)};
+}
+
 std::vector<int> decompose_T(DecomposeCall& c) {
   const int x = c.tensor("input");
   return {c.rank(x) < 2 ? alias(c.b, x) : c.b.permute(x, {1, 0})};

@@ -45,6 +45,7 @@ namespace kiln::prims {
   X(Fmod, "torch.fmod(input, other)", "Tensor.fmod(input, other)")                                 \
   X(Pow, "torch.pow(input, exponent)", "Tensor.pow(input, exponent)",                              \
     "operator.pow(input, exponent)", "Tensor.__pow__(input, exponent)")                            \
+  X(Square, "torch.square(input)", "Tensor.square(input)")                                         \
   X(Maximum, "torch.maximum(input, other)", "Tensor.maximum(input, other)")                        \
   X(Minimum, "torch.minimum(input, other)", "Tensor.minimum(input, other)")                        \
   X(Atan2, "torch.atan2(input, other)", "Tensor.atan2(input, other)")                              \
@@ -105,6 +106,7 @@ namespace kiln::prims {
   /* activations */                                                                                \
   X(Relu, "torch.relu(input)", "Tensor.relu(input)", "F.relu(input, inplace=False)")               \
   X(Silu, "F.silu(input, inplace=False)")                                                          \
+  X(Softplus, "F.softplus(input, beta=1.0, threshold=20.0)")                                       \
   X(Hardsigmoid, "F.hardsigmoid(input, inplace=False)")                                            \
   X(Hardswish, "F.hardswish(input, inplace=False)")                                                \
   X(Gelu, "F.gelu(input, approximate='none')")                                                     \
@@ -132,6 +134,9 @@ namespace kiln::prims {
   X(Reshape, "Tensor.reshape(input, *shape)", "torch.reshape(input, shape)")                       \
   X(Permute, "Tensor.permute(input, *dims)", "torch.permute(input, dims)")                         \
   X(Transpose, "torch.transpose(input, dim0, dim1)", "Tensor.transpose(input, dim0, dim1)")        \
+  X(SwapAxes, "torch.swapaxes(input, axis0, axis1)", "Tensor.swapaxes(input, axis0, axis1)",      \
+    "torch.swapdims(input, dim0, dim1)", "Tensor.swapdims(input, dim0, dim1)")                    \
+  X(Repeat, "Tensor.repeat(input, *repeats)")                                                      \
   X(T, "torch.t(input)", "Tensor.t(input)")                                                        \
   X(GetAttr, "builtins.getattr(input, name)")                                                      \
   X(Flatten, "torch.flatten(input, start_dim=0, end_dim=-1)",                                      \
@@ -181,7 +186,7 @@ namespace kiln::prims {
   X(NewZeros, "Tensor.new_zeros(input, *size, dtype=None, device=None, requires_grad=False)")       \
   X(NewOnes, "Tensor.new_ones(input, *size, dtype=None, device=None, requires_grad=False)")         \
   X(NewFull, "Tensor.new_full(input, size, fill_value, *, dtype=None, device=None, requires_grad=False)") \
-  X(Arange, "torch.arange(*args, dtype=None, device=None, requires_grad=False)")                                                                 \
+  X(Arange, "torch.arange(*args, start=None, end=None, step=None, dtype=None, device=None, requires_grad=False)")                                                                 \
   X(Rand, "torch.rand(*size, dtype=None, device=None, requires_grad=False)")                                                                     \
   X(Randn, "torch.randn(*size, dtype=None, device=None, requires_grad=False)")                                                                   \
   /* matrix products */                                                                            \
@@ -194,6 +199,7 @@ namespace kiln::prims {
   X(Baddbmm, "torch.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)",                          \
     "Tensor.baddbmm(input, batch1, batch2, *, beta=1, alpha=1)")                                   \
   X(Linear, "F.linear(input, weight, bias=None)")                                                  \
+  X(Outer, "torch.outer(input, vec2)", "Tensor.outer(input, vec2)", "torch.ger(input, vec2)")      \
   X(Einsum, "torch.einsum(equation, *operands)")                                                   \
   /* nn */                                                                                         \
   X(Softmax, "torch.softmax(input, dim, dtype=None)", "Tensor.softmax(input, dim, dtype=None)",    \

@@ -215,7 +215,8 @@ TEST(Decompositions, UnaryMathAndActivations) {
       "torch.floor(a)", "torch.ceil(a)", "torch.round(a)", "torch.trunc(a)", "torch.sign(i)",
       "torch.reciprocal(a)", "torch.logical_not(m)", "operator.invert(m)", "torch.isnan(a)", "torch.isinf(a)",
       "torch.relu(a)", "F.relu(xs)", "F.silu(a64)", "F.gelu(a)", "F.gelu(a64, approximate='tanh')",
-      "F.gelu(xs, approximate='tanh')", "F.sigmoid(a)",
+      "F.gelu(xs, approximate='tanh')", "F.sigmoid(a)", "F.softplus(a)", "F.softplus(a64 * 30, beta=2, threshold=5)",
+      "F.softplus(xs, 0.5)", "torch.square(a)", "Tensor.square(i)",
   });
 }
 
@@ -247,7 +248,8 @@ TEST(Decompositions, ViewsShapesAndIndexing) {
       "Tensor.to(a, torch.float64)", "Tensor.to(i, dtype=torch.float16)", "Tensor.float(i)",
       "Tensor.long(a)", "Tensor.bool(i)", "Tensor.half(a)", "Tensor.type_as(i, a)",
       "Tensor.permute(x, dims=(3, 0, 2, 1))", "Tensor.view(a, size=(2, 6))", "Tensor.flip(x, 0, 2)",
-      "torch.flip(a, (1,))", "Tensor.flip(a3, -1)",
+      "torch.flip(a, (1,))", "Tensor.flip(a3, -1)", "torch.swapaxes(x, 1, 3)", "Tensor.swapdims(a3, 0, -1)",
+      "Tensor.repeat(a, 2, 3)", "Tensor.repeat(b, 2, 1, 3)", "Tensor.repeat(a3, (1, 2, 1))",
   });
 }
 
@@ -257,7 +259,8 @@ TEST(Decompositions, FactoriesAndRandomDraws) {
       "torch.full((3,), 7)", "torch.zeros_like(a)", "torch.ones_like(i)", "torch.full_like(a64, 2)",
       "torch.arange(5)", "torch.arange(2, 11, 3)", "torch.arange(4, dtype=torch.float32)",
       "torch.rand(3, 4)", "torch.randn(2, 5, dtype=torch.float64)", "Tensor.new_ones(a, size=(2, 3))",
-      "torch.zeros(size=(2, 3))",
+      "torch.zeros(size=(2, 3))", "torch.arange(start=2, end=9)", "torch.arange(1, end=8, step=3)",
+      "torch.arange(end=4)", "torch.arange(2, 7, step=2)",
   });
 }
 
@@ -270,6 +273,7 @@ TEST(Decompositions, MatrixProducts) {
       "F.linear(b, w, bias)", "F.linear(a64, w.double())", "F.linear(x.permute(0, 2, 3, 1), mat[:3, :5].t())",
       "torch.matmul(x.permute(0, 2, 3, 1), mat[:3])", "torch.einsum('ij,jk->ik', a, mat)",
       "torch.einsum('bij,bjk->bki', a3, bat)", "torch.einsum('ij->j', at)", "torch.einsum('...j,j', a3, b)",
+      "torch.outer(b, rm)", "Tensor.outer(rm, b)",
   });
 }
 

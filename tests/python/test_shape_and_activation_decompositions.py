@@ -1,0 +1,33 @@
+"""Ops the library sweep found kept as torch calls, now prims: softplus
+(its gradient finite where beta x passes the threshold), torch.outer,
+Tensor.repeat, swapaxes/swapdims, arange with keywords. Values and
+gradients as eager's, no extern."""
+import torch
+import torch.nn.functional as F
+
+import kiln
+from conftest import kiln_logs
+
+
+def test_ops_decompose_with_eager_values_and_gradients(capfd):
+    def fn(x):
+        m = x.view(3, 4)
+        y = F.softplus(x * 40, beta=2, threshold=5) + F.softplus(x)
+        z = torch.outer(x[:3], x[3:7]).repeat(2, 1, 2).sum(0)
+        w = torch.swapaxes(m, 0, 1) * torch.arange(start=1, end=4) + m.swapdims(0, 1).square()
+        return y.sum() + z.sum() + w.sum()
+
+    torch.manual_seed(0)
+    x = torch.randn(12, requires_grad=True)
+    want = fn(x)
+    want_grad, = torch.autograd.grad(want, x)
+    kiln.reset()
+    capfd.readouterr()
+    with kiln_logs("prims"):
+        got = kiln.compile(fn)(x)
+    log = capfd.readouterr().err
+    got_grad, = torch.autograd.grad(got, x)
+    assert "[kiln:prims] extern" not in log, log
+    assert torch.isfinite(got_grad).all()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grad, want_grad)
