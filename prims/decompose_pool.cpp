@@ -1,11 +1,13 @@
 // Max pooling that saves its indices for the backward (Note [Max pooling
-// with saved indices]).
+// with saved indices]); average pooling over windows that tile the input
+// as a mean (Note [Tiling average pools]).
 #include <Python.h>
 
 #include <string>
 #include <vector>
 
 #include "prims/decompositions.h"
+#include "prims/layout.h"
 #include "base/module_attr.h"
 #include "base/py_ref.h"
 
@@ -62,6 +64,52 @@ std::vector<int> decompose_MaxPool2d(DecomposeCall& c) {
                                   graph::Arg::of_constant(ceil_mode ? Py_True : Py_False)};
   return {b.extern_call(pool, "kiln._pooling.max_pool2d", std::move(args), {}, {out, indices}, /*pure=*/true,
                         /*fresh=*/true)[0]};
+}
+
+// Note [Tiling average pools]
+// F.avg_pool2d whose windows tile the input (stride = kernel, no padding:
+// DenseNet's transitions, ResNet-D's shortcut pools) is each window's sum
+// divided by its size (or divisor_override), as torch's kernel computes
+// it: the input split into [N, C, H/kh, kh, W/kw, kw] (a view; rows and
+// columns past the last whole window dropped, as floor mode drops them)
+// and summed over the window dims. As prims the pool fuses with its
+// neighbours and its gradient is kiln's (the window's share broadcast
+// back), where the extern ran again under autograd in the backward.
+// Overlapping or padded windows stay torch's call.
+std::vector<int> decompose_AvgPool2d(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  const int x = c.tensor("input");
+  const graph::TensorMeta xm = b.meta(x);  // a copy: new nodes move the metas
+  if (xm.sizes.size() != 4 || !is_floating(xm.dtype)) c.unsupported("avg_pool2d of other than a 4-d float input");
+  std::vector<int64_t> kernel = c.ints("kernel_size");
+  if (kernel.size() == 1) kernel.push_back(kernel[0]);
+  std::vector<int64_t> stride = c.given("stride") ? c.ints("stride") : kernel;
+  if (stride.empty()) stride = kernel;
+  if (stride.size() == 1) stride.push_back(stride[0]);
+  std::vector<int64_t> padding = c.ints("padding");
+  if (kernel.size() != 2 || stride != kernel) c.unsupported("windows that do not tile the input");
+  for (int64_t p : padding) {
+    if (p != 0) c.unsupported("padding");
+  }
+  const graph::TensorMeta& traced = c.traced(0);
+  const int64_t n = xm.sizes[0], channels = xm.sizes[1];
+  const int64_t rows = traced.sizes[2], cols = traced.sizes[3];
+  if (rows * kernel[0] > xm.sizes[2] || cols * kernel[1] > xm.sizes[3]) c.unsupported("ceil_mode windows past the input");
+  int value = x;
+  if (rows * kernel[0] != xm.sizes[2]) value = b.slice(value, 2, 0, rows * kernel[0]);
+  if (cols * kernel[1] != xm.sizes[3]) value = b.slice(value, 3, 0, cols * kernel[1]);
+  // 16-bit inputs sum and divide in float32, rounded once, as torch's kernel.
+  value = to_dtype(b, b.reshape(value, {n, channels, rows, kernel[0], cols, kernel[1]}), opmath_dtype(xm.dtype));
+  const int sum = b.reduce(Prim::Sum, value, {3, 5}, false);
+  const double divisor = c.given("divisor_override") ? static_cast<double>(c.integer("divisor_override"))
+                                                     : static_cast<double>(kernel[0] * kernel[1]);
+  int out = to_dtype(b, b.binary(Prim::Div, PrimArg::of_value(sum), PrimArg::of_scalar(Scalar::of_float(divisor))),
+                     xm.dtype);
+  const graph::TensorMeta made = b.meta(out);
+  if (!strides_agree(made.sizes, made.strides, traced.strides)) {
+    out = b.clone(out, suggest_memory_format(traced.sizes, traced.strides));
+  }
+  return {out};
 }
 
 }  // namespace kiln::prims

@@ -212,6 +212,8 @@ namespace kiln::prims {
   X(RmsNorm, "F.rms_norm(input, normalized_shape, weight=None, eps=None)")                           \
   X(Normalize, "F.normalize(input, p=2.0, dim=1, eps=1e-12, out=None)")                             \
   X(AdaptiveAvgPool2d, "F.adaptive_avg_pool2d(input, output_size)")                                \
+  X(AvgPool2d, "F.avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, "         \
+               "count_include_pad=True, divisor_override=None)")                                   \
   X(MaxPool2d, "F.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, "              \
                "ceil_mode=False, return_indices=False)")                                           \
   X(BatchNorm, "F.batch_norm(input, running_mean, running_var, weight=None, bias=None, "           \

@@ -31,3 +31,27 @@ def test_ops_decompose_with_eager_values_and_gradients(capfd):
     assert torch.isfinite(got_grad).all()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_tiling_average_pools_decompose_in_torchs_layout(capfd):
+    # Note [Tiling average pools]: windows that tile the input (floor mode
+    # drops the last row) are prims; a channels-last input keeps its format;
+    # overlapping windows stay torch's call.
+    def fn(x, y):
+        return F.avg_pool2d(x, 2) * 3, F.avg_pool2d(y, 3, stride=1)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 8).to(memory_format=torch.channels_last).requires_grad_(True)
+    y = torch.randn(2, 3, 6, 6, requires_grad=True)
+    want = fn(x, y)
+    wants = torch.autograd.grad(sum(w.square().sum() for w in want), (x, y))
+    kiln.reset()
+    capfd.readouterr()
+    with kiln_logs("prims"):
+        got = kiln.compile(fn)(x, y)
+    log = capfd.readouterr().err
+    grads = torch.autograd.grad(sum(g.square().sum() for g in got), (x, y))
+    assert log.count("[kiln:prims] extern F.avg_pool2d") == 1, log
+    for g, w in zip(got + grads, want + wants):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w)

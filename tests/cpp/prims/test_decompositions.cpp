@@ -293,6 +293,8 @@ TEST(Decompositions, NnOps) {
       "F.layer_norm(a64, (4,), eps=1e-3)", "F.layer_norm(x.permute(0, 2, 3, 1), (3,), g, beta)",
       "F.batch_norm(x, rm, rv, g, beta)", "F.batch_norm(a, torch.zeros(4), torch.ones(4) * 2)",
       "F.dropout(a, 0.3, False)", "F.dropout(a, 0.0)", "F.embedding(idx, emb)", "F.embedding(cls, emb)",
+      "F.avg_pool2d(x, 2)", "F.avg_pool2d(x, (2, 1), divisor_override=3)",
+      "F.avg_pool2d(x.to(memory_format=torch.channels_last), 2)", "F.avg_pool2d(xs, 3)",
   });
   // Training mode: normalizes by batch statistics and updates the running ones.
   check_case("F.batch_norm(x, rm.clone(), rv.clone(), g, beta, training=True, momentum=0.2)", true);
