@@ -88,6 +88,34 @@ std::vector<int> decompose_Repeat(DecomposeCall& c) {
   return {b.reshape(b.clone(tiled, MemoryFormat::Contiguous), merged)};
 }
 
+// repeat_interleave by an int: each element repeated r times in place
+// along dim (the flattened input without one), as a unit dim after it
+// expanded to r and merged. Repeats given as a tensor stay torch's call.
+std::vector<int> decompose_RepeatInterleave(DecomposeCall& c) {
+  PrimBuilder& b = c.b;
+  if (c.is_tensor("repeats")) c.unsupported("repeats given as a tensor");
+  const int64_t repeats = c.integer("repeats");
+  if (repeats < 0) c.unsupported("a negative repeat");
+  int x = c.tensor("input");
+  int64_t dim = 0;
+  if (c.given("dim")) {
+    dim = wrap_dim("repeat_interleave", c.integer("dim"), c.rank(x));
+  } else {
+    x = b.reshape(x, {numel(b.meta(x).sizes)});
+  }
+  std::vector<int64_t> sizes = b.meta(x).sizes;
+  if (sizes.empty()) {
+    x = b.reshape(x, {1});
+    sizes = {1};
+  }
+  std::vector<int64_t> expanded = sizes;
+  expanded.insert(expanded.begin() + dim + 1, repeats);
+  std::vector<int64_t> merged = sizes;
+  merged[dim] *= repeats;
+  const int spread = b.expand(b.unsqueeze(x, dim + 1), expanded);
+  return {b.reshape(b.clone(spread, MemoryFormat::Contiguous), merged)};
+}
+
 std::vector<int> decompose_T(DecomposeCall& c) {
   const int x = c.tensor("input");
   return {c.rank(x) < 2 ? alias(c.b, x) : c.b.permute(x, {1, 0})};

@@ -137,6 +137,8 @@ namespace kiln::prims {
   X(SwapAxes, "torch.swapaxes(input, axis0, axis1)", "Tensor.swapaxes(input, axis0, axis1)",      \
     "torch.swapdims(input, dim0, dim1)", "Tensor.swapdims(input, dim0, dim1)")                    \
   X(Repeat, "Tensor.repeat(input, *repeats)")                                                      \
+  X(RepeatInterleave, "torch.repeat_interleave(input, repeats, dim=None, *, output_size=None)",    \
+    "Tensor.repeat_interleave(input, repeats, dim=None, *, output_size=None)")                    \
   X(T, "torch.t(input)", "Tensor.t(input)")                                                        \
   X(GetAttr, "builtins.getattr(input, name)")                                                      \
   X(Flatten, "torch.flatten(input, start_dim=0, end_dim=-1)",                                      \

@@ -1,6 +1,7 @@
 """Ops the library sweep found kept as torch calls, now prims: softplus
 (its gradient finite where beta x passes the threshold), torch.outer,
-Tensor.repeat, swapaxes/swapdims, arange with keywords. Values and
+Tensor.repeat, repeat_interleave by an int, swapaxes/swapdims, square,
+arange with keywords, average pools whose windows tile the input. Values and
 gradients as eager's, no extern."""
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,8 @@ def test_ops_decompose_with_eager_values_and_gradients(capfd):
         y = F.softplus(x * 40, beta=2, threshold=5) + F.softplus(x)
         z = torch.outer(x[:3], x[3:7]).repeat(2, 1, 2).sum(0)
         w = torch.swapaxes(m, 0, 1) * torch.arange(start=1, end=4) + m.swapdims(0, 1).square()
-        return y.sum() + z.sum() + w.sum()
+        r = m.repeat_interleave(2, dim=1) * torch.repeat_interleave(x, 2).view(3, 8)
+        return y.sum() + z.sum() + w.sum() + r.square().sum()
 
     torch.manual_seed(0)
     x = torch.randn(12, requires_grad=True)

@@ -250,6 +250,7 @@ TEST(Decompositions, ViewsShapesAndIndexing) {
       "Tensor.permute(x, dims=(3, 0, 2, 1))", "Tensor.view(a, size=(2, 6))", "Tensor.flip(x, 0, 2)",
       "torch.flip(a, (1,))", "Tensor.flip(a3, -1)", "torch.swapaxes(x, 1, 3)", "Tensor.swapdims(a3, 0, -1)",
       "Tensor.repeat(a, 2, 3)", "Tensor.repeat(b, 2, 1, 3)", "Tensor.repeat(a3, (1, 2, 1))",
+      "torch.repeat_interleave(a, 2, dim=1)", "Tensor.repeat_interleave(a3, 3, -2)", "torch.repeat_interleave(at, 2)",
   });
 }
 
