@@ -375,12 +375,12 @@ std::vector<int> decompose_Pad(DecomposeCall& c) {
 // (nearest-exact) with s the float 1 / scale_factor or in / out, which
 // for some k (41 over 64 inputs) lands one below at a multiple of k.
 // So every output index of every dim is checked against that arithmetic
-// as the CPU and CUDA kernels do it; where all agree, the call is each dim unsqueezed, expanded k times and merged: a
-// copy that fuses into its reader's kernel, whose gradient is a sum over
-// the k copies (a reduction kernel), where the extern ran the upsampling
-// again under autograd in the backward (UNet decoders, FPNs). The result
-// takes the memory format torch's kernel gives (channels-last for an NHWC
-// input).
+// as the CPU and CUDA kernels do it; where all agree, the call is each
+// spatial dim unsqueezed, expanded k times and merged: a copy that fuses
+// into its reader's kernel, whose gradient is a sum over the k copies (a
+// reduction kernel), where the extern ran the upsampling again under
+// autograd in the backward (UNet decoders, FPNs). The result takes the
+// memory format torch's kernel gives (channels-last for an NHWC input).
 namespace {
 
 // Whether torch's nearest index for every output position of a dim of
