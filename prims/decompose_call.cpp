@@ -1,8 +1,11 @@
 #include "prims/decompose_call.h"
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "prims/common_meta.h"
+#include "prims/layout.h"
 
 namespace kiln::prims {
 
@@ -280,6 +283,22 @@ const graph::TensorMeta& DecomposeCall::traced(size_t i) const {
 
 int to_dtype(PrimBuilder& b, int value, DType dtype) {
   return b.meta(value).dtype == dtype ? value : b.convert(value, dtype);
+}
+
+int in_traced_layout(PrimBuilder& b, int value, const graph::TensorMeta& traced) {
+  const graph::TensorMeta made = b.meta(value);
+  if (strides_agree(made.sizes, made.strides, traced.strides)) return value;
+  if (is_contiguous(traced.sizes, traced.strides)) return b.clone(value, MemoryFormat::Contiguous);
+  if (is_channels_last_contiguous(traced.sizes, traced.strides)) return b.clone(value, MemoryFormat::ChannelsLast);
+  // Dims from the outermost in memory to the innermost, as traced.
+  const int64_t rank = static_cast<int64_t>(traced.sizes.size());
+  std::vector<int64_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return traced.strides[x] > traced.strides[y]; });
+  std::vector<int64_t> inverse(rank);
+  for (int64_t k = 0; k < rank; ++k) inverse[order[k]] = k;
+  return b.permute(b.clone(b.permute(value, order), MemoryFormat::Contiguous), inverse);
 }
 
 DType opmath_dtype(DType dtype) {

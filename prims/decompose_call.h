@@ -121,6 +121,11 @@ int64_t count_of(PrimBuilder& b, int value, const std::vector<int64_t>& dims);
 int mean(PrimBuilder& b, int value, std::vector<int64_t> dims, bool keepdim);
 // softmax or log_softmax over one dim, in the input's dtype.
 int softmax(PrimBuilder& b, int value, int64_t dim, bool log);
+// `value` laid out as torch laid out the traced result `traced` (dense, in
+// any dim order): itself where the strides agree, else a copy (a clone in
+// the traced memory format, or a clone of a permute into the traced dim
+// order, permuted back).
+int in_traced_layout(PrimBuilder& b, int value, const graph::TensorMeta& traced);
 // a * scalar, skipping multiplication by 1.
 int scale(PrimBuilder& b, int value, double factor);
 // The vector norm of order `ord` of a DecomposeCall argument: 2 from None or

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "prims/decompositions.h"
-#include "prims/layout.h"
 
 namespace kiln::prims {
 namespace {
@@ -108,22 +107,6 @@ int arrange(PrimBuilder& b, int value, const std::vector<int>& labels, const std
   for (int label : order) want.push_back(sizes.at(label));
   if (b.meta(out).sizes != want) out = b.expand(out, want);
   return out;
-}
-
-// `value` laid out as `traced` (dense), copying where its strides differ.
-int with_traced_layout(PrimBuilder& b, int value, const graph::TensorMeta& traced) {
-  const graph::TensorMeta made = b.meta(value);
-  if (strides_agree(made.sizes, made.strides, traced.strides)) return value;
-  if (is_contiguous(traced.sizes, traced.strides)) return b.clone(value, MemoryFormat::Contiguous);
-  // Dims from the outermost in memory to the innermost, as traced.
-  const int64_t rank = static_cast<int64_t>(traced.sizes.size());
-  std::vector<int64_t> order(rank);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t x, int64_t y) { return traced.strides[x] > traced.strides[y]; });
-  std::vector<int64_t> inverse(rank);
-  for (int64_t k = 0; k < rank; ++k) inverse[order[k]] = k;
-  return b.permute(b.clone(b.permute(value, order), MemoryFormat::Contiguous), inverse);
 }
 
 }  // namespace
@@ -233,7 +216,7 @@ std::vector<int> decompose_Einsum(DecomposeCall& c) {
     const int product_value = b.reshape(b.matmul(lhs, rhs), made_sizes);
     result = arrange(b, product_value, made, output, sizes);
   }
-  return {with_traced_layout(b, result, traced)};
+  return {in_traced_layout(b, result, traced)};
 }
 
 }  // namespace kiln::prims

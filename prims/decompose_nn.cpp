@@ -25,16 +25,10 @@ std::vector<int> softmax_call(DecomposeCall& c, bool log) {
   int x = c.tensor("input");
   if (auto dtype = c.dtype("dtype")) x = to_dtype(c.b, x, *dtype);
   if (!is_floating(c.b.meta(x).dtype)) c.unsupported("softmax of a non-floating tensor");
-  const int out = softmax(c.b, x, c.integer("dim"), log);
   // torch's kernels write a contiguous result for an input that is not
   // (Longformer's softmax over a permuted score view); the copy is the
   // kernel's own store.
-  const graph::TensorMeta& traced = c.traced(0);
-  const graph::TensorMeta& made = c.b.meta(out);
-  if (is_contiguous(traced.sizes, traced.strides) && !is_contiguous(made.sizes, made.strides)) {
-    return {c.b.clone(out, MemoryFormat::Contiguous)};
-  }
-  return {out};
+  return {in_traced_layout(c.b, softmax(c.b, x, c.integer("dim"), log), c.traced(0))};
 }
 
 // A per-channel vector [C] viewed as [1, C, 1, ...] against a rank-`rank` input.
@@ -220,19 +214,9 @@ std::vector<int> decompose_GroupNorm(DecomposeCall& c) {
   per_channel[1] = channels;
   if (c.given("weight")) out = b.binary(Prim::Mul, v(out), v(b.reshape(c.tensor("weight"), per_channel)));
   if (c.given("bias")) out = b.binary(Prim::Add, v(out), v(b.reshape(c.tensor("bias"), per_channel)));
-  out = to_dtype(b, out, in.dtype);
   // The traced layout: channels-last on the CPU for an NHWC input, else
   // contiguous (Note [Meta layouts]).
-  const graph::TensorMeta& traced = c.traced(0);
-  const bool nhwc_result = is_channels_last_contiguous(traced.sizes, traced.strides) &&
-                           !is_contiguous(traced.sizes, traced.strides);
-  const graph::TensorMeta made = b.meta(out);
-  if (nhwc_result && !is_channels_last_contiguous(made.sizes, made.strides)) {
-    out = b.clone(out, MemoryFormat::ChannelsLast);
-  } else if (!nhwc_result && !is_contiguous(made.sizes, made.strides)) {
-    out = b.clone(out, MemoryFormat::Contiguous);
-  }
-  return {out};
+  return {in_traced_layout(b, to_dtype(b, out, in.dtype), c.traced(0))};
 }
 
 std::vector<int> decompose_AdaptiveAvgPool2d(DecomposeCall& c) {

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "prims/decompositions.h"
-#include "prims/layout.h"
 #include "base/module_attr.h"
 #include "base/py_ref.h"
 
@@ -103,13 +102,8 @@ std::vector<int> decompose_AvgPool2d(DecomposeCall& c) {
   const int sum = b.reduce(Prim::Sum, value, {3, 5}, false);
   const double divisor = c.given("divisor_override") ? static_cast<double>(c.integer("divisor_override"))
                                                      : static_cast<double>(kernel[0] * kernel[1]);
-  int out = to_dtype(b, b.binary(Prim::Div, PrimArg::of_value(sum), PrimArg::of_scalar(Scalar::of_float(divisor))),
-                     xm.dtype);
-  const graph::TensorMeta made = b.meta(out);
-  if (!strides_agree(made.sizes, made.strides, traced.strides)) {
-    out = b.clone(out, suggest_memory_format(traced.sizes, traced.strides));
-  }
-  return {out};
+  const int out = b.binary(Prim::Div, PrimArg::of_value(sum), PrimArg::of_scalar(Scalar::of_float(divisor)));
+  return {in_traced_layout(b, to_dtype(b, out, xm.dtype), traced)};
 }
 
 }  // namespace kiln::prims

@@ -413,10 +413,6 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
   const graph::TensorMeta& traced = c.traced(0);
   const int64_t rank = static_cast<int64_t>(xm.sizes.size());
   if (rank < 3 || traced.sizes.size() != xm.sizes.size()) c.unsupported("an input of rank below 3");
-  const MemoryFormat format = suggest_memory_format(traced.sizes, traced.strides);
-  if (format == MemoryFormat::Contiguous && !is_contiguous(traced.sizes, traced.strides)) {
-    c.unsupported("a result layout of no memory format");
-  }
   // The scale factors torch uses: given ones, unless recomputed from sizes.
   std::vector<double> scales(static_cast<size_t>(rank - 2), 0.0);
   const bool recompute = c.given("recompute_scale_factor") && c.flag("recompute_scale_factor");
@@ -448,12 +444,11 @@ std::vector<int> decompose_Interpolate(DecomposeCall& c) {
     expanded.insert(expanded.end(), {in, k});
     any = any || k != 1;
   }
-  if (!any) return {b.clone(x, format)};
+  if (!any) return {in_traced_layout(b, b.clone(x), traced)};
   int spread = x;
   for (int64_t d = rank - 1; d >= 2; --d) spread = b.unsqueeze(spread, d + 1);
   spread = b.expand(spread, expanded);
-  const int out = b.reshape(b.clone(spread, MemoryFormat::Contiguous), traced.sizes);
-  return {format == MemoryFormat::Contiguous ? out : b.clone(out, format)};
+  return {in_traced_layout(b, b.reshape(b.clone(spread, MemoryFormat::Contiguous), traced.sizes), traced)};
 }
 
 // torch.flip: per dim, an index_select at the reversed positions (an iota
