@@ -24,11 +24,18 @@ namespace {
 // of a small CPU training step). Both calls are kiln's own and functional:
 // pure. Without a gradient the call stays F.max_pool2d (no indices kept).
 
-// A tuple of two ints: `values` as torch's _pair spreads it.
-base::PyRef pair_of(DecomposeCall& c, const std::vector<int64_t>& values, const char* name) {
-  if (values.size() != 1 && values.size() != 2) c.unsupported(std::string(name) + " of other than 1 or 2 ints");
-  const int64_t first = values[0], second = values.size() == 2 ? values[1] : values[0];
-  return base::PyRef::steal(Py_BuildValue("(LL)", static_cast<long long>(first), static_cast<long long>(second)));
+// A pooling argument as torch's _pair spreads it: two ints from one or two;
+// `fallback` for None or an empty sequence (stride defaults to the kernel).
+std::vector<int64_t> pair_of(DecomposeCall& c, const char* name, const std::vector<int64_t>& fallback = {}) {
+  std::vector<int64_t> values = c.given(name) ? c.ints(name) : fallback;
+  if (values.empty()) values = fallback;
+  if (values.size() == 1) values.push_back(values[0]);
+  if (values.size() != 2) c.unsupported(std::string(name) + " of other than 1 or 2 ints");
+  return values;
+}
+
+base::PyRef as_tuple(const std::vector<int64_t>& pair) {
+  return base::PyRef::steal(Py_BuildValue("(LL)", static_cast<long long>(pair[0]), static_cast<long long>(pair[1])));
 }
 
 }  // namespace
@@ -44,11 +51,11 @@ std::vector<int> decompose_MaxPool2d(DecomposeCall& c) {
     return found;
   }();
   if (!pool) c.unsupported("kiln._pooling does not import");
-  const base::PyRef kernel = pair_of(c, c.ints("kernel_size"), "kernel_size");
-  const base::PyRef stride = c.given("stride") && !c.ints("stride").empty() ? pair_of(c, c.ints("stride"), "stride")
-                                                                            : kernel;
-  const base::PyRef padding = pair_of(c, c.ints("padding"), "padding");
-  const base::PyRef dilation = pair_of(c, c.ints("dilation"), "dilation");
+  const std::vector<int64_t> kernel_size = pair_of(c, "kernel_size");
+  const base::PyRef kernel = as_tuple(kernel_size);
+  const base::PyRef stride = as_tuple(pair_of(c, "stride", kernel_size));
+  const base::PyRef padding = as_tuple(pair_of(c, "padding"));
+  const base::PyRef dilation = as_tuple(pair_of(c, "dilation"));
   const bool ceil_mode = c.flag("ceil_mode");
   graph::TensorMeta out = c.traced(0);
   out.requires_grad = true;
@@ -80,16 +87,9 @@ std::vector<int> decompose_AvgPool2d(DecomposeCall& c) {
   const int x = c.tensor("input");
   const graph::TensorMeta xm = b.meta(x);  // a copy: new nodes move the metas
   if (xm.sizes.size() != 4 || !is_floating(xm.dtype)) c.unsupported("avg_pool2d of other than a 4-d float input");
-  std::vector<int64_t> kernel = c.ints("kernel_size");
-  if (kernel.size() == 1) kernel.push_back(kernel[0]);
-  std::vector<int64_t> stride = c.given("stride") ? c.ints("stride") : kernel;
-  if (stride.empty()) stride = kernel;
-  if (stride.size() == 1) stride.push_back(stride[0]);
-  std::vector<int64_t> padding = c.ints("padding");
-  if (kernel.size() != 2 || stride != kernel) c.unsupported("windows that do not tile the input");
-  for (int64_t p : padding) {
-    if (p != 0) c.unsupported("padding");
-  }
+  const std::vector<int64_t> kernel = pair_of(c, "kernel_size");
+  if (pair_of(c, "stride", kernel) != kernel) c.unsupported("windows that do not tile the input");
+  if (pair_of(c, "padding") != std::vector<int64_t>{0, 0}) c.unsupported("padding");
   const graph::TensorMeta& traced = c.traced(0);
   const int64_t n = xm.sizes[0], channels = xm.sizes[1];
   const int64_t rows = traced.sizes[2], cols = traced.sizes[3];
