@@ -1,6 +1,7 @@
-// Decompositions of tensor factories (zeros, ones, full, *_like, arange,
-// rand, randn). Sizes, dtype and device come from the traced result, which
-// torch computed from every argument form these functions accept.
+// Decompositions of tensor factories (zeros, ones, full, empty, *_like,
+// arange, rand, randn, bernoulli). Sizes, dtype and device come from the
+// traced result, which torch computed from every argument form these
+// functions accept.
 #include "prims/decompositions.h"
 #include "prims/layout.h"
 
@@ -101,6 +102,28 @@ std::vector<int> decompose_Arange(DecomposeCall& c) {
   return {c.b.iota(out.sizes.at(0), start, step, out.dtype, placement_of(c))};
 }
 
+// torch.empty and kin: memory whose values the program must not read
+// before writing them, so a full() of zeros is one correct answer (a
+// stochastic depth's torch.empty(...).bernoulli_(p), functionalized, never
+// reads it: the full() is dead), contiguous as torch's.
+std::vector<int> decompose_Empty(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
+std::vector<int> decompose_NewEmpty(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
+
+std::vector<int> decompose_EmptyLike(DecomposeCall& c) {
+  PyObject* format = c.constant("memory_format");
+  if (format && format != Py_None) {
+    base::PyRef text = base::PyRef::steal(PyObject_Str(format));
+    const char* name = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+    if (!name) {
+      PyErr_Clear();
+      c.unsupported("an unreadable memory_format");
+    }
+    if (std::string(name) == "torch.contiguous_format") return filled(c, Scalar::of_int(0));
+    if (std::string(name) != "torch.preserve_format") c.unsupported(std::string("memory_format=") + name);
+  }
+  return filled_like(c, Scalar::of_int(0));
+}
+
 std::vector<int> decompose_Rand(DecomposeCall& c) {
   const graph::TensorMeta& out = c.traced();
   return {c.b.uniform(out.sizes, 0, 1, out.dtype, placement_of(c))};
@@ -109,6 +132,24 @@ std::vector<int> decompose_Rand(DecomposeCall& c) {
 std::vector<int> decompose_Randn(DecomposeCall& c) {
   const graph::TensorMeta& out = c.traced();
   return {c.b.normal(out.sizes, 0, 1, out.dtype, placement_of(c))};
+}
+
+// x.bernoulli(p) (0/1 draws with probability p, x's shape and dtype; the
+// out-of-place twin of the stochastic depth's x.bernoulli_(p)) and
+// torch.bernoulli(probs) (probabilities the input's elements), drawn from
+// torch's generator as dropout's mask is: deterministic under
+// torch.manual_seed, not eager's numbers.
+std::vector<int> decompose_Bernoulli(DecomposeCall& c) {
+  if (c.given("generator")) c.unsupported("an explicit generator");
+  const int input = c.tensor("input");
+  const graph::TensorMeta& m = c.b.meta(input);
+  if (!is_floating(m.dtype)) c.unsupported("draws into a non-floating tensor");
+  if (!c.given("p")) return {c.b.bernoulli(input)};
+  const PrimArg p = c.operand("p");
+  if (p.is_value()) c.unsupported("a tensor p");
+  const int probabilities = c.b.full(m.sizes, Scalar::of_float(c.number("p")), m.dtype,
+                                     Placement{m.device_type, m.device_index, false});
+  return {c.b.bernoulli(probabilities)};
 }
 
 }  // namespace kiln::prims

@@ -189,6 +189,11 @@ namespace kiln::prims {
   X(NewOnes, "Tensor.new_ones(input, *size, dtype=None, device=None, requires_grad=False)")         \
   X(NewFull, "Tensor.new_full(input, size, fill_value, *, dtype=None, device=None, requires_grad=False)") \
   X(Arange, "torch.arange(*args, start=None, end=None, step=None, dtype=None, device=None, requires_grad=False)")                                                                 \
+  X(Empty, "torch.empty(*size, dtype=None, device=None, requires_grad=False)")                     \
+  X(EmptyLike, "torch.empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None)") \
+  X(NewEmpty, "Tensor.new_empty(input, *size, dtype=None, device=None, requires_grad=False)")       \
+  X(Bernoulli, "Tensor.bernoulli(input, p=None, *, generator=None)",                               \
+    "torch.bernoulli(input, p=None, *, generator=None)")                                           \
   X(Rand, "torch.rand(*size, dtype=None, device=None, requires_grad=False)")                                                                     \
   X(Randn, "torch.randn(*size, dtype=None, device=None, requires_grad=False)")                                                                   \
   /* matrix products */                                                                            \
