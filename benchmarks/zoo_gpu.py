@@ -144,7 +144,7 @@ def write_profile(path, fn, steps=3):
         f.write(averages.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=90))
 
 
-def model_and_step(name, mode):
+def model_and_step(name, mode, randomness=False):
     """(model on the GPU, its inputs, step): step(m) runs one inference or training step
     (forward, loss, backward, SGD) of m, the model or a compiled version of
     it, under bf16 autocast, on the model's zoo inputs."""
@@ -152,7 +152,9 @@ def model_and_step(name, mode):
     model, args = MODELS[name]()
     model = model.cuda()
     train = mode == "train"
-    model = without_randomness(model).train() if train else model.eval()
+    if train and not randomness:
+        model = without_randomness(model)
+    model = model.train() if train else model.eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4) if train else None
 
     def step(m):
@@ -174,8 +176,9 @@ def parse_variant(text):
     return {key: {"true": True, "false": False}.get(value.lower(), value)}
 
 
-def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False, variants=()):
-    model, args, step = model_and_step(name, mode)
+def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behind_tc=False, variants=(),
+              randomness=False):
+    model, args, step = model_and_step(name, mode, randomness)
     train = mode == "train"
 
     def first_call(m):
@@ -258,7 +261,7 @@ def run_model(name, mode, repeat, rounds, profile_dir=None, host_log=False, behi
         "kiln_first_s": kiln_first, "tc_first_s": tc_first,
         "breaks": explained.graph_break_count if explained else None,
         "recompiles": after["recompiles"] - before["recompiles"], "eager_runs": after["eager_runs"] - before["eager_runs"],
-        "ok": ok,
+        "ok": None if randomness else ok,  # dropout draws differ between compilers
     }
 
 
@@ -275,6 +278,9 @@ def main():
                     help="also time torch.compile(model, backend=kiln.dynamo_backend.backend): kiln behind Dynamo")
     ap.add_argument("--host-log", action="store_true",
                     help="log (stderr) where the host time of one warm kiln step goes, per executor step label")
+    ap.add_argument("--with-randomness", action="store_true",
+                    help="train with the models' dropout and stochastic depth as built (default: probabilities 0, "
+                         "so the first step compares with eager's)")
     ap.add_argument("--variant", action="append", default=[], metavar="OPTION=VALUE",
                     help="also time kiln.compile(model, options={OPTION: VALUE}) in the same rounds "
                          "(repeatable; e.g. conv_layout=keep)")
@@ -286,7 +292,7 @@ def main():
     for name in opts.models.split(","):
         try:
             rows.append(run_model(name, opts.mode, opts.repeat, opts.rounds, opts.profile, opts.host_log,
-                                  opts.behind_tc, opts.variant))
+                                  opts.behind_tc, opts.variant, opts.with_randomness))
         except Exception as exc:  # a failing model is a row of the table, not its end
             rows.append({"model": name, "mode": opts.mode, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
