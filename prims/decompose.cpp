@@ -1,9 +1,13 @@
 #include "prims/decompose.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "prims/decompositions.h"
 #include "prims/prim_error.h"
+#include "prims/view_writes.h"
 #include "base/log.h"
 #include "base/py_ref.h"
 #include "graph/grad_leaves.h"
@@ -107,7 +111,8 @@ bool same_layout(const graph::TensorMeta& a, const graph::TensorMeta& b) {
 // vector with *why set when the call stays an extern.
 std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const Node& node,
                                const prims::OpSpelling& spelling,
-                               const std::vector<std::vector<int>>& node_values, std::string* why) {
+                               const std::vector<std::vector<int>>& node_values, std::string* why,
+                               bool check_layout = true) {
   prims::BoundArgs bound;
   if (!prims::bind_args(spelling, node.args, node.kwargs, &bound, why)) return {};
   const size_t checkpoint = b.graph().nodes().size();
@@ -137,7 +142,11 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
       // A safety net: a decomposition must reproduce torch's result type
       // and layout (Note [Meta layouts]: a number raised to a transposed
       // tensor is contiguous, and a later view(-1) relies on it).
-      if (!same_shape_and_type(b.meta(values[i]), node.metas[i]) || !same_layout(b.meta(values[i]), node.metas[i])) {
+      // A write through a view (Note [Writes through views]) checks no
+      // layout: the view's traced strides are its base's, and the view is
+      // made again from the new base.
+      if (!same_shape_and_type(b.meta(values[i]), node.metas[i]) ||
+          (check_layout && !same_layout(b.meta(values[i]), node.metas[i]))) {
         *why = spelling.text + ": decomposition gave " + graph::format_tensor_meta(b.meta(values[i])) +
                ", torch " + graph::format_tensor_meta(node.metas[i]);
         values.clear();
@@ -147,7 +156,7 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
       // shows them (a clone of a [1] tensor with stride 2 keeps 2, and so
       // does an in-place op on it): a value this decomposition made takes
       // torch's.
-      if (values[i] >= first_value && b.meta(values[i]).strides != node.metas[i].strides &&
+      if (check_layout && values[i] >= first_value && b.meta(values[i]).strides != node.metas[i].strides &&
           !std::any_of(node.metas[i].sizes.begin(), node.metas[i].sizes.end(), [](int64_t s) { return s == 0; })) {
         b.graph().set_unit_dim_strides(values[i], node.metas[i].strides);
       }
@@ -292,7 +301,7 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
   const int base = node.args[0].node;
   if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
   const int mutated = values[base][0];
-  if (may_alias(b.graph(), mutated, values)) return {};
+  const bool aliased = may_alias(b.graph(), mutated, values);
   Node functional;
   functional.id = node.id;
   functional.kind = NodeKind::Call;
@@ -324,16 +333,42 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
     return {};
   }
   if (!spelling) return {};
-  functional.target_name = spelling->text;
-  std::string why;
-  std::vector<int> result = try_decompose(b, traced, functional, *spelling, values, &why);
-  if (result.size() != 1) return {};
-  for (int k = 0; k < node.id; ++k) {
-    for (int& id : values[k]) {
-      if (id == mutated) id = result[0];
+  // Note [Writes through views]: a write into a view of a tensor the graph
+  // made carries back to that tensor and its other views.
+  std::optional<ViewWrite> through;
+  if (aliased) {
+    std::string why;
+    through = plan_view_write(b.graph(), mutated, &why);
+    if (!through) {
+      KILN_LOG(prims, node.target_name << " (node %" << node.id << ") stays in place: " << why);
+      return {};
     }
   }
-  KILN_LOG(prims, node.target_name << " (node %" << node.id << ") computed out of place");
+  functional.target_name = spelling->text;
+  std::string why;
+  std::vector<int> result = try_decompose(b, traced, functional, *spelling, values, &why, !through);
+  if (result.size() != 1) {
+    if (through) KILN_LOG(prims, node.target_name << " (node %" << node.id << ") stays in place: " << why);
+    return {};
+  }
+  std::map<int, int> carried;
+  if (through) {
+    std::set<int> named;
+    for (int k = 0; k < node.id; ++k) named.insert(values[k].begin(), values[k].end());
+    carried = carry_view_write(b, *through, result[0], named);
+  }
+  for (int k = 0; k < node.id; ++k) {
+    for (int& id : values[k]) {
+      if (auto it = carried.find(id); it != carried.end()) {
+        id = it->second;
+      } else if (id == mutated) {
+        id = result[0];
+      }
+    }
+  }
+  if (auto it = carried.find(mutated); it != carried.end()) result[0] = it->second;
+  KILN_LOG(prims, node.target_name << " (node %" << node.id << ") computed out of place"
+                           << (through ? " (a write through a view)" : ""));
   return result;
 }
 

@@ -88,9 +88,11 @@ def test_write_on_a_gradient_path_is_differentiated_by_kiln():
 
 
 def test_write_seen_through_a_view_on_a_gradient_path_is_left_to_torch_autograd():
+    # An as_strided view is a torch call kiln cannot follow (Note [Writes
+    # through views] carries writes to views it makes again itself).
     def f(x):
         w = x.clone()
-        tail = w[1:]
+        tail = w.as_strided((5,), (1,), 1)
         w[1] = 0.5  # tail sees it
         return tail * 2, w
 
