@@ -171,7 +171,8 @@ std::vector<int> try_decompose(PrimBuilder& b, const graph::Graph& traced, const
 }
 
 // The out-of-place twin of an in-place torch callable (Tensor.mul_ ->
-// Tensor.mul, torch.relu_ -> torch.relu, F.relu_ -> F.relu) or augmented
+// Tensor.mul, torch.relu_ -> torch.relu, F.relu_ -> F.relu; Tensor.zero_ ->
+// torch.zeros_like, Tensor.fill_ -> torch.full_like) or augmented
 // assignment (operator.iadd -> operator.add: `t += x`), or null.
 PyRef out_of_place_twin(PyObject* target) {
   PyRef name = PyRef::steal(PyObject_GetAttrString(target, "__name__"));
@@ -193,6 +194,14 @@ PyRef out_of_place_twin(PyObject* target) {
     return twin;
   }
   if (text.size() < 2 || text.back() != '_' || text.starts_with("__")) return PyRef();
+  // Fills whose out-of-place form is a factory of the tensor's kind.
+  if (text == "zero_" || text == "fill_") {
+    PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
+    PyRef twin = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), text == "zero_" ? "zeros_like" : "full_like"))
+                       : PyRef();
+    if (!twin) PyErr_Clear();
+    return twin;
+  }
   text.pop_back();
   PyRef owner = PyRef::steal(PyObject_GetAttrString(target, "__objclass__"));
   if (!owner) {
@@ -343,6 +352,11 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
       KILN_LOG(prims, node.target_name << " (node %" << node.id << ") stays in place: " << why);
       return {};
     }
+  }
+  // A fill through a view: the filled block carries no gradient (torch's
+  // ZeroBackward gives it none), the base around it keeps its own.
+  if (through && (spelling->op == prims::TorchOp::ZerosLike || spelling->op == prims::TorchOp::FullLike)) {
+    functional.metas[0].requires_grad = false;
   }
   functional.target_name = spelling->text;
   std::string why;

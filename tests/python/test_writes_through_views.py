@@ -2,7 +2,8 @@
 through views] in prims/view_writes.cpp): functional, so kiln's autograd
 and kernels take the graph (Longformer's masked band corners ran its whole
 encoder through torch's autograd). Values and gradients against eager,
-including views taken before the write and read after it; writes into
+including views taken before the write and read after it, and fills
+(zero_, fill_: their blocks carry no gradient); writes into
 views of inputs stay torch's calls and still reach the caller's tensor."""
 import pytest
 import torch
@@ -90,3 +91,18 @@ def test_writes_into_views_of_inputs_stay_torchs_and_reach_the_caller(capfd):
     want = fn(twin)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(x, twin)
+
+
+def test_fills_through_views(capfd):
+    # Swin V2's attention zeroes the key third of a cloned qkv bias.
+    def fn(x, bias):
+        qkv_bias = bias.clone()
+        length = qkv_bias.numel() // 3
+        qkv_bias[length:2 * length].zero_()
+        y = x * 3
+        y[0].fill_(2.5)
+        return x @ qkv_bias.view(3, 4).t() + y.sum()
+
+    log = _compare(fn, (5, 4), (12,), capfd=capfd)
+    assert "extern Tensor.zero_" not in log and "extern Tensor.fill_" not in log, log
+    assert log.count("(a write through a view)") == 2, log
