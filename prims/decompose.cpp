@@ -297,6 +297,18 @@ bool without_inplace_flag(const prims::OpSpelling& spelling, Node* call) {
   return false;
 }
 
+// A call node like `node` (same id, arguments and traced results) for its
+// functional twin to be decomposed in its place.
+Node functional_call(const Node& node) {
+  Node functional;
+  functional.id = node.id;
+  functional.kind = NodeKind::Call;
+  functional.args = node.args;
+  functional.kwargs = node.kwargs;
+  functional.metas = node.metas;
+  return functional;
+}
+
 // Note [In-place ops on intermediates]
 // `y.mul_(2)` on a tensor the graph made, which nothing else can see (no
 // view of it, not an input), is the out-of-place `y.mul(2)` with every later
@@ -306,17 +318,32 @@ bool without_inplace_flag(const prims::OpSpelling& spelling, Node* call) {
 // nn.ReLU(inplace=True) of conv nets): it is the call with inplace=False.
 std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& traced, const Node& node,
                                        std::vector<std::vector<int>>& values, bool grad_mode) {
-  if (node.args.empty() || node.args[0].kind != Arg::Kind::Node) return {};
+  if (node.args.empty()) return {};
+  if (node.args[0].kind == Arg::Kind::Constant) {
+    // `n += t` on a Python number (T5's relative_buckets = 0, then
+    // relative_buckets += ...): numbers are immutable, so it is `n + t`.
+    PyRef module = PyRef::steal(PyObject_GetAttrString(node.target, "__module__"));
+    if (!module) PyErr_Clear();
+    if (!module || !PyUnicode_Check(module.get()) || std::string(PyUnicode_AsUTF8(module.get())) != "_operator") {
+      return {};
+    }
+    PyObject* number = node.args[0].constant;
+    if (!PyLong_Check(number) && !PyFloat_Check(number) && !PyBool_Check(number)) return {};
+    PyRef twin = out_of_place_twin(node.target);
+    const prims::OpSpelling* spelling = twin ? prims::find_torch_op(twin.get()) : nullptr;
+    if (!spelling) return {};
+    Node functional = functional_call(node);
+    functional.target = twin.release();
+    functional.target_name = spelling->text;
+    std::string why;
+    return try_decompose(b, traced, functional, *spelling, values, &why);
+  }
+  if (node.args[0].kind != Arg::Kind::Node) return {};
   const int base = node.args[0].node;
   if (traced.node(base).returns_tuple || values[base].size() != 1) return {};
   const int mutated = values[base][0];
   const bool aliased = may_alias(b.graph(), mutated, values);
-  Node functional;
-  functional.id = node.id;
-  functional.kind = NodeKind::Call;
-  functional.args = node.args;
-  functional.kwargs = node.kwargs;
-  functional.metas = node.metas;
+  Node functional = functional_call(node);
   const prims::OpSpelling* spelling = nullptr;
   if (PyRef twin = out_of_place_twin(node.target)) {
     spelling = prims::find_torch_op(twin.get());

@@ -106,3 +106,17 @@ def test_fills_through_views(capfd):
     log = _compare(fn, (5, 4), (12,), capfd=capfd)
     assert "extern Tensor.zero_" not in log and "extern Tensor.fill_" not in log, log
     assert log.count("(a write through a view)") == 2, log
+
+
+def test_augmented_assignment_to_a_python_number_is_the_plain_op(capfd):
+    # T5's relative position buckets: `relative_buckets = 0`, then
+    # `relative_buckets += (relative_position > 0).to(torch.long) * n`.
+    def fn(x):
+        buckets = 0
+        buckets += (x > 0).to(torch.long) * 4
+        scale = 1.5
+        scale *= x
+        return buckets + scale
+
+    log = _compare(fn, (3, 4), capfd=capfd)
+    assert "] extern" not in log, log
