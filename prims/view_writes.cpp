@@ -7,6 +7,7 @@
 #include "prims/extern_writes.h"
 #include "prims/layout.h"
 #include "prims/prim_error.h"
+#include "prims/view_meta.h"
 
 namespace kiln::prims {
 
@@ -28,6 +29,8 @@ namespace kiln::prims {
 // and the written one are of those kinds (slices of step 1), s is no graph input nor a torch
 // call's result, and nothing sharing s's storage is an as_strided view or
 // read by a torch call (which may have kept it): there the extern stays.
+// A reshape that had to copy is no view (torch's reshape copies where the
+// strides cannot be viewed): writes into its result stay there.
 
 namespace {
 
@@ -37,17 +40,25 @@ bool undoable(const PrimNode& node) {
          node.prim == Prim::Squeeze || node.prim == Prim::Unsqueeze;
 }
 
-bool is_view(const PrimGraph& graph, int value) {
-  const PrimValue& v = graph.value(value);
-  return v.node >= 0 && prim_info(graph.node(v.node).prim).family == Family::View;
-}
-
 // The input a view node reads.
 int view_input(const PrimNode& node) {
   for (const PrimArg& arg : node.args) {
     if (arg.is_value()) return arg.value;
   }
   return -1;
+}
+
+// True when `value` shares its input's storage: a view prim, but not a
+// reshape that had to copy (writes into the copy do not reach the input,
+// as in torch).
+bool is_view(const PrimGraph& graph, int value) {
+  const PrimValue& v = graph.value(value);
+  if (v.node < 0) return false;
+  const PrimNode& node = graph.node(v.node);
+  if (prim_info(node.prim).family != Family::View) return false;
+  if (node.prim != Prim::Reshape) return true;
+  const int input = view_input(node);
+  return input >= 0 && reshape_meta(graph.value(input).meta, node.attrs.sizes).is_view;
 }
 
 // `updated`, a new value of view node `view`'s result, as a new value of

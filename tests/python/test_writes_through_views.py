@@ -120,3 +120,15 @@ def test_augmented_assignment_to_a_python_number_is_the_plain_op(capfd):
 
     log = _compare(fn, (3, 4), capfd=capfd)
     assert "] extern" not in log, log
+
+
+def test_a_reshape_that_copied_is_not_written_through(capfd):
+    # s.t() cannot be viewed as [12]: reshape copies, and writes into the
+    # copy leave s alone (in eager as here).
+    def fn(x):
+        s = x * 2
+        flat = s.t().reshape(12)
+        flat[:4] = 0.0
+        return torch.cat([(s + 1).flatten(), flat * 3])
+
+    _compare(fn, (3, 4), capfd=capfd)
