@@ -16,19 +16,20 @@ namespace kiln::prims {
 // functional when y shares its storage with nothing. Library code also
 // writes through views of a tensor it made: Longformer builds its banded
 // attention scores in a fresh tensor s, then masks the band's corners with
-// `t = s.view(...).transpose(2, 1); t[:, :4, :, :5] = ...` and goes on
-// with s. As an extern the write sat on the gradient path, so kiln's
-// autograd refused the whole encoder and torch's autograd ran it, unfused.
-// Such a write is functional too, as torch's functionalization makes it:
-// the written view's new value is carried back through the views between
-// it and s, each undone (a permute by its inverse, a view, reshape,
-// squeeze or unsqueeze by a reshape to its input's sizes, a slice by a cat
-// of the new block between the input's slices around it: `v[0] *= 2` reads
-// and writes v through a select), giving s a new value; every other view of s that the program still names is made again
-// from it by the same view ops. It applies only where the views between s
-// and the written one are of those kinds (slices of step 1), s is no graph input nor a torch
-// call's result, and nothing sharing s's storage is an as_strided view or
-// read by a torch call (which may have kept it): there the extern stays.
+// `t = s.view(...).transpose(2, 1); t[:, :4, :, :5] = ...` and goes on with
+// s. As an extern the write sat on the gradient path, so kiln's autograd
+// refused the whole encoder and torch's autograd ran it, unfused. Such a
+// write is functional too, as torch's functionalization makes it: the
+// written view's new value is carried back through the views between it and
+// s, each undone (a permute by its inverse, a view, reshape, squeeze or
+// unsqueeze by a reshape to its input's sizes, a slice by a cat of the new
+// block between the input's slices around it: `v[0] *= 2` reads and writes
+// v through a select), giving s a new value; every other view of s that the
+// program still names is made again from it by the same view ops. It
+// applies only where the views between s and the written one are of those
+// kinds (slices of step 1), s is no graph input nor a torch call's result,
+// and nothing sharing s's storage is an as_strided view or read by a torch
+// call (which may have kept it): there the extern stays.
 // A reshape that had to copy is no view (torch's reshape copies where the
 // strides cannot be viewed): writes into its result stay there.
 
