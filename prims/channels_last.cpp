@@ -372,25 +372,17 @@ class Planner {
   }
 
   int view(const PrimNode& node, int input) {
-    const PrimAttrs& a = node.attrs;
-    switch (node.prim) {
-      case Prim::View: return b_.view(input, a.sizes);
-      case Prim::Reshape:
-        // A reshape that viewed its traced input but would copy the new one
-        // (a group norm's [N, G, C/G * H * W] of a channels-last map): a copy
-        // the traced graph never made, in nets no measurement covers.
-        if (view_strides(old_.value(node.args[0].value).meta, a.sizes) &&
-            !view_strides(plan_.graph.value(input).meta, a.sizes)) {
-          throw PrimError("a reshape to " + format_shape(a.sizes) + " that viewed its input would copy it");
-        }
-        return b_.reshape(input, a.sizes);
-      case Prim::Expand: return b_.expand(input, a.sizes);
-      case Prim::Permute: return b_.permute(input, a.dims);
-      case Prim::Slice: return b_.slice(input, a.dim, a.start, a.end, a.step);
-      case Prim::Squeeze: return b_.squeeze(input, a.dims);
-      case Prim::Unsqueeze: return b_.unsqueeze(input, a.dim);
-      default: throw PrimError(std::string(prim_name(node.prim)) + " of a value whose layout would change");
+    if (prim_info(node.prim).family != Family::View || node.prim == Prim::AsStrided) {
+      throw PrimError(std::string(prim_name(node.prim)) + " of a value whose layout would change");
     }
+    // A reshape that viewed its traced input but would copy the new one
+    // (a group norm's [N, G, C/G * H * W] of a channels-last map): a copy
+    // the traced graph never made, in nets no measurement covers.
+    if (node.prim == Prim::Reshape && view_strides(old_.value(node.args[0].value).meta, node.attrs.sizes) &&
+        !view_strides(plan_.graph.value(input).meta, node.attrs.sizes)) {
+      throw PrimError("a reshape to " + format_shape(node.attrs.sizes) + " that viewed its input would copy it");
+    }
+    return b_.view_like(node, input);
   }
 
   const PrimGraph& old_;

@@ -322,11 +322,6 @@ std::vector<int> functionalize_inplace(PrimBuilder& b, const graph::Graph& trace
   if (node.args[0].kind == Arg::Kind::Constant) {
     // `n += t` on a Python number (T5's relative_buckets = 0, then
     // relative_buckets += ...): numbers are immutable, so it is `n + t`.
-    PyRef module = PyRef::steal(PyObject_GetAttrString(node.target, "__module__"));
-    if (!module) PyErr_Clear();
-    if (!module || !PyUnicode_Check(module.get()) || std::string(PyUnicode_AsUTF8(module.get())) != "_operator") {
-      return {};
-    }
     PyObject* number = node.args[0].constant;
     if (!PyLong_Check(number) && !PyFloat_Check(number) && !PyBool_Check(number)) return {};
     PyRef twin = out_of_place_twin(node.target);

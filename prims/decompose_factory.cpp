@@ -109,19 +109,10 @@ std::vector<int> decompose_Arange(DecomposeCall& c) {
 std::vector<int> decompose_Empty(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
 std::vector<int> decompose_NewEmpty(DecomposeCall& c) { return filled(c, Scalar::of_int(0)); }
 
+// empty_like's memory_format decided the traced layout (preserve_format the
+// input's, or the one asked): zeros laid out as traced.
 std::vector<int> decompose_EmptyLike(DecomposeCall& c) {
-  PyObject* format = c.constant("memory_format");
-  if (format && format != Py_None) {
-    base::PyRef text = base::PyRef::steal(PyObject_Str(format));
-    const char* name = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
-    if (!name) {
-      PyErr_Clear();
-      c.unsupported("an unreadable memory_format");
-    }
-    if (std::string(name) == "torch.contiguous_format") return filled(c, Scalar::of_int(0));
-    if (std::string(name) != "torch.preserve_format") c.unsupported(std::string("memory_format=") + name);
-  }
-  return filled_like(c, Scalar::of_int(0));
+  return {in_traced_layout(c.b, filled(c, Scalar::of_int(0))[0], c.traced())};
 }
 
 std::vector<int> decompose_Rand(DecomposeCall& c) {

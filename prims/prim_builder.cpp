@@ -76,6 +76,21 @@ int PrimBuilder::reshape(int a, std::vector<int64_t> sizes) {
   return graph_.add_node1(Prim::Reshape, {PrimArg::of_value(a)}, std::move(attrs), out.meta);
 }
 
+int PrimBuilder::view_like(const PrimNode& node, int a) {
+  // Copied first: the view's node may move as nodes are added.
+  const PrimAttrs attrs = node.attrs;
+  switch (node.prim) {
+    case Prim::View: return view(a, attrs.sizes);
+    case Prim::Reshape: return reshape(a, attrs.sizes);
+    case Prim::Expand: return expand(a, attrs.sizes);
+    case Prim::Permute: return permute(a, attrs.dims);
+    case Prim::Slice: return slice(a, attrs.dim, attrs.start, attrs.end, attrs.step);
+    case Prim::Squeeze: return squeeze(a, attrs.dims);
+    case Prim::Unsqueeze: return unsqueeze(a, attrs.dim);
+    default: throw PrimError(std::string(prim_name(node.prim)) + " made again as a view");
+  }
+}
+
 int PrimBuilder::expand(int a, std::vector<int64_t> sizes) {
   ViewMeta out = expand_meta(meta(a), sizes);
   PrimAttrs attrs;

@@ -56,6 +56,10 @@ class PrimBuilder {
   int unsqueeze(int a, int64_t dim);
   int as_strided(int a, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                  int64_t offset = 0);
+  // The view `node` makes (view, reshape, expand, permute, slice, squeeze
+  // or unsqueeze, with its sizes, dims or range) of `a` instead of its input;
+  // PrimError for another prim or sizes a's strides cannot view.
+  int view_like(const PrimNode& node, int a);
 
   // cat(tensors, dim): joined along `dim`, promoted to their result type.
   int cat(const std::vector<int>& tensors, int64_t dim);

@@ -6,7 +6,6 @@
 #include "prims/decompose_call.h"
 #include "prims/extern_writes.h"
 #include "prims/layout.h"
-#include "prims/prim_error.h"
 #include "prims/view_meta.h"
 
 namespace kiln::prims {
@@ -89,21 +88,6 @@ int undo_view(PrimBuilder& b, const PrimNode& view, int updated, int input) {
   return b.reshape(updated, sizes);
 }
 
-// View node `view` applied again, to `input`.
-int redo_view(PrimBuilder& b, const PrimNode& view, int input) {
-  const PrimAttrs& a = view.attrs;
-  switch (view.prim) {
-    case Prim::View:
-    case Prim::Reshape: return b.reshape(input, a.sizes);
-    case Prim::Expand: return b.expand(input, a.sizes);
-    case Prim::Permute: return b.permute(input, a.dims);
-    case Prim::Slice: return b.slice(input, a.dim, a.start, a.end, a.step);
-    case Prim::Squeeze: return b.squeeze(input, a.dims);
-    case Prim::Unsqueeze: return b.unsqueeze(input, a.dim);
-    default: throw PrimError(std::string("a view by ") + prim_info(view.prim).name + " made again");
-  }
-}
-
 }  // namespace
 
 std::optional<ViewWrite> plan_view_write(const PrimGraph& graph, int written, std::string* why) {
@@ -130,6 +114,11 @@ std::optional<ViewWrite> plan_view_write(const PrimGraph& graph, int written, st
   }
   if (graph.node(base.node).prim == Prim::Extern) {
     *why = "a write into a torch call's result";
+    return std::nullopt;
+  }
+  // Dense, so the new base can take its layout and the views' strides hold.
+  if (!is_non_overlapping_and_dense(base.meta.sizes, base.meta.strides)) {
+    *why = "a write into a tensor that is not dense";
     return std::nullopt;
   }
   const std::vector<int> classes = alias_class_of(graph);
@@ -167,8 +156,7 @@ std::map<int, int> carry_view_write(PrimBuilder& b, const ViewWrite& plan, int u
   // The new base in the old one's layout, so that the views made again
   // from it have their traced strides.
   const graph::TensorMeta base_meta = b.meta(plan.base);
-  const bool dense = is_non_overlapping_and_dense(base_meta.sizes, base_meta.strides);
-  int base = dense ? in_traced_layout(b, current, base_meta) : current;
+  int base = in_traced_layout(b, current, base_meta);
   // A base of its own, not a view of the written view's new value: the
   // views made from it are then views of it, as the program's are of its
   // base (an output that views another output stays its view).
@@ -178,7 +166,7 @@ std::map<int, int> carry_view_write(PrimBuilder& b, const ViewWrite& plan, int u
     if (auto it = made.find(value); it != made.end()) return it->second;
     const int input = remake(view_input(b.graph().node(b.graph().value(value).node)));
     // Looked up again: remaking the input added nodes.
-    const int again = redo_view(b, b.graph().node(b.graph().value(value).node), input);
+    const int again = b.view_like(b.graph().node(b.graph().value(value).node), input);
     made[value] = again;
     return again;
   };
